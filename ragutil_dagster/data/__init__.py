@@ -1,0 +1,1 @@
+"""Dataset loaders and the synthetic knowledge world."""

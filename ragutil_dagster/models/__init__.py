@@ -1,0 +1,1 @@
+"""Model backends behind small protocols: generation, token scoring, NLI entailment, embedding."""

@@ -1,0 +1,1 @@
+"""Corpus ingest and chunking, BM25 and dense indexes, fusion, reranking, retrieval runs."""
