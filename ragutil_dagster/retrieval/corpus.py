@@ -1,0 +1,341 @@
+"""Corpus, query and qrels ingest with validation.
+
+Table schemas (polars; every id is a string):
+
+- corpus / passages: ``id`` (String, unique, non-empty), ``text`` (String, non-empty after
+  stripping whitespace), ``title`` (String, nullable; an empty title is stored as null),
+  and for passages cut from longer documents ``doc_id`` (String, the source document's id;
+  see :mod:`ragutil_dagster.retrieval.chunking`).
+- queries: ``id`` (String, unique), ``text`` (String, non-empty).
+- qrels: ``query_id`` (String), ``doc_id`` (String), ``relevance`` (Int64).
+
+Accepted inputs: JSONL and Parquet with ``id``, ``text`` and optional ``title``; the DPR
+``psgs_w100.tsv`` layout (tab-separated ``id, text, title`` with a header row); BEIR folders
+(``corpus.jsonl`` with ``_id``, ``title``, ``text``; ``queries.jsonl``; ``qrels/<split>.tsv``).
+Every problem is reported as a :class:`CorpusValidationError` naming the file, the 1-based line
+(the row, for Parquet) and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ragutil_dagster.retrieval.errors import CorpusValidationError
+
+CORPUS_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String(), "title": pl.String()}
+PASSAGE_SCHEMA: dict[str, pl.DataType] = {**CORPUS_SCHEMA, "doc_id": pl.String()}
+QUERY_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String()}
+QRELS_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "doc_id": pl.String(),
+    "relevance": pl.Int64(),
+}
+
+# DPR's passage file stores one passage per line, but a text field may legally be long.
+csv.field_size_limit(1 << 30)
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, text without line ending)``, decoding UTF-8 strictly."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorpusValidationError(
+                    path, number, None, f"not valid UTF-8 (byte {exc.start} of the line)"
+                ) from None
+            yield number, line.rstrip("\r\n")
+
+
+class _RecordCollector:
+    """Validates records one at a time and gathers them into columns."""
+
+    def __init__(self, path: Path, with_title: bool) -> None:
+        self.path = path
+        self.with_title = with_title
+        self.first_line: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.texts: list[str] = []
+        self.titles: list[str | None] = []
+
+    def add(self, line: int, doc_id: Any, text: Any, title: Any, fields: tuple[str, str, str]) -> None:
+        id_field, text_field, title_field = fields
+        key = _id_string(doc_id, self.path, line, id_field)
+        if key in self.first_line:
+            raise CorpusValidationError(
+                self.path, line, id_field, f"duplicate id {key!r} (first seen on line {self.first_line[key]})"
+            )
+        if not isinstance(text, str):
+            raise CorpusValidationError(
+                self.path, line, text_field, f"expected a string, got {_type_name(text)}"
+            )
+        if not text.strip():
+            raise CorpusValidationError(self.path, line, text_field, "empty text")
+        if self.with_title:
+            if title is not None and not isinstance(title, str):
+                raise CorpusValidationError(
+                    self.path, line, title_field, f"expected a string or null, got {_type_name(title)}"
+                )
+            self.titles.append(title or None)
+        self.first_line[key] = line
+        self.ids.append(key)
+        self.texts.append(text)
+
+    def frame(self) -> pl.DataFrame:
+        if not self.ids:
+            raise CorpusValidationError(self.path, None, None, "no records")
+        columns: dict[str, list[Any]] = {"id": self.ids, "text": self.texts}
+        schema = QUERY_SCHEMA
+        if self.with_title:
+            columns["title"] = self.titles
+            schema = CORPUS_SCHEMA
+        return pl.DataFrame(columns, schema=schema)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _id_string(value: Any, path: Path, line: int, field: str) -> str:
+    """Ids may be strings or integers (BEIR and DPR files use both); they are stored as strings."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise CorpusValidationError(path, line, field, f"expected a string or integer id, got {_type_name(value)}")
+    key = str(value)
+    if not key.strip():
+        raise CorpusValidationError(path, line, field, "empty id")
+    return key
+
+
+def _read_jsonl(path: Path, id_field: str, text_field: str, title_field: str | None) -> pl.DataFrame:
+    collector = _RecordCollector(path, with_title=title_field is not None)
+    fields = (id_field, text_field, title_field or "")
+    for number, line in _decoded_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusValidationError(path, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise CorpusValidationError(path, number, None, f"expected a JSON object, got {_type_name(record)}")
+        for required in (id_field, text_field):
+            if required not in record:
+                raise CorpusValidationError(path, number, required, "missing")
+        title = record.get(title_field) if title_field is not None else None
+        collector.add(number, record[id_field], record[text_field], title, fields)
+    return collector.frame()
+
+
+def read_jsonl_corpus(
+    path: str | Path, *, id_field: str = "id", text_field: str = "text", title_field: str = "title"
+) -> pl.DataFrame:
+    """Read a JSONL corpus (one object per line with an id, a text and an optional title)."""
+    return _read_jsonl(Path(path), id_field, text_field, title_field)
+
+
+def read_jsonl_queries(path: str | Path, *, id_field: str = "id", text_field: str = "text") -> pl.DataFrame:
+    """Read JSONL queries (one object per line with an id and a text) into the query schema."""
+    return _read_jsonl(Path(path), id_field, text_field, None)
+
+
+def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
+    """Read DPR's ``psgs_w100.tsv`` layout: a header row, then ``id<TAB>text<TAB>title`` rows."""
+    path = Path(path)
+    last_line = 0
+
+    def texts() -> Iterator[str]:
+        nonlocal last_line
+        for number, line in _decoded_lines(path):
+            last_line = number
+            yield line
+
+    reader = csv.reader(texts(), delimiter="\t", quotechar='"')
+    header = next(reader, None)
+    if header is None:
+        raise CorpusValidationError(path, None, None, "empty file")
+    if [name.strip().lower() for name in header] != ["id", "text", "title"]:
+        raise CorpusValidationError(path, 1, None, f"expected the header 'id, text, title', got {header}")
+    collector = _RecordCollector(path, with_title=True)
+    while True:
+        # A quoted text may span physical lines; errors name the line the record starts on.
+        start = last_line + 1
+        row = next(reader, None)
+        if row is None:
+            break
+        if not row:
+            continue
+        if len(row) != 3:
+            raise CorpusValidationError(path, start, None, f"expected 3 tab-separated fields, got {len(row)}")
+        collector.add(start, row[0], row[1], row[2], ("id", "text", "title"))
+    return collector.frame()
+
+
+def read_parquet_corpus(path: str | Path) -> pl.DataFrame:
+    """Read a Parquet corpus with columns ``id``, ``text`` and optional ``title``; rows are 1-based."""
+    path = Path(path)
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as exc:  # polars raises several unrelated types for unreadable files
+        raise CorpusValidationError(path, None, None, f"unreadable Parquet file: {exc}") from exc
+    return validate_corpus(frame, source=path)
+
+
+def validate_corpus(frame: pl.DataFrame, source: str | Path = "<dataframe>") -> pl.DataFrame:
+    """Check a corpus table and return it in the corpus schema (title added as null if absent).
+
+    Integer ids are converted to strings. Errors name ``source`` and the 1-based row.
+    """
+    for column in ("id", "text"):
+        if column not in frame.columns:
+            raise CorpusValidationError(source, None, column, "missing column")
+    if frame.height == 0:
+        raise CorpusValidationError(source, None, None, "no records")
+    if "title" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.String()).alias("title"))
+    id_type, text_type, title_type = frame.schema["id"], frame.schema["text"], frame.schema["title"]
+    if not (id_type == pl.String() or id_type.is_integer()):
+        raise CorpusValidationError(source, None, "id", f"expected strings or integers, got {id_type}")
+    for column, dtype in (("text", text_type), ("title", title_type)):
+        if not (dtype == pl.String() or dtype == pl.Null()):
+            raise CorpusValidationError(source, None, column, f"expected strings, got {dtype}")
+    extra = [column for column in frame.columns if column not in PASSAGE_SCHEMA]
+    frame = frame.drop(extra).with_columns(
+        pl.col("id").cast(pl.String()),
+        pl.col("text").cast(pl.String()),
+        pl.col("title").cast(pl.String()).replace("", None),
+    )
+    _first_bad_row(frame, pl.col("id").is_null() | (pl.col("id").str.strip_chars() == ""), source, "id", "empty id")
+    _first_bad_row(
+        frame, pl.col("text").is_null() | (pl.col("text").str.strip_chars() == ""), source, "text", "empty text"
+    )
+    duplicated = frame.with_row_index("row", offset=1).filter(pl.col("id").is_duplicated())
+    if duplicated.height:
+        first = duplicated.group_by("id", maintain_order=True).agg(pl.col("row")).row(0)
+        raise CorpusValidationError(
+            source, first[1][1], "id", f"duplicate id {first[0]!r} (first seen on row {first[1][0]})"
+        )
+    columns = list(PASSAGE_SCHEMA if "doc_id" in frame.columns else CORPUS_SCHEMA)
+    return frame.select(columns)
+
+
+def _first_bad_row(frame: pl.DataFrame, bad: pl.Expr, source: str | Path, field: str, message: str) -> None:
+    rows = frame.with_row_index("row", offset=1).filter(bad)["row"]
+    if rows.len():
+        raise CorpusValidationError(source, int(rows[0]), field, message)
+
+
+def read_corpus(path: str | Path) -> pl.DataFrame:
+    """Read a corpus file, choosing the reader from the suffix (.jsonl, .parquet, .tsv)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in {".jsonl", ".ndjson"}:
+        return read_jsonl_corpus(path)
+    if suffix == ".parquet":
+        return read_parquet_corpus(path)
+    if suffix == ".tsv":
+        return read_dpr_tsv(path)
+    raise CorpusValidationError(path, None, None, "unknown corpus format; expected .jsonl, .parquet or .tsv")
+
+
+def read_qrels(path: str | Path) -> pl.DataFrame:
+    """Read relevance judgements: BEIR ``query-id<TAB>corpus-id<TAB>score`` (header optional)
+    or TREC ``qid iter docid relevance`` (whitespace-separated)."""
+    path = Path(path)
+    query_ids: list[str] = []
+    doc_ids: list[str] = []
+    relevances: list[int] = []
+    for number, line in _decoded_lines(path):
+        fields = line.split("\t") if "\t" in line else line.split()
+        if not fields or not line.strip():
+            continue
+        if len(fields) == 4:
+            fields = [fields[0], fields[2], fields[3]]
+        if len(fields) != 3:
+            raise CorpusValidationError(path, number, None, f"expected 3 (BEIR) or 4 (TREC) fields, got {len(fields)}")
+        try:
+            relevance = int(fields[2])
+        except ValueError:
+            if number == 1:  # BEIR's header row
+                continue
+            raise CorpusValidationError(path, number, "score", f"expected an integer, got {fields[2]!r}") from None
+        query_ids.append(fields[0])
+        doc_ids.append(fields[1])
+        relevances.append(relevance)
+    if not query_ids:
+        raise CorpusValidationError(path, None, None, "no judgements")
+    return pl.DataFrame(
+        {"query_id": query_ids, "doc_id": doc_ids, "relevance": relevances}, schema=QRELS_SCHEMA
+    )
+
+
+@dataclass(frozen=True)
+class BeirDataset:
+    """A BEIR folder: the corpus, the queries and the judgements of one split."""
+
+    corpus: pl.DataFrame
+    queries: pl.DataFrame
+    qrels: pl.DataFrame
+
+
+def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
+    """Read a BEIR folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``).
+
+    Only queries that have judgements in ``split`` are kept, as BEIR's own loader does;
+    judgements naming an unknown query or document are an error.
+    """
+    folder = Path(folder)
+    qrels_path = folder / "qrels" / f"{split}.tsv"
+    for needed in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_path):
+        if not needed.is_file():
+            raise CorpusValidationError(needed, None, None, "missing from the BEIR folder")
+    corpus = read_jsonl_corpus(folder / "corpus.jsonl", id_field="_id")
+    queries = read_jsonl_queries(folder / "queries.jsonl", id_field="_id")
+    qrels = read_qrels(qrels_path)
+    for column, table, what in (("query_id", queries, "queries.jsonl"), ("doc_id", corpus, "corpus.jsonl")):
+        unknown = qrels.filter(~pl.col(column).is_in(table["id"].implode()))
+        if unknown.height:
+            raise CorpusValidationError(
+                qrels_path, None, column, f"{unknown.height} judgements name ids absent from {what}, "
+                f"e.g. {unknown[column][0]!r}"
+            )
+    queries = queries.filter(pl.col("id").is_in(qrels["query_id"].unique().implode()))
+    return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
+
+
+def corpus_fingerprint(corpus: pl.DataFrame) -> str:
+    """SHA-256 over every row's id, title and text, in order: identifies the exact corpus an
+    index was built from."""
+    digest = hashlib.sha256()
+    columns = [corpus["id"], corpus["title"] if "title" in corpus.columns else None, corpus["text"]]
+    batch = 65_536
+    for start in range(0, corpus.height, batch):
+        stop = min(start + batch, corpus.height)
+        ids = columns[0][start:stop].to_list()
+        titles = columns[1][start:stop].to_list() if columns[1] is not None else [None] * (stop - start)
+        texts = columns[2][start:stop].to_list()
+        # Unit and record separators cannot occur in ids; they keep field boundaries unambiguous.
+        digest.update(
+            "".join(f"{i}\x1f{t or ''}\x1f{x}\x1e" for i, t, x in zip(ids, titles, texts)).encode("utf-8")
+        )
+    return f"sha256:{digest.hexdigest()}"
+
+
+def indexed_texts(corpus: pl.DataFrame, include_title: bool = True) -> list[str]:
+    """The text each retriever indexes for a passage: ``"<title>\\n<text>"`` when the passage has a
+    title and ``include_title`` is set (as DPR and Pyserini index Wikipedia), else the text alone."""
+    if not include_title or "title" not in corpus.columns:
+        return corpus["text"].to_list()
+    return corpus.select(
+        pl.when(pl.col("title").is_not_null())
+        .then(pl.concat_str("title", pl.lit("\n"), "text"))
+        .otherwise("text")
+    ).to_series().to_list()
