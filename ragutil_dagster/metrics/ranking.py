@@ -22,7 +22,7 @@ PerQuery = dict[str, dict[str, float]]
 _CUT = re.compile(r"^(?P<base>[A-Za-z_]+?)[._](?P<cut>\d+)$")
 
 
-def _request_name(measure: str) -> tuple[str, str]:
+def parse_measure(measure: str) -> tuple[str, str]:
     """Map a measure name to (pytrec_eval request, output key): ``ndcg_cut_10`` → (``ndcg_cut.10``, ``ndcg_cut_10``)."""
     match = _CUT.match(measure)
     base, request = (match["base"], f"{match['base']}.{match['cut']}") if match else (measure, measure)
@@ -54,7 +54,7 @@ def ir_measures(
     ``-c`` convention), so a retriever cannot gain by returning nothing. Queries with no relevant
     document count as 0 too. Queries only in ``run`` are ignored.
     """
-    names = [_request_name(m) for m in measures]
+    names = [parse_measure(m) for m in measures]
     if not names:
         raise ValueError("no IR measure requested")
     if not qrels:

@@ -1,0 +1,291 @@
+"""SePer (semantic perplexity) and ΔSePer — Dai et al., ICLR 2025, §3.3–3.4 and Algorithm 1.
+
+SePer_M(q, a*) ≈ Σ_C k(C, a*) p(C | q) (eq. 9) is the model's belief in the gold answer, estimated
+from N sampled responses; ΔSePer = SePer with retrieved context − SePer without (eq. 11) is the
+utility of the context for that model.
+
+Where the paper's prose and the authors' code (github sepermetric/seper) differ, this module
+follows the code:
+
+* response weights: the mean (``length_norm="mean"``) or sum of a response's token log-probs,
+  softmaxed over the N responses; identical responses count separately; weights sum to 1;
+* NLI inputs: with a question, every text t becomes ``f"{q} {t}"`` with q the question ending in
+  "?"; a pair's label is the argmax over [contradiction, neutral, entailment];
+* clustering: the greedy loop of the semantic-entropy code (each response not yet assigned opens
+  a cluster and is compared with every later response, re-assigning those it matches); strict =
+  entailment both ways, loose = no contradiction either way and not neutral both ways;
+* hard kernel: a cluster counts for a gold answer when its first member and that answer are
+  equivalent by the loose rule; soft kernel: k_i = max(P_ent(r_i ⇒ a), P_ent(a ⇒ r_i)).
+
+Both kernels compute one score per gold answer, reduced by ``gold_reduce``: ``"max"`` (the
+code) or ``"mean"`` (the paper's eq. 10). Deliberate deviation: with several gold answers the
+reference code mis-pairs likelihoods and answers (a reshape bug); here every answer gets its
+intended score.
+
+Every distinct (premise, hypothesis) pair goes to ``entail`` once, in one call — also across
+many questions with :func:`seper_batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy.special import softmax
+
+from ragutil_dagster.metrics.answers import gold_aliases
+
+EntailFn = Callable[[Sequence[str], Sequence[str]], np.ndarray]
+"""NLI model: ``entail(premises, hypotheses)`` → (n, 3) probabilities [contradiction, neutral, entailment]."""
+
+Kernel = Literal["soft", "hard"]
+GoldReduce = Literal["max", "mean"]
+LengthNorm = Literal["mean", "sum"]
+
+CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class SePerInput:
+    """One question's sampled responses under one condition (with or without context)."""
+
+    responses: Sequence[str]
+    token_logprobs: Sequence[Sequence[float]]
+    gold_answers: Sequence[str]
+    question: str | None = None
+
+
+@dataclass(frozen=True)
+class SePerResult:
+    """SePer of one question under one condition.
+
+    ``score``: SePer after ``gold_reduce`` over gold answers; ``per_gold``: the score for each
+    gold answer; ``weights``: the N response weights (sum to 1); ``cluster_ids``: semantic
+    cluster of each response (0, 1, … in order of first appearance); ``semantic_entropy``:
+    −Σ_C p(C) log p(C) with p(C) the summed weight of cluster C.
+    """
+
+    score: float
+    per_gold: np.ndarray
+    weights: np.ndarray
+    cluster_ids: np.ndarray
+    semantic_entropy: float
+
+
+def response_weights(
+    token_logprobs: Sequence[Sequence[float]], length_norm: LengthNorm = "mean"
+) -> np.ndarray:
+    """ℓ_i of Algorithm 1 as the reference code computes them: softmax over responses of each
+    response's mean (or summed) token log-probability."""
+    if length_norm not in ("mean", "sum"):
+        raise ValueError(f"length_norm must be 'mean' or 'sum', got {length_norm!r}")
+    reduce = np.mean if length_norm == "mean" else np.sum
+    scores = np.empty(len(token_logprobs))
+    for position, logprobs in enumerate(token_logprobs):
+        values = np.asarray(logprobs, dtype=np.float64)
+        if values.size == 0:
+            raise ValueError(f"response #{position} has no token log-probs (empty generation)")
+        if not np.all(np.isfinite(values)) or np.any(values > 1e-6):
+            raise ValueError(
+                f"response #{position} has token log-probs that are NaN, infinite or positive"
+            )
+        scores[position] = reduce(values)
+    return softmax(scores)
+
+
+def semantic_entropy(cluster_ids: np.ndarray, weights: np.ndarray) -> float:
+    """Semantic entropy −Σ_C p(C) log p(C), p(C) = Σ_{i ∈ C} w_i (Farquhar et al.; SePer §3.3)."""
+    mass = np.bincount(cluster_ids, weights=weights)
+    mass = mass[mass > 0]
+    return float(-(mass * np.log(mass)).sum())
+
+
+def _nli_text(text: str, question: str | None) -> str:
+    if question is None:
+        return text
+    q = question if question.endswith("?") else f"{question}?"
+    return f"{q} {text}"
+
+
+def _equivalent(label_ab: int, label_ba: int, strict: bool) -> bool:
+    if strict:
+        return label_ab == ENTAILMENT and label_ba == ENTAILMENT
+    return CONTRADICTION not in (label_ab, label_ba) and (label_ab, label_ba) != (NEUTRAL, NEUTRAL)
+
+
+def _greedy_clusters(texts: Sequence[str], label: Callable[[str, str], int], strict: bool) -> np.ndarray:
+    """The semantic-entropy code's greedy clustering (``get_semantic_ids``)."""
+    ids = [-1] * len(texts)
+    next_id = 0
+    for i, first in enumerate(texts):
+        if ids[i] != -1:
+            continue
+        ids[i] = next_id
+        for j in range(i + 1, len(texts)):
+            if _equivalent(label(first, texts[j]), label(texts[j], first), strict):
+                ids[j] = next_id
+        next_id += 1
+    return np.asarray(ids, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    texts: list[str]  # NLI form of each response
+    golds: list[str]  # NLI form of each gold answer
+    weights: np.ndarray
+
+
+def _prepare(item: SePerInput, position: int, length_norm: LengthNorm) -> _Prepared:
+    where = f"question #{position}" + (f" ({item.question!r})" if item.question else "")
+    if isinstance(item.responses, str):
+        raise TypeError(f"{where}: responses must be a list of strings, not one string")
+    if len(item.responses) == 0:
+        raise ValueError(f"{where}: no responses")
+    if len(item.responses) != len(item.token_logprobs):
+        raise ValueError(
+            f"{where}: {len(item.responses)} responses but {len(item.token_logprobs)} token log-prob lists"
+        )
+    try:
+        golds = gold_aliases(item.gold_answers)
+        weights = response_weights(item.token_logprobs, length_norm)
+    except ValueError as err:
+        raise type(err)(f"{where}: {err}") from err
+    return _Prepared(
+        texts=[_nli_text(r, item.question) for r in item.responses],
+        golds=[_nli_text(g, item.question) for g in golds],
+        weights=weights,
+    )
+
+
+def _pairs_needed(prepared: _Prepared) -> set[tuple[str, str]]:
+    """Every ordered pair clustering or the kernels may ask for (the greedy loop's path depends
+    on the answers, so all response pairs are requested up front, once)."""
+    distinct = list(dict.fromkeys(prepared.texts))
+    pairs = {(a, b) for a in distinct for b in distinct if a != b}
+    # A repeated response is compared with its own copy by the greedy loop.
+    pairs.update((t, t) for t in distinct if prepared.texts.count(t) > 1)
+    for gold in prepared.golds:
+        for text in distinct:
+            pairs.add((text, gold))
+            pairs.add((gold, text))
+    return pairs
+
+
+def _score(
+    prepared: _Prepared,
+    probs: Callable[[str, str], np.ndarray],
+    kernel: Kernel,
+    gold_reduce: GoldReduce,
+    strict: bool,
+) -> SePerResult:
+    def label(premise: str, hypothesis: str) -> int:
+        return int(np.argmax(probs(premise, hypothesis)))
+
+    cluster_ids = _greedy_clusters(prepared.texts, label, strict)
+    weights = prepared.weights
+    per_gold = np.empty(len(prepared.golds))
+    for g, gold in enumerate(prepared.golds):
+        if kernel == "soft":
+            kernel_values = np.array(
+                [max(probs(t, gold)[ENTAILMENT], probs(gold, t)[ENTAILMENT]) for t in prepared.texts]
+            )
+            per_gold[g] = float(weights @ kernel_values)
+        else:
+            n_clusters = int(cluster_ids.max()) + 1
+            firsts = [int(np.flatnonzero(cluster_ids == c)[0]) for c in range(n_clusters)]
+            counted = [
+                c
+                for c, first in enumerate(firsts)
+                if _equivalent(label(prepared.texts[first], gold), label(gold, prepared.texts[first]), False)
+            ]
+            per_gold[g] = float(weights[np.isin(cluster_ids, counted)].sum())
+    score = float(per_gold.max() if gold_reduce == "max" else per_gold.mean())
+    return SePerResult(
+        score=score,
+        per_gold=per_gold,
+        weights=weights,
+        cluster_ids=cluster_ids,
+        semantic_entropy=semantic_entropy(cluster_ids, weights),
+    )
+
+
+def _check_options(kernel: str, gold_reduce: str) -> None:
+    if kernel not in ("soft", "hard"):
+        raise ValueError(f"kernel must be 'soft' or 'hard', got {kernel!r}")
+    if gold_reduce not in ("max", "mean"):
+        raise ValueError(f"gold_reduce must be 'max' or 'mean', got {gold_reduce!r}")
+
+
+def _entail_pairs(entail: EntailFn, pairs: list[tuple[str, str]]) -> np.ndarray:
+    premises = [p for p, _ in pairs]
+    hypotheses = [h for _, h in pairs]
+    result = np.asarray(entail(premises, hypotheses), dtype=np.float64)
+    if result.shape != (len(pairs), 3):
+        raise ValueError(
+            f"entail returned shape {result.shape} for {len(pairs)} pairs; expected ({len(pairs)}, 3) "
+            "probabilities [contradiction, neutral, entailment]"
+        )
+    if not np.all(np.isfinite(result)) or np.any(result < 0) or np.any(result > 1):
+        raise ValueError("entail returned values outside [0, 1] or NaN; expected probabilities")
+    return result
+
+
+def seper_batch(
+    items: Sequence[SePerInput],
+    entail: EntailFn,
+    *,
+    kernel: Kernel = "soft",
+    gold_reduce: GoldReduce = "max",
+    strict: bool = True,
+    length_norm: LengthNorm = "mean",
+) -> list[SePerResult]:
+    """SePer for many questions (or conditions) with a single ``entail`` call.
+
+    Each distinct (premise, hypothesis) pair over all items is sent once. Use this for a whole
+    evaluation: pairs repeat heavily across samples, conditions and questions.
+    """
+    _check_options(kernel, gold_reduce)
+    prepared = [_prepare(item, position, length_norm) for position, item in enumerate(items)]
+    needed: set[tuple[str, str]] = set()
+    for p in prepared:
+        needed |= _pairs_needed(p)
+    pairs = sorted(needed)
+    table = dict(zip(pairs, _entail_pairs(entail, pairs))) if pairs else {}
+
+    def probs(premise: str, hypothesis: str) -> np.ndarray:
+        return table[(premise, hypothesis)]
+
+    return [_score(p, probs, kernel, gold_reduce, strict) for p in prepared]
+
+
+def seper(
+    responses: Sequence[str],
+    token_logprobs: Sequence[Sequence[float]],
+    gold_answers: Sequence[str] | str,
+    entail: EntailFn,
+    question: str | None = None,
+    kernel: Kernel = "soft",
+    gold_reduce: GoldReduce = "max",
+    strict: bool = True,
+    length_norm: LengthNorm = "mean",
+) -> SePerResult:
+    """SePer_S (``kernel="soft"``) or SePer_H (``kernel="hard"``) of one question — eqs. 9–10.
+
+    ``responses`` are N sampled answers, ``token_logprobs`` their per-token log-probabilities
+    under the model, ``gold_answers`` one or several gold aliases, ``entail`` the NLI model.
+    """
+    golds = (gold_answers,) if isinstance(gold_answers, str) else tuple(gold_answers)
+    item = SePerInput(responses, token_logprobs, golds, question)
+    return seper_batch(
+        [item], entail, kernel=kernel, gold_reduce=gold_reduce, strict=strict, length_norm=length_norm
+    )[0]
+
+
+def delta_seper(with_context: SePerResult | float, without_context: SePerResult | float) -> float:
+    """ΔSePer = SePer(a* | q, D) − SePer(a* | q) — eq. 11, the retrieval utility of D."""
+    def value(result: SePerResult | float) -> float:
+        return result.score if isinstance(result, SePerResult) else float(result)
+
+    return value(with_context) - value(without_context)

@@ -1,0 +1,278 @@
+"""SePer / ΔSePer: the paper's worked cases (App. B.1), the reference code's semantics, properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragutil_dagster.metrics.seper import (
+    SePerInput,
+    delta_seper,
+    response_weights,
+    semantic_entropy,
+    seper,
+    seper_batch,
+)
+
+from .conftest import CONTRADICT, ENTAIL, NEUTRAL, MeaningNLI, equal_logprobs
+
+
+def counts(**answers: int) -> list[str]:
+    return [text.replace("_", " ") for text, n in answers.items() for _ in range(n)]
+
+
+@pytest.mark.parametrize("kernel", ["soft", "hard"])
+def test_table6_single_doc_case(kernel: str) -> None:
+    """App. B.1 Table 6: an irrelevant document leaves 10× "Reba McEntire" (ΔSePer 0); the
+    positive one turns all ten into "Linda Davis" (ΔSePer 1.0)."""
+    q = "Who sings does he love me with reba?"
+    nli = MeaningNLI(question=q)
+    gold = ["Linda Davis"]
+    closed = seper(counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
+    irrelevant = seper(counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
+    positive = seper(counts(Linda_Davis=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
+    assert delta_seper(irrelevant, closed) == 0.0
+    assert delta_seper(positive, closed) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kernel", ["soft", "hard"])
+@pytest.mark.parametrize(("yes", "no", "expected"), [(7, 3, 0.3), (8, 2, 0.2), (3, 7, 0.7)])
+def test_table7_equal_likelihoods(kernel: str, yes: int, no: int, expected: float) -> None:
+    """Table 7 with equal likelihoods: Yes/No counts 10/0 (closed book), 7/3, 8/2, 3/7 give
+    ΔSePer 0.3, 0.2, 0.7 — the share of "No" answers."""
+    nli = MeaningNLI()
+    closed = seper(counts(Yes=10), equal_logprobs(10), "No", nli, kernel=kernel)
+    assert closed.score == 0.0
+    with_docs = seper(counts(Yes=yes, No=no), equal_logprobs(10), "No", nli, kernel=kernel)
+    assert delta_seper(with_docs, closed) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("yes", "no", "printed"), [(7, 3, 0.15), (8, 2, 0.1)])
+def test_table7_printed_values_need_unequal_likelihoods(yes: int, no: int, printed: float) -> None:
+    """The printed 0.15 and 0.1 arise when the "No" samples are less likely than the "Yes" ones:
+    with mean log-probs differing by log(ratio), softmax weights give "No" exactly that mass."""
+    # Solve no·x / (no·x + yes) = printed for x = exp(logp_no − logp_yes).
+    ratio = printed * yes / (no * (1 - printed))
+    logp_yes = -0.2
+    logprobs = [[logp_yes] * 2] * yes + [[logp_yes + math.log(ratio)] * 2] * no
+    result = seper(counts(Yes=yes, No=no), logprobs, "No", MeaningNLI())
+    assert result.score == pytest.approx(printed)
+    assert ratio < 1  # the "No" answers were indeed the less likely ones
+
+
+def test_weights_are_softmax_of_mean_or_summed_logprobs() -> None:
+    logprobs = [[-1.0, -3.0], [-2.0], [-0.5, -0.5, -0.5]]
+    mean_w = response_weights(logprobs, "mean")
+    sum_w = response_weights(logprobs, "sum")
+    expect_mean = np.exp([-2.0, -2.0, -0.5]) / np.exp([-2.0, -2.0, -0.5]).sum()
+    expect_sum = np.exp([-4.0, -2.0, -1.5]) / np.exp([-4.0, -2.0, -1.5]).sum()
+    np.testing.assert_allclose(mean_w, expect_mean)
+    np.testing.assert_allclose(sum_w, expect_sum)
+
+
+def test_question_prefix_and_pair_deduplication() -> None:
+    """With a question, each NLI text is "q? text"; each distinct pair is sent once, in one call."""
+    q = "Where was Ada born"
+    nli = MeaningNLI({"Paris": "paris", "paris, France": "paris", "Rome": "rome"}, question=q)
+    responses = ["Paris", "Paris", "paris, France", "Rome", "Paris"]
+    result = seper(responses, equal_logprobs(5), ["Paris"], nli, question=q)
+    assert len(nli.calls) == 1
+    sent = nli.calls[0]
+    assert len(sent) == len(set(sent))
+    # 3 distinct responses: 6 ordered pairs + "Paris" against its own copy. The gold "Paris" is
+    # itself a response, so its pairs are among those 7. The reference loop would ask for
+    # N·(N−1) = 20 response pairs and 2·N = 10 gold pairs.
+    assert len(sent) == 7
+    assert all(p.startswith("Where was Ada born? ") and h.startswith("Where was Ada born? ") for p, h in sent)
+    assert result.score == pytest.approx(0.8)
+    np.testing.assert_array_equal(result.cluster_ids, [0, 0, 0, 1, 0])
+
+
+def test_batch_makes_one_call_for_many_questions() -> None:
+    nli = MeaningNLI()
+    items = [
+        SePerInput(counts(Yes=4, No=6), equal_logprobs(10), ["No"]),
+        SePerInput(counts(Yes=9, No=1), equal_logprobs(10), ["No"]),
+        SePerInput(counts(Yes=10), equal_logprobs(10), ["Yes"]),
+    ]
+    results = seper_batch(items, nli)
+    assert len(nli.calls) == 1
+    # Pairs among {Yes, No} are shared by all three questions: 2 ordered pairs + 2 self pairs.
+    assert nli.pairs_sent == 4
+    assert [r.score for r in results] == pytest.approx([0.6, 0.1, 1.0])
+    singles = [seper(i.responses, i.token_logprobs, i.gold_answers, MeaningNLI()).score for i in items]
+    assert singles == pytest.approx([r.score for r in results])
+
+
+def test_soft_kernel_takes_the_larger_entailment_direction() -> None:
+    """k_i = max(P(r ⇒ a), P(a ⇒ r)): a response entailing the gold one way counts fully."""
+
+    def one_way(premises, hypotheses):
+        rows = []
+        for p, h in zip(premises, hypotheses):
+            if p == h:
+                rows.append(ENTAIL)
+            elif (p, h) == ("Paris, France", "Paris"):
+                rows.append([0.1, 0.2, 0.7])
+            elif (p, h) == ("Paris", "Paris, France"):
+                rows.append(NEUTRAL)
+            else:
+                rows.append(CONTRADICT)
+        return np.array(rows, dtype=float)
+
+    result = seper(["Paris, France", "Rome"], equal_logprobs(2), "Paris", one_way)
+    assert result.score == pytest.approx(0.5 * 0.7)
+
+
+def test_hard_kernel_counts_whole_clusters_by_their_first_member() -> None:
+    """Hard kernel: a cluster counts when its *first* member matches a gold answer loosely
+    (neutral one way, entailment the other); every member's weight then counts."""
+    table = {
+        ("Paris", "Paris, France"): NEUTRAL,
+        ("Paris, France", "Paris"): ENTAIL,
+        ("Paris", "capital of France"): ENTAIL,
+        ("capital of France", "Paris"): ENTAIL,
+        ("Paris, France", "capital of France"): ENTAIL,
+        ("capital of France", "Paris, France"): ENTAIL,
+    }
+
+    def nli(premises, hypotheses):
+        return np.array([ENTAIL if p == h else table.get((p, h), CONTRADICT) for p, h in zip(premises, hypotheses)])
+
+    responses = ["Paris, France", "capital of France", "Rome", "capital of France"]
+    result = seper(responses, equal_logprobs(4), "Paris", nli, kernel="hard")
+    # Cluster 0 = {Paris France, capital of France ×2} (strict entailment both ways); its first
+    # member matches "Paris" loosely (entail / neutral), so 3 of 4 equal weights count.
+    np.testing.assert_array_equal(result.cluster_ids, [0, 0, 1, 0])
+    assert result.score == pytest.approx(0.75)
+
+
+def test_greedy_clustering_reassigns_like_the_reference_loop() -> None:
+    """Each cluster opener is compared with *all* later responses, re-assigning matches that an
+    earlier cluster had taken (the semantic-entropy code's `get_semantic_ids`)."""
+    equivalent = {frozenset({"A", "B"}), frozenset({"B", "C"})}
+
+    def nli(premises, hypotheses):
+        return np.array(
+            [ENTAIL if p == h or frozenset({p, h}) in equivalent else CONTRADICT for p, h in zip(premises, hypotheses)]
+        )
+
+    result = seper(["A", "C", "B"], equal_logprobs(3), "A", nli)
+    # A opens 0 and takes B; C opens 1 and takes B back.
+    np.testing.assert_array_equal(result.cluster_ids, [0, 1, 1])
+    expected_entropy = -(1 / 3 * math.log(1 / 3) + 2 / 3 * math.log(2 / 3))
+    assert result.semantic_entropy == pytest.approx(expected_entropy)
+
+
+def test_strict_and_loose_clustering_differ_on_one_way_entailment() -> None:
+    def nli(premises, hypotheses):
+        return np.array(
+            [ENTAIL if p == h else (ENTAIL if (p, h) == ("X", "Y") else NEUTRAL) for p, h in zip(premises, hypotheses)]
+        )
+
+    strict = seper(["X", "Y"], equal_logprobs(2), "X", nli, strict=True)
+    loose = seper(["X", "Y"], equal_logprobs(2), "X", nli, strict=False)
+    np.testing.assert_array_equal(strict.cluster_ids, [0, 1])
+    np.testing.assert_array_equal(loose.cluster_ids, [0, 0])
+    assert loose.semantic_entropy == pytest.approx(0.0)
+
+
+def test_several_gold_answers_score_each_answer_then_reduce() -> None:
+    """The intended per-answer scores (the reference code mis-pairs them): max by default,
+    the paper's eq. 10 mean on request."""
+    nli = MeaningNLI()
+    responses = counts(Paris=6, Lyon=3, Rome=1)
+    by_max = seper(responses, equal_logprobs(10), ["Paris", "Lyon", "Berlin"], nli)
+    by_mean = seper(responses, equal_logprobs(10), ["Paris", "Lyon", "Berlin"], nli, gold_reduce="mean")
+    np.testing.assert_allclose(by_max.per_gold, [0.6, 0.3, 0.0])
+    assert by_max.score == pytest.approx(0.6)
+    assert by_mean.score == pytest.approx(0.3)
+
+
+def test_semantic_entropy_of_weights_by_cluster() -> None:
+    assert semantic_entropy(np.array([0, 0, 1, 1]), np.full(4, 0.25)) == pytest.approx(math.log(2))
+    assert semantic_entropy(np.array([0, 0, 0]), np.full(3, 1 / 3)) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"responses": [], "token_logprobs": []}, "no responses"),
+        ({"responses": ["a", "b"], "token_logprobs": [[-1.0]]}, "2 responses but 1"),
+        ({"responses": ["a"], "token_logprobs": [[]]}, "response #0 has no token log-probs"),
+        ({"responses": ["a"], "token_logprobs": [[float("nan")]]}, "NaN"),
+        ({"gold_answers": [""]}, "gold answer #0 is empty"),
+        ({"gold_answers": []}, "list of gold aliases is empty"),
+        ({"kernel": "fuzzy"}, "kernel must be"),
+    ],
+)
+def test_bad_input_names_the_problem(kwargs: dict, message: str) -> None:
+    args = {"responses": ["a"], "token_logprobs": [[-1.0]], "gold_answers": ["a"], "entail": MeaningNLI()}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        seper(**args)
+
+
+def test_entail_with_wrong_shape_is_reported() -> None:
+    with pytest.raises(ValueError, match=r"expected \(\d+, 3\)"):
+        seper(["a"], [[-1.0]], "a", lambda p, h: np.zeros((len(p), 2)))
+
+
+# --- properties -----------------------------------------------------------------------------
+
+ANSWERS = ["Paris", "Rome", "Lyon", "paris"]
+samples = st.lists(
+    st.tuples(st.sampled_from(ANSWERS), st.lists(st.floats(-8, 0), min_size=1, max_size=4)),
+    min_size=1,
+    max_size=10,
+)
+
+
+def soft_nli(premises, hypotheses):
+    """A non-degenerate NLI: probabilities depend on the pair's characters."""
+    rows = []
+    for p, h in zip(premises, hypotheses):
+        if p.lower() == h.lower():
+            rows.append([0.05, 0.15, 0.8])
+        else:
+            e = (sum(map(ord, p + h)) % 7) / 10
+            rows.append([0.9 - e, 0.1, e])
+    return np.array(rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, st.sampled_from(["soft", "hard"]), st.sampled_from(ANSWERS))
+def test_score_in_unit_interval_and_weights_sum_to_one(data, kernel, gold) -> None:
+    responses = [r for r, _ in data]
+    logprobs = [lp for _, lp in data]
+    result = seper(responses, logprobs, gold, soft_nli, kernel=kernel)
+    assert 0.0 <= result.score <= 1.0 + 1e-12
+    assert result.weights.sum() == pytest.approx(1.0)
+    assert result.semantic_entropy >= -1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(samples, st.sampled_from(["soft", "hard"]))
+def test_identical_responses_with_and_without_context_give_zero_delta(data, kernel) -> None:
+    responses = [r for r, _ in data]
+    logprobs = [lp for _, lp in data]
+    with_ctx, without_ctx = seper_batch(
+        [SePerInput(responses, logprobs, ["Paris"]), SePerInput(responses, logprobs, ["Paris"])],
+        soft_nli,
+        kernel=kernel,
+    )
+    assert delta_seper(with_ctx, without_ctx) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(samples, st.randoms(use_true_random=False))
+def test_soft_score_is_invariant_to_permuting_responses(data, rng) -> None:
+    shuffled = list(data)
+    rng.shuffle(shuffled)
+    a = seper([r for r, _ in data], [lp for _, lp in data], "Paris", soft_nli)
+    b = seper([r for r, _ in shuffled], [lp for _, lp in shuffled], "Paris", soft_nli)
+    assert a.score == pytest.approx(b.score, abs=1e-12)
