@@ -1,0 +1,340 @@
+"""Dense retrieval: passage embeddings searched with FAISS.
+
+Index types (:class:`FaissIndexSpec`): exact ``flat`` inner product (the default), and for
+large corpora ``ivf`` (inverted lists, ``nlist`` cells, ``nprobe`` searched), ``hnsw`` (graph,
+``hnsw_m`` links, ``ef_search``) and ``ivfpq`` (inverted lists over product-quantised codes of
+``pq_m`` bytes at 8 bits — the Wikipedia-scale option; see ``docs/scale.md``). When faiss has GPU
+support (``faiss-gpu``, the ``[gpu]`` extra) and CUDA is present, search runs on the GPU
+(HNSW has no GPU implementation and stays on the CPU).
+
+A saved index is a directory: ``embeddings.npy`` (float32 ``(n, dim)``, opened memory-mapped
+on load), ``index.faiss`` (FAISS's own file format), ``ids.parquet`` (passage ids in index order)
+and ``manifest.json`` (encoder identity, dimension, metric, size, index spec, text settings and
+the corpus fingerprint). Loading it with another encoder or corpus raises
+:class:`IndexMismatchError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import faiss
+import numpy as np
+import polars as pl
+from tqdm.auto import tqdm
+
+from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
+from ragutil_dagster.retrieval.errors import IndexFormatError, IndexMismatchError
+from ragutil_dagster.retrieval.io import atomic_directory, atomic_path, check_corpus, read_manifest, write_manifest
+from ragutil_dagster.retrieval.runs import run_from_arrays
+
+FORMAT_VERSION = 1
+IndexKind = Literal["flat", "ivf", "hnsw", "ivfpq"]
+Metric = Literal["ip", "l2"]
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class TextEncoder(Protocol):
+    """What dense retrieval needs from an embedding model
+    (:class:`ragutil_dagster.models.embedding.Embedder` is one)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class FaissIndexSpec:
+    """Which FAISS index to build and how to search it."""
+
+    kind: IndexKind = "flat"
+    metric: Metric = "ip"
+    nlist: int = 1024
+    nprobe: int = 16
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    pq_m: int = 64
+    train_size: int | None = None
+    """Vectors sampled to train IVF centroids / PQ codebooks (default: min(n, 64 × nlist))."""
+
+    def factory_string(self) -> str:
+        """The ``faiss.index_factory`` description of this index."""
+        return {
+            "flat": "Flat",
+            "ivf": f"IVF{self.nlist},Flat",
+            "hnsw": f"HNSW{self.hnsw_m},Flat",
+            "ivfpq": f"IVF{self.nlist},PQ{self.pq_m}x8",
+        }[self.kind]
+
+    def faiss_metric(self) -> int:
+        return faiss.METRIC_INNER_PRODUCT if self.metric == "ip" else faiss.METRIC_L2
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    """Dense retrieval settings: the index, how passages and queries become encoder input, the device.
+
+    Prefixes carry model conventions such as E5's ``"query: "`` / ``"passage: "`` or BGE's query
+    instruction.
+    """
+
+    index: FaissIndexSpec = field(default_factory=FaissIndexSpec)
+    include_title: bool = True
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    device: Device = "auto"
+    block_size: int = 16_384
+    """Passages embedded and added to the index per block (bounds memory, drives the progress bar)."""
+
+
+def gpu_available() -> bool:
+    """True when the installed faiss has GPU support and sees a CUDA device."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def embed_corpus(
+    corpus: pl.DataFrame, encoder: TextEncoder, config: DenseConfig, out_path: str | Path | None = None
+) -> np.ndarray:
+    """Embed every passage (block by block, with a progress bar) into a float32 ``(n, dim)`` array.
+
+    With ``out_path`` the vectors are streamed into a ``.npy`` file (written atomically) and the
+    result is that file opened memory-mapped, so corpora larger than memory can be embedded.
+    """
+    texts = [config.passage_prefix + text for text in indexed_texts(corpus, config.include_title)]
+    blocks = range(0, len(texts), config.block_size)
+
+    def fill(target: np.ndarray) -> None:
+        for start in tqdm(blocks, desc="embed passages", unit="block", disable=len(blocks) < 2):
+            target[start : start + config.block_size] = _vectors(
+                encoder.encode(texts[start : start + config.block_size]), encoder.dim
+            )
+
+    if out_path is None:
+        embeddings = np.empty((len(texts), encoder.dim), dtype=np.float32)
+        fill(embeddings)
+        return embeddings
+    with atomic_path(out_path) as temporary:
+        mapped = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(len(texts), encoder.dim))
+        fill(mapped)
+        mapped.flush()
+        del mapped
+    return np.load(out_path, mmap_mode="r")
+
+
+def _vectors(array: Any, dim: int) -> np.ndarray:
+    vectors = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    if vectors.ndim != 2 or vectors.shape[1] != dim:
+        raise ValueError(f"encoder returned shape {vectors.shape}, expected (n, {dim})")
+    return vectors
+
+
+def build_faiss_index(embeddings: np.ndarray, spec: FaissIndexSpec, block_size: int = 16_384, seed: int = 0) -> Any:
+    """Build a CPU FAISS index over ``embeddings`` (trained first for IVF kinds), adding block by block."""
+    count, dim = embeddings.shape
+    if spec.kind == "ivfpq" and dim % spec.pq_m:
+        raise ValueError(f"ivfpq needs pq_m to divide the dimension: {spec.pq_m} does not divide {dim}")
+    index = faiss.index_factory(dim, spec.factory_string(), spec.faiss_metric())
+    if spec.kind == "hnsw":
+        index.hnsw.efConstruction = spec.ef_construction
+    if not index.is_trained:
+        if count < spec.nlist:
+            raise ValueError(f"{spec.kind} with nlist={spec.nlist} needs at least that many vectors, got {count}")
+        sample_size = min(count, spec.train_size or 64 * spec.nlist)
+        sample = np.sort(np.random.default_rng(seed).choice(count, size=sample_size, replace=False))
+        index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
+    blocks = range(0, count, block_size)
+    for start in tqdm(blocks, desc=f"add to {spec.kind} index", unit="block", disable=len(blocks) < 4):
+        index.add(np.ascontiguousarray(embeddings[start : start + block_size], dtype=np.float32))
+    _set_search_parameters(index, spec)
+    return index
+
+
+def _set_search_parameters(index: Any, spec: FaissIndexSpec) -> None:
+    if spec.kind in ("ivf", "ivfpq"):
+        faiss.extract_index_ivf(index).nprobe = spec.nprobe
+    elif spec.kind == "hnsw":
+        index.hnsw.efSearch = spec.ef_search
+
+
+def _searchable(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
+    """The index to search with: a GPU clone when asked for (or ``auto`` and available)."""
+    if device == "cpu" or spec.kind == "hnsw":
+        return index
+    if not gpu_available():
+        if device == "cuda":
+            raise RuntimeError(
+                "device='cuda' but faiss has no GPU support or sees no CUDA device; "
+                "install the [gpu] extra (faiss-gpu) on a CUDA machine, or use device='cpu'"
+            )
+        return index
+    options = faiss.GpuClonerOptions()
+    options.useFloat16 = spec.kind == "ivfpq"  # GPU PQ lookup tables for large pq_m need fp16
+    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index, options)
+
+
+class DenseRetriever:
+    """Passage embeddings, their FAISS index and the encoder that queries them."""
+
+    def __init__(
+        self,
+        ids: list[str],
+        embeddings: np.ndarray,
+        index: Any,
+        encoder: TextEncoder | None,
+        encoder_identity: str,
+        config: DenseConfig,
+        fingerprint: str,
+    ) -> None:
+        self.ids = ids
+        self.embeddings = embeddings
+        self.index = index
+        self.encoder = encoder
+        self.encoder_identity = encoder_identity
+        self.config = config
+        self.fingerprint = fingerprint
+        self._search_index = _searchable(index, config.index, config.device)
+
+    @classmethod
+    def build(
+        cls,
+        corpus: pl.DataFrame,
+        encoder: TextEncoder,
+        config: DenseConfig | None = None,
+        embeddings_path: str | Path | None = None,
+    ) -> DenseRetriever:
+        """Embed ``corpus`` with ``encoder`` and index it. ``embeddings_path`` streams the vectors
+        to a memory-mapped ``.npy`` file instead of memory (see :func:`embed_corpus`)."""
+        config = config or DenseConfig()
+        embeddings = embed_corpus(corpus, encoder, config, embeddings_path)
+        return cls.from_embeddings(
+            corpus["id"].to_list(), embeddings, encoder.identity, corpus_fingerprint(corpus), config, encoder
+        )
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        ids: list[str],
+        embeddings: np.ndarray,
+        encoder_identity: str,
+        fingerprint: str,
+        config: DenseConfig | None = None,
+        encoder: TextEncoder | None = None,
+    ) -> DenseRetriever:
+        """Index vectors computed elsewhere (one row per id, same order); ``fingerprint`` is the
+        :func:`corpus_fingerprint` of the passages they embed."""
+        config = config or DenseConfig()
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(ids):
+            raise ValueError(f"embeddings of shape {embeddings.shape} do not match {len(ids)} ids")
+        index = build_faiss_index(embeddings, config.index, config.block_size)
+        return cls(ids, embeddings, index, encoder, encoder_identity, config, fingerprint)
+
+    def with_index(self, spec: FaissIndexSpec) -> DenseRetriever:
+        """The same passages under another FAISS index type, built from the stored embeddings
+        (no re-embedding)."""
+        config = replace(self.config, index=spec)
+        index = build_faiss_index(self.embeddings, spec, config.block_size)
+        return DenseRetriever(
+            self.ids, self.embeddings, index, self.encoder, self.encoder_identity, config, self.fingerprint
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def search(self, queries: pl.DataFrame, k: int = 10, name: str = "dense") -> pl.DataFrame:
+        """Top-``k`` passages per query (table with ``id``, ``text``) as a run table tagged ``name``."""
+        if self.encoder is None:
+            raise ValueError("this index was loaded without an encoder; pass one to load() to search with text")
+        texts = [self.config.query_prefix + text for text in queries["text"].to_list()]
+        vectors = _vectors(self.encoder.encode(texts), self.dim)
+        return self.search_vectors(queries["id"].to_list(), vectors, k, name)
+
+    def search_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10, name: str = "dense") -> pl.DataFrame:
+        """Search with query vectors already computed; scores are inner products (``ip``) or
+        negated squared L2 distances (``l2``), so higher is always better."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        scores, positions = self._search_index.search(_vectors(vectors, self.dim), min(k, len(self.ids)))
+        if self.config.index.metric == "l2":
+            scores = -scores
+        ids = np.asarray(self.ids, dtype=object)
+        found = positions >= 0  # IVF/HNSW return -1 where fewer than k vectors were reached
+        return run_from_arrays(
+            list(query_ids),
+            [ids[row[mask]].tolist() for row, mask in zip(positions, found)],
+            [row[mask] for row, mask in zip(scores, found)],
+            name,
+        )
+
+    def save(self, directory: str | Path) -> None:
+        """Write embeddings, FAISS index, ids and manifest to ``directory`` (replaced atomically)."""
+        with atomic_directory(directory) as staging:
+            np.save(staging / "embeddings.npy", np.asarray(self.embeddings, dtype=np.float32))
+            faiss.write_index(self.index, str(staging / "index.faiss"))
+            pl.DataFrame({"id": self.ids}).write_parquet(staging / "ids.parquet")
+            config = asdict(self.config)
+            config.pop("device")  # a property of the machine searching, not of the index
+            write_manifest(
+                staging,
+                {
+                    "kind": "dense",
+                    "format_version": FORMAT_VERSION,
+                    "encoder_identity": self.encoder_identity,
+                    "dim": self.dim,
+                    "metric": self.config.index.metric,
+                    "size": len(self.ids),
+                    "config": config,
+                    "corpus_fingerprint": self.fingerprint,
+                    "faiss_version": faiss.__version__,
+                },
+            )
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | Path,
+        encoder: TextEncoder | None,
+        corpus: pl.DataFrame | None = None,
+        device: Device = "auto",
+    ) -> DenseRetriever:
+        """Load a saved index; embeddings are memory-mapped.
+
+        ``encoder`` must be the model the index was built with (same identity and dimension);
+        ``None`` loads it for :meth:`search_vectors` only. With ``corpus``, also checks it is the
+        corpus the index was built from.
+        """
+        directory = Path(directory)
+        manifest = read_manifest(directory, "dense", FORMAT_VERSION)
+        if encoder is not None:
+            if encoder.identity != manifest["encoder_identity"]:
+                raise IndexMismatchError(
+                    f"{directory}: index built with encoder {manifest['encoder_identity']}, given encoder "
+                    f"{encoder.identity}; query with the same model or rebuild the index"
+                )
+            if encoder.dim != manifest["dim"]:
+                raise IndexMismatchError(f"{directory}: index dimension {manifest['dim']}, encoder dimension {encoder.dim}")
+        if corpus is not None:
+            check_corpus(manifest, corpus, directory)
+        embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
+        index = faiss.read_index(str(directory / "index.faiss"))
+        ids = pl.read_parquet(directory / "ids.parquet")["id"].to_list()
+        size, dim = manifest["size"], manifest["dim"]
+        if embeddings.shape != (size, dim) or index.ntotal != size or index.d != dim or len(ids) != size:
+            raise IndexFormatError(
+                f"{directory}: files disagree with the manifest (size {size}, dim {dim}): embeddings "
+                f"{embeddings.shape}, index {index.ntotal}×{index.d}, {len(ids)} ids"
+            )
+        stored = manifest["config"]
+        config = DenseConfig(**{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device})
+        return cls(ids, embeddings, index, encoder, manifest["encoder_identity"], config, manifest["corpus_fingerprint"])
