@@ -1,0 +1,63 @@
+"""MIRAGE: RAG-adaptability metrics (eqs. 1–6) and retriever metrics."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ragutil_dagster.metrics.mirage import adaptability, retriever_metrics
+
+
+def test_each_metric_counts_its_two_groups() -> None:
+    # One question per (b, o, m) group, in order 000, 001, ..., 111.
+    triples = [(b, o, m) for b in (0, 1) for o in (0, 1) for m in (0, 1)]
+    base, oracle, mixed = (list(column) for column in zip(*triples))
+    result = adaptability(base, oracle, mixed)
+    assert result.groups == {t: 1 for t in triples}
+    assert result.noise_vulnerability == pytest.approx(2 / 8)  # G(0,1,0) + G(1,1,0)
+    assert result.context_acceptability == pytest.approx(2 / 8)  # G(0,1,1) + G(1,1,1)
+    assert result.context_insensitivity == pytest.approx(2 / 8)  # G(0,0,0) + G(0,0,1)
+    assert result.context_misinterpretation == pytest.approx(2 / 8)  # G(1,0,0) + G(1,0,1)
+
+
+def test_worked_example() -> None:
+    # Oracle fixes two questions, noise breaks one of them, one question was known but the
+    # oracle context confused the model.
+    result = adaptability(
+        base=[False, False, True, True, False],
+        oracle=[True, True, True, False, False],
+        mixed=[True, False, True, True, False],
+    )
+    assert result.noise_vulnerability == pytest.approx(1 / 5)
+    assert result.context_acceptability == pytest.approx(2 / 5)
+    assert result.context_insensitivity == pytest.approx(1 / 5)
+    assert result.context_misinterpretation == pytest.approx(1 / 5)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=60))
+def test_metrics_sum_to_one(rows) -> None:
+    base, oracle, mixed = (list(c) for c in zip(*rows))
+    result = adaptability(base, oracle, mixed)
+    assert sum(result.as_dict().values()) == pytest.approx(1.0)
+    assert sum(result.groups.values()) == len(rows)
+
+
+def test_mismatched_lengths_are_rejected() -> None:
+    with pytest.raises(ValueError, match="same questions"):
+        adaptability([True], [True, False], [True])
+
+
+def test_mirage_ndcg_uses_the_whole_retrieved_list_for_the_ideal() -> None:
+    ranked = ["n1", "p1", "n2", "n3", "p2"]  # relevance [0, 1, 0, 0, 1]
+    mirage = retriever_metrics(ranked, {"p1", "p2"}, k=3, ndcg="mirage")
+    assert mirage.ndcg == pytest.approx(0.3869, abs=5e-5)
+    # With a third positive in the pool that was not retrieved, the standard ideal grows.
+    standard = retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="standard")
+    assert standard.ndcg == pytest.approx((1 / 1.5849625) / (1 + 1 / 1.5849625 + 0.5), abs=1e-6)
+    assert retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="mirage").ndcg == pytest.approx(mirage.ndcg)
+
+
+def test_precision_over_k_recall_over_pool_positives() -> None:
+    result = retriever_metrics(["a", "b", "c", "d"], {"a", "c", "z"}, k=2)
+    assert result.precision == pytest.approx(0.5)
+    assert result.recall == pytest.approx(1 / 3)
+    assert result.f1 == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
