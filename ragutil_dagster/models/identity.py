@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelRef", "ModelUnavailableError", "fingerprint_directory", "resolve_model"]
+__all__ = ["ModelRef", "ModelUnavailableError", "cache_root", "fingerprint_directory", "resolve_model"]
 
 _COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
 # Weights in formats this project never loads; skipping them keeps hub downloads lean.
@@ -192,7 +192,7 @@ def _hash_files(directory: Path, rel_paths: list[str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
     """Where ragutil keeps small per-user caches (``$RAGUTIL_CACHE_DIR`` or XDG cache)."""
     base = os.environ.get("RAGUTIL_CACHE_DIR")
     if base:
@@ -204,7 +204,7 @@ def _cache_root() -> Path:
 def _fingerprint_store(directory: Path) -> Path:
     """One small JSON record per directory path."""
     tag = hashlib.sha256(str(directory).encode()).hexdigest()[:32]
-    return _cache_root() / "fingerprints" / f"{tag}.json"
+    return cache_root() / "fingerprints" / f"{tag}.json"
 
 
 def _stamp_digest(stamp: tuple) -> str:

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from ragutil_dagster.models.device import resolve_device
-from ragutil_dagster.models.embedding import check_texts
 from ragutil_dagster.models.identity import ModelRef, resolve_model
+from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["CrossEncoderReranker"]
 

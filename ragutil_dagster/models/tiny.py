@@ -195,8 +195,8 @@ def build_causal_lm(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=False,
-        # Larger than the usual 0.02 so the random model has a peaked, non-uniform distribution.
-        initializer_range=0.1,
+        # Far above the usual 0.02 so the random model has a peaked, non-uniform distribution.
+        initializer_range=0.25,
     )
     with _seeded(seed):
         model = LlamaForCausalLM(config)

@@ -1,0 +1,183 @@
+"""Content-addressed generation cache: the same request never samples twice.
+
+An entry is addressed by the sha256 of everything that determines the samples — the generator's
+settings (backend, model identity, dtype, prompt formatting), the prompt, the sampling parameters,
+n and the seed — and holds the n samples plus a digest of them. Entries are written atomically
+(temp file + rename); an unreadable, truncated, tampered or inconsistent entry is detected on
+read, reported, and recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragutil_dagster.models.generation import Generator, Sample, SamplingParams
+from ragutil_dagster.models.identity import cache_root
+from ragutil_dagster.models.inputs import check_texts
+
+__all__ = ["CacheStats", "CachedGenerator", "GenerationCache"]
+
+log = logging.getLogger(__name__)
+_FORMAT = 1
+_FINISH = {"stop", "length"}
+
+
+def _canonical(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class GenerationCache:
+    """A directory of JSON entries, one per (generator settings, prompt, sampling parameters)."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else cache_root() / "generations"
+
+    @staticmethod
+    def key(settings: Mapping[str, object], prompt: str, params: SamplingParams) -> str:
+        """sha256 hex address of a request."""
+        request = {"settings": dict(settings), "prompt": prompt, "params": dataclasses.asdict(params)}
+        return hashlib.sha256(_canonical(request)).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str, n: int) -> list[Sample] | None:
+        """The ``n`` stored samples, or None when absent or not a valid, complete entry."""
+        path = self.path(key)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            log.warning("generation cache entry %s unreadable (%s); recomputing", path, err)
+            return None
+        samples = _parse_entry(raw, key, n)
+        if samples is None:
+            log.warning("generation cache entry %s is corrupt or partial; recomputing", path)
+        return samples
+
+    def put(self, key: str, samples: Sequence[Sample]) -> None:
+        """Store samples atomically: readers see the old entry or the whole new one."""
+        body = [dataclasses.asdict(s) for s in samples]
+        entry = {"format": _FORMAT, "key": key, "samples": body,
+                 "digest": hashlib.sha256(_canonical(body)).hexdigest()}
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(_canonical(entry))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
+    """Samples of a well-formed entry for ``key`` with exactly ``n`` consistent samples, else None."""
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
+        return None
+    body = entry.get("samples")
+    if not isinstance(body, list) or len(body) != n:
+        return None
+    if entry.get("digest") != hashlib.sha256(_canonical(body)).hexdigest():
+        return None
+    samples = []
+    for item in body:
+        try:
+            sample = Sample(
+                text=item["text"],
+                token_ids=tuple(item["token_ids"]),
+                token_logprobs=tuple(item["token_logprobs"]),
+                finish_reason=item["finish_reason"],
+                prompt_tokens=item["prompt_tokens"],
+            )
+        except (KeyError, TypeError):
+            return None
+        if (
+            not isinstance(sample.text, str)
+            or len(sample.token_ids) != len(sample.token_logprobs)
+            or sample.finish_reason not in _FINISH
+        ):
+            return None
+        samples.append(sample)
+    return samples
+
+
+@dataclass
+class CacheStats:
+    """Prompts served from the cache vs. sampled, over a :class:`CachedGenerator`'s calls."""
+
+    hits: int = 0
+    misses: int = 0
+
+
+class CachedGenerator:
+    """A :class:`Generator` that consults a :class:`GenerationCache` before sampling.
+
+    Only the prompts without a valid entry go to the wrapped generator, in one call (a prompt
+    repeated within a call is sampled once); their samples are then stored.
+    """
+
+    def __init__(self, generator: Generator, cache: GenerationCache | None = None) -> None:
+        self.generator = generator
+        self.cache = cache if cache is not None else GenerationCache()
+        self.stats = CacheStats()
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    @property
+    def settings(self) -> dict[str, object]:
+        return self.generator.settings
+
+    def sample(
+        self,
+        prompts: Sequence[str],
+        n: int = 10,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 512,
+        stop: Sequence[str] = (),
+        seed: int = 0,
+    ) -> list[list[Sample]]:
+        """As the wrapped generator's ``sample``, reusing every stored request."""
+        params = SamplingParams(n, temperature, top_p, top_k, max_new_tokens, tuple(stop), seed)
+        prompts = check_texts(prompts, "prompts")
+        settings = self.generator.settings
+        keys = [GenerationCache.key(settings, p, params) for p in prompts]
+        found: dict[str, list[Sample]] = {}
+        todo: dict[str, str] = {}  # key → prompt, in first-seen order
+        for key, prompt in zip(keys, prompts, strict=True):
+            if key in found or key in todo:
+                continue
+            cached = self.cache.get(key, n)
+            if cached is None:
+                todo[key] = prompt
+            else:
+                found[key] = cached
+        self.stats.hits += len(found)
+        self.stats.misses += len(todo)
+        if todo:
+            fresh = self.generator.sample(
+                list(todo.values()), n=n, temperature=temperature, top_p=top_p, top_k=top_k,
+                max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
+            )
+            for key, samples in zip(todo, fresh, strict=True):
+                self.cache.put(key, samples)
+                found[key] = samples
+        return [list(found[key]) for key in keys]

@@ -1,0 +1,217 @@
+"""NLI entailment probabilities for semantic clustering (SePer §3.3, after Kuhn et al., 2023).
+
+:class:`Entailment` is the ``entail(premises, hypotheses) -> (n, 3)`` callable that
+``ragutil_dagster.metrics.seper`` takes: probabilities in the order
+[contradiction, neutral, entailment], whatever order the model's own labels are in (read from
+its ``id2label``, never assumed). Duplicate pairs are computed once per call, and every computed
+pair is stored in an SQLite cache keyed by the model identity and the pair, so clustering the
+same answers again (other metric, other run, other process) costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ragutil_dagster.models.device import resolve_device, resolve_dtype
+from ragutil_dagster.models.identity import ModelRef, ModelUnavailableError, cache_root, resolve_model
+from ragutil_dagster.models.inputs import check_texts
+
+__all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
+
+NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
+_PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
+
+
+def nli_label_order(id2label: Mapping[int | str, str], model_name: str = "the NLI model") -> list[int]:
+    """Output indices of contradiction, neutral and entailment in a model's ``id2label``.
+
+    Names match case-insensitively by prefix (``CONTRADICTION``, ``contradicts``, ``Entailment``
+    ...); a two-way (``not_entailment``) or unnamed (``LABEL_0``) head is an error.
+    """
+    names = {int(i): str(label).strip().lower() for i, label in id2label.items()}
+    order = []
+    for label in NLI_LABELS:
+        hits = [i for i, name in names.items() if name.startswith(_PREFIXES[label])]
+        if len(hits) != 1:
+            raise ValueError(
+                f"{model_name}: cannot find a unique {label!r} label in id2label {dict(id2label)}; "
+                "an NLI model needs contradiction / neutral / entailment outputs"
+            )
+        order.append(hits[0])
+    if len(names) != 3:
+        raise ValueError(f"{model_name} has {len(names)} labels {dict(id2label)}; expected 3 NLI labels")
+    return order
+
+
+@dataclass
+class EntailmentStats:
+    """Counts accumulated over an :class:`Entailment`'s calls."""
+
+    pairs: int = 0          # pairs asked for
+    unique_pairs: int = 0   # distinct pairs among them (per call, summed)
+    cache_hits: int = 0     # distinct pairs found in the on-disk cache
+    computed: int = 0       # distinct pairs run through the model
+
+
+class NLICache:
+    """SQLite store of NLI probabilities keyed by (model key, sha256 of the pair).
+
+    WAL journaling lets many readers work while one process writes; every call opens its own
+    short-lived connection, so instances are safe to use from several processes.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as db, db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS nli (model TEXT NOT NULL, pair TEXT NOT NULL, "
+                "c REAL NOT NULL, n REAL NOT NULL, e REAL NOT NULL, PRIMARY KEY (model, pair)) "
+                "WITHOUT ROWID"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=60)
+
+    @staticmethod
+    def pair_key(premise: str, hypothesis: str) -> str:
+        return hashlib.sha256(f"{len(premise)}:{premise}\x00{hypothesis}".encode()).hexdigest()
+
+    def get(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored probabilities for those ``keys`` that are present and valid."""
+        found: dict[str, np.ndarray] = {}
+        with closing(self._connect()) as db:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start:start + 500])
+                marks = ",".join("?" * len(chunk))
+                rows = db.execute(
+                    f"SELECT pair, c, n, e FROM nli WHERE model = ? AND pair IN ({marks})",
+                    [model, *chunk],
+                )
+                for pair, c, n, e in rows:
+                    probs = np.array([c, n, e], dtype=np.float64)
+                    # A damaged row is treated as missing and recomputed.
+                    if np.all(np.isfinite(probs)) and abs(probs.sum() - 1) < 1e-3:
+                        found[pair] = probs
+        return found
+
+    def put(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        rows = [(model, key, *map(float, probs)) for key, probs in items]
+        with closing(self._connect()) as db, db:
+            db.executemany("INSERT OR REPLACE INTO nli VALUES (?, ?, ?, ?, ?)", rows)
+
+
+class Entailment:
+    """NLI model as the ``entail`` callable of ``metrics.seper``.
+
+    Args:
+        model: hub id, local directory or :class:`ModelRef` of an ``AutoModelForSequenceClassification``.
+        device, dtype: CUDA + float16 when present, else CPU + float32.
+        batch_size: pairs per forward pass (pairs are length-sorted to limit padding).
+        max_length: pairs are truncated to this many tokens.
+        cache: ``True`` for the default SQLite file under the ragutil cache directory, a path for
+            another file, ``False`` for none.
+        trust_remote_code: off unless configured.
+    """
+
+    def __init__(
+        self,
+        model: str | ModelRef,
+        *,
+        revision: str | None = None,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        batch_size: int = 32,
+        max_length: int = 512,
+        cache: bool | str | Path = True,
+        trust_remote_code: bool = False,
+        show_progress: bool = True,
+    ) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device, cuda_default=torch.float16)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.ref.path, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForSequenceClassification.from_pretrained(
+                self.ref.path, dtype=self.dtype, trust_remote_code=trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as err:
+            raise ModelUnavailableError(
+                f"model {self.ref.name} ({self.ref.path}) could not be loaded as an NLI "
+                f"classifier: {str(err).splitlines()[0]}"
+            ) from None
+        self.model.to(self.device).eval()
+        self.order = nli_label_order(self.model.config.id2label, self.ref.name)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.show_progress = show_progress
+        self.cache = None if cache is False else NLICache(
+            cache_root() / "nli.sqlite" if cache is True else Path(cache)
+        )
+        self.stats = EntailmentStats()
+
+    @property
+    def identity(self) -> str:
+        return self.ref.identity
+
+    @property
+    def cache_key(self) -> str:
+        """What besides the pair determines the probabilities: weights, truncation, precision."""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{self.identity}|max_length={self.max_length}|dtype={dtype}"
+
+    def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """P(contradiction), P(neutral), P(entailment) per (premise, hypothesis) → float64 (n, 3)."""
+        premises = check_texts(premises, "premises")
+        hypotheses = check_texts(hypotheses, "hypotheses")
+        if len(premises) != len(hypotheses):
+            raise ValueError(f"{len(premises)} premises but {len(hypotheses)} hypotheses")
+        keys = [NLICache.pair_key(p, h) for p, h in zip(premises, hypotheses, strict=True)]
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        known = self.cache.get(self.cache_key, list(first)) if self.cache is not None else {}
+        missing = [key for key in first if key not in known]
+        if missing:
+            probs = self._predict([premises[first[k]] for k in missing], [hypotheses[first[k]] for k in missing])
+            fresh = dict(zip(missing, probs, strict=True))
+            if self.cache is not None:
+                self.cache.put(self.cache_key, fresh.items())
+            known = {**known, **fresh}
+        self.stats.pairs += len(keys)
+        self.stats.unique_pairs += len(first)
+        self.stats.cache_hits += len(first) - len(missing)
+        self.stats.computed += len(missing)
+        if not keys:
+            return np.zeros((0, 3), dtype=np.float64)
+        return np.stack([known[key] for key in keys])
+
+    @torch.inference_mode()
+    def _predict(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+        """Model probabilities reordered to [contradiction, neutral, entailment]."""
+        order = sorted(range(len(premises)), key=lambda i: len(premises[i]) + len(hypotheses[i]))
+        out = np.empty((len(premises), 3), dtype=np.float64)
+        starts = range(0, len(order), self.batch_size)
+        for start in tqdm(starts, desc="entailment", unit="batch",
+                          disable=not self.show_progress or len(starts) < 2):
+            idx = order[start:start + self.batch_size]
+            batch = self.tokenizer(
+                [premises[i] for i in idx], [hypotheses[i] for i in idx],
+                truncation=True, max_length=self.max_length, padding=True, return_tensors="pt",
+            ).to(self.device)
+            logits = self.model(**batch).logits.float()
+            probs = torch.softmax(logits, dim=-1)[:, self.order]
+            out[idx] = probs.cpu().numpy()
+        return out

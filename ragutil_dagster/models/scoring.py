@@ -1,0 +1,255 @@
+"""Teacher-forced scoring of given continuations: token log-probs and per-passage attention mass.
+
+* Token log-probs feed ConSens (Vankov et al., §2: per-token perplexity of an answer with and
+  without context) and likelihood-based utility (Zhang et al. 2025, §3.3.2, eq. 7:
+  Utility(d_i) = P(a | q, d_i)).
+* Attention mass feeds attention-based utility (same paper, §3.3.2, eq. 6:
+  Utility(d_i) = 1/T Σ_t a_t(d_i)), where a_t(d_i) is the attention the last layer pays, at the
+  step generating answer token t, to the tokens of passage d_i (summed over those tokens,
+  averaged over heads). The paper normalises these raw masses afterwards; we return them raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
+from ragutil_dagster.models.identity import ModelRef
+from ragutil_dagster.models.inputs import check_texts
+
+__all__ = ["ScoredContinuation", "TokenScorer"]
+
+
+@dataclass(frozen=True)
+class ScoredContinuation:
+    """A continuation's tokens and their log-probabilities after the prompt.
+
+    ``tokens`` are the token strings and ``word_ids`` the word each token belongs to (as a fast
+    tokenizer's ``word_ids()``), the inputs ConSens' content-word mask needs.
+    """
+
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    word_ids: tuple[int | None, ...]
+    token_logprobs: tuple[float, ...]
+    prompt_tokens: int
+
+    @property
+    def logprob(self) -> float:
+        """log P(continuation | prompt)."""
+        return float(sum(self.token_logprobs))
+
+
+class TokenScorer:
+    """Batched teacher-forced passes of a causal LM over prompt + continuation.
+
+    Prompts are formatted exactly as the generator formats them (chat template or not) and
+    tokenised separately from the continuation, so the scored tokens are the continuation's own.
+    Log-probabilities are log-softmax of the raw logits, in float32.
+
+    Args:
+        model: hub id, local directory, :class:`ModelRef`, or a loaded :class:`CausalLM` (e.g.
+            ``generator.lm``, sharing the generator's weights and prompt formatting).
+        batch_size: sequences per forward pass.
+        Other arguments as :func:`load_causal_lm`.
+    """
+
+    def __init__(
+        self,
+        model: str | ModelRef | CausalLM,
+        *,
+        revision: str | None = None,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        use_chat_template: bool = False,
+        system_prompt: str | None = None,
+        trust_remote_code: bool = False,
+        batch_size: int = 8,
+        show_progress: bool = True,
+    ) -> None:
+        self.lm = (
+            model
+            if isinstance(model, CausalLM)
+            else load_causal_lm(
+                model,
+                revision=revision,
+                device=device,
+                dtype=dtype,
+                use_chat_template=use_chat_template,
+                system_prompt=system_prompt,
+                trust_remote_code=trust_remote_code,
+            )
+        )
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+
+    @property
+    def identity(self) -> str:
+        return self.lm.identity
+
+    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredContinuation]:
+        """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
+        prompts = check_texts(prompts, "prompts")
+        continuations = check_texts(continuations, "continuations")
+        _same_length(prompts, continuations, "continuations")
+        prompt_ids = self.lm.encode_prompts(prompts)
+        enc = self.lm.tokenizer(continuations, add_special_tokens=False)
+        cont_ids = [list(ids) for ids in enc["input_ids"]]
+        logprobs = self.score_ids(prompt_ids, cont_ids)
+        out = []
+        for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, logprobs, strict=True)):
+            out.append(
+                ScoredContinuation(
+                    token_ids=tuple(c_ids),
+                    tokens=tuple(self.lm.tokenizer.convert_ids_to_tokens(c_ids)),
+                    word_ids=tuple(enc.word_ids(i)),
+                    token_logprobs=tuple(float(x) for x in lps),
+                    prompt_tokens=len(p_ids),
+                )
+            )
+        return out
+
+    @torch.inference_mode()
+    def score_ids(
+        self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Teacher-forced log-probs (float32 arrays) of token-id continuations after token-id prompts."""
+        _same_length(prompt_ids, continuation_ids, "continuation_ids")
+        results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(prompt_ids)
+        todo = [i for i in range(len(prompt_ids)) if len(continuation_ids[i])]
+        for i in todo:
+            if not prompt_ids[i]:
+                raise ValueError(f"prompt {i} has no tokens: the first continuation token needs context")
+        todo.sort(key=lambda i: len(prompt_ids[i]) + len(continuation_ids[i]))
+        batches = [todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)]
+        for batch in tqdm(batches, desc="scoring", unit="batch",
+                          disable=not self.show_progress or len(batches) < 2):
+            seqs = [list(prompt_ids[i]) + list(continuation_ids[i]) for i in batch]
+            ids, mask, positions = left_pad(seqs, self.lm.pad_id, self.lm.device)
+            # Left padding puts every continuation at the end: only the last K positions matter.
+            keep = max(len(continuation_ids[i]) for i in batch) + 1
+            logits = self.lm.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep
+            ).logits.float()
+            logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position t predicts t+1
+            for row, i in enumerate(batch):
+                cont = torch.as_tensor(list(continuation_ids[i]), device=logprobs.device)
+                span = logprobs[row, logprobs.shape[1] - len(cont):]
+                results[i] = span.gather(-1, cont.unsqueeze(-1)).squeeze(-1).cpu().numpy()
+        return results
+
+    @torch.inference_mode()
+    def passage_attention(
+        self,
+        prompts: Sequence[str],
+        continuations: Sequence[str],
+        passage_spans: Sequence[Sequence[tuple[int, int]]],
+    ) -> list[np.ndarray]:
+        """Attention-based utility (eq. 6) of each passage, per (prompt, continuation) pair.
+
+        ``passage_spans[i]`` lists the character spans ``(start, end)`` of the passages inside
+        ``prompts[i]``. Returns per pair an array with, for each passage, the last layer's
+        attention from the positions that generate the continuation's tokens to the passage's
+        tokens: summed over the passage's tokens, averaged over heads and over answer tokens.
+        """
+        prompts = check_texts(prompts, "prompts")
+        continuations = check_texts(continuations, "continuations")
+        _same_length(prompts, continuations, "continuations")
+        _same_length(prompts, passage_spans, "passage_spans")
+        out: list[np.ndarray] = []
+        with self._eager_attention(), _LastLayerAttention(self.lm.model) as probe:
+            for i in tqdm(range(len(prompts)), desc="attention", unit="pair",
+                          disable=not self.show_progress or len(prompts) < 2):
+                out.append(self._one_attention(probe, i, prompts[i], continuations[i], passage_spans[i]))
+        return out
+
+    def _one_attention(
+        self, probe: _LastLayerAttention, index: int, prompt: str, continuation: str,
+        spans: Sequence[tuple[int, int]],
+    ) -> np.ndarray:
+        prompt_ids, offsets = self.lm.encode_prompt_with_offsets(prompt)
+        cont_ids = list(self.lm.tokenizer(continuation, add_special_tokens=False)["input_ids"])
+        if not cont_ids:
+            raise ValueError(f"continuations[{index}] is empty: attention needs answer tokens")
+        token_sets = [
+            _tokens_in_span(offsets, span, len(prompt), f"passage_spans[{index}][{k}]")
+            for k, span in enumerate(spans)
+        ]
+        ids = torch.as_tensor([prompt_ids + cont_ids], device=self.lm.device)
+        self.lm.model(input_ids=ids, logits_to_keep=1)
+        weights = probe.weights  # (1, heads, seq, seq)
+        if weights is None:
+            raise RuntimeError(f"{type(self.lm.model).__name__} returned no attention weights")
+        # The step generating answer token t runs at the position just before it.
+        queries = torch.arange(len(prompt_ids) - 1, len(prompt_ids) + len(cont_ids) - 1)
+        rows = weights[0][:, queries.to(weights.device), :].float()  # heads × T × seq
+        masses = [
+            rows[:, :, torch.as_tensor(toks, device=rows.device)].sum(-1).mean().item() if toks else 0.0
+            for toks in token_sets
+        ]
+        return np.asarray(masses, dtype=np.float64)
+
+    @contextmanager
+    def _eager_attention(self) -> Iterator[None]:
+        """Attention weights exist only in the eager implementation; switch to it temporarily."""
+        model = self.lm.model
+        previous = model.config._attn_implementation
+        if previous != "eager":
+            model.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            if previous != "eager":
+                model.set_attn_implementation(previous)
+
+
+class _LastLayerAttention:
+    """Forward hook keeping only the last attention layer's weights (not all layers')."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        spec = getattr(model, "_can_record_outputs", None) or {}
+        target = spec.get("attentions")
+        cls = getattr(target, "target_class", target)
+        self.index = getattr(target, "index", 1)
+        modules = [m for m in model.modules() if isinstance(cls, type) and isinstance(m, cls)]
+        if not modules:
+            raise NotImplementedError(
+                f"{type(model).__name__} does not declare its attention modules; "
+                "attention-based utility is unavailable for this architecture"
+            )
+        self.module = modules[-1]
+        self.weights: torch.Tensor | None = None
+        self._handle = None
+
+    def _hook(self, _module: torch.nn.Module, _args: object, output: object) -> None:
+        self.weights = output[self.index] if isinstance(output, tuple) else None
+
+    def __enter__(self) -> _LastLayerAttention:
+        self._handle = self.module.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+        self.weights = None
+
+
+def _tokens_in_span(
+    offsets: list[tuple[int, int]], span: tuple[int, int], prompt_len: int, name: str
+) -> list[int]:
+    """Prompt token positions overlapping the character span of one passage."""
+    start, end = span
+    if not 0 <= start < end <= prompt_len:
+        raise ValueError(f"{name} = {span} is not a (start, end) span inside the prompt")
+    return [t for t, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
+
+
+def _same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")

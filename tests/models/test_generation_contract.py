@@ -1,0 +1,141 @@
+"""Contract of every Generator backend importable here (HF always; vLLM where it and CUDA exist)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ragutil_dagster.models.generation import Generator, HFGenerator
+from ragutil_dagster.models.identity import ModelUnavailableError
+from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.vllm_backend import vllm_available
+
+PROMPTS = [
+    "Question: who wrote Hamlet? Answer:",
+    "Premise: the cat sat on the mat. Hypothesis:",
+    "The Nile is a major north-flowing river in",
+]
+
+BACKENDS = [
+    pytest.param("hf", id="hf"),
+    pytest.param(
+        "vllm",
+        id="vllm",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(
+                not (vllm_available() and torch.cuda.is_available()),
+                reason="vLLM backend needs vllm and a CUDA device",
+            ),
+        ],
+    ),
+]
+
+
+def _build(backend: str, path: str) -> Generator:
+    if backend == "hf":
+        return HFGenerator(path, device="cpu", show_progress=False)
+    from ragutil_dagster.models.vllm_backend import VLLMGenerator
+
+    return VLLMGenerator(path, dtype="float32", gpu_memory_utilization=0.3, show_progress=False)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator]:
+    return request.param, _build(request.param, str(tiny_models.causal_lm))
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_models) -> TokenScorer:
+    """A fresh HF float32 CPU model: the teacher-forced reference for every backend."""
+    return TokenScorer(str(tiny_models.causal_lm), device="cpu", show_progress=False)
+
+
+def _ids(samples):
+    return [[s.token_ids for s in per_prompt] for per_prompt in samples]
+
+
+def test_is_a_generator(backend) -> None:
+    _, gen = backend
+    assert isinstance(gen, Generator)
+    assert gen.settings["identity"] == gen.identity and gen.identity.startswith("sha256:")
+
+
+def test_shape_and_fields(backend) -> None:
+    _, gen = backend
+    out = gen.sample(PROMPTS, n=3, max_new_tokens=6, seed=0)
+    assert [len(per) for per in out] == [3, 3, 3]
+    for per in out:
+        for s in per:
+            assert 1 <= len(s.token_ids) == len(s.token_logprobs) <= 6
+            assert all(lp <= 0 for lp in s.token_logprobs)
+            assert s.finish_reason in ("stop", "length")
+            assert s.finish_reason == "stop" or len(s.token_ids) == 6
+            assert s.prompt_tokens > 0
+            assert s.logprob == pytest.approx(sum(s.token_logprobs))
+
+
+def test_same_seed_same_samples(backend) -> None:
+    _, gen = backend
+    first = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=7)
+    again = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=7)
+    other = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=8)
+    assert first == again
+    assert _ids(first) != _ids(other)
+    # The n samples of a prompt are distinct draws, not copies of one.
+    assert len({s.token_ids for s in first[0]}) > 1
+
+
+def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> None:
+    name, gen = backend
+    out = gen.sample(PROMPTS, n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9)
+    prompt_ids = scorer.lm.encode_prompts(PROMPTS)
+    pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
+    forced = scorer.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
+    tolerance = 1e-4 if name == "hf" else 1e-3  # vLLM runs on GPU kernels
+    for (p, s), ref in zip(pairs, forced, strict=True):
+        assert s.prompt_tokens == len(p)
+        np.testing.assert_allclose(s.token_logprobs, ref, atol=tolerance, rtol=0)
+
+
+def test_stop_strings_are_honoured(backend) -> None:
+    _, gen = backend
+    free = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11)[0][0]
+    text = free.text
+    # A stop string taken from the middle of the unconstrained sample: the run with it must
+    # follow the same draws and cut the text right before its first occurrence.
+    stop = text[len(text) // 2: len(text) // 2 + 2]
+    assert stop, f"sample too short to take a stop string from: {text!r}"
+    cut = text.find(stop)
+    stopped = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11, stop=[stop, "§never§"])[0][0]
+    assert stopped.finish_reason == "stop"
+    assert stopped.text == text[:cut]
+    assert stop not in stopped.text
+    assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
+    assert len(stopped.token_ids) < len(free.token_ids) or cut + len(stop) == len(text)
+
+
+def test_samples_do_not_depend_on_batch_mates(backend) -> None:
+    _, gen = backend
+    alone = gen.sample([PROMPTS[2]], n=3, max_new_tokens=8, seed=5)[0]
+    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], n=3, max_new_tokens=8, seed=5)[1]
+    assert [s.token_ids for s in alone] == [s.token_ids for s in crowd]
+    assert [s.text for s in alone] == [s.text for s in crowd]
+    for a, c in zip(alone, crowd, strict=True):
+        np.testing.assert_allclose(a.token_logprobs, c.token_logprobs, atol=1e-5, rtol=0)
+
+
+def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
+    _, gen = backend
+    greedy = gen.sample([PROMPTS[1]], n=2, max_new_tokens=6, temperature=0.0)[0]
+    top1 = gen.sample([PROMPTS[1]], n=2, max_new_tokens=6, top_k=1, seed=99)[0]
+    assert greedy[0].token_ids == greedy[1].token_ids == top1[0].token_ids == top1[1].token_ids
+    # Under the processed (top-1) distribution every log-prob would be 0; raw ones are not.
+    assert all(lp < -1e-3 for lp in top1[0].token_logprobs)
+
+
+def test_unknown_hub_model_fails_fast_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailableError, match="ragutil-test/no-such-model"):
+        HFGenerator("ragutil-test/no-such-model")

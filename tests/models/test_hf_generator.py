@@ -1,0 +1,114 @@
+"""HFGenerator specifics: the sampler's distribution, filters, EOS, grouping, chat template."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from ragutil_dagster.models.causal_lm import load_causal_lm
+from ragutil_dagster.models.generation import HFGenerator, SamplingParams, truncate_at_stop
+
+PROMPT = "Question: where is Mount Everest? Answer:"
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_models) -> HFGenerator:
+    return HFGenerator(str(tiny_models.causal_lm), device="cpu", show_progress=False)
+
+
+def _next_token_probs(gen: HFGenerator, prompt: str) -> torch.Tensor:
+    ids = torch.as_tensor([gen.lm.encode_prompts([prompt])[0]])
+    with torch.no_grad():
+        return gen.lm.model(input_ids=ids).logits[0, -1].float()
+
+
+def test_first_token_frequencies_follow_the_filtered_distribution(gen: HFGenerator) -> None:
+    """Inverse-CDF sampling with temperature and top-k draws from the right distribution."""
+    logits = _next_token_probs(gen, PROMPT)
+    temperature, top_k, n = 0.7, 5, 3000
+    gen.max_batch_rows = n
+    try:
+        samples = gen.sample([PROMPT], n=n, max_new_tokens=1, temperature=temperature, top_k=top_k)[0]
+    finally:
+        gen.max_batch_rows = 64
+    kept = torch.topk(logits, top_k).indices
+    expected = torch.softmax(logits[kept] / temperature, dim=-1).numpy()
+    counts = np.array([sum(s.token_ids[0] == int(t) for s in samples) for t in kept])
+    assert counts.sum() == n  # nothing outside the top-k
+    # Each frequency within 4 standard errors of its probability.
+    se = np.sqrt(expected * (1 - expected) / n)
+    assert np.all(np.abs(counts / n - expected) < 4 * se + 1e-3), (counts / n, expected)
+    # Returned log-probs are the raw model's, not the filtered ones.
+    raw = torch.log_softmax(logits, dim=-1)
+    assert samples[0].token_logprobs[0] == pytest.approx(float(raw[samples[0].token_ids[0]]), abs=1e-5)
+
+
+def test_top_p_keeps_to_the_nucleus(gen: HFGenerator) -> None:
+    logits = _next_token_probs(gen, PROMPT)
+    probs, order = torch.sort(torch.softmax(logits, dim=-1), descending=True)
+    top_p = 0.5
+    size = int((torch.cumsum(probs, 0) - probs < top_p).sum())
+    nucleus = {int(t) for t in order[:size]}
+    drawn = {s.token_ids[0] for s in gen.sample([PROMPT], n=64, max_new_tokens=1, top_p=top_p)[0]}
+    assert drawn <= nucleus
+    assert len(drawn) > 1 or size == 1
+
+
+def test_more_samples_extend_fewer(gen: HFGenerator) -> None:
+    few = gen.sample([PROMPT], n=2, max_new_tokens=5, seed=4)[0]
+    many = gen.sample([PROMPT], n=5, max_new_tokens=5, seed=4)[0]
+    assert [s.token_ids for s in many[:2]] == [s.token_ids for s in few]
+    for a, b in zip(many, few):
+        assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
+
+
+def test_grouping_does_not_change_results(gen: HFGenerator, tiny_models) -> None:
+    prompts = [PROMPT, "The Eiffel Tower is", "Water boils at", "Shakespeare wrote"]
+    big = gen.sample(prompts, n=3, max_new_tokens=6, seed=2)
+    small = HFGenerator(gen.lm, max_batch_rows=3, max_prefill_tokens=16, show_progress=False)
+    for a, b in zip(big, small.sample(prompts, n=3, max_new_tokens=6, seed=2), strict=True):
+        assert [s.token_ids for s in a] == [s.token_ids for s in b]
+
+
+def test_eos_ends_a_sample_and_is_scored(gen: HFGenerator) -> None:
+    free = gen.sample([PROMPT], n=1, max_new_tokens=12, seed=6)[0][0]
+    eos = free.token_ids[3]  # pretend the 4th sampled token is end-of-sequence
+    lm = dataclasses.replace(gen.lm, eos_ids=frozenset({eos}))
+    ended = HFGenerator(lm, show_progress=False).sample([PROMPT], n=1, max_new_tokens=12, seed=6)[0][0]
+    first = free.token_ids.index(eos)
+    assert ended.finish_reason == "stop"
+    assert ended.token_ids == free.token_ids[: first + 1]
+    assert ended.token_logprobs == pytest.approx(free.token_logprobs[: first + 1], abs=1e-5)
+
+
+def test_chat_template_formats_prompts(tiny_models) -> None:
+    chat = load_causal_lm(str(tiny_models.causal_lm), device="cpu", use_chat_template=True,
+                          system_prompt="Be brief.")
+    text = chat.format_prompt("hi")
+    assert text == "<|system|>Be brief.\n<|user|>hi\n<|assistant|>"
+    sample = HFGenerator(chat, show_progress=False).sample(["hi"], n=1, max_new_tokens=2)[0][0]
+    assert sample.prompt_tokens == len(chat.tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert HFGenerator(chat).settings["chat_template"] is True
+
+
+def test_invalid_requests_say_what_is_wrong(gen: HFGenerator) -> None:
+    with pytest.raises(ValueError, match="top_p"):
+        gen.sample([PROMPT], top_p=0)
+    with pytest.raises(ValueError, match="n must be"):
+        gen.sample([PROMPT], n=0)
+    with pytest.raises(ValueError, match=r"stop\[0\]"):
+        gen.sample([PROMPT], stop=[""])
+    with pytest.raises(TypeError, match=r"prompts\[1\]"):
+        gen.sample([PROMPT, None])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"prompts\[0\] has \d+ tokens"):
+        gen.sample(["word " * 3000], n=1, max_new_tokens=1)
+    assert gen.sample([], n=2) == []
+
+
+def test_truncate_at_stop_takes_the_earliest() -> None:
+    assert truncate_at_stop("abc\nQuestion: x", ["Question", "\n"]) == ("abc", True)
+    assert truncate_at_stop("abc", ["z"]) == ("abc", False)
+    assert SamplingParams(stop=["a"]).stop == ("a",)
