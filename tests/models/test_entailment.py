@@ -1,0 +1,84 @@
+"""Entailment: label reordering from id2label, dedup, on-disk cache, and use by metrics.seper."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from ragutil_dagster.models.entailment import Entailment, nli_label_order
+from ragutil_dagster.models.tiny import TINY_NLI_LABELS
+
+PREMISES = ["the cat sat on the mat", "paris is in france", "the cat sat on the mat", "water boils"]
+HYPOTHESES = ["an animal sat", "paris is in germany", "an animal sat", "water is hot"]
+
+
+@pytest.fixture()
+def nli(tiny_models, tmp_path: Path) -> Entailment:
+    return Entailment(str(tiny_models.nli), device="cpu", batch_size=2,
+                      cache=tmp_path / "nli.sqlite", show_progress=False)
+
+
+def test_probabilities_match_model_forward_after_reordering(nli: Entailment, tiny_models) -> None:
+    got = nli(PREMISES, HYPOTHESES)
+    tok = AutoTokenizer.from_pretrained(tiny_models.nli)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_models.nli).eval()
+    with torch.no_grad():
+        logits = model(**tok(PREMISES, HYPOTHESES, padding=True, return_tensors="pt")).logits
+    probs = torch.softmax(logits, -1).numpy()
+    by_name = {name: probs[:, i] for i, name in TINY_NLI_LABELS.items()}
+    expected = np.stack([by_name["contradiction"], by_name["neutral"], by_name["entailment"]], axis=1)
+    assert got.shape == (4, 3)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert not np.allclose(got, probs, atol=1e-3)  # the reordering really moved columns
+
+
+def test_duplicates_computed_once_and_cache_reused(nli: Entailment, tiny_models, monkeypatch) -> None:
+    seen: list[int] = []
+    original = nli._predict
+
+    def counting(premises, hypotheses):
+        seen.append(len(premises))
+        return original(premises, hypotheses)
+
+    monkeypatch.setattr(nli, "_predict", counting)
+    first = nli(PREMISES, HYPOTHESES)
+    assert seen == [3]  # 4 pairs, one duplicated
+    np.testing.assert_array_equal(first[0], first[2])
+    # A new instance (say, another process) on the same cache file runs no pair through the model.
+    again = Entailment(str(tiny_models.nli), device="cpu", cache=nli.cache.path, show_progress=False)
+    monkeypatch.setattr(again, "_predict", lambda *_: pytest.fail("cached pairs were recomputed"))
+    np.testing.assert_array_equal(again(PREMISES[::-1], HYPOTHESES[::-1]), first[::-1])
+    assert (again.stats.pairs, again.stats.unique_pairs, again.stats.cache_hits) == (4, 3, 3)
+
+
+def test_damaged_cache_rows_are_recomputed(nli: Entailment) -> None:
+    first = nli(PREMISES[:1], HYPOTHESES[:1])
+    with sqlite3.connect(nli.cache.path) as db:
+        db.execute("UPDATE nli SET c = 5.0")
+    again = nli(PREMISES[:1], HYPOTHESES[:1])
+    np.testing.assert_allclose(again, first)
+    assert nli.stats.computed == 2
+
+
+def test_label_order_is_read_not_assumed() -> None:
+    assert nli_label_order({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == [0, 1, 2]
+    assert nli_label_order({"0": "entailment", "1": "neutral", "2": "contradiction"}) == [2, 1, 0]
+    with pytest.raises(ValueError, match="'contradiction'"):
+        nli_label_order({0: "entailment", 1: "not_entailment"}, "two-way")
+    with pytest.raises(ValueError, match="LABEL_0"):
+        nli_label_order({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})
+
+
+def test_is_the_entail_callable_of_seper(nli: Entailment) -> None:
+    from ragutil_dagster.metrics.seper import seper
+
+    responses = ["paris", "paris", "the capital is paris"]
+    result = seper(responses, [[-0.1], [-0.1], [-0.5, -0.2, -0.3, -0.1]], "paris", nli)
+    assert 0.0 <= result.score <= 1.0 and len(result.cluster_ids) == 3
+    assert result.weights.sum() == pytest.approx(1.0)
+    assert nli.stats.pairs > 0 and nli.stats.unique_pairs <= nli.stats.pairs

@@ -1,0 +1,110 @@
+"""The content-addressed generation cache: no request samples twice; bad entries are redone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+from ragutil_dagster.models.generation import HFGenerator, SamplingParams
+
+PROMPTS = ["Question: who wrote Hamlet? Answer:", "The Nile is", "Question: who wrote Hamlet? Answer:"]
+
+
+class CountingGenerator:
+    """Wraps a generator and records which prompts reach it."""
+
+    def __init__(self, inner: HFGenerator) -> None:
+        self.inner = inner
+        self.calls: list[list[str]] = []
+
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
+    @property
+    def settings(self) -> dict[str, object]:
+        return self.inner.settings
+
+    def sample(self, prompts, **kwargs):
+        self.calls.append(list(prompts))
+        return self.inner.sample(prompts, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_models) -> HFGenerator:
+    return HFGenerator(str(tiny_models.causal_lm), device="cpu", show_progress=False)
+
+
+@pytest.fixture()
+def cached(hf: HFGenerator, tmp_path: Path) -> CachedGenerator:
+    return CachedGenerator(CountingGenerator(hf), GenerationCache(tmp_path / "gen"))
+
+
+def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerator) -> None:
+    first = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    assert cached.generator.calls == [PROMPTS[:2]]  # the repeated prompt went once
+    assert first[0] == first[2]
+    direct = hf.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    assert [[s.token_ids for s in per] for per in first] == [[s.token_ids for s in per] for per in direct]
+    again = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    assert again == first and len(cached.generator.calls) == 1
+    assert (cached.stats.hits, cached.stats.misses) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "change", [{"seed": 2}, {"n": 4}, {"temperature": 0.5}, {"top_p": 0.9}, {"top_k": 3},
+               {"max_new_tokens": 7}, {"stop": ["\n"]}],
+)
+def test_any_parameter_change_is_a_new_request(cached: CachedGenerator, change: dict) -> None:
+    base = {"n": 3, "max_new_tokens": 6, "seed": 1}
+    cached.sample(PROMPTS[:1], **base)
+    cached.sample(PROMPTS[:1], **{**base, **change})
+    assert len(cached.generator.calls) == 2
+
+
+def test_key_covers_generator_settings() -> None:
+    params = SamplingParams(n=2)
+    a = GenerationCache.key({"identity": "x", "chat_template": False}, "p", params)
+    assert a == GenerationCache.key({"chat_template": False, "identity": "x"}, "p", params)
+    assert a != GenerationCache.key({"identity": "x", "chat_template": True}, "p", params)
+    assert a != GenerationCache.key({"identity": "y", "chat_template": False}, "p", params)
+
+
+def _entry(cached: CachedGenerator, prompt: str, **params) -> Path:
+    key = GenerationCache.key(cached.settings, prompt, SamplingParams(**params))
+    return cached.cache.path(key)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "tamper", "drop_sample", "not_json", "empty"])
+def test_corrupt_or_partial_entries_are_recomputed(cached: CachedGenerator, damage: str) -> None:
+    params = {"n": 2, "max_new_tokens": 5, "seed": 3}
+    good = cached.sample(PROMPTS[:1], **params)
+    path = _entry(cached, PROMPTS[0], **params)
+    raw = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "tamper":
+        entry = json.loads(raw)
+        entry["samples"][0]["token_logprobs"][0] += 1.0
+        path.write_text(json.dumps(entry))
+    elif damage == "drop_sample":
+        entry = json.loads(raw)
+        entry["samples"] = entry["samples"][:1]
+        path.write_text(json.dumps(entry))
+    elif damage == "not_json":
+        path.write_bytes(b"\x00\xff garbage")
+    else:
+        path.write_bytes(b"")
+    assert cached.cache.get(path.stem, 2) is None
+    redone = cached.sample(PROMPTS[:1], **params)
+    assert redone == good and len(cached.generator.calls) == 2
+    assert cached.cache.get(path.stem, 2) == good[0]  # the entry was rewritten whole
+
+
+def test_writes_leave_no_temporary_files(cached: CachedGenerator) -> None:
+    cached.sample(PROMPTS, n=2, max_new_tokens=4)
+    files = [p.name for p in cached.cache.root.rglob("*") if p.is_file()]
+    assert len(files) == 2 and not any(name.startswith(".tmp") for name in files)

@@ -1,0 +1,73 @@
+"""TokenScorer: teacher-forced log-probs and last-layer attention mass per passage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from ragutil_dagster.models.scoring import TokenScorer
+
+DOC1 = "Doc 1 (Title: Nile) The Nile is a river in Africa."
+DOC2 = "Doc 2 (Title: Paris) Paris is the capital of France."
+PROMPT = f"Answer the question.\n{DOC1}\n{DOC2}\nQuestion: what is the capital of France?\nAnswer:"
+SPANS = [(PROMPT.index(DOC1), PROMPT.index(DOC1) + len(DOC1)),
+         (PROMPT.index(DOC2), PROMPT.index(DOC2) + len(DOC2))]
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_models) -> TokenScorer:
+    return TokenScorer(str(tiny_models.causal_lm), device="cpu", batch_size=2, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def eager_model(tiny_models):
+    """An independent copy of the model with eager attention, as the reference."""
+    return AutoModelForCausalLM.from_pretrained(tiny_models.causal_lm, attn_implementation="eager").eval()
+
+
+def test_score_matches_a_plain_forward_pass(scorer: TokenScorer, eager_model) -> None:
+    prompts = [PROMPT, "Question: who wrote Hamlet? Answer:", "Hi"]
+    answers = [" Paris, France", " William Shakespeare", " the Eiffel Tower is in Paris"]
+    scored = scorer.score(prompts, answers)  # batch_size=2: two batches, left-padded
+    tok = scorer.lm.tokenizer
+    for prompt, answer, got in zip(prompts, answers, scored, strict=True):
+        p = tok(prompt)["input_ids"]
+        c = tok(answer, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = eager_model(input_ids=torch.as_tensor([p + c])).logits[0].float()
+        expected = torch.log_softmax(logits, -1)[len(p) - 1: -1].gather(-1, torch.as_tensor(c)[:, None])[:, 0]
+        assert got.token_ids == tuple(c) and got.prompt_tokens == len(p)
+        np.testing.assert_allclose(got.token_logprobs, expected.numpy(), atol=1e-5, rtol=0)
+        assert got.logprob == pytest.approx(float(expected.sum()), abs=1e-4)
+        assert "".join(got.tokens).replace("Ġ", " ") == answer
+        assert len(got.word_ids) == len(c) and got.word_ids[0] == 0
+
+
+def test_empty_continuation_and_mismatched_inputs(scorer: TokenScorer) -> None:
+    assert scorer.score(["Hi"], [""])[0].token_logprobs == ()
+    with pytest.raises(ValueError, match="one per prompt"):
+        scorer.score(["a", "b"], ["x"])
+
+
+def test_passage_attention_matches_last_layer_attentions(scorer: TokenScorer, eager_model) -> None:
+    answer = " Paris"
+    got = scorer.passage_attention([PROMPT], [answer], [SPANS])[0]
+    assert scorer.lm.model.config._attn_implementation != "eager"  # switched back afterwards
+    ids, offsets = scorer.lm.encode_prompt_with_offsets(PROMPT)
+    cont = scorer.lm.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        att = eager_model(input_ids=torch.as_tensor([ids + cont]), output_attentions=True).attentions[-1][0]
+    expected = []
+    for start, end in SPANS:
+        toks = [t for t, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
+        rows = att[:, len(ids) - 1: len(ids) + len(cont) - 1][:, :, toks]  # heads × T × span
+        expected.append(float(rows.sum(-1).mean()))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert 0 < got.sum() <= 1 + 1e-6
+
+
+def test_passage_spans_are_validated(scorer: TokenScorer) -> None:
+    with pytest.raises(ValueError, match=r"passage_spans\[0\]\[1\]"):
+        scorer.passage_attention([PROMPT], [" Paris"], [[SPANS[0], (5, 10_000)]])
