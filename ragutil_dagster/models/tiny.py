@@ -34,6 +34,8 @@ __all__ = [
     "build_embedder",
     "build_nli_classifier",
     "build_tiny_models",
+    "corpus_lines",
+    "train_bpe_tokenizer",
 ]
 
 # Deliberately not the MNLI order (contradiction, neutral, entailment): consumers must read id2label.
@@ -86,11 +88,12 @@ def _seeded(seed: int) -> Iterator[None]:
         yield
 
 
-def _corpus_lines() -> list[str]:
+def corpus_lines() -> list[str]:
+    """The built-in text the tiny tokenizers are trained on, one sentence per line."""
     return [line for line in _CORPUS.strip().splitlines() if line.strip()]
 
 
-def _train_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+def train_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     """Byte-level BPE (any text encodes, no unknown token), with <s>, </s>, <pad> specials."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -101,7 +104,7 @@ def _train_bpe_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus_lines(), trainer=trainer)
+    tok.train_from_iterator(corpus_lines(), trainer=trainer)
     # Prepend <s> like Llama tokenizers do, so teacher-forced scoring sees a BOS position.
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
@@ -125,7 +128,7 @@ def _train_wordpiece_tokenizer() -> PreTrainedTokenizerFast:
     tok.decoder = decoders.WordPiece()
     words = {
         piece
-        for line in _corpus_lines()
+        for line in corpus_lines()
         for piece, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line))
     }
     chars = string.ascii_lowercase + string.digits + string.punctuation
@@ -180,7 +183,7 @@ def build_causal_lm(
     """
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_bpe_tokenizer(vocab_size)
+    tokenizer = train_bpe_tokenizer(vocab_size)
     if chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(
