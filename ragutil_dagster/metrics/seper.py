@@ -232,6 +232,19 @@ def _entail_pairs(entail: EntailFn, pairs: list[tuple[str, str]]) -> np.ndarray:
     return result
 
 
+def _distinct_pairs(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
+    needed: set[tuple[str, str]] = set()
+    for p in prepared:
+        needed |= _pairs_needed(p)
+    return sorted(needed)
+
+
+def nli_pairs(items: Sequence[SePerInput]) -> list[tuple[str, str]]:
+    """The distinct (premise, hypothesis) pairs :func:`seper_batch` sends to ``entail`` for
+    ``items``, in the order it sends them — for computing NLI ahead of scoring (and caching it)."""
+    return _distinct_pairs([_prepare(item, position, "mean") for position, item in enumerate(items)])
+
+
 def seper_batch(
     items: Sequence[SePerInput],
     entail: EntailFn,
@@ -248,10 +261,7 @@ def seper_batch(
     """
     _check_options(kernel, gold_reduce)
     prepared = [_prepare(item, position, length_norm) for position, item in enumerate(items)]
-    needed: set[tuple[str, str]] = set()
-    for p in prepared:
-        needed |= _pairs_needed(p)
-    pairs = sorted(needed)
+    pairs = _distinct_pairs(prepared)
     table = dict(zip(pairs, _entail_pairs(entail, pairs))) if pairs else {}
 
     def probs(premise: str, hypothesis: str) -> np.ndarray:

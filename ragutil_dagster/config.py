@@ -1,0 +1,275 @@
+"""The experiment grid: a YAML file validated into typed config, and the partition keys it implies.
+
+A ``setting`` is dataset × retriever × k (× reranker), written as one key such as
+``world__bm25__k5`` or ``world__bm25__k5__bge``; a ``generator`` key is a generator's name.
+Every name is a lowercase slug so that keys stay readable and split unambiguously on ``__``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ragutil_dagster.prompts import PROMPTS
+
+SLUG = r"^[a-z0-9][a-z0-9_-]*$"
+Slug = Annotated[str, Field(pattern=SLUG, max_length=40)]
+EMBEDDED_PREFIX = "embedded:"
+
+
+class ConfigError(ValueError):
+    """The experiment config is invalid; the message names the file and every bad field."""
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo ("temprature") must not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetConfig(_Strict):
+    """A QA dataset: a BEIR folder whose queries carry gold ``answers``, or the synthetic world.
+
+    ``path`` defaults, for ``format: synthetic``, to the embedded world under ``RAGUTIL_HOME``.
+    """
+
+    name: Slug
+    format: Literal["synthetic", "beir"]
+    path: str | None = None
+    split: str = "test"
+    max_queries: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _beir_needs_a_path(self) -> DatasetConfig:
+        if self.format == "beir" and not self.path:
+            raise ValueError("a BEIR dataset needs 'path' (the folder holding corpus.jsonl)")
+        return self
+
+
+class RetrieverConfig(_Strict):
+    """A first-stage retriever: BM25 (bm25s) or dense (sentence-transformers + FAISS)."""
+
+    name: Slug
+    kind: Literal["bm25", "dense"]
+    model: str | None = None
+    revision: str | None = None
+    index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
+
+    @model_validator(mode="after")
+    def _dense_needs_a_model(self) -> RetrieverConfig:
+        if self.kind == "dense" and not self.model:
+            raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
+        if self.kind == "bm25" and self.model:
+            raise ValueError("a BM25 retriever takes no 'model'")
+        return self
+
+
+class RerankerConfig(_Strict):
+    """A cross-encoder reranking the first ``candidates`` hits down to k (SePer §5.5: 20 → k)."""
+
+    name: Slug
+    model: str
+    revision: str | None = None
+    candidates: int = Field(default=20, ge=1)
+
+
+class ModelConfig(_Strict):
+    """A model named by HF id, local directory, or ``embedded:<name>`` for the project's own."""
+
+    model: str
+    revision: str | None = None
+    trust_remote_code: bool = False
+
+
+class GeneratorConfig(ModelConfig):
+    name: Slug
+    backend: Literal["hf", "vllm"] = "hf"
+    use_chat_template: bool = False
+
+
+class SamplingConfig(_Strict):
+    """SePer's defaults (App. D): N = 10 samples at temperature 1.0."""
+
+    n: int = Field(default=10, ge=1)
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)
+    max_new_tokens: int = Field(default=512, ge=1)
+    stop: tuple[str, ...] = ("\n",)
+
+
+class PromptConfig(_Strict):
+    closed_book: str = "closed_book"
+    with_context: str = "with_context"
+
+    @field_validator("closed_book", "with_context")
+    @classmethod
+    def _known_prompt(cls, name: str) -> str:
+        if name not in PROMPTS:
+            raise ValueError(f"unknown prompt {name!r}; known prompts: {', '.join(sorted(PROMPTS))}")
+        return name
+
+
+class ExperimentConfig(_Strict):
+    """One evaluation grid: every dataset × retriever × k (× reranker) × generator."""
+
+    name: Slug
+    seed: int = 0
+    datasets: list[DatasetConfig] = Field(min_length=1)
+    retrievers: list[RetrieverConfig] = Field(min_length=1)
+    k: list[int] = Field(min_length=1)
+    reranker: RerankerConfig | None = None
+    generators: list[GeneratorConfig] = Field(min_length=1)
+    nli: ModelConfig
+    sampling: SamplingConfig = SamplingConfig()
+    prompts: PromptConfig = PromptConfig()
+
+    @field_validator("k")
+    @classmethod
+    def _positive_distinct_k(cls, values: list[int]) -> list[int]:
+        if any(v < 1 for v in values) or len(set(values)) != len(values):
+            raise ValueError(f"k values must be distinct positive integers, got {values}")
+        return sorted(values)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ExperimentConfig:
+        for what, names in (
+            ("dataset", [d.name for d in self.datasets]),
+            ("retriever", [r.name for r in self.retrievers]),
+            ("generator", [g.name for g in self.generators]),
+        ):
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"{what} names must be unique; repeated: {repeated}")
+        if self.reranker and max(self.k) > self.reranker.candidates:
+            raise ValueError(
+                f"the reranker reorders {self.reranker.candidates} candidates, fewer than k = {max(self.k)}"
+            )
+        return self
+
+    # --- partitions --------------------------------------------------------------------------
+
+    def settings(self) -> list[Setting]:
+        reranker = self.reranker.name if self.reranker else None
+        return [
+            Setting(dataset.name, retriever.name, k, reranker)
+            for dataset in self.datasets
+            for retriever in self.retrievers
+            for k in self.k
+        ]
+
+    def setting(self, key: str) -> Setting:
+        for setting in self.settings():
+            if setting.key == key:
+                return setting
+        raise KeyError(f"no setting {key!r} in experiment {self.name!r}")
+
+    def dataset(self, name: str) -> DatasetConfig:
+        return _by_name(self.datasets, name, "dataset")
+
+    def retriever(self, name: str) -> RetrieverConfig:
+        return _by_name(self.retrievers, name, "retriever")
+
+    def generator(self, name: str) -> GeneratorConfig:
+        return _by_name(self.generators, name, "generator")
+
+    def fingerprint(self) -> str:
+        """Hash of the whole config: part of every MLflow run key."""
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _by_name(items: list, name: str, what: str):
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(f"no {what} named {name!r}; configured: {[i.name for i in items]}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """dataset × retriever × k (× reranker): one static partition key."""
+
+    dataset: str
+    retriever: str
+    k: int
+    reranker: str | None = None
+
+    @property
+    def key(self) -> str:
+        parts = [self.dataset, self.retriever, f"k{self.k}"]
+        return "__".join(parts + ([self.reranker] if self.reranker else []))
+
+    @property
+    def index_key(self) -> str:
+        """The dataset × retriever partition of the index this setting searches."""
+        return f"{self.dataset}__{self.retriever}"
+
+    @classmethod
+    def parse(cls, key: str) -> Setting:
+        parts = key.split("__")
+        if len(parts) not in (3, 4) or not re.fullmatch(r"k\d+", parts[2]):
+            raise ValueError(f"not a setting key: {key!r} (expected dataset__retriever__k<N>[__reranker])")
+        return cls(parts[0], parts[1], int(parts[2][1:]), parts[3] if len(parts) == 4 else None)
+
+
+def ragutil_home() -> Path:
+    """Where ragutil keeps state: ``$RAGUTIL_HOME``, else ``.ragutil/`` in the working directory."""
+    return Path(os.environ.get("RAGUTIL_HOME", ".ragutil")).expanduser().resolve()
+
+
+def embedded_dir() -> Path:
+    """Where the embedded world and the models trained for it live."""
+    return ragutil_home() / "embedded"
+
+
+def resolve_model_path(name: str) -> str:
+    """``embedded:reader`` → the directory of the project's own trained model; others unchanged."""
+    if name.startswith(EMBEDDED_PREFIX):
+        return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
+    return name
+
+
+def _format_errors(err: ValidationError) -> Iterator[str]:
+    for item in err.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (a typo?)"
+        yield f"  {location}: {message}"
+
+
+def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
+    """Validate a parsed YAML/JSON object; every problem is listed with its field path."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        problems = "\n".join(_format_errors(err))
+        raise ConfigError(f"{source}: invalid experiment config\n{problems}") from None
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate an experiment YAML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such experiment config") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,118 @@
+"""QA datasets for evaluation: a BEIR folder whose questions carry gold answers.
+
+A dataset folder holds ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv`` (BEIR) and
+the gold answers: an ``answers`` list on each record of ``questions.jsonl`` when that file exists
+(the synthetic world's layout, which also gives question type and knowledge), else on each record
+of ``queries.jsonl``. ``utility.jsonl`` (ground-truth passage utility) is read when present.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from ragutil_dagster.config import DatasetConfig, embedded_dir
+from ragutil_dagster.retrieval.corpus import read_beir
+from ragutil_dagster.retrieval.errors import CorpusValidationError
+
+QUERY_COLUMNS = ("query_id", "question", "answers")
+_OPTIONAL_FIELDS = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}
+
+
+@dataclass(frozen=True)
+class QADataset:
+    """``queries``: query_id, question, answers (list of gold aliases) and, when known, type /
+    known / n_hops; ``corpus``: id, text, title; ``qrels``: query_id, doc_id, relevance;
+    ``utility``: query_id, doc_id, utility (ground truth) or None."""
+
+    name: str
+    queries: pl.DataFrame
+    corpus: pl.DataFrame
+    qrels: pl.DataFrame
+    utility: pl.DataFrame | None
+
+
+def dataset_folder(spec: DatasetConfig) -> Path:
+    if spec.path:
+        return Path(spec.path).expanduser()
+    return embedded_dir() / "world"
+
+
+def _read_answers(path: Path) -> pl.DataFrame:
+    rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in _OPTIONAL_FIELDS}
+    seen: set[str] = set()
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as err:
+                raise CorpusValidationError(path, number, None, f"not UTF-8 ({err.reason})") from None
+            except json.JSONDecodeError as err:
+                raise CorpusValidationError(path, number, None, f"malformed JSON ({err.msg})") from None
+            if not isinstance(record, dict):
+                raise CorpusValidationError(path, number, None, "expected a JSON object")
+            qid = record.get("_id", record.get("id"))
+            if not isinstance(qid, str | int) or isinstance(qid, bool) or str(qid) == "":
+                raise CorpusValidationError(path, number, "_id", "missing or not a string")
+            answers = record.get("answers")
+            if not isinstance(answers, list) or not answers:
+                raise CorpusValidationError(path, number, "answers", "expected a non-empty list of gold answers")
+            for position, answer in enumerate(answers):
+                if not isinstance(answer, str) or not answer.strip():
+                    raise CorpusValidationError(
+                        path, number, f"answers[{position}]", f"empty or not a string: {answer!r}"
+                    )
+            if str(qid) in seen:
+                raise CorpusValidationError(path, number, "_id", f"duplicate id {qid!r}")
+            seen.add(str(qid))
+            rows["query_id"].append(str(qid))
+            rows["answers"].append(answers)
+            for field in _OPTIONAL_FIELDS:
+                rows[field].append(record.get(field))
+    schema = {"query_id": pl.String, "answers": pl.List(pl.String)} | _OPTIONAL_FIELDS
+    return pl.DataFrame(rows, schema=schema)
+
+
+def load_dataset(spec: DatasetConfig) -> QADataset:
+    """Read a dataset folder; every query must have gold answers. ``max_queries`` keeps the
+    first queries in id order (a stable sample)."""
+    folder = dataset_folder(spec)
+    if not folder.is_dir():
+        hint = " Build the embedded world with `ragutil world build`." if spec.format == "synthetic" else ""
+        raise FileNotFoundError(f"dataset {spec.name!r}: no folder {folder}.{hint}")
+    beir = read_beir(folder, spec.split)
+    answers_file = folder / "questions.jsonl"
+    if not answers_file.is_file():
+        answers_file = folder / "queries.jsonl"
+    answers = _read_answers(answers_file)
+    queries = beir.queries.rename({"id": "query_id", "text": "question"}).join(answers, on="query_id", how="left")
+    missing = queries.filter(pl.col("answers").is_null())
+    if missing.height:
+        raise CorpusValidationError(
+            answers_file, None, "answers",
+            f"{missing.height} queries have no gold answers, e.g. {missing['query_id'][0]!r}",
+        )
+    queries = queries.drop([c for c in _OPTIONAL_FIELDS if queries[c].null_count() == queries.height])
+    queries = queries.sort("query_id")
+    if spec.max_queries:
+        queries = queries.head(spec.max_queries)
+    keep = queries["query_id"].implode()
+    utility = None
+    if (folder / "utility.jsonl").is_file():
+        utility = (
+            pl.read_ndjson(folder / "utility.jsonl")
+            .rename({"query-id": "query_id", "corpus-id": "doc_id"})
+            .filter(pl.col("query_id").is_in(keep))
+        )
+    return QADataset(
+        name=spec.name,
+        queries=queries,
+        corpus=beir.corpus,
+        qrels=beir.qrels.filter(pl.col("query_id").is_in(keep)),
+        utility=utility,
+    )

@@ -1,0 +1,67 @@
+"""Sampling a prompt table: N samples per distinct prompt, one row per sample.
+
+Identical prompts (``per_doc`` at k = 1 equals ``rag``; the same passage retrieved by two
+retrievers) are sampled once and shared, so every condition reads one consistent set of samples.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ragutil_dagster.config import SamplingConfig
+from ragutil_dagster.models.generation import Generator
+
+GENERATION_SCHEMA = {
+    "query_id": pl.String,
+    "condition": pl.String,
+    "doc_id": pl.String,
+    "sample_index": pl.Int32,
+    "text": pl.String,
+    "token_logprobs": pl.List(pl.Float64),
+    "n_tokens": pl.Int32,
+    "finish_reason": pl.String,
+    "prompt_tokens": pl.Int32,
+    "generator": pl.String,
+    "model_identity": pl.String,
+    "seed": pl.Int64,
+    "temperature": pl.Float64,
+    "top_p": pl.Float64,
+    "top_k": pl.Int32,
+    "max_new_tokens": pl.Int32,
+}
+GROUP_KEYS = ("query_id", "condition", "doc_id")
+
+
+def sample_prompts(
+    prompts: pl.DataFrame,
+    generator: Generator,
+    generator_name: str,
+    sampling: SamplingConfig,
+    seed: int,
+) -> pl.DataFrame:
+    """Sample every distinct prompt ``sampling.n`` times; return the generation rows."""
+    distinct = prompts["prompt"].unique(maintain_order=True).to_list()
+    samples = generator.sample(
+        distinct,
+        n=sampling.n,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=sampling.max_new_tokens,
+        stop=sampling.stop,
+        seed=seed,
+    )
+    by_prompt = dict(zip(distinct, samples))
+    identity = generator.identity
+    rows = []
+    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
+        for index, sample in enumerate(by_prompt[prompt]):
+            rows.append(
+                (
+                    qid, condition, doc_id, index, sample.text, list(sample.token_logprobs),
+                    len(sample.token_ids), sample.finish_reason, sample.prompt_tokens, generator_name,
+                    identity, seed, sampling.temperature, sampling.top_p, sampling.top_k,
+                    sampling.max_new_tokens,
+                )
+            )
+    return pl.DataFrame(rows, schema=GENERATION_SCHEMA, orient="row")

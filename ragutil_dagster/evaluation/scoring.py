@@ -1,0 +1,281 @@
+"""From generation rows to every paper's metric: NLI, clusters, per-group, per-document, per-query
+scores and the headline summary of one setting × generator.
+
+A *group* is the N samples of one (query, condition, doc) prompt. Correctness of a group's
+"answer" (for MIRAGE, eRAG and gold utility, which judge one output) is that of its most likely
+sample — the highest SePer weight, i.e. the highest mean token log-probability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from ragutil_dagster.metrics import answers as answer_metrics
+from ragutil_dagster.metrics.erag import erag_scores
+from ragutil_dagster.metrics.mirage import adaptability
+from ragutil_dagster.metrics.seper import EntailFn, SePerInput, nli_pairs, seper_batch
+from ragutil_dagster.metrics.stats import pearson
+from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
+
+GROUP_KEYS = ["query_id", "condition", "doc_id"]
+NLI_SCHEMA = {
+    "premise": pl.String,
+    "hypothesis": pl.String,
+    "p_contradiction": pl.Float64,
+    "p_neutral": pl.Float64,
+    "p_entailment": pl.Float64,
+}
+
+
+def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tuple], list[SePerInput]]:
+    """The SePer input of every (query, condition, doc) group, samples in index order."""
+    golds = dict(queries.select("query_id", "answers").iter_rows())
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    grouped = (
+        generations.sort([*GROUP_KEYS, "sample_index"], nulls_last=True)
+        .group_by(GROUP_KEYS, maintain_order=True)
+        .agg("text", "token_logprobs")
+    )
+    keys, items = [], []
+    for qid, condition, doc_id, texts, logprobs in grouped.iter_rows():
+        if qid not in golds:
+            raise KeyError(f"generations name query {qid!r}, which is not among the queries")
+        keys.append((qid, condition, doc_id))
+        items.append(SePerInput(texts, logprobs, golds[qid], questions[qid]))
+    return keys, items
+
+
+def compute_nli(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> pl.DataFrame:
+    """Every distinct NLI pair SePer needs for these generations, with its probabilities."""
+    _, items = _groups(generations, queries)
+    pairs = nli_pairs(items)
+    if not pairs:
+        return pl.DataFrame(schema=NLI_SCHEMA)
+    probs = np.asarray(entail([p for p, _ in pairs], [h for _, h in pairs]), dtype=np.float64)
+    return pl.DataFrame(
+        {
+            "premise": [p for p, _ in pairs],
+            "hypothesis": [h for _, h in pairs],
+            "p_contradiction": probs[:, 0],
+            "p_neutral": probs[:, 1],
+            "p_entailment": probs[:, 2],
+        },
+        schema=NLI_SCHEMA,
+    )
+
+
+def table_entail(nli: pl.DataFrame) -> EntailFn:
+    """An ``entail`` that looks pairs up in a precomputed NLI table (no model call)."""
+    table = {
+        (p, h): np.array(row)
+        for p, h, *row in nli.select("premise", "hypothesis", "p_contradiction", "p_neutral", "p_entailment").iter_rows()
+    }
+
+    def entail(premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        try:
+            return np.array([table[(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+        except KeyError as err:
+            raise KeyError(f"NLI pair missing from the entailment table: {err.args[0]!r}") from None
+
+    return entail
+
+
+def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
+    """Semantic cluster and SePer weight of every sample (bidirectional strict entailment)."""
+    keys, items = _groups(generations, queries)
+    results = seper_batch(items, table_entail(nli))
+    rows = [
+        (qid, condition, doc_id, index, int(cluster), float(weight))
+        for (qid, condition, doc_id), result in zip(keys, results)
+        for index, (cluster, weight) in enumerate(zip(result.cluster_ids, result.weights))
+    ]
+    schema = {"query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
+              "sample_index": pl.Int32, "cluster_id": pl.Int32, "weight": pl.Float64}
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def group_scores(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
+    """Per (query, condition, doc): SePer_S, SePer_H, semantic entropy, mean EM / F1 /
+    has_answer over the samples, and the most likely sample's answer and its correctness."""
+    keys, items = _groups(generations, queries)
+    entail = table_entail(nli)
+    soft = seper_batch(items, entail, kernel="soft")
+    hard = seper_batch(items, entail, kernel="hard")
+    rows = []
+    for (qid, condition, doc_id), item, s, h in zip(keys, items, soft, hard):
+        golds = item.gold_answers
+        top = item.responses[int(np.argmax(s.weights))]
+        mean_logprobs = [float(np.mean(lp)) for lp in item.token_logprobs]
+        rows.append(
+            (
+                qid, condition, doc_id, s.score, h.score, s.semantic_entropy,
+                int(s.cluster_ids.max()) + 1,
+                float(np.mean([answer_metrics.exact_match(r, golds) for r in item.responses])),
+                float(np.mean([answer_metrics.f1(r, golds) for r in item.responses])),
+                float(np.mean([answer_metrics.has_answer(r, golds) for r in item.responses])),
+                # Token-level baselines of SePer Table 2: perplexity and predictive entropy.
+                float(np.mean([np.exp(-m) for m in mean_logprobs])),
+                float(-np.mean([np.sum(lp) for lp in item.token_logprobs])),
+                top,
+                answer_metrics.exact_match(top, golds) == 1.0,
+                answer_metrics.has_answer(top, golds),
+                answer_metrics.loose_match(top, golds),
+            )
+        )
+    schema = {
+        "query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
+        "seper_s": pl.Float64, "seper_h": pl.Float64, "semantic_entropy": pl.Float64,
+        "n_clusters": pl.Int32, "em": pl.Float64, "f1": pl.Float64, "has_answer": pl.Float64,
+        "perplexity": pl.Float64, "entropy": pl.Float64, "answer": pl.String,
+        "answer_em": pl.Boolean, "answer_has": pl.Boolean, "answer_loose": pl.Boolean,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+_PER_CONDITION = ["seper_s", "seper_h", "semantic_entropy", "em", "f1", "has_answer", "perplexity", "entropy"]
+
+
+def _condition(groups: pl.DataFrame, condition: str, suffix: str) -> pl.DataFrame:
+    return (
+        groups.filter(pl.col("condition") == condition)
+        .select("query_id", *_PER_CONDITION, "answer", "answer_has", "answer_loose")
+        .rename({c: f"{c}_{suffix}" for c in [*_PER_CONDITION, "answer", "answer_has", "answer_loose"]})
+    )
+
+
+def document_scores(
+    groups: pl.DataFrame,
+    run: pl.DataFrame,
+    k: int,
+    utility_signals: pl.DataFrame | None = None,
+    ground_truth: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Per retrieved document: rank, ΔSePer_S/H of the document alone (SePer §3.4), its eRAG
+    label (eRAG eq. 1: has_answer of the output with the document alone), gold utility
+    (LLM-specific utility eq. 1), and — when given — likelihood / attention utility signals
+    and ground-truth utility."""
+    closed = _condition(groups, "closed_book", "closed").select(
+        "query_id", "seper_s_closed", "seper_h_closed", "answer_has_closed"
+    )
+    per_doc = groups.filter(pl.col("condition") == "per_doc").select(
+        "query_id", "doc_id", "seper_s", "seper_h", "answer_has"
+    )
+    top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
+    table = (
+        top.join(per_doc, on=["query_id", "doc_id"], how="left")
+        .join(closed, on="query_id", how="left")
+        .with_columns(
+            (pl.col("seper_s") - pl.col("seper_s_closed")).alias("delta_seper_s"),
+            (pl.col("seper_h") - pl.col("seper_h_closed")).alias("delta_seper_h"),
+            pl.col("answer_has").cast(pl.Int32).alias("erag_label"),
+            (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility"),
+        )
+        .select("query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", "erag_label", "gold_utility")
+    )
+    if table["delta_seper_s"].null_count():
+        missing = table.filter(pl.col("delta_seper_s").is_null()).row(0, named=True)
+        raise ValueError(
+            f"query {missing['query_id']!r}, document {missing['doc_id']!r}: no per_doc or closed-book samples"
+        )
+    if utility_signals is not None:
+        table = table.join(utility_signals, on=["query_id", "doc_id"], how="left")
+    if ground_truth is not None:
+        table = table.join(
+            ground_truth.select("query_id", "doc_id", pl.col("utility").alias("true_utility")),
+            on=["query_id", "doc_id"], how="left",
+        ).with_columns(pl.col("true_utility").fill_null(0.0))
+    return table.sort("query_id", "rank")
+
+
+def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per query: SePer with and without context and ΔSePer_S/H (eq. 11), semantic entropy,
+    EM / F1 / has_answer, and MIRAGE's per-question correctness (base, oracle, mixed = rag)."""
+    table = (
+        queries.select("query_id", *[c for c in ("type", "known", "n_hops") if c in queries.columns])
+        .join(_condition(groups, "closed_book", "closed"), on="query_id", how="left")
+        .join(_condition(groups, "rag", "rag"), on="query_id", how="left")
+        .join(
+            groups.filter(pl.col("condition") == "oracle").select("query_id", pl.col("answer_loose").alias("answer_loose_oracle")),
+            on="query_id", how="left",
+        )
+        .with_columns(
+            (pl.col("seper_s_rag") - pl.col("seper_s_closed")).alias("delta_seper_s"),
+            (pl.col("seper_h_rag") - pl.col("seper_h_closed")).alias("delta_seper_h"),
+        )
+    )
+    if consens is not None:
+        table = table.join(consens, on="query_id", how="left")
+    return table.sort("query_id")
+
+
+def _mean(values: pl.Series) -> float | None:
+    clean = values.drop_nulls()
+    return float(clean.mean()) if clean.len() else None
+
+
+def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> dict[str, float]:
+    """Headline numbers of one setting × generator: means over queries, MIRAGE's four metrics,
+    eRAG aggregates, LLM-specific-utility set / rank metrics, ConSens, and the Pearson
+    correlation of per-document ΔSePer with ground-truth utility when the dataset has it."""
+    summary: dict[str, float] = {"queries": float(queries_table.height), "documents": float(documents.height)}
+    for column in (
+        "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "seper_h_closed", "seper_h_rag",
+        "semantic_entropy_closed", "semantic_entropy_rag", "em_closed", "em_rag", "f1_closed", "f1_rag",
+        "has_answer_closed", "has_answer_rag", "consens",
+    ):
+        if column in queries_table.columns:
+            value = _mean(queries_table[column])
+            if value is not None:
+                summary[column] = value
+    with_oracle = queries_table.filter(pl.col("answer_loose_oracle").is_not_null())
+    if with_oracle.height:
+        mirage = adaptability(
+            with_oracle["answer_loose_closed"].to_list(),
+            with_oracle["answer_loose_oracle"].to_list(),
+            with_oracle["answer_loose_rag"].to_list(),
+        )
+        summary.update({f"mirage_{name}": value for name, value in mirage.as_dict().items()})
+    ranked = {qid: docs for qid, docs in documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
+    labels: dict[str, dict[str, int]] = {}
+    for qid, doc, label in documents.select("query_id", "doc_id", "erag_label").iter_rows():
+        labels.setdefault(qid, {})[doc] = int(label)
+    erag = erag_scores(ranked, labels, [f"P_{k}", f"success_{k}", "map", "recip_rank", f"ndcg_cut_{k}"])
+    summary.update({f"erag_{name}": value for name, value in erag.mean.items()})
+    gold = {qid: set() for qid in ranked}
+    for qid, doc in documents.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
+        gold[qid].add(doc)
+    for signal in ("likelihood", "attention"):
+        if signal not in documents.columns:
+            continue
+        order = {
+            qid: docs
+            for qid, docs in documents.sort(signal, descending=True)
+            .group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
+        }
+        selected = {
+            qid: set(docs)
+            for qid, docs in documents.filter(pl.col(f"{signal}_selected"))
+            .group_by("query_id").agg("doc_id").iter_rows()
+        }
+        chosen = set_metrics(selected, gold)
+        summary.update({
+            f"utility_{signal}_precision": chosen.precision,
+            f"utility_{signal}_recall": chosen.recall,
+            f"utility_{signal}_f1": chosen.f1,
+            f"utility_{signal}_accuracy_empty": chosen.accuracy_empty,
+        })
+        if any(gold.values()):
+            cut = min(5, k)
+            ranking = rank_metrics(order, gold, cut)
+            summary[f"utility_{signal}_ndcg_{cut}"] = ranking.ndcg
+            summary[f"utility_{signal}_recall_{cut}"] = ranking.recall
+    if "true_utility" in documents.columns and documents.height >= 3:
+        for kernel in ("s", "h"):
+            values = documents[f"delta_seper_{kernel}"].to_numpy()
+            truth = documents["true_utility"].to_numpy()
+            if np.ptp(values) > 0 and np.ptp(truth) > 0:
+                summary[f"pearson_delta_seper_{kernel}_true_utility"] = pearson(values, truth).statistic
+    return {name: float(value) for name, value in summary.items() if value == value}

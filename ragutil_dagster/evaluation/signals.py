@@ -1,0 +1,99 @@
+"""Teacher-forced signals of the generator about its own answer: ConSens and the likelihood- and
+attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs. 6–7).
+
+The answer scored is the pseudo-answer a of the ``rag`` condition — its most likely sample —
+as the paper pre-generates a from the retrieved set. Selections for the set metrics (§3.4):
+a passage is selected by likelihood when P(a | q, d) > P(a | q), and by attention when its
+normalised attention mass exceeds the uniform share 1/k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ragutil_dagster.metrics.consens import consens, content_token_mask
+from ragutil_dagster.models.scoring import TokenScorer
+
+CONSENS_SCHEMA = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
+SIGNAL_SCHEMA = {
+    "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
+    "attention": pl.Float64, "attention_selected": pl.Boolean,
+}
+
+
+def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
+    """Character spans of each passage text inside the prompt, searched left to right."""
+    spans, cursor = [], 0
+    for position, text in enumerate(passages):
+        start = prompt.find(text, cursor)
+        if start < 0:
+            raise ValueError(f"passage #{position} does not appear in the prompt after position {cursor}")
+        spans.append((start, start + len(text)))
+        cursor = start + len(text)
+    return spans
+
+
+def utility_signals(
+    prompts: pl.DataFrame,
+    groups: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    scorer: TokenScorer,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """ConSens per query and likelihood / attention utility per retrieved passage.
+
+    ``prompts`` holds the closed_book, rag and per_doc prompts; ``groups`` the group scores
+    whose ``rag`` answers are the pseudo-answers. Queries whose pseudo-answer is empty get no
+    signals (nothing to score).
+    """
+    answers = {
+        qid: answer
+        for qid, answer in groups.filter(pl.col("condition") == "rag").select("query_id", "answer").iter_rows()
+        if answer.strip()
+    }
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    texts = dict(corpus.select("id", "text").iter_rows())
+    by_condition = {
+        condition: prompts.filter(pl.col("condition") == condition).filter(pl.col("query_id").is_in(list(answers)))
+        for condition in ("closed_book", "rag", "per_doc")
+    }
+    closed = dict(by_condition["closed_book"].select("query_id", "prompt").iter_rows())
+    rag = {qid: (prompt, docs) for qid, prompt, docs in by_condition["rag"].select("query_id", "prompt", "doc_ids").iter_rows()}
+    qids = [q for q in answers if q in closed and q in rag]
+
+    # ConSens: the same answer tokens scored without and with the retrieved context.
+    scored = scorer.score(
+        [closed[q] for q in qids] + [rag[q][0] for q in qids], [answers[q] for q in qids] * 2
+    )
+    consens_rows = []
+    for i, qid in enumerate(qids):
+        without, with_ctx = scored[i], scored[len(qids) + i]
+        keep = content_token_mask(without.tokens, questions[qid], without.word_ids)
+        value = consens(without.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
+        consens_rows.append((qid, value, without.logprob))
+    consens_table = pl.DataFrame(consens_rows, schema=CONSENS_SCHEMA, orient="row")
+    closed_logprob = {qid: lp for qid, _, lp in consens_rows}
+
+    # Likelihood-based utility (eq. 7): log P(a | q, d) with each passage alone.
+    per_doc = by_condition["per_doc"].filter(pl.col("query_id").is_in(qids))
+    likelihood = scorer.score(per_doc["prompt"].to_list(), [answers[q] for q in per_doc["query_id"]])
+    likelihoods = {
+        (qid, doc): s.logprob for (qid, doc), s in zip(per_doc.select("query_id", "doc_id").iter_rows(), likelihood)
+    }
+
+    # Attention-based utility (eq. 6), normalised over the query's passages.
+    attention_raw = scorer.passage_attention(
+        [rag[q][0] for q in qids],
+        [answers[q] for q in qids],
+        [passage_spans(rag[q][0], [texts[d] for d in rag[q][1]]) for q in qids],
+    )
+    rows = []
+    for qid, masses in zip(qids, attention_raw):
+        docs = rag[qid][1]
+        total = float(np.sum(masses))
+        shares = masses / total if total > 0 else np.full(len(docs), 1 / len(docs))
+        for doc, share in zip(docs, shares):
+            lp = likelihoods[(qid, doc)]
+            rows.append((qid, doc, lp, lp > closed_logprob[qid], float(share), bool(share >= 1 / len(docs))))
+    return consens_table, pl.DataFrame(rows, schema=SIGNAL_SCHEMA, orient="row")
