@@ -50,11 +50,19 @@ from ragutil_dagster.models.tiny import (
 RESULTS = Path(__file__).parent / "results" / "generation.json"
 
 # Qwen2.5-0.5B's published architecture (config.json of Qwen/Qwen2.5-0.5B), randomly initialised.
-QWEN25_05B = dict(
-    vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-    num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
-    rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu",
-)
+QWEN25_05B = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
 
 
 def build_bench_model(root: Path, qwen_config: bool, positions: int) -> Path:
@@ -65,8 +73,12 @@ def build_bench_model(root: Path, qwen_config: bool, positions: int) -> Path:
 
     out = root / "qwen2.5-0.5b-random"
     tokenizer = train_bpe_tokenizer(512)
-    config = Qwen2Config(**QWEN25_05B, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = Qwen2Config(
+        **QWEN25_05B,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = Qwen2ForCausalLM(config)
@@ -89,8 +101,9 @@ def make_prompts(lm: CausalLM, count: int, tokens: int, seed: int) -> list[str]:
     return prompts
 
 
-def reference_sampling(lm: CausalLM, prompts: list[str], n: int, new_tokens: int,
-                       repeat_prompt: bool) -> int:
+def reference_sampling(
+    lm: CausalLM, prompts: list[str], n: int, new_tokens: int, repeat_prompt: bool
+) -> int:
     """SePer reference style: one ``generate`` per question, then transition scores.
 
     ``repeat_prompt``: the prompt repeated n times in the batch (the reference); otherwise
@@ -102,12 +115,21 @@ def reference_sampling(lm: CausalLM, prompts: list[str], n: int, new_tokens: int
         enc = lm.tokenizer(batch, return_tensors="pt").to(lm.device)
         with torch.inference_mode():
             out = lm.model.generate(
-                **enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                max_new_tokens=new_tokens, num_return_sequences=1 if repeat_prompt else n,
-                output_scores=True, return_dict_in_generate=True, pad_token_id=lm.pad_id,
+                **enc,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                num_return_sequences=1 if repeat_prompt else n,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=lm.pad_id,
             )
-            scores = lm.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-        answers = out.sequences[:, enc["input_ids"].shape[1]:]
+            scores = lm.model.compute_transition_scores(
+                out.sequences, out.scores, normalize_logits=True
+            )
+        answers = out.sequences[:, enc["input_ids"].shape[1] :]
         lm.tokenizer.batch_decode(answers, skip_special_tokens=True)
         generated += int(torch.isfinite(scores).sum())
     return generated
@@ -131,9 +153,11 @@ def speed(args: argparse.Namespace, model_dir: Path) -> dict[str, object]:
 
     runs: dict[str, Callable[[], int]] = {
         "reference (prompt repeated N times)": lambda: reference_sampling(
-            lm, prompts, args.n, args.new_tokens, repeat_prompt=True),
+            lm, prompts, args.n, args.new_tokens, repeat_prompt=True
+        ),
         "generate(num_return_sequences=N)": lambda: reference_sampling(
-            lm, prompts, args.n, args.new_tokens, repeat_prompt=False),
+            lm, prompts, args.n, args.new_tokens, repeat_prompt=False
+        ),
         "HFGenerator": run_ours,
     }
     if args.vllm:
@@ -156,12 +180,20 @@ def speed(args: argparse.Namespace, model_dir: Path) -> dict[str, object]:
             times[name].append(seconds)
     samples = args.prompts * args.n
     table = {
-        name: {"seconds": statistics.median(ts), "samples_per_s": samples / statistics.median(ts),
-               "tokens_per_sample": tokens[name] / samples, "all_seconds": ts}
+        name: {
+            "seconds": statistics.median(ts),
+            "samples_per_s": samples / statistics.median(ts),
+            "tokens_per_sample": tokens[name] / samples,
+            "all_seconds": ts,
+        }
         for name, ts in times.items()
     }
-    return {"table": table, "prompt_tokens": prompt_tokens, "device": str(lm.device),
-            "dtype": str(lm.dtype).removeprefix("torch.")}
+    return {
+        "table": table,
+        "prompt_tokens": prompt_tokens,
+        "device": str(lm.device),
+        "dtype": str(lm.dtype).removeprefix("torch."),
+    }
 
 
 def nli_pairs(args: argparse.Namespace, bench_model: Path, root: Path) -> dict[str, object]:
@@ -183,20 +215,31 @@ def nli_pairs(args: argparse.Namespace, bench_model: Path, root: Path) -> dict[s
         requests.append((q.text, templates.closed_book(q.text), q.answers))
         requests.append((q.text, templates.with_context(q.text, pairs), q.answers))
         requests += [(q.text, templates.with_context(q.text, [pair]), q.answers) for pair in pairs]
-    samples = gen.sample([r[1] for r in requests], n=args.n, max_new_tokens=args.answer_tokens,
-                         stop=["\n"], seed=0)
+    samples = gen.sample(
+        [r[1] for r in requests], n=args.n, max_new_tokens=args.answer_tokens, stop=["\n"], seed=0
+    )
     inputs = [
-        SePerInput([s.text.strip() for s in per], [s.token_logprobs for s in per], list(gold), question)
+        SePerInput(
+            [s.text.strip() for s in per], [s.token_logprobs for s in per], list(gold), question
+        )
         for (question, _, gold), per in zip(requests, samples, strict=True)
     ]
-    entail = Entailment(str(nli_dir), device=args.device, cache=root / "nli.sqlite", show_progress=False)
+    entail = Entailment(
+        str(nli_dir), device=args.device, cache=root / "nli.sqlite", show_progress=False
+    )
     seper_batch(inputs, entail)
-    naive = sum(len(i.responses) * (len(i.responses) - 1) + 2 * len(i.responses) * len(i.gold_answers)
-                for i in inputs)
+    naive = sum(
+        len(i.responses) * (len(i.responses) - 1) + 2 * len(i.responses) * len(i.gold_answers)
+        for i in inputs
+    )
     distinct_answers = statistics.mean(len(set(i.responses)) for i in inputs)
-    return {"nli_pairs": naive, "nli_pairs_dedup": entail.stats.computed,
-            "nli_requests": len(inputs), "nli_mean_distinct_answers": distinct_answers,
-            "nli_samples_from": "trained reader" if realistic else "random bench model (unrealistic)"}
+    return {
+        "nli_pairs": naive,
+        "nli_pairs_dedup": entail.stats.computed,
+        "nli_requests": len(inputs),
+        "nli_mean_distinct_answers": distinct_answers,
+        "nli_samples_from": "trained reader" if realistic else "random bench model (unrealistic)",
+    }
 
 
 def main() -> None:
@@ -208,8 +251,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-rows", type=int, default=80, help="HFGenerator max_batch_rows")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--qwen-config", action="store_true",
-                        help="random model of Qwen2.5-0.5B's configuration instead of the tiny LM")
+    parser.add_argument(
+        "--qwen-config",
+        action="store_true",
+        help="random model of Qwen2.5-0.5B's configuration instead of the tiny LM",
+    )
     parser.add_argument("--vllm", action="store_true", help="also time VLLMGenerator (GPU)")
     parser.add_argument("--reader", type=Path, help="trained reader LM for realistic NLI samples")
     parser.add_argument("--nli", type=Path, help="NLI model directory (tiny random one by default)")
@@ -231,21 +277,31 @@ def main() -> None:
     ours = table["HFGenerator"]["samples_per_s"]
     base = table["reference (prompt repeated N times)"]["samples_per_s"]
     model = "random Qwen2.5-0.5B config" if args.qwen_config else "tiny LM (tiny.build_causal_lm)"
-    print(f"{model}, {result['device']} {result['dtype']}, {args.prompts} prompts of "
-          f"~{result['prompt_tokens']:.0f} tokens, N = {args.n}, {args.new_tokens} new tokens, "
-          f"median of {args.repeats}")
-    print(f"{'method':<40}{'seconds':>10}{'samples/s':>12}{'tokens/sample':>15}{'vs reference':>14}")
+    print(
+        f"{model}, {result['device']} {result['dtype']}, {args.prompts} prompts of "
+        f"~{result['prompt_tokens']:.0f} tokens, N = {args.n}, {args.new_tokens} new tokens, "
+        f"median of {args.repeats}"
+    )
+    print(
+        f"{'method':<40}{'seconds':>10}{'samples/s':>12}{'tokens/sample':>15}{'vs reference':>14}"
+    )
     for name, row in table.items():
-        print(f"{name:<40}{row['seconds']:>10.2f}{row['samples_per_s']:>12.1f}"
-              f"{row['tokens_per_sample']:>15.1f}{row['samples_per_s'] / base:>13.2f}x")
-    print(f"NLI pairs on {nli['nli_requests']} SePer requests ({nli['nli_samples_from']}, "
-          f"{nli['nli_mean_distinct_answers']:.1f} distinct answers of {args.n}): "
-          f"naive {nli['nli_pairs']:,} -> dedup {nli['nli_pairs_dedup']:,}")
+        print(
+            f"{name:<40}{row['seconds']:>10.2f}{row['samples_per_s']:>12.1f}"
+            f"{row['tokens_per_sample']:>15.1f}{row['samples_per_s'] / base:>13.2f}x"
+        )
+    print(
+        f"NLI pairs on {nli['nli_requests']} SePer requests ({nli['nli_samples_from']}, "
+        f"{nli['nli_mean_distinct_answers']:.1f} distinct answers of {args.n}): "
+        f"naive {nli['nli_pairs']:,} -> dedup {nli['nli_pairs_dedup']:,}"
+    )
     summary = {
         "samples_per_s": ours,
         "baseline_samples_per_s": base,
         "ratio": ours / base,
-        "num_return_sequences_samples_per_s": table["generate(num_return_sequences=N)"]["samples_per_s"],
+        "num_return_sequences_samples_per_s": table["generate(num_return_sequences=N)"][
+            "samples_per_s"
+        ],
         **({"vllm_samples_per_s": table["VLLMGenerator"]["samples_per_s"]} if args.vllm else {}),
         **nli,
         "model": model,

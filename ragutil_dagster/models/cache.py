@@ -43,7 +43,11 @@ class GenerationCache:
     @staticmethod
     def key(settings: Mapping[str, object], prompt: str, params: SamplingParams) -> str:
         """sha256 hex address of a request."""
-        request = {"settings": dict(settings), "prompt": prompt, "params": dataclasses.asdict(params)}
+        request = {
+            "settings": dict(settings),
+            "prompt": prompt,
+            "params": dataclasses.asdict(params),
+        }
         return hashlib.sha256(_canonical(request)).hexdigest()
 
     def path(self, key: str) -> Path:
@@ -67,8 +71,12 @@ class GenerationCache:
     def put(self, key: str, samples: Sequence[Sample]) -> None:
         """Store samples atomically: readers see the old entry or the whole new one."""
         body = [dataclasses.asdict(s) for s in samples]
-        entry = {"format": _FORMAT, "key": key, "samples": body,
-                 "digest": hashlib.sha256(_canonical(body)).hexdigest()}
+        entry = {
+            "format": _FORMAT,
+            "key": key,
+            "samples": body,
+            "digest": hashlib.sha256(_canonical(body)).hexdigest(),
+        }
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -82,7 +90,7 @@ class GenerationCache:
 
 
 def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
-    """Samples of a well-formed entry for ``key`` with exactly ``n`` consistent samples, else None."""
+    """The samples of a well-formed entry for ``key`` holding ``n`` consistent ones, else None."""
     try:
         entry = json.loads(raw)
     except ValueError:
@@ -174,8 +182,14 @@ class CachedGenerator:
         self.stats.misses += len(todo)
         if todo:
             fresh = self.generator.sample(
-                list(todo.values()), n=n, temperature=temperature, top_p=top_p, top_k=top_k,
-                max_new_tokens=max_new_tokens, stop=tuple(stop), seed=seed,
+                list(todo.values()),
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                max_new_tokens=max_new_tokens,
+                stop=tuple(stop),
+                seed=seed,
             )
             for key, samples in zip(todo, fresh, strict=True):
                 self.cache.put(key, samples)

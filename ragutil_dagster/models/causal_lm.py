@@ -1,4 +1,4 @@
-"""A loaded causal LM (weights + tokenizer + prompt formatting), shared by generation and scoring."""
+"""A loaded causal LM (weights, tokenizer, prompt formatting) shared by generation and scoring."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import ModelRef, ModelUnavailableError, resolve_model
+from ragutil_dagster.models.identity import (
+    ModelRef,
+    ModelUnavailableError,
+    error_summary,
+    resolve_model,
+)
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["CausalLM", "encode_prompts", "format_prompt", "left_pad", "load_causal_lm"]
@@ -93,7 +98,9 @@ class CausalLM:
         text = self.format_prompt(prompt)
         shift = text.find(prompt)
         if shift < 0:
-            raise ValueError("the chat template rewrote the prompt text; character spans cannot be mapped")
+            raise ValueError(
+                "the chat template rewrote the prompt text; character spans cannot be mapped"
+            )
         enc = self.tokenizer(
             text, add_special_tokens=not self.use_chat_template, return_offsets_mapping=True
         )
@@ -130,7 +137,7 @@ def load_causal_lm(
     except (OSError, ValueError, KeyError) as err:
         raise ModelUnavailableError(
             f"model {ref.name} ({ref.path}) could not be loaded as a causal LM: "
-            f"{str(err).splitlines()[0]}"
+            f"{error_summary(err)}"
         ) from None
     if use_chat_template and not getattr(tokenizer, "chat_template", None):
         raise ValueError(
@@ -170,7 +177,7 @@ def left_pad(
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
         if seq:
-            ids[row, width - len(seq):] = torch.as_tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = 1
+            ids[row, width - len(seq) :] = torch.as_tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)

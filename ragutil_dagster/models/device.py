@@ -18,7 +18,10 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def resolve_dtype(
-    dtype: str | torch.dtype | None, device: torch.device, *, cuda_default: torch.dtype = torch.bfloat16
+    dtype: str | torch.dtype | None,
+    device: torch.device,
+    *,
+    cuda_default: torch.dtype = torch.bfloat16,
 ) -> torch.dtype:
     """The requested dtype, or ``cuda_default`` on CUDA and float32 elsewhere.
 
@@ -29,6 +32,6 @@ def resolve_dtype(
     if isinstance(dtype, torch.dtype):
         return dtype
     named = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(named, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}: use e.g. 'float32', 'bfloat16' or 'float16'")
-    return named
+    if isinstance(named, torch.dtype):
+        return named
+    raise ValueError(f"unknown dtype {dtype!r}: use e.g. 'float32', 'bfloat16' or 'float16'")

@@ -22,7 +22,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import ModelRef, ModelUnavailableError, cache_root, resolve_model
+from ragutil_dagster.models.identity import (
+    ModelRef,
+    ModelUnavailableError,
+    cache_root,
+    error_summary,
+    resolve_model,
+)
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
@@ -31,7 +37,9 @@ NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
 _PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
 
 
-def nli_label_order(id2label: Mapping[int | str, str], model_name: str = "the NLI model") -> list[int]:
+def nli_label_order(
+    id2label: Mapping[int | str, str], model_name: str = "the NLI model"
+) -> list[int]:
     """Output indices of contradiction, neutral and entailment in a model's ``id2label``.
 
     Names match case-insensitively by prefix (``CONTRADICTION``, ``contradicts``, ``Entailment``
@@ -48,7 +56,9 @@ def nli_label_order(id2label: Mapping[int | str, str], model_name: str = "the NL
             )
         order.append(hits[0])
     if len(names) != 3:
-        raise ValueError(f"{model_name} has {len(names)} labels {dict(id2label)}; expected 3 NLI labels")
+        raise ValueError(
+            f"{model_name} has {len(names)} labels {dict(id2label)}; expected 3 NLI labels"
+        )
     return order
 
 
@@ -56,10 +66,10 @@ def nli_label_order(id2label: Mapping[int | str, str], model_name: str = "the NL
 class EntailmentStats:
     """Counts accumulated over an :class:`Entailment`'s calls."""
 
-    pairs: int = 0          # pairs asked for
-    unique_pairs: int = 0   # distinct pairs among them (per call, summed)
-    cache_hits: int = 0     # distinct pairs found in the on-disk cache
-    computed: int = 0       # distinct pairs run through the model
+    pairs: int = 0  # pairs asked for
+    unique_pairs: int = 0  # distinct pairs among them (per call, summed)
+    cache_hits: int = 0  # distinct pairs found in the on-disk cache
+    computed: int = 0  # distinct pairs run through the model
 
 
 class NLICache:
@@ -92,7 +102,7 @@ class NLICache:
         found: dict[str, np.ndarray] = {}
         with closing(self._connect()) as db:
             for start in range(0, len(keys), 500):
-                chunk = list(keys[start:start + 500])
+                chunk = list(keys[start : start + 500])
                 marks = ",".join("?" * len(chunk))
                 rows = db.execute(
                     f"SELECT pair, c, n, e FROM nli WHERE model = ? AND pair IN ({marks})",
@@ -115,7 +125,8 @@ class Entailment:
     """NLI model as the ``entail`` callable of ``metrics.seper``.
 
     Args:
-        model: hub id, local directory or :class:`ModelRef` of an ``AutoModelForSequenceClassification``.
+        model: hub id, local directory or :class:`ModelRef` of a sequence-pair classifier
+            (``AutoModelForSequenceClassification``).
         device, dtype: CUDA + float16 when present, else CPU + float32.
         batch_size: pairs per forward pass (pairs are length-sorted to limit padding).
         max_length: pairs are truncated to this many tokens.
@@ -143,22 +154,26 @@ class Entailment:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device, cuda_default=torch.float16)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.ref.path, trust_remote_code=trust_remote_code)
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                self.ref.path, trust_remote_code=trust_remote_code
+            )
             self.model = AutoModelForSequenceClassification.from_pretrained(
                 self.ref.path, dtype=self.dtype, trust_remote_code=trust_remote_code
             )
         except (OSError, ValueError, KeyError) as err:
             raise ModelUnavailableError(
                 f"model {self.ref.name} ({self.ref.path}) could not be loaded as an NLI "
-                f"classifier: {str(err).splitlines()[0]}"
+                f"classifier: {error_summary(err)}"
             ) from None
         self.model.to(self.device).eval()
         self.order = nli_label_order(self.model.config.id2label, self.ref.name)
         self.batch_size = batch_size
         self.max_length = max_length
         self.show_progress = show_progress
-        self.cache = None if cache is False else NLICache(
-            cache_root() / "nli.sqlite" if cache is True else Path(cache)
+        self.cache = (
+            None
+            if cache is False
+            else NLICache(cache_root() / "nli.sqlite" if cache is True else Path(cache))
         )
         self.stats = EntailmentStats()
 
@@ -173,7 +188,7 @@ class Entailment:
         return f"{self.identity}|max_length={self.max_length}|dtype={dtype}"
 
     def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
-        """P(contradiction), P(neutral), P(entailment) per (premise, hypothesis) → float64 (n, 3)."""
+        """[P(contradiction), P(neutral), P(entailment)] per pair → float64 array (n, 3)."""
         premises = check_texts(premises, "premises")
         hypotheses = check_texts(hypotheses, "hypotheses")
         if len(premises) != len(hypotheses):
@@ -185,7 +200,9 @@ class Entailment:
         known = self.cache.get(self.cache_key, list(first)) if self.cache is not None else {}
         missing = [key for key in first if key not in known]
         if missing:
-            probs = self._predict([premises[first[k]] for k in missing], [hypotheses[first[k]] for k in missing])
+            probs = self._predict(
+                [premises[first[k]] for k in missing], [hypotheses[first[k]] for k in missing]
+            )
             fresh = dict(zip(missing, probs, strict=True))
             if self.cache is not None:
                 self.cache.put(self.cache_key, fresh.items())
@@ -204,12 +221,20 @@ class Entailment:
         order = sorted(range(len(premises)), key=lambda i: len(premises[i]) + len(hypotheses[i]))
         out = np.empty((len(premises), 3), dtype=np.float64)
         starts = range(0, len(order), self.batch_size)
-        for start in tqdm(starts, desc="entailment", unit="batch",
-                          disable=not self.show_progress or len(starts) < 2):
-            idx = order[start:start + self.batch_size]
+        for start in tqdm(
+            starts,
+            desc="entailment",
+            unit="batch",
+            disable=not self.show_progress or len(starts) < 2,
+        ):
+            idx = order[start : start + self.batch_size]
             batch = self.tokenizer(
-                [premises[i] for i in idx], [hypotheses[i] for i in idx],
-                truncation=True, max_length=self.max_length, padding=True, return_tensors="pt",
+                [premises[i] for i in idx],
+                [hypotheses[i] for i in idx],
+                truncation=True,
+                max_length=self.max_length,
+                padding=True,
+                return_tensors="pt",
             ).to(self.device)
             logits = self.model(**batch).logits.float()
             probs = torch.softmax(logits, dim=-1)[:, self.order]

@@ -262,11 +262,12 @@ class HFGenerator:
         if not prompts:
             return []
         encoded = self.lm.encode_prompts(prompts)
-        self._check_lengths(encoded, params)
+        self._check_lengths(encoded)
         results: list[list[Sample]] = [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # less padding
-        with tqdm(total=len(prompts), desc="sampling", unit="prompt",
-                  disable=not self.show_progress) as bar:
+        with tqdm(
+            total=len(prompts), desc="sampling", unit="prompt", disable=not self.show_progress
+        ) as bar:
             for group in self._groups(order, encoded, params.n):
                 samples = self._sample_group(
                     [prompts[i] for i in group], [encoded[i] for i in group], params
@@ -276,7 +277,7 @@ class HFGenerator:
                 bar.update(len(group))
         return results
 
-    def _check_lengths(self, encoded: list[list[int]], params: SamplingParams) -> None:
+    def _check_lengths(self, encoded: list[list[int]]) -> None:
         limit = getattr(self.lm.model.config, "max_position_embeddings", None)
         for i, ids in enumerate(encoded):
             if not ids:
@@ -314,8 +315,12 @@ class HFGenerator:
         ids, mask, positions = left_pad(encoded, lm.pad_id, lm.device)
         cache = DynamicCache(config=lm.model.config)
         out = lm.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         # One prefill per prompt, then n copies of its cache: rows i*n .. i*n+n-1 are prompt i.
         cache.batch_repeat_interleave(n)
@@ -345,14 +350,15 @@ class HFGenerator:
                 active = [active[k] for k in keep]
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
             out = lm.model(
-                input_ids=tokens.unsqueeze(-1), attention_mask=mask,
-                position_ids=next_pos.unsqueeze(-1), past_key_values=cache, use_cache=True,
+                input_ids=tokens.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=next_pos.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
             )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
-        return [
-            [self._finish(rows[i * n + j]) for j in range(n)] for i in range(len(prompts))
-        ]
+        return [[self._finish(rows[i * n + j]) for j in range(n)] for i in range(len(prompts))]
 
     def _uniforms(self, prompts: list[str], params: SamplingParams) -> torch.Tensor:
         """Per-sample uniform draws, one per decoding step, from each sample's own seed."""

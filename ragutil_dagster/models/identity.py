@@ -25,13 +25,28 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelRef", "ModelUnavailableError", "cache_root", "fingerprint_directory", "resolve_model"]
+__all__ = [
+    "ModelRef",
+    "ModelUnavailableError",
+    "cache_root",
+    "error_summary",
+    "fingerprint_directory",
+    "resolve_model",
+]
 
 _COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
 # Weights in formats this project never loads; skipping them keeps hub downloads lean.
 _IGNORED_HUB_FILES = [
-    "*.onnx", "onnx/*", "openvino/*", "*.msgpack", "*.h5", "*.ot", "tf_model*", "flax_model*",
-    "rust_model*", "coreml/*",
+    "*.onnx",
+    "onnx/*",
+    "openvino/*",
+    "*.msgpack",
+    "*.h5",
+    "*.ot",
+    "tf_model*",
+    "flax_model*",
+    "rust_model*",
+    "coreml/*",
 ]
 _CHUNK = 8 << 20
 _memo: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
@@ -74,7 +89,8 @@ def resolve_model(name: str, revision: str | None = None) -> ModelRef:
     if local.is_dir():
         if revision is not None:
             raise ValueError(
-                f"model {name!r} is a local directory; a revision ({revision!r}) only applies to hub ids"
+                f"model {name!r} is a local directory; a revision ({revision!r}) only applies "
+                "to hub ids"
             )
         local = local.resolve()
         return ModelRef(name=name, revision=None, path=local, identity=fingerprint_directory(local))
@@ -118,7 +134,7 @@ def _resolve_hub(name: str, revision: str | None) -> ModelRef:
     path = Path(folder)
     commit = path.name
     if not _COMMIT_HASH.match(commit):
-        # Not the standard snapshots/<commit> layout (e.g. a local_dir mirror): fall back to content.
+        # Not the snapshots/<commit> layout (e.g. a local_dir mirror): identify it by content.
         commit = fingerprint_directory(path)
     return ModelRef(name=name, revision=revision, path=path, identity=commit)
 
@@ -129,7 +145,7 @@ def _unavailable_message(name: str, revision: str | None, offline: bool, err: Ex
     why = (
         "the hub is disabled (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
         if offline
-        else f"it could not be fetched from the hub ({type(err).__name__}: {str(err).splitlines()[0]})"
+        else f"it could not be fetched from the hub ({type(err).__name__}: {error_summary(err)})"
     )
     rev = f" --revision {revision}" if revision else ""
     return (
@@ -138,6 +154,12 @@ def _unavailable_message(name: str, revision: str | None, offline: bool, err: Ex
         "copy that machine's Hugging Face cache (~/.cache/huggingface/hub, or $HF_HOME) here, or "
         "point the configuration to a local directory holding the model's files."
     )
+
+
+def error_summary(err: BaseException) -> str:
+    """The first line of an exception's message, for one-line user-facing errors."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no details"
 
 
 def fingerprint_directory(directory: Path) -> str:
@@ -165,7 +187,7 @@ def fingerprint_directory(directory: Path) -> str:
 
 
 def _list_files(directory: Path) -> list[tuple[str, os.stat_result]]:
-    """Regular files under ``directory`` (following symlinks, as HF snapshots are links to blobs)."""
+    """Regular files under ``directory``, following symlinks (HF snapshots link to blobs)."""
     found: list[tuple[str, os.stat_result]] = []
     for root, dirs, names in os.walk(directory, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 import torch
@@ -93,7 +94,9 @@ class TokenScorer:
     def identity(self) -> str:
         return self.lm.identity
 
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredContinuation]:
+    def score(
+        self, prompts: Sequence[str], continuations: Sequence[str]
+    ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
         prompts = check_texts(prompts, "prompts")
         continuations = check_texts(continuations, "continuations")
@@ -119,17 +122,24 @@ class TokenScorer:
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
-        """Teacher-forced log-probs (float32 arrays) of token-id continuations after token-id prompts."""
+        """Teacher-forced log-probs (float32 arrays) of token-id continuations after token-id
+        prompts."""
         _same_length(prompt_ids, continuation_ids, "continuation_ids")
         results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(prompt_ids)
         todo = [i for i in range(len(prompt_ids)) if len(continuation_ids[i])]
         for i in todo:
             if not prompt_ids[i]:
-                raise ValueError(f"prompt {i} has no tokens: the first continuation token needs context")
+                raise ValueError(
+                    f"prompt {i} has no tokens: the first continuation token needs context"
+                )
         todo.sort(key=lambda i: len(prompt_ids[i]) + len(continuation_ids[i]))
-        batches = [todo[k:k + self.batch_size] for k in range(0, len(todo), self.batch_size)]
-        for batch in tqdm(batches, desc="scoring", unit="batch",
-                          disable=not self.show_progress or len(batches) < 2):
+        batches = [todo[k : k + self.batch_size] for k in range(0, len(todo), self.batch_size)]
+        for batch in tqdm(
+            batches,
+            desc="scoring",
+            unit="batch",
+            disable=not self.show_progress or len(batches) < 2,
+        ):
             seqs = [list(prompt_ids[i]) + list(continuation_ids[i]) for i in batch]
             ids, mask, positions = left_pad(seqs, self.lm.pad_id, self.lm.device)
             # Left padding puts every continuation at the end: only the last K positions matter.
@@ -140,7 +150,7 @@ class TokenScorer:
             logprobs = torch.log_softmax(logits[:, :-1], dim=-1)  # position t predicts t+1
             for row, i in enumerate(batch):
                 cont = torch.as_tensor(list(continuation_ids[i]), device=logprobs.device)
-                span = logprobs[row, logprobs.shape[1] - len(cont):]
+                span = logprobs[row, logprobs.shape[1] - len(cont) :]
                 results[i] = span.gather(-1, cont.unsqueeze(-1)).squeeze(-1).cpu().numpy()
         return results
 
@@ -164,13 +174,23 @@ class TokenScorer:
         _same_length(prompts, passage_spans, "passage_spans")
         out: list[np.ndarray] = []
         with self._eager_attention(), _LastLayerAttention(self.lm.model) as probe:
-            for i in tqdm(range(len(prompts)), desc="attention", unit="pair",
-                          disable=not self.show_progress or len(prompts) < 2):
-                out.append(self._one_attention(probe, i, prompts[i], continuations[i], passage_spans[i]))
+            for i in tqdm(
+                range(len(prompts)),
+                desc="attention",
+                unit="pair",
+                disable=not self.show_progress or len(prompts) < 2,
+            ):
+                out.append(
+                    self._one_attention(probe, i, prompts[i], continuations[i], passage_spans[i])
+                )
         return out
 
     def _one_attention(
-        self, probe: _LastLayerAttention, index: int, prompt: str, continuation: str,
+        self,
+        probe: _LastLayerAttention,
+        index: int,
+        prompt: str,
+        continuation: str,
         spans: Sequence[tuple[int, int]],
     ) -> np.ndarray:
         prompt_ids, offsets = self.lm.encode_prompt_with_offsets(prompt)
@@ -190,7 +210,9 @@ class TokenScorer:
         queries = torch.arange(len(prompt_ids) - 1, len(prompt_ids) + len(cont_ids) - 1)
         rows = weights[0][:, queries.to(weights.device), :].float()  # heads × T × seq
         masses = [
-            rows[:, :, torch.as_tensor(toks, device=rows.device)].sum(-1).mean().item() if toks else 0.0
+            rows[:, :, torch.as_tensor(toks, device=rows.device)].sum(-1).mean().item()
+            if toks
+            else 0.0
             for toks in token_sets
         ]
         return np.asarray(masses, dtype=np.float64)
@@ -230,7 +252,7 @@ class _LastLayerAttention:
     def _hook(self, _module: torch.nn.Module, _args: object, output: object) -> None:
         self.weights = output[self.index] if isinstance(output, tuple) else None
 
-    def __enter__(self) -> _LastLayerAttention:
+    def __enter__(self) -> Self:
         self._handle = self.module.register_forward_hook(self._hook)
         return self
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
@@ -38,7 +46,8 @@ __all__ = [
     "train_bpe_tokenizer",
 ]
 
-# Deliberately not the MNLI order (contradiction, neutral, entailment): consumers must read id2label.
+# Deliberately not the MNLI order (contradiction, neutral, entailment): consumers must read
+# id2label.
 TINY_NLI_LABELS: dict[int, str] = {0: "entailment", 1: "contradiction", 2: "neutral"}
 
 CHAT_TEMPLATE = (

@@ -126,7 +126,9 @@ class VLLMGenerator:
         prompts = check_texts(prompts, "prompts")
         if not prompts:
             return []
-        encoded = encode_prompts(self.tokenizer, prompts, self.use_chat_template, self.system_prompt)
+        encoded = encode_prompts(
+            self.tokenizer, prompts, self.use_chat_template, self.system_prompt
+        )
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in encoded]
         per_prompt = [
             VSamplingParams(
@@ -142,7 +144,9 @@ class VLLMGenerator:
             )
             for prompt in prompts
         ]
-        outputs = self.llm.generate(requests, sampling_params=per_prompt, use_tqdm=self.show_progress)
+        outputs = self.llm.generate(
+            requests, sampling_params=per_prompt, use_tqdm=self.show_progress
+        )
         return [self._samples(out, len(ids)) for out, ids in zip(outputs, encoded, strict=True)]
 
     @staticmethod
@@ -153,7 +157,8 @@ class VLLMGenerator:
             if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
                 raise RuntimeError("vLLM returned no log-probability for some sampled tokens")
             logprobs = tuple(
-                float(step[tok].logprob) for tok, step in zip(token_ids, completion.logprobs, strict=True)
+                float(step[tok].logprob)
+                for tok, step in zip(token_ids, completion.logprobs, strict=True)
             )
             if completion.finish_reason not in ("stop", "length"):
                 raise RuntimeError(f"vLLM request ended with {completion.finish_reason!r}")

@@ -17,7 +17,11 @@ def minilm() -> Embedder:
 
 
 def test_minilm_embeddings_are_normalised_and_semantic(minilm: Embedder) -> None:
-    texts = ["A cat is sitting on the mat.", "A kitten rests on a rug.", "Stock prices fell sharply."]
+    texts = [
+        "A cat is sitting on the mat.",
+        "A kitten rests on a rug.",
+        "Stock prices fell sharply.",
+    ]
     vectors = minilm.encode(texts)
     assert vectors.shape == (3, minilm.dim) == (3, 384) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

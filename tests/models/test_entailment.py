@@ -19,8 +19,13 @@ HYPOTHESES = ["an animal sat", "paris is in germany", "an animal sat", "water is
 
 @pytest.fixture()
 def nli(tiny_models, tmp_path: Path) -> Entailment:
-    return Entailment(str(tiny_models.nli), device="cpu", batch_size=2,
-                      cache=tmp_path / "nli.sqlite", show_progress=False)
+    return Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        batch_size=2,
+        cache=tmp_path / "nli.sqlite",
+        show_progress=False,
+    )
 
 
 def test_probabilities_match_model_forward_after_reordering(nli: Entailment, tiny_models) -> None:
@@ -31,13 +36,17 @@ def test_probabilities_match_model_forward_after_reordering(nli: Entailment, tin
         logits = model(**tok(PREMISES, HYPOTHESES, padding=True, return_tensors="pt")).logits
     probs = torch.softmax(logits, -1).numpy()
     by_name = {name: probs[:, i] for i, name in TINY_NLI_LABELS.items()}
-    expected = np.stack([by_name["contradiction"], by_name["neutral"], by_name["entailment"]], axis=1)
+    expected = np.stack(
+        [by_name["contradiction"], by_name["neutral"], by_name["entailment"]], axis=1
+    )
     assert got.shape == (4, 3)
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert not np.allclose(got, probs, atol=1e-3)  # the reordering really moved columns
 
 
-def test_duplicates_computed_once_and_cache_reused(nli: Entailment, tiny_models, monkeypatch) -> None:
+def test_duplicates_computed_once_and_cache_reused(
+    nli: Entailment, tiny_models, monkeypatch
+) -> None:
     seen: list[int] = []
     original = nli._predict
 
@@ -50,7 +59,9 @@ def test_duplicates_computed_once_and_cache_reused(nli: Entailment, tiny_models,
     assert seen == [3]  # 4 pairs, one duplicated
     np.testing.assert_array_equal(first[0], first[2])
     # A new instance (say, another process) on the same cache file runs no pair through the model.
-    again = Entailment(str(tiny_models.nli), device="cpu", cache=nli.cache.path, show_progress=False)
+    again = Entailment(
+        str(tiny_models.nli), device="cpu", cache=nli.cache.path, show_progress=False
+    )
     monkeypatch.setattr(again, "_predict", lambda *_: pytest.fail("cached pairs were recomputed"))
     np.testing.assert_array_equal(again(PREMISES[::-1], HYPOTHESES[::-1]), first[::-1])
     assert (again.stats.pairs, again.stats.unique_pairs, again.stats.cache_hits) == (4, 3, 3)

@@ -10,7 +10,11 @@ import pytest
 from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 from ragutil_dagster.models.generation import HFGenerator, SamplingParams
 
-PROMPTS = ["Question: who wrote Hamlet? Answer:", "The Nile is", "Question: who wrote Hamlet? Answer:"]
+PROMPTS = [
+    "Question: who wrote Hamlet? Answer:",
+    "The Nile is",
+    "Question: who wrote Hamlet? Answer:",
+]
 
 
 class CountingGenerator:
@@ -48,15 +52,25 @@ def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerat
     assert cached.generator.calls == [PROMPTS[:2]]  # the repeated prompt went once
     assert first[0] == first[2]
     direct = hf.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
-    assert [[s.token_ids for s in per] for per in first] == [[s.token_ids for s in per] for per in direct]
+    assert [[s.token_ids for s in per] for per in first] == [
+        [s.token_ids for s in per] for per in direct
+    ]
     again = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
     assert again == first and len(cached.generator.calls) == 1
     assert (cached.stats.hits, cached.stats.misses) == (2, 2)
 
 
 @pytest.mark.parametrize(
-    "change", [{"seed": 2}, {"n": 4}, {"temperature": 0.5}, {"top_p": 0.9}, {"top_k": 3},
-               {"max_new_tokens": 7}, {"stop": ["\n"]}],
+    "change",
+    [
+        {"seed": 2},
+        {"n": 4},
+        {"temperature": 0.5},
+        {"top_p": 0.9},
+        {"top_k": 3},
+        {"max_new_tokens": 7},
+        {"stop": ["\n"]},
+    ],
 )
 def test_any_parameter_change_is_a_new_request(cached: CachedGenerator, change: dict) -> None:
     base = {"n": 3, "max_new_tokens": 6, "seed": 1}

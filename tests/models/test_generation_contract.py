@@ -105,10 +105,12 @@ def test_stop_strings_are_honoured(backend) -> None:
     text = free.text
     # A stop string taken from the middle of the unconstrained sample: the run with it must
     # follow the same draws and cut the text right before its first occurrence.
-    stop = text[len(text) // 2: len(text) // 2 + 2]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
     assert stop, f"sample too short to take a stop string from: {text!r}"
     cut = text.find(stop)
-    stopped = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11, stop=[stop, "§never§"])[0][0]
+    stopped = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11, stop=[stop, "§never§"])[0][
+        0
+    ]
     assert stopped.finish_reason == "stop"
     assert stopped.text == text[:cut]
     assert stop not in stopped.text

@@ -69,7 +69,9 @@ def test_missing_local_dir_names_it(tmp_path: Path) -> None:
         resolve_model(str(missing))
 
 
-def test_offline_unknown_hub_id_fails_fast_with_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_unknown_hub_id_fails_fast_with_instructions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
     with pytest.raises(ModelUnavailableError) as err:

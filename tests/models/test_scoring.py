@@ -12,8 +12,10 @@ from ragutil_dagster.models.scoring import TokenScorer
 DOC1 = "Doc 1 (Title: Nile) The Nile is a river in Africa."
 DOC2 = "Doc 2 (Title: Paris) Paris is the capital of France."
 PROMPT = f"Answer the question.\n{DOC1}\n{DOC2}\nQuestion: what is the capital of France?\nAnswer:"
-SPANS = [(PROMPT.index(DOC1), PROMPT.index(DOC1) + len(DOC1)),
-         (PROMPT.index(DOC2), PROMPT.index(DOC2) + len(DOC2))]
+SPANS = [
+    (PROMPT.index(DOC1), PROMPT.index(DOC1) + len(DOC1)),
+    (PROMPT.index(DOC2), PROMPT.index(DOC2) + len(DOC2)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,9 @@ def scorer(tiny_models) -> TokenScorer:
 @pytest.fixture(scope="module")
 def eager_model(tiny_models):
     """An independent copy of the model with eager attention, as the reference."""
-    return AutoModelForCausalLM.from_pretrained(tiny_models.causal_lm, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(
+        tiny_models.causal_lm, attn_implementation="eager"
+    ).eval()
 
 
 def test_score_matches_a_plain_forward_pass(scorer: TokenScorer, eager_model) -> None:
@@ -37,7 +41,9 @@ def test_score_matches_a_plain_forward_pass(scorer: TokenScorer, eager_model) ->
         c = tok(answer, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             logits = eager_model(input_ids=torch.as_tensor([p + c])).logits[0].float()
-        expected = torch.log_softmax(logits, -1)[len(p) - 1: -1].gather(-1, torch.as_tensor(c)[:, None])[:, 0]
+        expected = torch.log_softmax(logits, -1)[len(p) - 1 : -1].gather(
+            -1, torch.as_tensor(c)[:, None]
+        )[:, 0]
         assert got.token_ids == tuple(c) and got.prompt_tokens == len(p)
         np.testing.assert_allclose(got.token_logprobs, expected.numpy(), atol=1e-5, rtol=0)
         assert got.logprob == pytest.approx(float(expected.sum()), abs=1e-4)
@@ -58,11 +64,13 @@ def test_passage_attention_matches_last_layer_attentions(scorer: TokenScorer, ea
     ids, offsets = scorer.lm.encode_prompt_with_offsets(PROMPT)
     cont = scorer.lm.tokenizer(answer, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
-        att = eager_model(input_ids=torch.as_tensor([ids + cont]), output_attentions=True).attentions[-1][0]
+        att = eager_model(
+            input_ids=torch.as_tensor([ids + cont]), output_attentions=True
+        ).attentions[-1][0]
     expected = []
     for start, end in SPANS:
         toks = [t for t, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
-        rows = att[:, len(ids) - 1: len(ids) + len(cont) - 1][:, :, toks]  # heads × T × span
+        rows = att[:, len(ids) - 1 : len(ids) + len(cont) - 1][:, :, toks]  # heads × T × span
         expected.append(float(rows.sum(-1).mean()))
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert 0 < got.sum() <= 1 + 1e-6
