@@ -63,7 +63,8 @@ class FaissIndexSpec:
     ef_search: int = 128
     pq_m: int = 64
     train_size: int | None = None
-    """Vectors sampled to train IVF centroids / PQ codebooks (default: min(n, 64 × nlist))."""
+    """Vectors sampled to train IVF centroids / PQ codebooks (default: min(n, max(64 × nlist, 10,000)),
+    FAISS's rule of thumb of 30–256 points per centroid for both)."""
 
     def factory_string(self) -> str:
         """The ``faiss.index_factory`` description of this index."""
@@ -144,10 +145,14 @@ def build_faiss_index(embeddings: np.ndarray, spec: FaissIndexSpec, block_size: 
     index = faiss.index_factory(dim, spec.factory_string(), spec.faiss_metric())
     if spec.kind == "hnsw":
         index.hnsw.efConstruction = spec.ef_construction
+    if spec.kind == "ivfpq":
+        # Polysemous codes only serve Hamming-distance filtering, which we never use; training them
+        # costs several times the PQ codebooks themselves.
+        index.do_polysemous_training = False
     if not index.is_trained:
         if count < spec.nlist:
             raise ValueError(f"{spec.kind} with nlist={spec.nlist} needs at least that many vectors, got {count}")
-        sample_size = min(count, spec.train_size or 64 * spec.nlist)
+        sample_size = min(count, spec.train_size or max(64 * spec.nlist, 10_000))
         sample = np.sort(np.random.default_rng(seed).choice(count, size=sample_size, replace=False))
         index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
     blocks = range(0, count, block_size)

@@ -12,11 +12,16 @@ import random
 import zlib
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 import polars as pl
 import pytest
 
 from ragutil_dagster.retrieval.corpus import CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
+
+# FAISS's OpenMP threads spin-wait; on this shared 2-core machine two of them training k-means
+# run several times slower than one. Single-threaded FAISS keeps these tests fast everywhere.
+faiss.omp_set_num_threads(1)
 
 _SYLLABLES = ["bar", "ven", "tol", "mir", "kas", "dun", "rel", "osk", "gal", "thi", "por", "lum", "zed", "ash", "quin", "ober"]
 _FIRST = ["Mira", "Tomas", "Elin", "Grigor", "Ada", "Ivo", "Sunniva", "Piet", "Laila", "Oren", "Katya", "Bruno"]

@@ -1,0 +1,148 @@
+"""Dense retrieval: MiniLM + FAISS on the written corpus, index options, save/load, mismatches."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ragutil_dagster.retrieval.corpus import corpus_fingerprint
+from ragutil_dagster.retrieval.dense import (
+    DenseConfig,
+    DenseRetriever,
+    FaissIndexSpec,
+    embed_corpus,
+    gpu_available,
+)
+from ragutil_dagster.retrieval.errors import IndexMismatchError
+from ragutil_dagster.retrieval.runs import evaluate_run
+
+from .conftest import HashEncoder
+
+
+@pytest.fixture(scope="module")
+def dense(world, minilm) -> DenseRetriever:  # noqa: ANN001
+    return DenseRetriever.build(world.corpus, minilm)
+
+
+@pytest.fixture(scope="module")
+def dense_run(dense: DenseRetriever, world) -> pl.DataFrame:  # noqa: ANN001
+    return dense.search(world.queries, k=10)
+
+
+def test_minilm_finds_the_source_passage_first(dense_run: pl.DataFrame, world) -> None:  # noqa: ANN001
+    _, mean = evaluate_run(dense_run, world.qrels, ["success_1", "recall_10"])
+    assert mean["success_1"][0] >= 0.9
+    assert mean["recall_10"][0] >= 0.95
+    # Normalised embeddings under inner product: scores are cosines, best first.
+    assert dense_run["score"].max() <= 1.0 + 1e-5
+    first = dense_run.filter(pl.col("query_id") == "q000")["score"].to_numpy()
+    assert np.all(np.diff(first) <= 0)
+
+
+def test_dense_save_load_identical_and_manifest(
+    dense: DenseRetriever, dense_run: pl.DataFrame, world, minilm, tmp_path: Path  # noqa: ANN001
+) -> None:
+    dense.save(tmp_path / "dense")
+    manifest = json.loads((tmp_path / "dense" / "manifest.json").read_text())
+    assert (manifest["dim"], manifest["metric"], manifest["size"]) == (384, "ip", world.corpus.height)
+    assert manifest["encoder_identity"] == minilm.identity
+    assert manifest["corpus_fingerprint"] == corpus_fingerprint(world.corpus)
+    assert manifest["config"]["index"]["kind"] == "flat"
+    loaded = DenseRetriever.load(tmp_path / "dense", minilm, corpus=world.corpus)
+    assert isinstance(loaded.embeddings, np.memmap)
+    assert loaded.search(world.queries, k=10).equals(dense_run)
+
+
+def test_dense_load_with_other_model_or_corpus_fails(dense: DenseRetriever, world, tmp_path: Path) -> None:  # noqa: ANN001
+    dense.save(tmp_path / "dense")
+    with pytest.raises(IndexMismatchError, match="index built with encoder .* given encoder other-model"):
+        DenseRetriever.load(tmp_path / "dense", HashEncoder(dim=384, identity="other-model"))
+    with pytest.raises(IndexMismatchError, match="different ids or texts"):
+        DenseRetriever.load(tmp_path / "dense", None, corpus=world.corpus.reverse())
+    vectors_only = DenseRetriever.load(tmp_path / "dense", None)
+    with pytest.raises(ValueError, match="loaded without an encoder"):
+        vectors_only.search(world.queries)
+    first = vectors_only.search_vectors(["x"], np.asarray(dense.embeddings[:1]), k=1)
+    assert first["doc_id"].to_list() == [world.corpus["id"][0]]
+
+
+@pytest.fixture(scope="module")
+def random_index() -> tuple[DenseRetriever, np.ndarray]:
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((3000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    queries = vectors[:50] + 0.3 * rng.standard_normal((50, 32)).astype(np.float32)
+    ids = [f"p{i}" for i in range(len(vectors))]
+    flat = DenseRetriever.from_embeddings(ids, vectors, "random", "sha256:none", DenseConfig(device="cpu"))
+    return flat, queries
+
+
+def _overlap(run: pl.DataFrame, reference: pl.DataFrame) -> float:
+    pairs = set(zip(run["query_id"], run["doc_id"]))
+    return len(pairs & set(zip(reference["query_id"], reference["doc_id"]))) / reference.height
+
+
+@pytest.mark.parametrize(
+    ("spec", "minimum_overlap"),
+    [
+        (FaissIndexSpec(kind="ivf", nlist=16, nprobe=16), 1.0),  # every list probed: exact
+        (FaissIndexSpec(kind="ivf", nlist=16, nprobe=4), 0.6),
+        (FaissIndexSpec(kind="hnsw", hnsw_m=16, ef_search=64), 0.9),
+        (FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8), 0.3),
+    ],
+)
+def test_approximate_indexes_against_flat(
+    random_index: tuple[DenseRetriever, np.ndarray], spec: FaissIndexSpec, minimum_overlap: float
+) -> None:
+    flat, queries = random_index
+    query_ids = [f"q{i}" for i in range(len(queries))]
+    exact = flat.search_vectors(query_ids, queries, k=10)
+    approximate = flat.with_index(spec)
+    assert approximate.index.ntotal == len(flat)
+    assert approximate.embeddings is flat.embeddings  # re-indexed, not re-embedded
+    assert _overlap(approximate.search_vectors(query_ids, queries, k=10), exact) >= minimum_overlap
+
+
+def test_ivf_index_round_trips_its_parameters(random_index, tmp_path: Path) -> None:  # noqa: ANN001
+    flat, queries = random_index
+    ivf = flat.with_index(FaissIndexSpec(kind="ivf", nlist=16, nprobe=3))
+    ivf.save(tmp_path / "ivf")
+    loaded = DenseRetriever.load(tmp_path / "ivf", None, device="cpu")
+    assert loaded.config.index == ivf.config.index
+    query_ids = [f"q{i}" for i in range(len(queries))]
+    assert loaded.search_vectors(query_ids, queries, 10).equals(ivf.search_vectors(query_ids, queries, 10))
+
+
+def test_index_option_errors(random_index, world, hash_encoder) -> None:  # noqa: ANN001
+    flat, _ = random_index
+    with pytest.raises(ValueError, match="pq_m to divide the dimension"):
+        flat.with_index(FaissIndexSpec(kind="ivfpq", nlist=16, pq_m=7))
+    with pytest.raises(ValueError, match="needs at least that many vectors"):
+        DenseRetriever.build(world.corpus.head(20), hash_encoder, DenseConfig(index=FaissIndexSpec(kind="ivf", nlist=64)))
+    if not gpu_available():
+        with pytest.raises(RuntimeError, match="device='cuda'"):
+            DenseRetriever.build(world.corpus.head(20), hash_encoder, DenseConfig(device="cuda"))
+
+
+def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path: Path) -> None:  # noqa: ANN001
+    config = DenseConfig(block_size=64, passage_prefix="passage: ")
+    mapped = embed_corpus(world.corpus, hash_encoder, config, tmp_path / "emb.npy")
+    assert isinstance(mapped, np.memmap) and mapped.shape == (world.corpus.height, hash_encoder.dim)
+    in_memory = embed_corpus(world.corpus, hash_encoder, config)
+    np.testing.assert_array_equal(np.asarray(mapped), in_memory)
+    expected = hash_encoder.encode([f"passage: {world.corpus['title'][0]}\n{world.corpus['text'][0]}"])
+    np.testing.assert_array_equal(in_memory[:1], expected)
+
+
+@pytest.mark.gpu
+def test_gpu_search_matches_cpu(random_index) -> None:  # noqa: ANN001
+    if not gpu_available():
+        pytest.skip("needs faiss with GPU support and a CUDA device")
+    flat, queries = random_index
+    gpu = DenseRetriever(flat.ids, flat.embeddings, flat.index, None, "random", DenseConfig(device="cuda"), "")
+    query_ids = [f"q{i}" for i in range(len(queries))]
+    assert _overlap(gpu.search_vectors(query_ids, queries, 10), flat.search_vectors(query_ids, queries, 10)) >= 0.99
