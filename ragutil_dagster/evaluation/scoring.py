@@ -48,6 +48,17 @@ def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tupl
     return keys, items
 
 
+def top_answers(generations: pl.DataFrame, condition: str) -> dict[str, str]:
+    """Per query, the most likely sample of ``condition`` (highest mean token log-probability —
+    the largest SePer weight; the first such sample on ties)."""
+    ranked = (
+        generations.filter(pl.col("condition") == condition)
+        .with_columns(pl.col("token_logprobs").list.mean().alias("_mean_logprob"))
+        .sort(["query_id", "_mean_logprob", "sample_index"], descending=[False, True, False])
+    )
+    return dict(ranked.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows())
+
+
 def compute_nli(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> pl.DataFrame:
     """Every distinct NLI pair SePer needs for these generations, with its probabilities."""
     _, items = _groups(generations, queries)

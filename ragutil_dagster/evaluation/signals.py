@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from ragutil_dagster.metrics.consens import consens, content_token_mask
+from ragutil_dagster.evaluation.scoring import top_answers
 from ragutil_dagster.models.scoring import TokenScorer
 
 CONSENS_SCHEMA = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
@@ -36,22 +37,18 @@ def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
 
 def utility_signals(
     prompts: pl.DataFrame,
-    groups: pl.DataFrame,
+    generations: pl.DataFrame,
     queries: pl.DataFrame,
     corpus: pl.DataFrame,
     scorer: TokenScorer,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """ConSens per query and likelihood / attention utility per retrieved passage.
 
-    ``prompts`` holds the closed_book, rag and per_doc prompts; ``groups`` the group scores
-    whose ``rag`` answers are the pseudo-answers. Queries whose pseudo-answer is empty get no
+    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the most
+    likely ``rag`` samples of ``generations``. Queries whose pseudo-answer is empty get no
     signals (nothing to score).
     """
-    answers = {
-        qid: answer
-        for qid, answer in groups.filter(pl.col("condition") == "rag").select("query_id", "answer").iter_rows()
-        if answer.strip()
-    }
+    answers = {qid: text for qid, text in top_answers(generations, "rag").items() if text.strip()}
     questions = dict(queries.select("query_id", "question").iter_rows())
     texts = dict(corpus.select("id", "text").iter_rows())
     by_condition = {

@@ -1,0 +1,28 @@
+"""One module per node of the lineage graph (DESIGN.md); :func:`build_assets` wires them for a config."""
+
+
+import dagster as dg
+
+from ragutil_dagster.assets import (
+    closed_book_generations,
+    corpus,
+    entailment_clusters,
+    generations,
+    index,
+    metric_scores,
+    queries,
+    reports,
+    retrieval_run,
+)
+from ragutil_dagster.assets.partitions import Partitions, build_partitions
+from ragutil_dagster.config import ExperimentConfig
+
+NODES = (
+    queries, corpus, index, retrieval_run, closed_book_generations, generations,
+    entailment_clusters, metric_scores, reports,
+)
+
+
+def build_assets(experiment: ExperimentConfig) -> tuple[Partitions, list[dg.AssetsDefinition]]:
+    parts = build_partitions(experiment)
+    return parts, [node.build(parts) for node in NODES]

@@ -1,0 +1,35 @@
+"""``closed_book_generations[dataset × generator]``: N samples per question without context.
+
+Sampled once per dataset and generator, never per retriever setting: every setting's ΔSePer
+subtracts the same closed-book SePer.
+"""
+
+
+import dagster as dg
+
+from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.generations import sample_and_store
+from ragutil_dagster.assets.partitions import Partitions, dimension
+from ragutil_dagster.evaluation.conditions import closed_book_prompts
+from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.storage import ArtifactStore
+
+
+def build(parts: Partitions) -> dg.AssetsDefinition:
+    experiment = parts.experiment
+
+    @dg.asset(
+        name="closed_book_generations", partitions_def=parts.dataset_generator, group_name=GROUP,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        deps=[dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset"))],
+        check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="closed_book_generations")],
+        description="N sampled answers per question without retrieval, with token log-probs.",
+    )
+    def closed_book_generations(
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
+    ) -> dg.MaterializeResult:
+        queries = store.read_table("queries", dimension(context, "dataset"))
+        prompts = closed_book_prompts(queries, experiment.prompts)
+        return sample_and_store(context, store, models, experiment, prompts, "closed_book_generations")
+
+    return closed_book_generations

@@ -1,0 +1,74 @@
+"""``entailment_clusters[setting × generator]``: NLI over every distinct pair SePer needs — closed
+book and context samples, both directions, against the gold answers — and the semantic cluster
+of every sample. The NLI model runs here only; ``metric_scores`` reads the stored probabilities."""
+
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.partitions import Partitions, dimension
+from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
+from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.storage import ArtifactStore
+
+
+def closed_book_partition(context: dg.AssetExecutionContext, setting: Setting) -> str:
+    return str(dg.MultiPartitionKey({"dataset": setting.dataset, "generator": dimension(context, "generator")}))
+
+
+def all_generations(store: ArtifactStore, context: dg.AssetExecutionContext, setting: Setting) -> pl.DataFrame:
+    """Closed-book and context samples of this setting × generator, as one table. Both must come
+    from the same model: after a model change, scoring waits for both to be re-sampled."""
+    closed = store.read_table("closed_book_generations", closed_book_partition(context, setting))
+    with_context = store.read_table("generations", context.partition_key)
+    identities = {"closed_book_generations": set(closed["model_identity"]), "generations": set(with_context["model_identity"])}
+    if len(identities["closed_book_generations"] | identities["generations"]) != 1:
+        raise RuntimeError(
+            f"{context.partition_key}: closed-book and context samples come from different model versions "
+            f"({identities}); materialise closed_book_generations and generations for this generator first"
+        )
+    return pl.concat([closed, with_context])
+
+
+def build(parts: Partitions) -> dg.AssetsDefinition:
+    experiment = parts.experiment
+
+    @dg.asset(
+        name="entailment_clusters", partitions_def=parts.setting_generator, group_name=GROUP,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        deps=[
+            "generations",
+            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
+        ],
+        description="NLI probabilities of every distinct (premise, hypothesis) pair and the "
+        "semantic cluster (bidirectional entailment) of every sample.",
+    )
+    def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+        setting = Setting.parse(dimension(context, "setting"))
+        queries = store.read_table("queries", setting.dataset)
+        samples = all_generations(store, context, setting)
+        nli_model = models.entailment(experiment.nli)
+        start = time.perf_counter()
+        nli = compute_nli(samples, queries, nli_model)
+        clusters = cluster_table(samples, queries, nli)
+        seconds = time.perf_counter() - start
+        store.write_table("entailment_clusters", context.partition_key, nli, "nli")
+        path = store.write_table("entailment_clusters", context.partition_key, clusters)
+        per_group = clusters.group_by("query_id", "condition", "doc_id").agg(pl.col("cluster_id").max() + 1)
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": dg.MetadataValue.int(clusters.height),
+            "path": dg.MetadataValue.path(str(path)),
+            "nli_pairs": dg.MetadataValue.int(nli.height),
+            "nli_pairs_without_dedup": dg.MetadataValue.int(
+                int(sum(n * (n - 1) + 2 * n for n in clusters.group_by("query_id", "condition", "doc_id").len()["len"]))
+            ),
+            "nli_seconds": dg.MetadataValue.float(seconds),
+            "mean_clusters_per_prompt": dg.MetadataValue.float(float(per_group["cluster_id"].mean())),
+            "nli_identity": dg.MetadataValue.text(nli_model.identity),
+        })
+
+    return entailment_clusters

@@ -1,0 +1,100 @@
+"""``generations[setting × generator]``: N samples per prompt of the context conditions — the
+top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
+(``per_doc``) and the positives alone (``oracle``) — plus the generator's teacher-forced
+signals: ConSens and likelihood- / attention-based passage utility."""
+
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, markdown_table, table_metadata
+from ragutil_dagster.assets.partitions import Partitions, dimension
+from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.sampling import sample_prompts
+from ragutil_dagster.evaluation.signals import utility_signals
+from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.storage import ArtifactStore
+
+
+def sample_and_store(
+    context: dg.AssetExecutionContext,
+    store: ArtifactStore,
+    models: ModelRegistry,
+    experiment: ExperimentConfig,
+    prompts: pl.DataFrame,
+    asset: str,
+) -> dg.MaterializeResult:
+    """Sample a prompt table with the partition's generator and store prompts and samples."""
+    spec = experiment.generator(dimension(context, "generator"))
+    generator = models.generator(spec)
+    start = time.perf_counter()
+    rows = sample_prompts(prompts, generator, spec.name, experiment.sampling, experiment.seed)
+    seconds = time.perf_counter() - start
+    partition = context.partition_key
+    store.write_table(asset, partition, prompts, "prompts")
+    path = store.write_table(asset, partition, rows)
+    tokens = int(rows["n_tokens"].sum())
+    empty = rows.filter(pl.col("text").str.strip_chars() == "")
+    metadata = table_metadata(rows.drop("token_logprobs"), path)
+    metadata.update({
+        "prompts": dg.MetadataValue.int(prompts.height),
+        "distinct_prompts": dg.MetadataValue.int(prompts["prompt"].n_unique()),
+        "tokens_generated": dg.MetadataValue.int(tokens),
+        "sampling_seconds": dg.MetadataValue.float(seconds),
+        "samples_per_second": dg.MetadataValue.float(rows.height / seconds if seconds else 0.0),
+        "empty_generations": dg.MetadataValue.int(empty.height),
+        "model_identity": dg.MetadataValue.text(generator.identity),
+        "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
+    })
+    if empty.height:
+        context.log.warning(
+            f"{empty.height} empty generations in {empty['query_id'].n_unique()} queries "
+            f"(e.g. {empty['query_id'][0]!r}, condition {empty['condition'][0]!r})"
+        )
+    expected = prompts.height * experiment.sampling.n
+    rows_check = check_result(
+        "rows_equal_prompts_times_n", rows.height == expected, rows=rows.height, expected=expected,
+        prompts=prompts.height, n=experiment.sampling.n,
+    )
+    return dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
+
+
+def build(parts: Partitions) -> dg.AssetsDefinition:
+    experiment = parts.experiment
+
+    @dg.asset(
+        name="generations", partitions_def=parts.setting_generator, group_name=GROUP,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        deps=[
+            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
+            dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting_generator()),
+            dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting_generator()),
+        ],
+        check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
+        description="N sampled answers per prompt for the rag, per_doc and oracle conditions, and "
+        "ConSens / likelihood / attention signals of the generator.",
+    )
+    def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+        setting = Setting.parse(dimension(context, "setting"))
+        spec = experiment.generator(dimension(context, "generator"))
+        queries = store.read_table("queries", setting.dataset)
+        corpus = store.read_table("corpus", setting.dataset)
+        run = store.read_table("retrieval_run", setting.key)
+        qrels = store.read_table("queries", setting.dataset, "qrels")
+        prompts = context_prompts(queries, corpus, run, qrels, setting.k, experiment.prompts)
+        result = sample_and_store(context, store, models, experiment, prompts, "generations")
+        start = time.perf_counter()
+        samples = store.read_table("generations", context.partition_key)
+        all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts), prompts])
+        consens, signals = utility_signals(all_prompts, samples, queries, corpus, models.scorer(spec))
+        store.write_table("generations", context.partition_key, consens, "consens")
+        store.write_table("generations", context.partition_key, signals, "utility_signals")
+        metadata = dict(result.metadata or {})
+        metadata["signals_seconds"] = dg.MetadataValue.float(time.perf_counter() - start)
+        metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))
+        return dg.MaterializeResult(metadata=metadata, check_results=result.check_results)
+
+    return generations

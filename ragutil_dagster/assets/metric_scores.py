@@ -1,0 +1,102 @@
+"""``metric_scores[setting × generator]``: every paper's metric on the same samples — SePer_S/H
+with and without context and ΔSePer per query and per document, semantic entropy, EM / F1 /
+has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens, LLM-specific gold
+utility and the set / rank metrics of likelihood- and attention-based utility."""
+
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from ragutil_dagster.assets.common import GROUP, check_result, markdown_table
+from ragutil_dagster.assets.entailment_clusters import all_generations
+from ragutil_dagster.assets.partitions import Partitions, dimension
+from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.scoring import document_scores, group_scores, query_scores, summarize
+from ragutil_dagster.resources.storage import ArtifactStore
+
+HEADLINE = (
+    "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_closed", "em_rag",
+    "has_answer_rag", "consens", "mirage_context_acceptability", "mirage_noise_vulnerability",
+    "erag_map", "utility_likelihood_f1", "utility_attention_f1",
+)
+
+
+def score_checks(
+    queries: pl.DataFrame, per_query: pl.DataFrame, documents: pl.DataFrame, summary: dict[str, float]
+) -> list[dg.AssetCheckResult]:
+    """Every query scored; every score inside its range; MIRAGE's four metrics sum to 1 (eq. 6)."""
+    unscored = per_query.filter(pl.col("delta_seper_s").is_null() | pl.col("delta_seper_h").is_null())
+    missing = queries.height - per_query.height
+    bounds = {
+        "seper_s_closed": (0, 1), "seper_s_rag": (0, 1), "seper_h_closed": (0, 1), "seper_h_rag": (0, 1),
+        "delta_seper_s": (-1, 1), "delta_seper_h": (-1, 1), "consens": (-1, 1),
+        "em_rag": (0, 1), "f1_rag": (0, 1), "has_answer_rag": (0, 1),
+    }
+    eps = 1e-9
+    out_of_range = {
+        column: int(per_query.filter((pl.col(column) < low - eps) | (pl.col(column) > high + eps)).height)
+        for column, (low, high) in bounds.items()
+        if column in per_query.columns
+    }
+    out_of_range["document_delta_seper_s"] = int(documents.filter(pl.col("delta_seper_s").abs() > 1 + eps).height)
+    mirage = [summary[k] for k in summary if k.startswith("mirage_")]
+    mirage_total = sum(mirage)
+    return [
+        check_result("every_query_has_scores", missing == 0 and unscored.height == 0,
+                     queries=queries.height, scored=per_query.height - unscored.height),
+        check_result("scores_in_range", not any(out_of_range.values()), **out_of_range),
+        check_result("mirage_metrics_sum_to_one", not mirage or abs(mirage_total - 1) < 1e-9,
+                     total=mirage_total, metrics=len(mirage)),
+    ]
+
+
+def build(parts: Partitions) -> dg.AssetsDefinition:
+    @dg.asset(
+        name="metric_scores", partitions_def=parts.setting_generator, group_name=GROUP, kinds={"polars", "parquet"},
+        deps=[
+            "entailment_clusters",
+            "generations",
+            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
+            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
+            dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting_generator()),
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(name, asset="metric_scores")
+            for name in ("every_query_has_scores", "scores_in_range", "mirage_metrics_sum_to_one")
+        ],
+        description="Per-query and per-document scores of all five papers' metrics, and their summary.",
+    )
+    def metric_scores(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+        setting = Setting.parse(dimension(context, "setting"))
+        partition = context.partition_key
+        start = time.perf_counter()
+        queries = store.read_table("queries", setting.dataset)
+        samples = all_generations(store, context, setting)
+        nli = store.read_table("entailment_clusters", partition, "nli")
+        groups = group_scores(samples, queries, nli)
+        ground_truth_path = store.table_path("queries", setting.dataset, "utility")
+        ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
+        documents = document_scores(
+            groups, store.read_table("retrieval_run", setting.key), setting.k,
+            store.read_table("generations", partition, "utility_signals"), ground_truth,
+        )
+        per_query = query_scores(groups, queries, store.read_table("generations", partition, "consens"))
+        summary = summarize(per_query, documents, setting.k)
+        store.write_table("metric_scores", partition, groups, "groups")
+        store.write_table("metric_scores", partition, documents, "documents")
+        path = store.write_table("metric_scores", partition, per_query)
+        store.write_json("metric_scores", partition, "summary", summary)
+        headline = {name: summary[name] for name in HEADLINE if name in summary}
+        metadata: dict[str, dg.MetadataValue] = {
+            "dagster/row_count": dg.MetadataValue.int(per_query.height),
+            "path": dg.MetadataValue.path(str(path)),
+            "documents": dg.MetadataValue.int(documents.height),
+            "scoring_seconds": dg.MetadataValue.float(time.perf_counter() - start),
+            "headline": dg.MetadataValue.md(markdown_table([headline])),
+        }
+        metadata.update({name: dg.MetadataValue.float(value) for name, value in summary.items()})
+        return dg.MaterializeResult(metadata=metadata, check_results=score_checks(queries, per_query, documents, summary))
+
+    return metric_scores

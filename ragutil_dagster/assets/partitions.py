@@ -1,0 +1,82 @@
+"""Partitions from the experiment config and the mappings between them.
+
+``dataset`` → ``index`` (dataset × retriever) → ``setting`` (dataset × retriever × k × reranker);
+``dataset × generator`` for closed-book samples; ``setting × generator`` for everything that
+depends on both. Mappings are explicit tables built from the config, so the lineage graph's
+partition links are exact.
+"""
+
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+from ragutil_dagster.config import ExperimentConfig
+
+
+@dataclass(frozen=True)
+class Partitions:
+    dataset: dg.StaticPartitionsDefinition
+    index: dg.StaticPartitionsDefinition
+    setting: dg.StaticPartitionsDefinition
+    generator: dg.StaticPartitionsDefinition
+    dataset_generator: dg.MultiPartitionsDefinition
+    setting_generator: dg.MultiPartitionsDefinition
+    experiment: ExperimentConfig
+
+    # --- mappings ------------------------------------------------------------------------
+
+    def dataset_to_index(self) -> dg.StaticPartitionMapping:
+        return dg.StaticPartitionMapping(
+            {d.name: [f"{d.name}__{r.name}" for r in self.experiment.retrievers] for d in self.experiment.datasets}
+        )
+
+    def index_to_setting(self) -> dg.StaticPartitionMapping:
+        table: dict[str, list[str]] = {}
+        for setting in self.experiment.settings():
+            table.setdefault(setting.index_key, []).append(setting.key)
+        return dg.StaticPartitionMapping(table)
+
+    def dataset_to_setting(self) -> dg.StaticPartitionMapping:
+        table: dict[str, list[str]] = {}
+        for setting in self.experiment.settings():
+            table.setdefault(setting.dataset, []).append(setting.key)
+        return dg.StaticPartitionMapping(table)
+
+    def dataset_to_setting_generator(self) -> dg.StaticPartitionMapping:
+        table: dict[str, list[str]] = {}
+        for key in self.setting_generator.get_partition_keys():
+            setting = self.experiment.setting(key.keys_by_dimension["setting"])
+            table.setdefault(setting.dataset, []).append(str(key))
+        return dg.StaticPartitionMapping(table)
+
+    def dataset_generator_to_setting_generator(self) -> dg.MultiPartitionMapping:
+        """dataset × generator → setting × generator: datasets to their settings, generator to itself."""
+        return dg.MultiPartitionMapping({
+            "dataset": dg.DimensionPartitionMapping("setting", self.dataset_to_setting()),
+            "generator": dg.DimensionPartitionMapping("generator", dg.IdentityPartitionMapping()),
+        })
+
+
+def build_partitions(experiment: ExperimentConfig) -> Partitions:
+    datasets = [d.name for d in experiment.datasets]
+    generators = [g.name for g in experiment.generators]
+    dataset = dg.StaticPartitionsDefinition(datasets)
+    generator = dg.StaticPartitionsDefinition(generators)
+    setting = dg.StaticPartitionsDefinition([s.key for s in experiment.settings()])
+    return Partitions(
+        dataset=dataset,
+        index=dg.StaticPartitionsDefinition([f"{d}__{r.name}" for d in datasets for r in experiment.retrievers]),
+        setting=setting,
+        generator=generator,
+        dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),
+        setting_generator=dg.MultiPartitionsDefinition({"setting": setting, "generator": generator}),
+        experiment=experiment,
+    )
+
+
+def dimension(context: dg.AssetExecutionContext, name: str) -> str:
+    """One dimension of the current multi-partition key."""
+    key = context.partition_key
+    assert isinstance(key, dg.MultiPartitionKey), f"expected a multi-partition key, got {key!r}"
+    return key.keys_by_dimension[name]

@@ -1,0 +1,110 @@
+"""The model registry: loads each configured model once per process and hands it to assets.
+
+Models are named as in the experiment config (HF id, local directory, or ``embedded:<name>``).
+Loading is memoised per process on everything that changes the loaded object, so the partitions
+a worker materialises share one copy of each model's weights.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource
+
+from ragutil_dagster.config import GeneratorConfig, ModelConfig, resolve_model_path
+from ragutil_dagster.models.identity import resolve_model
+
+_loaded: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+
+def _memo(key: tuple, load) -> Any:
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = load()
+        return _loaded[key]
+
+
+class ModelRegistry(ConfigurableResource):
+    """Device / precision choices and caches for every model the assets use.
+
+    ``device``: ``cuda``, ``cpu`` or empty for automatic (CUDA when present);
+    ``nli_cache``: SQLite file caching NLI probabilities per (model identity, pair).
+    """
+
+    device: str = ""
+    nli_cache: str = ""
+    generation_batch_rows: int = 64
+    show_progress: bool = True
+
+    def _device(self) -> str | None:
+        return self.device or None
+
+    def identity(self, model: str, revision: str | None = None) -> str:
+        """The current identity of a configured model (hub commit or directory fingerprint)."""
+        return resolve_model(resolve_model_path(model), revision).identity
+
+    def generator(self, spec: GeneratorConfig):
+        from ragutil_dagster.models.generation import HFGenerator
+
+        path = resolve_model_path(spec.model)
+        ref = resolve_model(path, spec.revision)
+        if spec.backend == "vllm":
+            from ragutil_dagster.models.vllm_backend import VLLMGenerator
+
+            return _memo(
+                ("vllm", ref.identity, str(ref.path), spec.use_chat_template),
+                lambda: VLLMGenerator(
+                ref, use_chat_template=spec.use_chat_template, trust_remote_code=spec.trust_remote_code,
+                show_progress=self.show_progress,
+            ))
+        return _memo(
+            ("hf", ref.identity, str(ref.path), self.device, spec.use_chat_template, self.generation_batch_rows),
+            lambda: HFGenerator(
+                ref, device=self._device(), use_chat_template=spec.use_chat_template,
+                trust_remote_code=spec.trust_remote_code, max_batch_rows=self.generation_batch_rows,
+                show_progress=self.show_progress,
+            ),
+        )
+
+    def scorer(self, spec: GeneratorConfig):
+        """A token scorer sharing the HF generator's weights and prompt formatting."""
+        from ragutil_dagster.models.generation import HFGenerator
+        from ragutil_dagster.models.scoring import TokenScorer
+
+        generator = self.generator(spec.model_copy(update={"backend": "hf"}))
+        assert isinstance(generator, HFGenerator)
+        return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
+
+    def entailment(self, spec: ModelConfig):
+        from ragutil_dagster.models.entailment import Entailment
+
+        ref = resolve_model(resolve_model_path(spec.model), spec.revision)
+        cache: bool | str = self.nli_cache or False
+        return _memo(
+            ("nli", ref.identity, str(ref.path), self.device, cache),
+            lambda: Entailment(
+                ref, device=self._device(), cache=Path(cache) if cache else False,
+                trust_remote_code=spec.trust_remote_code, show_progress=self.show_progress,
+            ),
+        )
+
+    def embedder(self, model: str, revision: str | None = None):
+        from ragutil_dagster.models.embedding import Embedder
+
+        ref = resolve_model(resolve_model_path(model), revision)
+        return _memo(
+            ("embedder", ref.identity, str(ref.path), self.device),
+            lambda: Embedder(ref, device=self._device(), show_progress=self.show_progress),
+        )
+
+    def reranker(self, model: str, revision: str | None = None):
+        from ragutil_dagster.models.rerank import CrossEncoderReranker
+
+        ref = resolve_model(resolve_model_path(model), revision)
+        return _memo(
+            ("reranker", ref.identity, str(ref.path), self.device),
+            lambda: CrossEncoderReranker(ref, device=self._device()),
+        )

@@ -1,0 +1,90 @@
+"""Materialise a whole experiment in process — the engine of ``ragutil run``.
+
+Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
+instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``), so ``dagster dev`` on the same
+instance shows every materialisation with its metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+from tqdm.auto import tqdm
+
+from ragutil_dagster.assets.partitions import Partitions
+from ragutil_dagster.assets.reports import summary_table
+from ragutil_dagster.config import ExperimentConfig, ragutil_home
+
+INSTANCE_SETTINGS = """\
+# Written by ragutil. Assets that run a model share the "gpu" pool: one step at a time per card.
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
+    """The persistent Dagster instance: ``$DAGSTER_HOME`` when set, else ``<RAGUTIL_HOME>/dagster``."""
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    directory = (home or ragutil_home()) / "dagster"
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = directory / "dagster.yaml"
+    if not settings.exists():
+        settings.write_text(INSTANCE_SETTINGS)
+    from dagster._core.instance.ref import InstanceRef
+
+    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(directory)))
+
+
+def plan(experiment: ExperimentConfig, parts: Partitions) -> list[tuple[list[str], list[str | None]]]:
+    """The steps of a full evaluation in dependency order: (assets, partition keys)."""
+    settings_by_generator = [str(k) for k in parts.setting_generator.get_partition_keys()]
+    return [
+        (["queries", "corpus"], [d.name for d in experiment.datasets]),
+        (["index"], list(parts.index.get_partition_keys())),
+        (["retrieval_run"], [s.key for s in experiment.settings()]),
+        (["closed_book_generations"], [str(k) for k in parts.dataset_generator.get_partition_keys()]),
+        (["generations", "entailment_clusters", "metric_scores"], settings_by_generator),
+        (["reports"], [None]),
+    ]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    summary: pl.DataFrame
+    seconds: float
+    runs: int
+
+
+def materialize_all(
+    defs: dg.Definitions,
+    experiment: ExperimentConfig,
+    parts: Partitions,
+    instance: dg.DagsterInstance,
+    progress: bool = True,
+) -> RunOutcome:
+    """Run every step of :func:`plan`; stop at the first failure with its error."""
+    assets = list(defs.assets or [])
+    resources = dict(defs.resources or {})
+    steps = [(names, key) for names, keys in plan(experiment, parts) for key in keys]
+    start = time.perf_counter()
+    bar = tqdm(steps, desc="ragutil run", unit="step", disable=not progress)
+    for names, key in bar:
+        label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
+        bar.set_postfix_str(label)
+        result = dg.materialize(
+            assets, selection=names, partition_key=key, instance=instance, resources=resources,
+            raise_on_error=False, tags={"ragutil/experiment": experiment.name},
+        )
+        if not result.success:
+            failure = next((e for e in result.all_events if e.is_step_failure), None)
+            detail = failure.step_failure_data.error.message.strip() if failure else "see the Dagster run log"
+            raise RuntimeError(f"{label} failed (run {result.run_id}): {detail}")
+    store = resources["store"]
+    return RunOutcome(summary_table(store, parts), time.perf_counter() - start, len(steps))
