@@ -133,3 +133,27 @@ def minilm():  # noqa: ANN201 - an Embedder
     from ragutil_dagster.models.embedding import Embedder
 
     return Embedder(str(get_model_path()), device="cpu", show_progress=False)
+
+
+@pytest.fixture(scope="session")
+def bm25(world: World):  # noqa: ANN201 - a BM25Retriever
+    from ragutil_dagster.retrieval.bm25 import BM25Retriever
+
+    return BM25Retriever.build(world.corpus)
+
+
+@pytest.fixture(scope="session")
+def bm25_run(bm25, world: World) -> pl.DataFrame:  # noqa: ANN001
+    return bm25.search(world.queries, k=20)
+
+
+@pytest.fixture(scope="session")
+def dense(world: World, minilm):  # noqa: ANN001, ANN201 - a DenseRetriever
+    from ragutil_dagster.retrieval.dense import DenseRetriever
+
+    return DenseRetriever.build(world.corpus, minilm)
+
+
+@pytest.fixture(scope="session")
+def dense_run(dense, world: World) -> pl.DataFrame:  # noqa: ANN001
+    return dense.search(world.queries, k=20, name="minilm")

@@ -23,16 +23,6 @@ from ragutil_dagster.retrieval.runs import evaluate_run
 from .conftest import HashEncoder
 
 
-@pytest.fixture(scope="module")
-def dense(world, minilm) -> DenseRetriever:  # noqa: ANN001
-    return DenseRetriever.build(world.corpus, minilm)
-
-
-@pytest.fixture(scope="module")
-def dense_run(dense: DenseRetriever, world) -> pl.DataFrame:  # noqa: ANN001
-    return dense.search(world.queries, k=10)
-
-
 def test_minilm_finds_the_source_passage_first(dense_run: pl.DataFrame, world) -> None:  # noqa: ANN001
     _, mean = evaluate_run(dense_run, world.qrels, ["success_1", "recall_10"])
     assert mean["success_1"][0] >= 0.9
@@ -54,7 +44,7 @@ def test_dense_save_load_identical_and_manifest(
     assert manifest["config"]["index"]["kind"] == "flat"
     loaded = DenseRetriever.load(tmp_path / "dense", minilm, corpus=world.corpus)
     assert isinstance(loaded.embeddings, np.memmap)
-    assert loaded.search(world.queries, k=10).equals(dense_run)
+    assert loaded.search(world.queries, k=20, name="minilm").equals(dense_run)
 
 
 def test_dense_load_with_other_model_or_corpus_fails(dense: DenseRetriever, world, tmp_path: Path) -> None:  # noqa: ANN001
