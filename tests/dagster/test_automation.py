@@ -1,0 +1,78 @@
+"""Re-evaluation when a model changes: exactly the affected partitions are requested."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+from safetensors.torch import load_file, save_file
+
+from ragutil_dagster.assets import build_assets
+from ragutil_dagster.automation import WEEKLY_CRON, affected_runs, build_model_sensor, model_inventory
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.definitions import build_definitions
+
+from .conftest import tiny_config
+
+
+def perturb_weights(model_dir) -> None:
+    path = next(model_dir.glob("*.safetensors"))
+    tensors = load_file(path)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def requested(result: dg.SensorResult) -> set[tuple[tuple[str, ...], str]]:
+    return {
+        (tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
+        for r in result.run_requests or []
+    }
+
+
+def test_changing_one_generator_requests_only_its_partitions(tiny_world, tmp_path) -> None:
+    _, world, models = tiny_world
+    second = tmp_path / "lm1"
+    shutil.copytree(models.causal_lm, second)
+    config = tiny_config(models, world, generators=2)
+    config["generators"][1]["model"] = str(second)
+    experiment = parse_config(config)
+    parts, _ = build_assets(experiment)
+    sensor = build_model_sensor(experiment, parts)
+
+    first = sensor(dg.build_sensor_context())
+    assert not first.run_requests  # the first evaluation only records identities
+    unchanged = sensor(dg.build_sensor_context(cursor=first.cursor))
+    assert not unchanged.run_requests
+
+    perturb_weights(second)
+    changed = sensor(dg.build_sensor_context(cursor=first.cursor))
+    scoring = ("entailment_clusters", "generations", "metric_scores")
+    assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
+        (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
+    }
+    after = sensor(dg.build_sensor_context(cursor=changed.cursor))
+    assert not after.run_requests
+
+
+def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
+    parts, _ = build_assets(tiny_experiment)
+    nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
+           for r in affected_runs(["nli"], tiny_experiment, parts)}
+    assert nli == {(("entailment_clusters", "metric_scores"), str(k)) for k in parts.setting_generator.get_partition_keys()}
+    dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
+             for r in affected_runs(["retriever:dense"], tiny_experiment, parts)}
+    assert (("index",), "world__dense") in dense
+    assert {key for (assets, key) in dense if assets == ("retrieval_run",)} == {"world__dense__k1", "world__dense__k2"}
+    assert not any("bm25" in key for _, key in dense)
+    assert set(model_inventory(tiny_experiment)) == {"generator:lm0", "nli", "retriever:dense"}
+
+
+def test_every_asset_carries_the_weekly_condition(tiny_experiment, tmp_path) -> None:
+    defs = build_definitions(tiny_experiment, str(tmp_path))
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        condition = graph.get(key).automation_condition
+        assert condition is not None and WEEKLY_CRON in str(condition.get_label() or condition), key
+    names = {s.name for s in defs.sensors}
+    assert names == {"model_identity_sensor", "weekly_reevaluation"}
