@@ -30,6 +30,7 @@ __all__ = [
     "HFGenerator",
     "Sample",
     "SamplingParams",
+    "build_generator",
     "row_seed",
     "truncate_at_stop",
 ]
@@ -397,3 +398,17 @@ class HFGenerator:
             finish_reason=row.finish or "length",
             prompt_tokens=row.prompt_tokens,
         )
+
+
+def build_generator(backend: str, model: str | ModelRef, **options: object) -> Generator:
+    """A generator by backend name (``"hf"`` or ``"vllm"``), as an experiment config names it.
+
+    ``options`` go to :class:`HFGenerator` or ``VLLMGenerator``; vLLM is imported only here.
+    """
+    if backend == "hf":
+        return HFGenerator(model, **options)
+    if backend == "vllm":
+        from ragutil_dagster.models.vllm_backend import VLLMGenerator
+
+        return VLLMGenerator(model, **options)
+    raise ValueError(f"unknown generator backend {backend!r}; choose 'hf' or 'vllm'")

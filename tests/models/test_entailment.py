@@ -93,3 +93,27 @@ def test_is_the_entail_callable_of_seper(nli: Entailment) -> None:
     assert 0.0 <= result.score <= 1.0 and len(result.cluster_ids) == 3
     assert result.weights.sum() == pytest.approx(1.0)
     assert nli.stats.pairs > 0 and nli.stats.unique_pairs <= nli.stats.pairs
+
+
+def _writer(path: str, worker: int) -> int:
+    """Store 100 rows for this worker, then read every worker's rows that exist so far."""
+    from ragutil_dagster.models.entailment import NLICache
+
+    cache = NLICache(path)
+    rows = [(f"{worker}-{i}", np.array([0.2, 0.3, 0.5])) for i in range(100)]
+    for start in range(0, 100, 10):
+        cache.put("m", rows[start : start + 10])
+    keys = [f"{w}-{i}" for w in range(4) for i in range(100)]
+    return len(cache.get("m", keys))
+
+
+def test_cache_is_safe_for_concurrent_processes(tmp_path: Path) -> None:
+    import multiprocessing
+
+    path = str(tmp_path / "shared.sqlite")
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        seen = pool.starmap(_writer, [(path, w) for w in range(4)])
+    assert all(100 <= s <= 400 for s in seen)
+    from ragutil_dagster.models.entailment import NLICache
+
+    assert len(NLICache(path).get("m", [f"{w}-{i}" for w in range(4) for i in range(100)])) == 400

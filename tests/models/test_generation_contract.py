@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ragutil_dagster.models.generation import Generator, HFGenerator
+from ragutil_dagster.models.generation import Generator, HFGenerator, build_generator
 from ragutil_dagster.models.identity import ModelUnavailableError
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import vllm_available
@@ -17,8 +17,11 @@ PROMPTS = [
     "The Nile is a major north-flowing river in",
 ]
 
+_NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
 BACKENDS = [
     pytest.param("hf", id="hf"),
+    pytest.param("hf-cuda", id="hf-cuda", marks=[pytest.mark.gpu, _NO_CUDA]),
     pytest.param(
         "vllm",
         id="vllm",
@@ -34,11 +37,14 @@ BACKENDS = [
 
 
 def _build(backend: str, path: str) -> Generator:
+    # float32 everywhere, so log-probs can be compared with the CPU float32 teacher-forced pass.
     if backend == "hf":
-        return HFGenerator(path, device="cpu", show_progress=False)
-    from ragutil_dagster.models.vllm_backend import VLLMGenerator
-
-    return VLLMGenerator(path, dtype="float32", gpu_memory_utilization=0.3, show_progress=False)
+        return build_generator("hf", path, device="cpu", show_progress=False)
+    if backend == "hf-cuda":
+        return build_generator("hf", path, device="cuda", dtype="float32", show_progress=False)
+    return build_generator(
+        "vllm", path, dtype="float32", gpu_memory_utilization=0.3, show_progress=False
+    )
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -93,7 +99,7 @@ def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> Non
     prompt_ids = scorer.lm.encode_prompts(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     forced = scorer.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
-    tolerance = 1e-4 if name == "hf" else 1e-3  # vLLM runs on GPU kernels
+    tolerance = 1e-4 if name == "hf" else 1e-3  # GPU kernels differ from CPU ones
     for (p, s), ref in zip(pairs, forced, strict=True):
         assert s.prompt_tokens == len(p)
         np.testing.assert_allclose(s.token_logprobs, ref, atol=tolerance, rtol=0)
@@ -141,3 +147,13 @@ def test_unknown_hub_model_fails_fast_offline(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailableError, match="ragutil-test/no-such-model"):
         HFGenerator("ragutil-test/no-such-model")
+
+
+def test_build_generator_names_backends(tiny_models) -> None:
+    gen = build_generator("hf", str(tiny_models.causal_lm), device="cpu")
+    assert isinstance(gen, HFGenerator)
+    with pytest.raises(ValueError, match="'hf' or 'vllm'"):
+        build_generator("tgi", str(tiny_models.causal_lm))
+    if not vllm_available():
+        with pytest.raises(ImportError, match=r"\[vllm\] extra"):
+            build_generator("vllm", str(tiny_models.causal_lm))
