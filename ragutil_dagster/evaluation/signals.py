@@ -35,51 +35,55 @@ def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
-def utility_signals(
-    prompts: pl.DataFrame,
-    generations: pl.DataFrame,
-    queries: pl.DataFrame,
-    corpus: pl.DataFrame,
-    scorer: TokenScorer,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """ConSens per query and likelihood / attention utility per retrieved passage.
+def _pseudo_answers(generations: pl.DataFrame) -> dict[str, str]:
+    return {qid: text for qid, text in top_answers(generations, "rag").items() if text.strip()}
 
-    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the most
-    likely ``rag`` samples of ``generations``. Queries whose pseudo-answer is empty get no
-    signals (nothing to score).
-    """
-    answers = {qid: text for qid, text in top_answers(generations, "rag").items() if text.strip()}
+
+def _prompts(prompts: pl.DataFrame, condition: str, qids: list[str]) -> pl.DataFrame:
+    return prompts.filter((pl.col("condition") == condition) & pl.col("query_id").is_in(qids))
+
+
+def consens_scores(
+    prompts: pl.DataFrame, generations: pl.DataFrame, queries: pl.DataFrame, scorer: TokenScorer
+) -> pl.DataFrame:
+    """ConSens of each query's pseudo-answer: the same answer tokens teacher-forced after the
+    closed-book and the rag prompt, content words only. Also returns log P(a | q), the
+    closed-book likelihood the likelihood-based selection compares against."""
+    answers = _pseudo_answers(generations)
     questions = dict(queries.select("query_id", "question").iter_rows())
-    texts = dict(corpus.select("id", "text").iter_rows())
-    by_condition = {
-        condition: prompts.filter(pl.col("condition") == condition).filter(pl.col("query_id").is_in(list(answers)))
-        for condition in ("closed_book", "rag", "per_doc")
-    }
-    closed = dict(by_condition["closed_book"].select("query_id", "prompt").iter_rows())
-    rag = {qid: (prompt, docs) for qid, prompt, docs in by_condition["rag"].select("query_id", "prompt", "doc_ids").iter_rows()}
+    closed = dict(_prompts(prompts, "closed_book", list(answers)).select("query_id", "prompt").iter_rows())
+    rag = dict(_prompts(prompts, "rag", list(answers)).select("query_id", "prompt").iter_rows())
     qids = [q for q in answers if q in closed and q in rag]
-
-    # ConSens: the same answer tokens scored without and with the retrieved context.
-    scored = scorer.score(
-        [closed[q] for q in qids] + [rag[q][0] for q in qids], [answers[q] for q in qids] * 2
-    )
-    consens_rows = []
+    scored = scorer.score([closed[q] for q in qids] + [rag[q] for q in qids], [answers[q] for q in qids] * 2)
+    rows = []
     for i, qid in enumerate(qids):
         without, with_ctx = scored[i], scored[len(qids) + i]
         keep = content_token_mask(without.tokens, questions[qid], without.word_ids)
         value = consens(without.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
-        consens_rows.append((qid, value, without.logprob))
-    consens_table = pl.DataFrame(consens_rows, schema=CONSENS_SCHEMA, orient="row")
-    closed_logprob = {qid: lp for qid, _, lp in consens_rows}
+        rows.append((qid, value, without.logprob))
+    return pl.DataFrame(rows, schema=CONSENS_SCHEMA, orient="row")
 
-    # Likelihood-based utility (eq. 7): log P(a | q, d) with each passage alone.
-    per_doc = by_condition["per_doc"].filter(pl.col("query_id").is_in(qids))
+
+def passage_utility(
+    prompts: pl.DataFrame,
+    generations: pl.DataFrame,
+    corpus: pl.DataFrame,
+    scorer: TokenScorer,
+    consens_table: pl.DataFrame,
+) -> pl.DataFrame:
+    """Likelihood-based (eq. 7: log P(a | q, d), each passage alone) and attention-based (eq. 6,
+    normalised over the query's passages) utility of every retrieved passage."""
+    answers = _pseudo_answers(generations)
+    closed_logprob = dict(consens_table.select("query_id", "answer_logprob_closed").iter_rows())
+    qids = [q for q in answers if q in closed_logprob]
+    texts = dict(corpus.select("id", "text").iter_rows())
+    per_doc = _prompts(prompts, "per_doc", qids)
     likelihood = scorer.score(per_doc["prompt"].to_list(), [answers[q] for q in per_doc["query_id"]])
     likelihoods = {
         (qid, doc): s.logprob for (qid, doc), s in zip(per_doc.select("query_id", "doc_id").iter_rows(), likelihood)
     }
-
-    # Attention-based utility (eq. 6), normalised over the query's passages.
+    rag = {qid: (prompt, docs) for qid, prompt, docs in _prompts(prompts, "rag", qids).select("query_id", "prompt", "doc_ids").iter_rows()}
+    qids = [q for q in qids if q in rag]
     attention_raw = scorer.passage_attention(
         [rag[q][0] for q in qids],
         [answers[q] for q in qids],
@@ -93,4 +97,21 @@ def utility_signals(
         for doc, share in zip(docs, shares):
             lp = likelihoods[(qid, doc)]
             rows.append((qid, doc, lp, lp > closed_logprob[qid], float(share), bool(share >= 1 / len(docs))))
-    return consens_table, pl.DataFrame(rows, schema=SIGNAL_SCHEMA, orient="row")
+    return pl.DataFrame(rows, schema=SIGNAL_SCHEMA, orient="row")
+
+
+def utility_signals(
+    prompts: pl.DataFrame,
+    generations: pl.DataFrame,
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    scorer: TokenScorer,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """ConSens per query and likelihood / attention utility per retrieved passage.
+
+    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the most
+    likely ``rag`` samples of ``generations``. Queries whose pseudo-answer is empty get no
+    signals (nothing to score).
+    """
+    consens_table = consens_scores(prompts, generations, queries, scorer)
+    return consens_table, passage_utility(prompts, generations, corpus, scorer, consens_table)

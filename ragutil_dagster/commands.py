@@ -1,0 +1,131 @@
+"""``ragutil run``, ``ragutil score`` and ``ragutil ui``: the main job, scoring a user's records,
+and the Dagster UI on the same state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ragutil_dagster.config import EMBEDDED_PREFIX, ExperimentConfig, embedded_dir, load_config, ragutil_home
+
+SUMMARY_COLUMNS = (
+    ("delta_seper_s", "ΔSePer_S"), ("delta_seper_h", "ΔSePer_H"), ("seper_s_closed", "SePer_S cb"),
+    ("seper_s_rag", "SePer_S rag"), ("em_rag", "EM rag"), ("mirage_context_acceptability", "MIRAGE CA"),
+    ("mirage_noise_vulnerability", "MIRAGE NV"), ("erag_map", "eRAG MAP"), ("consens", "ConSens"),
+    ("utility_likelihood_f1", "util-lik F1"), ("pearson_delta_seper_s_true_utility", "r(ΔSePer_S, truth)"),
+)
+
+
+def needs_embedded_models(experiment: ExperimentConfig) -> bool:
+    """Whether the config uses the embedded world or the project's own trained models."""
+    models = [g.model for g in experiment.generators] + [experiment.nli.model]
+    uses_models = any(m.startswith(EMBEDDED_PREFIX) for m in models)
+    uses_world = any(d.format == "synthetic" and not d.path for d in experiment.datasets)
+    return uses_models or uses_world
+
+
+def ensure_embedded_models(size: str = "default", progress: bool = True) -> None:
+    """Build the synthetic world and train its reader and NLI model once (≈ 15–20 min on 2 cores)."""
+    target = embedded_dir()
+    if (target / "build.json").is_file():
+        return
+    from ragutil_dagster.models.training import format_quality, train_all
+
+    print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
+    trained = train_all(target, size=size, progress=progress)
+    print(format_quality(trained.quality), flush=True)
+
+
+def format_summary(table) -> str:
+    headers = ["setting", "generator"] + [label for _, label in SUMMARY_COLUMNS if _ in table.columns]
+    rows = []
+    for row in table.iter_rows(named=True):
+        setting = f"{row['dataset']}/{row['retriever']}/k={row['k']}" + (f"/{row['reranker']}" if row["reranker"] else "")
+        values = [
+            "—" if row[c] is None else f"{row[c]:.3f}" for c, _ in SUMMARY_COLUMNS if c in table.columns
+        ]
+        rows.append([setting, row["generator"], *values])
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ragutil_dagster.assets import build_assets
+    from ragutil_dagster.definitions import build_definitions
+    from ragutil_dagster.runner import dagster_instance, materialize_all
+
+    experiment = load_config(args.config)
+    if needs_embedded_models(experiment):
+        ensure_embedded_models(progress=not args.quiet)
+    defs = build_definitions(experiment)
+    parts, _ = build_assets(experiment)
+    outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet)
+    print()
+    print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
+    print(format_summary(outcome.summary))
+    print(f"\nartifacts: {ragutil_home() / 'artifacts'}   (reports/summary.csv, reports/summary.md)")
+    return 0
+
+
+def _score(args: argparse.Namespace) -> int:
+    from ragutil_dagster.evaluation.records import read_records, score_records
+    from ragutil_dagster.resources.models import ModelRegistry
+    from ragutil_dagster.retrieval.io import atomic_write
+
+    experiment = load_config(args.config)
+    records = read_records(args.file)
+    spec = experiment.generator(args.generator) if args.generator else experiment.generators[0]
+    if needs_embedded_models(experiment):
+        ensure_embedded_models(progress=not args.quiet)
+    models = ModelRegistry(nli_cache=str(ragutil_home() / "cache" / "nli.sqlite"), show_progress=not args.quiet)
+    scores = score_records(
+        records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)
+    )
+    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in scores)
+    if args.out:
+        atomic_write(args.out, lambda temporary: temporary.write_text(lines, encoding="utf-8"))
+        print(f"wrote {len(scores)} scored records to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(lines)
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from ragutil_dagster.runner import dagster_instance
+
+    os.environ["RAGUTIL_CONFIG"] = str(Path(args.config).resolve())
+    if not os.environ.get("DAGSTER_HOME"):
+        dagster_instance()  # creates <RAGUTIL_HOME>/dagster with its dagster.yaml
+        os.environ["DAGSTER_HOME"] = str(ragutil_home() / "dagster")
+    command = ["dagster", "dev", "-m", "ragutil_dagster.definitions", "-a", "defs", "-h", args.host, "-p", str(args.port)]
+    os.execvp(command[0], command)
+    return 0  # not reached
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="materialise the whole evaluation graph of an experiment config",
+                         description="Materialise every asset of the experiment (training the embedded models "
+                         "first when the config uses them and they are missing) and print the summary table.")
+    run.add_argument("config", help="experiment YAML, e.g. examples/demo.yaml")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=_run)
+
+    score = sub.add_parser("score", help="score your own JSONL records without Dagster",
+                           description='Each line: {"id", "question", "answers": [...], "contexts": [text or {"id", "text"}, ...]}. '
+                           "Writes one JSON line of scores per record.")
+    score.add_argument("file", help="records JSONL")
+    score.add_argument("--config", required=True, help="experiment YAML naming the generator, NLI model and sampling")
+    score.add_argument("--generator", help="generator name from the config (default: the first)")
+    score.add_argument("--out", help="output JSONL (default: standard output)")
+    score.add_argument("--quiet", action="store_true", help="no progress bars")
+    score.set_defaults(func=_score)
+
+    ui = sub.add_parser("ui", help="serve the Dagster UI over ragutil's instance ($RAGUTIL_HOME/dagster)")
+    ui.add_argument("config", nargs="?", default="examples/demo.yaml", help="experiment YAML")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.set_defaults(func=_ui)

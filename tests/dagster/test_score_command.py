@@ -1,0 +1,83 @@
+"""``ragutil score``: a user's own records scored without Dagster; bad records named precisely."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import yaml
+
+from ragutil_dagster.commands import add_commands
+from ragutil_dagster.evaluation.records import read_records
+from ragutil_dagster.retrieval.errors import CorpusValidationError
+
+from .conftest import tiny_config
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="ragutil")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def write_lines(path, lines):
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+RECORDS = [
+    {"id": "r1", "question": "Where was Ada born?", "answers": ["Paris"], "contexts": ["Ada was born in Paris.", {"id": "d2", "text": "Rome is big."}]},
+    {"id": 2, "question": "Who wrote it?", "answers": ["Bo Li", "Li"], "contexts": [{"text": "Bo Li wrote it."}]},
+]
+
+
+def test_score_writes_one_line_per_record(tiny_world, tmp_path, monkeypatch) -> None:
+    _, world, models = tiny_world
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(models, world)))
+    records = write_lines(tmp_path / "records.jsonl", RECORDS)
+    out = tmp_path / "scores.jsonl"
+    args = parse(["score", str(records), "--config", str(config), "--out", str(out), "--quiet"])
+    assert args.func(args) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["r1", "2"]
+    first = rows[0]
+    assert first["delta_seper_s"] == pytest.approx(first["seper_s_with_context"] - first["seper_s_without_context"])
+    assert [c["id"] for c in first["per_context"]] == ["r1#1", "d2"]
+    assert len(rows[1]["per_context"]) == 1
+    for row in rows:
+        assert 0 <= row["seper_h_with_context"] <= 1 and 0 <= row["em_with_context"] <= 1
+        assert {"consens", "f1_with_context", "f1_without_context", "answer_with_context"} <= set(row)
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "message"),
+    [
+        ("{not json", None, "malformed JSON"),
+        ({"question": "q", "answers": ["a"], "contexts": ["c"]}, "id", "missing"),
+        ({"id": "x", "question": "", "answers": ["a"], "contexts": ["c"]}, "question", "empty"),
+        ({"id": "x", "question": 3, "answers": ["a"], "contexts": ["c"]}, "question", "expected a string"),
+        ({"id": "x", "question": "q", "answers": [], "contexts": ["c"]}, "answers", "non-empty list"),
+        ({"id": "x", "question": "q", "answers": [""], "contexts": ["c"]}, "answers[0]", "empty"),
+        ({"id": "x", "question": "q", "answers": ["a"], "contexts": []}, "contexts", "non-empty list"),
+        ({"id": "x", "question": "q", "answers": ["a"], "contexts": [{"id": "d"}]}, "contexts[0].text", "missing"),
+        ({"id": "x", "question": "q", "answers": ["a"], "contexts": [7]}, "contexts[0]", "expected a string or an object"),
+    ],
+)
+def test_bad_records_name_line_and_field(tmp_path, line, field, message) -> None:
+    path = write_lines(tmp_path / "bad.jsonl", [RECORDS[0], line])
+    with pytest.raises(CorpusValidationError, match=message) as info:
+        read_records(path)
+    assert info.value.line == 2 and info.value.field == field
+
+
+def test_duplicate_ids_and_bad_bytes(tmp_path) -> None:
+    with pytest.raises(CorpusValidationError, match="duplicate id") as info:
+        read_records(write_lines(tmp_path / "dup.jsonl", [RECORDS[0], RECORDS[0]]))
+    assert info.value.line == 2
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes(json.dumps(RECORDS[0]).encode() + b"\n\xff\xfe{}\n")
+    with pytest.raises(CorpusValidationError, match="not UTF-8"):
+        read_records(path)
