@@ -11,14 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import bm25s
-import numpy as np
 import polars as pl
 import Stemmer
 
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.retrieval.errors import IndexFormatError
 from ragutil_dagster.retrieval.io import atomic_directory, check_corpus, read_manifest, write_manifest
-from ragutil_dagster.retrieval.runs import run_from_arrays
+from ragutil_dagster.retrieval.runs import run_from_matrix
 
 FORMAT_VERSION = 1
 
@@ -42,9 +41,9 @@ class BM25Config:
 class BM25Retriever:
     """A BM25 index over a passage table, searchable with a query table."""
 
-    def __init__(self, model: bm25s.BM25, ids: list[str], config: BM25Config, fingerprint: str) -> None:
+    def __init__(self, model: bm25s.BM25, ids: pl.Series, config: BM25Config, fingerprint: str) -> None:
         self._model = model
-        self.ids = ids
+        self.ids = ids.rename("id")
         self.config = config
         self.fingerprint = fingerprint
         self._stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
@@ -63,7 +62,7 @@ class BM25Retriever:
         """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.retrieval.corpus`)."""
         config = config or BM25Config()
         model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
-        retriever = cls(model, corpus["id"].to_list(), config, corpus_fingerprint(corpus))
+        retriever = cls(model, corpus["id"], config, corpus_fingerprint(corpus))
         show = corpus.height >= 10_000
         model.index(retriever._tokenize(indexed_texts(corpus, config.include_title), show), show_progress=show)
         return retriever
@@ -84,20 +83,13 @@ class BM25Retriever:
         documents, scores = self._model.retrieve(
             tokens, k=min(k, len(self.ids)), show_progress=show, n_threads=0
         )
-        ids = np.asarray(self.ids, dtype=object)
-        keep = scores > 0
-        return run_from_arrays(
-            queries["id"].to_list(),
-            [ids[row[mask]].tolist() for row, mask in zip(documents, keep)],
-            [row[mask] for row, mask in zip(scores, keep)],
-            name,
-        )
+        return run_from_matrix(queries["id"].to_list(), self.ids, documents, scores, scores > 0, name)
 
     def save(self, directory: str | Path) -> None:
         """Write the index to ``directory`` (replaced atomically if it exists)."""
         with atomic_directory(directory) as staging:
             self._model.save(str(staging / "bm25s"), show_progress=False)
-            pl.DataFrame({"id": self.ids}).write_parquet(staging / "ids.parquet")
+            self.ids.to_frame().write_parquet(staging / "ids.parquet")
             write_manifest(
                 staging,
                 {
@@ -122,7 +114,7 @@ class BM25Retriever:
         manifest = read_manifest(directory, "bm25", FORMAT_VERSION)
         if corpus is not None:
             check_corpus(manifest, corpus, directory)
-        ids = pl.read_parquet(directory / "ids.parquet")["id"].to_list()
+        ids = pl.read_parquet(directory / "ids.parquet")["id"]
         if len(ids) != manifest["size"]:
             raise IndexFormatError(f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}")
         model = bm25s.BM25.load(str(directory / "bm25s"), mmap=mmap, show_progress=False, verbosity=0)

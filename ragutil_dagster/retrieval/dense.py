@@ -3,9 +3,10 @@
 Index types (:class:`FaissIndexSpec`): exact ``flat`` inner product (the default), and for
 large corpora ``ivf`` (inverted lists, ``nlist`` cells, ``nprobe`` searched), ``hnsw`` (graph,
 ``hnsw_m`` links, ``ef_search``) and ``ivfpq`` (inverted lists over product-quantised codes of
-``pq_m`` bytes at 8 bits — the Wikipedia-scale option; see ``docs/scale.md``). When faiss has GPU
-support (``faiss-gpu``, the ``[gpu]`` extra) and CUDA is present, search runs on the GPU
-(HNSW has no GPU implementation and stays on the CPU).
+``pq_m`` bytes at 8 bits — the Wikipedia-scale option; see ``docs/scale.md``), optionally with
+exact re-scoring of the top candidates from the stored vectors. When faiss has GPU support
+(``faiss-gpu``, the ``[gpu]`` extra) and CUDA is present, training, adding and search run on the
+GPU (HNSW has no GPU implementation and stays on the CPU).
 
 A saved index is a directory: ``embeddings.npy`` (float32 ``(n, dim)``, opened memory-mapped
 on load), ``index.faiss`` (FAISS's own file format), ``ids.parquet`` (passage ids in index order)
@@ -29,7 +30,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.retrieval.errors import IndexFormatError, IndexMismatchError
 from ragutil_dagster.retrieval.io import atomic_directory, atomic_path, check_corpus, read_manifest, write_manifest
-from ragutil_dagster.retrieval.runs import run_from_arrays
+from ragutil_dagster.retrieval.runs import run_from_matrix
 
 FORMAT_VERSION = 1
 IndexKind = Literal["flat", "ivf", "hnsw", "ivfpq"]
@@ -62,6 +63,9 @@ class FaissIndexSpec:
     ef_construction: int = 200
     ef_search: int = 128
     pq_m: int = 64
+    rescore: int = 0
+    """When > 0, fetch this many candidates per query from the index and re-score them exactly
+    against the stored embeddings before keeping k (recovers IVF-PQ's quantisation loss)."""
     train_size: int | None = None
     """Vectors sampled to train IVF centroids / PQ codebooks (default: min(n, max(64 × nlist, 10,000)),
     FAISS's rule of thumb of 30–256 points per centroid for both)."""
@@ -137,8 +141,12 @@ def _vectors(array: Any, dim: int) -> np.ndarray:
     return vectors
 
 
-def build_faiss_index(embeddings: np.ndarray, spec: FaissIndexSpec, block_size: int = 16_384, seed: int = 0) -> Any:
-    """Build a CPU FAISS index over ``embeddings`` (trained first for IVF kinds), adding block by block."""
+def build_faiss_index(
+    embeddings: np.ndarray, spec: FaissIndexSpec, block_size: int = 16_384, device: Device = "cpu", seed: int = 0
+) -> Any:
+    """Build a FAISS index over ``embeddings``, adding block by block (IVF kinds are trained first
+    on a random sample). On a GPU (see :func:`_to_device`) the empty index is moved there first,
+    so k-means training and list assignment — the expensive parts at scale — run on the GPU."""
     count, dim = embeddings.shape
     if spec.kind == "ivfpq" and dim % spec.pq_m:
         raise ValueError(f"ivfpq needs pq_m to divide the dimension: {spec.pq_m} does not divide {dim}")
@@ -149,6 +157,7 @@ def build_faiss_index(embeddings: np.ndarray, spec: FaissIndexSpec, block_size: 
         # Polysemous codes only serve Hamming-distance filtering, which we never use; training them
         # costs several times the PQ codebooks themselves.
         index.do_polysemous_training = False
+    index = _to_device(index, spec, device)
     if not index.is_trained:
         if count < spec.nlist:
             raise ValueError(f"{spec.kind} with nlist={spec.nlist} needs at least that many vectors, got {count}")
@@ -162,16 +171,21 @@ def build_faiss_index(embeddings: np.ndarray, spec: FaissIndexSpec, block_size: 
     return index
 
 
+def _on_gpu(index: Any) -> bool:
+    return hasattr(faiss, "GpuIndex") and isinstance(index, faiss.GpuIndex)
+
+
 def _set_search_parameters(index: Any, spec: FaissIndexSpec) -> None:
+    space = faiss.GpuParameterSpace() if _on_gpu(index) else faiss.ParameterSpace()
     if spec.kind in ("ivf", "ivfpq"):
-        faiss.extract_index_ivf(index).nprobe = spec.nprobe
+        space.set_index_parameter(index, "nprobe", spec.nprobe)
     elif spec.kind == "hnsw":
-        index.hnsw.efSearch = spec.ef_search
+        space.set_index_parameter(index, "efSearch", spec.ef_search)
 
 
-def _searchable(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
-    """The index to search with: a GPU clone when asked for (or ``auto`` and available)."""
-    if device == "cpu" or spec.kind == "hnsw":
+def _to_device(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
+    """``index`` itself, or its GPU clone when ``device`` is ``cuda`` (or ``auto`` and faiss has a GPU)."""
+    if device == "cpu" or spec.kind == "hnsw":  # FAISS has no GPU HNSW
         return index
     if not gpu_available():
         if device == "cuda":
@@ -181,7 +195,7 @@ def _searchable(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
             )
         return index
     options = faiss.GpuClonerOptions()
-    options.useFloat16 = spec.kind == "ivfpq"  # GPU PQ lookup tables for large pq_m need fp16
+    options.useFloat16 = spec.kind == "ivfpq"  # GPU IVF-PQ needs fp16 lookup tables above 48 bytes per code
     return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index, options)
 
 
@@ -190,7 +204,7 @@ class DenseRetriever:
 
     def __init__(
         self,
-        ids: list[str],
+        ids: Sequence[str] | pl.Series,
         embeddings: np.ndarray,
         index: Any,
         encoder: TextEncoder | None,
@@ -198,14 +212,15 @@ class DenseRetriever:
         config: DenseConfig,
         fingerprint: str,
     ) -> None:
-        self.ids = ids
+        """Prefer :meth:`build`, :meth:`from_embeddings` and :meth:`load`; ``index`` may live on
+        the CPU or a GPU."""
+        self.ids = pl.Series("id", ids, dtype=pl.String())
         self.embeddings = embeddings
         self.index = index
         self.encoder = encoder
         self.encoder_identity = encoder_identity
         self.config = config
         self.fingerprint = fingerprint
-        self._search_index = _searchable(index, config.index, config.device)
 
     @classmethod
     def build(
@@ -220,13 +235,13 @@ class DenseRetriever:
         config = config or DenseConfig()
         embeddings = embed_corpus(corpus, encoder, config, embeddings_path)
         return cls.from_embeddings(
-            corpus["id"].to_list(), embeddings, encoder.identity, corpus_fingerprint(corpus), config, encoder
+            corpus["id"], embeddings, encoder.identity, corpus_fingerprint(corpus), config, encoder
         )
 
     @classmethod
     def from_embeddings(
         cls,
-        ids: list[str],
+        ids: Sequence[str] | pl.Series,
         embeddings: np.ndarray,
         encoder_identity: str,
         fingerprint: str,
@@ -238,14 +253,14 @@ class DenseRetriever:
         config = config or DenseConfig()
         if embeddings.ndim != 2 or embeddings.shape[0] != len(ids):
             raise ValueError(f"embeddings of shape {embeddings.shape} do not match {len(ids)} ids")
-        index = build_faiss_index(embeddings, config.index, config.block_size)
+        index = build_faiss_index(embeddings, config.index, config.block_size, config.device)
         return cls(ids, embeddings, index, encoder, encoder_identity, config, fingerprint)
 
     def with_index(self, spec: FaissIndexSpec) -> DenseRetriever:
         """The same passages under another FAISS index type, built from the stored embeddings
         (no re-embedding)."""
         config = replace(self.config, index=spec)
-        index = build_faiss_index(self.embeddings, spec, config.block_size)
+        index = build_faiss_index(self.embeddings, spec, config.block_size, config.device)
         return DenseRetriever(
             self.ids, self.embeddings, index, self.encoder, self.encoder_identity, config, self.fingerprint
         )
@@ -270,24 +285,42 @@ class DenseRetriever:
         negated squared L2 distances (``l2``), so higher is always better."""
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
-        scores, positions = self._search_index.search(_vectors(vectors, self.dim), min(k, len(self.ids)))
-        if self.config.index.metric == "l2":
+        queries = _vectors(vectors, self.dim)
+        spec = self.config.index
+        fetch = min(max(k, spec.rescore), len(self.ids))
+        scores, positions = self.index.search(queries, fetch)
+        if spec.rescore:
+            scores, positions = self._exact_top_k(queries, positions, min(k, fetch))
+        elif spec.metric == "l2":
             scores = -scores
-        ids = np.asarray(self.ids, dtype=object)
-        found = positions >= 0  # IVF/HNSW return -1 where fewer than k vectors were reached
-        return run_from_arrays(
-            list(query_ids),
-            [ids[row[mask]].tolist() for row, mask in zip(positions, found)],
-            [row[mask] for row, mask in zip(scores, found)],
-            name,
-        )
+        # IVF/HNSW return -1 where fewer than k vectors were reached.
+        return run_from_matrix(list(query_ids), self.ids, positions, scores, positions >= 0, name)
+
+    def _exact_top_k(self, queries: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Re-score candidate ``positions`` with the stored vectors and keep the best ``k`` per query."""
+        valid = positions >= 0
+        candidates = np.zeros(positions.shape + (self.dim,), dtype=np.float32)
+        wanted = positions[valid]
+        # Reading rows in file order keeps memory-mapped access sequential.
+        order = np.argsort(wanted, kind="stable")
+        rows = np.empty((len(wanted), self.dim), dtype=np.float32)
+        rows[order] = self.embeddings[wanted[order]]
+        candidates[valid] = rows
+        if self.config.index.metric == "ip":
+            exact = np.einsum("qkd,qd->qk", candidates, queries)
+        else:
+            exact = -np.square(candidates - queries[:, None, :]).sum(axis=2)
+        exact[~valid] = -np.inf
+        best = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(exact, best, axis=1), np.take_along_axis(positions, best, axis=1)
 
     def save(self, directory: str | Path) -> None:
         """Write embeddings, FAISS index, ids and manifest to ``directory`` (replaced atomically)."""
         with atomic_directory(directory) as staging:
             np.save(staging / "embeddings.npy", np.asarray(self.embeddings, dtype=np.float32))
-            faiss.write_index(self.index, str(staging / "index.faiss"))
-            pl.DataFrame({"id": self.ids}).write_parquet(staging / "ids.parquet")
+            cpu_index = faiss.index_gpu_to_cpu(self.index) if _on_gpu(self.index) else self.index
+            faiss.write_index(cpu_index, str(staging / "index.faiss"))
+            self.ids.to_frame().write_parquet(staging / "ids.parquet")
             config = asdict(self.config)
             config.pop("device")  # a property of the machine searching, not of the index
             write_manifest(
@@ -333,7 +366,7 @@ class DenseRetriever:
             check_corpus(manifest, corpus, directory)
         embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
         index = faiss.read_index(str(directory / "index.faiss"))
-        ids = pl.read_parquet(directory / "ids.parquet")["id"].to_list()
+        ids = pl.read_parquet(directory / "ids.parquet")["id"]
         size, dim = manifest["size"], manifest["dim"]
         if embeddings.shape != (size, dim) or index.ntotal != size or index.d != dim or len(ids) != size:
             raise IndexFormatError(
@@ -342,4 +375,6 @@ class DenseRetriever:
             )
         stored = manifest["config"]
         config = DenseConfig(**{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device})
+        index = _to_device(index, config.index, device)
+        _set_search_parameters(index, config.index)
         return cls(ids, embeddings, index, encoder, manifest["encoder_identity"], config, manifest["corpus_fingerprint"])

@@ -68,6 +68,36 @@ def run_from_arrays(
     )
 
 
+def run_from_matrix(
+    query_ids: Sequence[str],
+    doc_ids: pl.Series,
+    positions: np.ndarray,
+    scores: np.ndarray,
+    keep: np.ndarray,
+    retriever: str,
+) -> pl.DataFrame:
+    """Build a run table from a search engine's ``(queries, k)`` result matrices, best first per
+    row: ``positions`` index into ``doc_ids``; entries where ``keep`` is false (no hit, zero
+    score) are dropped and the remaining ones ranked 1, 2, ... in row order. Vectorised, so
+    large corpora cost no per-passage Python work."""
+    keep = np.asarray(keep, dtype=bool)
+    if not (positions.shape == scores.shape == keep.shape and positions.shape[0] == len(query_ids)):
+        raise ValueError(
+            f"result matrices {positions.shape}, {scores.shape}, {keep.shape} do not match {len(query_ids)} queries"
+        )
+    rows = np.repeat(np.arange(len(query_ids)), keep.sum(axis=1))
+    return pl.DataFrame(
+        {
+            "query_id": pl.Series(list(query_ids), dtype=pl.String()).gather(rows),
+            "rank": np.cumsum(keep, axis=1, dtype=np.int32)[keep],
+            "doc_id": doc_ids.gather(positions[keep]),
+            "score": scores[keep].astype(np.float64),
+            "retriever": pl.repeat(retriever, len(rows), dtype=pl.String(), eager=True),
+        },
+        schema=RUN_SCHEMA,
+    )
+
+
 def validate_run(run: pl.DataFrame) -> pl.DataFrame:
     """Check a run table's columns, types and ranks; returns it in column order."""
     missing = [column for column in RUN_SCHEMA if column not in run.columns]

@@ -83,6 +83,7 @@ def _overlap(run: pl.DataFrame, reference: pl.DataFrame) -> float:
         (FaissIndexSpec(kind="ivf", nlist=16, nprobe=4), 0.6),
         (FaissIndexSpec(kind="hnsw", hnsw_m=16, ef_search=64), 0.9),
         (FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8), 0.3),
+        (FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8, rescore=100), 0.9),
     ],
 )
 def test_approximate_indexes_against_flat(
@@ -129,10 +130,17 @@ def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path
 
 
 @pytest.mark.gpu
-def test_gpu_search_matches_cpu(random_index) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("spec", [FaissIndexSpec(), FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8)])
+def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, tmp_path: Path) -> None:  # noqa: ANN001
     if not gpu_available():
         pytest.skip("needs faiss with GPU support and a CUDA device")
     flat, queries = random_index
-    gpu = DenseRetriever(flat.ids, flat.embeddings, flat.index, None, "random", DenseConfig(device="cuda"), "")
     query_ids = [f"q{i}" for i in range(len(queries))]
-    assert _overlap(gpu.search_vectors(query_ids, queries, 10), flat.search_vectors(query_ids, queries, 10)) >= 0.99
+    cpu = flat.with_index(spec)
+    gpu = DenseRetriever.from_embeddings(flat.ids, flat.embeddings, "random", "", DenseConfig(index=spec, device="cuda"))
+    exact = flat.search_vectors(query_ids, queries, 10)
+    expected = _overlap(cpu.search_vectors(query_ids, queries, 10), exact)
+    assert _overlap(gpu.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
+    gpu.save(tmp_path / "gpu")
+    reloaded = DenseRetriever.load(tmp_path / "gpu", None, device="cpu")
+    assert _overlap(reloaded.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
