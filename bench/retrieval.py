@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -79,7 +80,9 @@ def timed(function: Any) -> tuple[Any, float]:
 
 def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: int) -> dict[str, Any]:
     config = BM25Config(include_title=False)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     ours, build_s = timed(lambda: BM25Retriever.build(corpus, config))
+    peak_growth_gb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) * 1024 / 1e9
     ours.search(queries.head(8), k=10)  # numba compiles its kernels on first use; not timed
     run, query_s = timed(lambda: ours.search(queries, k=10))
 
@@ -105,6 +108,7 @@ def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: i
     ])
     return {
         "bm25s_build_s": build_s,
+        "bm25s_build_peak_rss_growth_gb": peak_growth_gb,
         "bm25s_1k_queries_s": query_s * 1000 / queries.height,
         "rank_bm25_build_s": tokenize_s + baseline_index_s,
         "rank_bm25_1k_queries_s": baseline_query_s * 1000 / subset.height,
@@ -197,6 +201,7 @@ def main() -> None:
     for task, left, left_s, right, right_s in rows:
         print(f"{task:<32}{left:>8}{left_s:>10.3f}   {right:>16}{right_s:>10.3f}{right_s / left_s:>8.2f}x")
     print(f"* rank_bm25 timed on {results['rank_bm25_queries_timed']} queries, extrapolated linearly to 1,000")
+    print(f"bm25s build: peak memory grew by {results['bm25s_build_peak_rss_growth_gb']:.2f} GB")
     print(f"bm25s vs rank_bm25 top-10 overlap: {results['bm25_top10_overlap_bm25s_vs_rank_bm25']:.2f} "
           "(Lucene vs Okapi IDF; same tokens)")
     print(f"IVF recall@10 against flat: {results['faiss_ivf_recall_at_10_vs_flat']:.3f} (random vectors: worst case)")
