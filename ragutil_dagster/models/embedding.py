@@ -8,7 +8,12 @@ import numpy as np
 import torch
 
 from ragutil_dagster.models.device import resolve_device
-from ragutil_dagster.models.identity import ModelRef, resolve_model
+from ragutil_dagster.models.identity import (
+    ModelRef,
+    ModelUnavailableError,
+    error_summary,
+    resolve_model,
+)
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["Embedder"]
@@ -43,13 +48,19 @@ class Embedder:
         self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
         self.device = resolve_device(device)
         model_kwargs = {"dtype": torch.float16} if self.device.type == "cuda" else None
-        self._model = SentenceTransformer(
-            str(self.ref.path),
-            device=str(self.device),
-            trust_remote_code=trust_remote_code,
-            local_files_only=True,
-            model_kwargs=model_kwargs,
-        )
+        try:
+            self._model = SentenceTransformer(
+                str(self.ref.path),
+                device=str(self.device),
+                trust_remote_code=trust_remote_code,
+                local_files_only=True,
+                model_kwargs=model_kwargs,
+            )
+        except (OSError, ValueError, KeyError) as err:
+            raise ModelUnavailableError(
+                f"model {self.ref.name} ({self.ref.path}) could not be loaded as a "
+                f"sentence-transformers encoder: {error_summary(err)}"
+            ) from None
         if max_seq_length is not None:
             self._model.max_seq_length = max_seq_length
         self._model.eval()

@@ -73,3 +73,15 @@ def test_reranker_scores_match_cross_encoder(tiny_models) -> None:
 def test_reranker_rejects_multi_label_models(tiny_models) -> None:
     with pytest.raises(ValueError, match="exactly one relevance score"):
         CrossEncoderReranker(str(tiny_models.nli), device="cpu")
+
+
+def test_directories_without_a_model_fail_with_one_clear_error(tmp_path) -> None:
+    from ragutil_dagster.models.identity import ModelUnavailableError
+
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(
+        ModelUnavailableError, match="could not be loaded as a sentence-transformers"
+    ):
+        Embedder(str(tmp_path), device="cpu")
+    with pytest.raises(ModelUnavailableError, match="could not be loaded as a cross-encoder"):
+        CrossEncoderReranker(str(tmp_path), device="cpu")

@@ -117,3 +117,11 @@ def test_cache_is_safe_for_concurrent_processes(tmp_path: Path) -> None:
     from ragutil_dagster.models.entailment import NLICache
 
     assert len(NLICache(path).get("m", [f"{w}-{i}" for w in range(4) for i in range(100)])) == 400
+
+
+def test_directory_without_a_model_fails_clearly(tmp_path: Path) -> None:
+    from ragutil_dagster.models.identity import ModelUnavailableError
+
+    (tmp_path / "README").write_text("empty")
+    with pytest.raises(ModelUnavailableError, match="could not be loaded as an NLI classifier"):
+        Entailment(str(tmp_path), cache=False)

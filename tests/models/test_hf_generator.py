@@ -119,3 +119,11 @@ def test_truncate_at_stop_takes_the_earliest() -> None:
     assert truncate_at_stop("abc\nQuestion: x", ["Question", "\n"]) == ("abc", True)
     assert truncate_at_stop("abc", ["z"]) == ("abc", False)
     assert SamplingParams(stop=["a"]).stop == ("a",)
+
+
+def test_directory_without_a_model_fails_clearly(tmp_path) -> None:
+    from ragutil_dagster.models.identity import ModelUnavailableError
+
+    (tmp_path / "README").write_text("empty")
+    with pytest.raises(ModelUnavailableError, match="could not be loaded as a causal LM"):
+        HFGenerator(str(tmp_path))
