@@ -9,11 +9,13 @@ lower-case, English stop words removed, Snowball stemming) with k1=0.9, b=0.4.
 rank_bm25 scores every document in Python per query; it is timed on ``--rank-bm25-queries``
 queries and the figure for 1,000 is extrapolated linearly (stated in the output).
 
-Dense: the 100k × 384 index holds random unit vectors (MiniLM's dimension), not embeddings of
-the passages — embedding 100k passages on this CPU would take most of an hour. Queries are noisy
-copies of random index vectors. Random vectors have no cluster structure, the worst case for IVF's
-recall. MiniLM throughput is measured separately by embedding ``--embed-passages`` of the
-synthetic passages.
+Dense: the 100k × 384 index (MiniLM's dimension) holds synthetic unit vectors, NOT embeddings of
+the passages — embedding 100k passages on this shared CPU would take hours. They are drawn from a
+Gaussian mixture around ``--centres`` random directions, so the set has cluster structure as real
+embeddings do (i.i.d. random vectors are IVF's worst case); queries are noisy copies of random
+index vectors. IVF recall on such data says little about recall on real embeddings; the timings
+depend only on sizes. MiniLM throughput is measured separately by embedding ``--embed-passages``
+of the synthetic passages (real words, ~100 per passage).
 
     python bench/retrieval.py [--passages 100000] [--queries 1000]
 
@@ -28,7 +30,7 @@ import os
 import platform
 import resource
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +64,19 @@ def synthesize(n_passages: int, n_queries: int, seed: int) -> tuple[pl.DataFrame
     rng.shuffle(vocabulary)
     weights = 1.0 / (np.arange(len(vocabulary)) + 2.7)  # Zipf–Mandelbrot, exponent 1
     lengths = rng.integers(60, 141, size=n_passages)
-    words = vocabulary[rng.choice(len(vocabulary), size=int(lengths.sum()), p=weights / weights.sum())]
+    words = vocabulary[
+        rng.choice(len(vocabulary), size=int(lengths.sum()), p=weights / weights.sum())
+    ]
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     texts = [" ".join(words[bounds[i] : bounds[i + 1]]) for i in range(n_passages)]
-    corpus = pl.DataFrame({"id": [f"p{i}" for i in range(n_passages)], "text": texts, "title": [None] * n_passages},
-                          schema={"id": pl.String, "text": pl.String, "title": pl.String})
+    corpus = pl.DataFrame(
+        {"id": [f"p{i}" for i in range(n_passages)], "text": texts, "title": [None] * n_passages},
+        schema={"id": pl.String, "text": pl.String, "title": pl.String},
+    )
     sources = rng.choice(n_passages, size=n_queries, replace=False)
-    queries = [" ".join(rng.choice(texts[source].split(), size=5, replace=False)) for source in sources]
+    queries = [
+        " ".join(rng.choice(texts[source].split(), size=5, replace=False)) for source in sources
+    ]
     return corpus, pl.DataFrame({"id": [f"q{i}" for i in range(n_queries)], "text": queries})
 
 
@@ -78,7 +86,9 @@ def timed(function: Any) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: int) -> dict[str, Any]:
+def bench_bm25(
+    corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: int
+) -> dict[str, Any]:
     config = BM25Config(include_title=False)
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     ours, build_s = timed(lambda: BM25Retriever.build(corpus, config))
@@ -87,7 +97,9 @@ def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: i
     run, query_s = timed(lambda: ours.search(queries, k=10))
 
     stemmer = ours._stemmer  # the same token lists for both engines
-    tokenize = lambda texts: bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)  # noqa: E731
+    tokenize = lambda texts: bm25s.tokenize(
+        texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )
     corpus_tokens, tokenize_s = timed(lambda: tokenize(corpus["text"].to_list()))
     baseline, baseline_index_s = timed(lambda: BM25Okapi(corpus_tokens, k1=config.k1, b=config.b))
     subset = queries.head(rank_bm25_queries)
@@ -102,10 +114,17 @@ def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: i
         return tops
 
     baseline_tops, baseline_query_s = timed(rank_bm25_search)
-    ours_tops = run.filter(pl.col("query_id").is_in(subset["id"].implode())).group_by("query_id", maintain_order=True).agg("doc_id")
-    overlap = np.mean([
-        len({f"p{i}" for i in theirs} & set(mine)) / 10 for theirs, mine in zip(baseline_tops, ours_tops["doc_id"].to_list())
-    ])
+    ours_tops = (
+        run.filter(pl.col("query_id").is_in(subset["id"].implode()))
+        .group_by("query_id", maintain_order=True)
+        .agg("doc_id")
+    )
+    overlap = np.mean(
+        [
+            len({f"p{i}" for i in theirs} & set(mine)) / 10
+            for theirs, mine in zip(baseline_tops, ours_tops["doc_id"].to_list())
+        ]
+    )
     return {
         "bm25s_build_s": build_s,
         "bm25s_build_peak_rss_growth_gb": peak_growth_gb,
@@ -117,19 +136,31 @@ def bench_bm25(corpus: pl.DataFrame, queries: pl.DataFrame, rank_bm25_queries: i
     }
 
 
-def bench_faiss(n_passages: int, n_queries: int, seed: int, nlist: int, nprobe: int) -> dict[str, Any]:
+def unit_rows(array: np.ndarray) -> np.ndarray:
+    return array / np.linalg.norm(array, axis=1, keepdims=True)
+
+
+def bench_faiss(
+    n_passages: int, n_queries: int, seed: int, nlist: int, nprobe: int, centres: int
+) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    vectors = rng.standard_normal((n_passages, DIM), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    directions = unit_rows(rng.standard_normal((centres, DIM), dtype=np.float32))
+    # Noise of norm ~1 around each centre: members sit at cosine ~0.7 to their centre.
+    noise = rng.standard_normal((n_passages, DIM), dtype=np.float32) / np.sqrt(DIM)
+    vectors = unit_rows(directions[rng.integers(0, centres, size=n_passages)] + noise)
     targets = rng.choice(n_passages, size=n_queries, replace=False)
     queries = vectors[targets] + rng.standard_normal((n_queries, DIM), dtype=np.float32) * 0.03
-    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    queries = unit_rows(queries)
     ids = [f"p{i}" for i in range(n_passages)]
     query_ids = [f"q{i}" for i in range(n_queries)]
     config = DenseConfig(device="cpu")
-    flat, flat_build_s = timed(lambda: DenseRetriever.from_embeddings(ids, vectors, "random", "synthetic", config))
+    flat, flat_build_s = timed(
+        lambda: DenseRetriever.from_embeddings(ids, vectors, "random", "synthetic", config)
+    )
     flat_run, flat_query_s = timed(lambda: flat.search_vectors(query_ids, queries, k=10))
-    ivf, ivf_build_s = timed(lambda: flat.with_index(FaissIndexSpec(kind="ivf", nlist=nlist, nprobe=nprobe)))
+    ivf, ivf_build_s = timed(
+        lambda: flat.with_index(FaissIndexSpec(kind="ivf", nlist=nlist, nprobe=nprobe))
+    )
     ivf_run, ivf_query_s = timed(lambda: ivf.search_vectors(query_ids, queries, k=10))
     exact = set(zip(flat_run["query_id"], flat_run["doc_id"]))
     found = flat_run.filter(pl.col("rank") == 1)["doc_id"].to_list() == [ids[t] for t in targets]
@@ -140,7 +171,10 @@ def bench_faiss(n_passages: int, n_queries: int, seed: int, nlist: int, nprobe: 
         "faiss_ivf_1k_queries_s": ivf_query_s * 1000 / n_queries,
         "faiss_ivf_nlist": nlist,
         "faiss_ivf_nprobe": nprobe,
-        "faiss_ivf_recall_at_10_vs_flat": len(exact & set(zip(ivf_run["query_id"], ivf_run["doc_id"]))) / len(exact),
+        "faiss_ivf_recall_at_10_vs_flat": len(
+            exact & set(zip(ivf_run["query_id"], ivf_run["doc_id"]))
+        )
+        / len(exact),
         "faiss_flat_finds_source_vector": bool(found),
     }
 
@@ -151,7 +185,11 @@ def bench_embedding(corpus: pl.DataFrame, n_passages: int) -> dict[str, Any]:
     embedder.encode(texts[:64])  # first batch pays one-off allocation costs; not timed
     vectors, seconds = timed(lambda: embedder.encode(texts))
     assert vectors.shape == (len(texts), embedder.dim)
-    return {"embed_passages": len(texts), "embed_s": seconds, "embed_passages_per_s": len(texts) / seconds}
+    return {
+        "embed_passages": len(texts),
+        "embed_s": seconds,
+        "embed_passages_per_s": len(texts) / seconds,
+    }
 
 
 def main() -> None:
@@ -162,9 +200,14 @@ def main() -> None:
     parser.add_argument("--embed-passages", type=int, default=2_000)
     parser.add_argument("--nlist", type=int, default=1024)
     parser.add_argument("--nprobe", type=int, default=16)
+    parser.add_argument("--centres", type=int, default=2048, help="mixture centres of the vectors")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="FAISS (OpenMP) and torch threads; library defaults (all cores) when omitted")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="FAISS (OpenMP) and torch threads; library defaults (all cores) when omitted",
+    )
     args = parser.parse_args()
     if args.threads is not None:
         faiss.omp_set_num_threads(args.threads)
@@ -174,7 +217,9 @@ def main() -> None:
     corpus, queries = synthesize(args.passages, args.queries, args.seed)
     results: dict[str, Any] = {}
     results |= bench_bm25(corpus, queries, args.rank_bm25_queries)
-    results |= bench_faiss(args.passages, args.queries, args.seed, args.nlist, args.nprobe)
+    results |= bench_faiss(
+        args.passages, args.queries, args.seed, args.nlist, args.nprobe, args.centres
+    )
     results |= bench_embedding(corpus, args.embed_passages)
     summary = {
         **results,
@@ -189,26 +234,64 @@ def main() -> None:
             "load_average_1min_before_after": [load_before[0], os.getloadavg()[0]],
             "note": "shared with other engineers' jobs while measuring",
         },
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     rows = [
-        (f"BM25 build, {args.passages:,} passages", "bm25s", results["bm25s_build_s"], "rank_bm25", results["rank_bm25_build_s"]),
-        ("BM25, 1,000 queries", "bm25s", results["bm25s_1k_queries_s"], "rank_bm25*", results["rank_bm25_1k_queries_s"]),
-        ("FAISS build", "flat", results["faiss_flat_build_s"], f"IVF{args.nlist}", results["faiss_ivf_build_s"]),
-        ("FAISS, 1,000 queries", "flat", results["faiss_flat_1k_queries_s"], f"IVF nprobe={args.nprobe}", results["faiss_ivf_1k_queries_s"]),
+        (
+            f"BM25 build, {args.passages:,} passages",
+            "bm25s",
+            results["bm25s_build_s"],
+            "rank_bm25",
+            results["rank_bm25_build_s"],
+        ),
+        (
+            "BM25, 1,000 queries",
+            "bm25s",
+            results["bm25s_1k_queries_s"],
+            "rank_bm25*",
+            results["rank_bm25_1k_queries_s"],
+        ),
+        (
+            "FAISS build",
+            "flat",
+            results["faiss_flat_build_s"],
+            f"IVF{args.nlist}",
+            results["faiss_ivf_build_s"],
+        ),
+        (
+            "FAISS, 1,000 queries",
+            "flat",
+            results["faiss_flat_1k_queries_s"],
+            f"IVF nprobe={args.nprobe}",
+            results["faiss_ivf_1k_queries_s"],
+        ),
     ]
     print(f"{'task':<32}{'A':>8}{'seconds':>10}   {'B':>16}{'seconds':>10}{'B/A':>9}")
     for task, left, left_s, right, right_s in rows:
-        print(f"{task:<32}{left:>8}{left_s:>10.3f}   {right:>16}{right_s:>10.3f}{right_s / left_s:>8.2f}x")
-    print(f"* rank_bm25 timed on {results['rank_bm25_queries_timed']} queries, extrapolated linearly to 1,000")
+        print(
+            f"{task:<32}{left:>8}{left_s:>10.3f}   {right:>16}{right_s:>10.3f}{right_s / left_s:>8.2f}x"
+        )
+    print(
+        f"* rank_bm25 timed on {results['rank_bm25_queries_timed']} queries, extrapolated linearly to 1,000"
+    )
     print(f"bm25s build: peak memory grew by {results['bm25s_build_peak_rss_growth_gb']:.2f} GB")
-    print(f"bm25s vs rank_bm25 top-10 overlap: {results['bm25_top10_overlap_bm25s_vs_rank_bm25']:.2f} "
-          "(Lucene vs Okapi IDF; same tokens)")
-    print(f"IVF recall@10 against flat: {results['faiss_ivf_recall_at_10_vs_flat']:.3f} (random vectors: worst case)")
-    print(f"MiniLM embedding: {results['embed_passages_per_s']:.1f} passages/s over {results['embed_passages']} passages "
-          f"(torch threads {torch.get_num_threads()})")
-    print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} (machine shared with other work)")
-    atomic_write(RESULTS, lambda path: path.write_text(json.dumps(summary, indent=2), encoding="utf-8"))
+    print(
+        f"bm25s vs rank_bm25 top-10 overlap: {results['bm25_top10_overlap_bm25s_vs_rank_bm25']:.2f} "
+        "(Lucene vs Okapi IDF; same tokens)"
+    )
+    print(
+        f"IVF recall@10 against flat: {results['faiss_ivf_recall_at_10_vs_flat']:.3f} (synthetic mixture vectors)"
+    )
+    print(
+        f"MiniLM embedding: {results['embed_passages_per_s']:.1f} passages/s over {results['embed_passages']} passages "
+        f"(torch threads {torch.get_num_threads()})"
+    )
+    print(
+        f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} (machine shared with other work)"
+    )
+    atomic_write(
+        RESULTS, lambda path: path.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    )
     print(f"wrote {RESULTS}")
 
 
