@@ -16,7 +16,12 @@ import Stemmer
 
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.retrieval.errors import IndexFormatError
-from ragutil_dagster.retrieval.io import atomic_directory, check_corpus, read_manifest, write_manifest
+from ragutil_dagster.retrieval.io import (
+    atomic_directory,
+    check_corpus,
+    read_manifest,
+    write_manifest,
+)
 from ragutil_dagster.retrieval.runs import run_from_matrix
 
 FORMAT_VERSION = 1
@@ -41,7 +46,9 @@ class BM25Config:
 class BM25Retriever:
     """A BM25 index over a passage table, searchable with a query table."""
 
-    def __init__(self, model: bm25s.BM25, ids: pl.Series, config: BM25Config, fingerprint: str) -> None:
+    def __init__(
+        self, model: bm25s.BM25, ids: pl.Series, config: BM25Config, fingerprint: str
+    ) -> None:
         self._model = model
         self.ids = ids.rename("id")
         self.config = config
@@ -64,7 +71,10 @@ class BM25Retriever:
         model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
         retriever = cls(model, corpus["id"], config, corpus_fingerprint(corpus))
         show = corpus.height >= 10_000
-        model.index(retriever._tokenize(indexed_texts(corpus, config.include_title), show), show_progress=show)
+        model.index(
+            retriever._tokenize(indexed_texts(corpus, config.include_title), show),
+            show_progress=show,
+        )
         return retriever
 
     def __len__(self) -> int:
@@ -83,7 +93,9 @@ class BM25Retriever:
         documents, scores = self._model.retrieve(
             tokens, k=min(k, len(self.ids)), show_progress=show, n_threads=0
         )
-        return run_from_matrix(queries["id"].to_list(), self.ids, documents, scores, scores > 0, name)
+        return run_from_matrix(
+            queries["id"].to_list(), self.ids, documents, scores, scores > 0, name
+        )
 
     def save(self, directory: str | Path) -> None:
         """Write the index to ``directory`` (replaced atomically if it exists)."""
@@ -116,9 +128,12 @@ class BM25Retriever:
             check_corpus(manifest, corpus, directory)
         ids = pl.read_parquet(directory / "ids.parquet")["id"]
         if len(ids) != manifest["size"]:
-            raise IndexFormatError(f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}")
-        model = bm25s.BM25.load(str(directory / "bm25s"), mmap=mmap, show_progress=False, verbosity=0)
+            raise IndexFormatError(
+                f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}"
+            )
+        model = bm25s.BM25.load(
+            str(directory / "bm25s"), mmap=mmap, show_progress=False, verbosity=0
+        )
         # bm25s's saved parameters do not include the backend; restore the numba one.
         model.backend = "numba"
         return cls(model, ids, BM25Config(**manifest["config"]), manifest["corpus_fingerprint"])
-

@@ -36,7 +36,10 @@ def hf_token_counter(tokenizer: Any) -> TokenCounter:
     """A :data:`TokenCounter` backed by a Hugging Face tokenizer (special tokens not counted)."""
 
     def count(texts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]]
+        return [
+            len(ids)
+            for ids in tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+        ]
 
     return count
 
@@ -81,7 +84,9 @@ def chunk_words(corpus: pl.DataFrame, words: int = 100, overlap: int = 0) -> pl.
     """Cut each document into windows of ``words`` whitespace-separated words, consecutive
     windows sharing ``overlap`` words (DPR: 100 words, no overlap). The last window may be shorter."""
     if words < 1 or not 0 <= overlap < words:
-        raise ValueError(f"need words >= 1 and 0 <= overlap < words, got words={words}, overlap={overlap}")
+        raise ValueError(
+            f"need words >= 1 and 0 <= overlap < words, got words={words}, overlap={overlap}"
+        )
     stride = words - overlap
 
     def windows(text: str) -> list[str]:
@@ -90,7 +95,10 @@ def chunk_words(corpus: pl.DataFrame, words: int = 100, overlap: int = 0) -> pl.
         return [" ".join(tokens[start : start + words]) for start in starts]
 
     return _passages(
-        ((doc_id, title, windows(text)) for doc_id, text, title in _documents(corpus, "chunk (words)"))
+        (
+            (doc_id, title, windows(text))
+            for doc_id, text, title in _documents(corpus, "chunk (words)")
+        )
     )
 
 
@@ -130,7 +138,9 @@ def chunk_tokens(
     is normalised to single spaces between sentences.
     """
     if max_tokens < 1 or overlap_sentences < 0:
-        raise ValueError(f"need max_tokens >= 1 and overlap_sentences >= 0, got {max_tokens}, {overlap_sentences}")
+        raise ValueError(
+            f"need max_tokens >= 1 and overlap_sentences >= 0, got {max_tokens}, {overlap_sentences}"
+        )
 
     def chunks(text: str) -> list[str]:
         units: list[str] = []
@@ -147,5 +157,8 @@ def chunk_tokens(
         return _pack(units, counts, max_tokens, overlap_sentences)
 
     return _passages(
-        ((doc_id, title, chunks(text)) for doc_id, text, title in _documents(corpus, "chunk (tokens)"))
+        (
+            (doc_id, title, chunks(text))
+            for doc_id, text, title in _documents(corpus, "chunk (tokens)")
+        )
     )

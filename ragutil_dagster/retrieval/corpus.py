@@ -30,7 +30,11 @@ import polars as pl
 
 from ragutil_dagster.retrieval.errors import CorpusValidationError
 
-CORPUS_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String(), "title": pl.String()}
+CORPUS_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.String(),
+    "text": pl.String(),
+    "title": pl.String(),
+}
 PASSAGE_SCHEMA: dict[str, pl.DataType] = {**CORPUS_SCHEMA, "doc_id": pl.String()}
 QUERY_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String()}
 QRELS_SCHEMA: dict[str, pl.DataType] = {
@@ -67,12 +71,17 @@ class _RecordCollector:
         self.texts: list[str] = []
         self.titles: list[str | None] = []
 
-    def add(self, line: int, doc_id: Any, text: Any, title: Any, fields: tuple[str, str, str]) -> None:
+    def add(
+        self, line: int, doc_id: Any, text: Any, title: Any, fields: tuple[str, str, str]
+    ) -> None:
         id_field, text_field, title_field = fields
         key = _id_string(doc_id, self.path, line, id_field)
         if key in self.first_line:
             raise CorpusValidationError(
-                self.path, line, id_field, f"duplicate id {key!r} (first seen on line {self.first_line[key]})"
+                self.path,
+                line,
+                id_field,
+                f"duplicate id {key!r} (first seen on line {self.first_line[key]})",
             )
         if not isinstance(text, str):
             raise CorpusValidationError(
@@ -83,7 +92,10 @@ class _RecordCollector:
         if self.with_title:
             if title is not None and not isinstance(title, str):
                 raise CorpusValidationError(
-                    self.path, line, title_field, f"expected a string or null, got {_type_name(title)}"
+                    self.path,
+                    line,
+                    title_field,
+                    f"expected a string or null, got {_type_name(title)}",
                 )
             self.titles.append(title or None)
         self.first_line[key] = line
@@ -108,14 +120,18 @@ def _type_name(value: Any) -> str:
 def _id_string(value: Any, path: Path, line: int, field: str) -> str:
     """Ids may be strings or integers (BEIR and DPR files use both); they are stored as strings."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise CorpusValidationError(path, line, field, f"expected a string or integer id, got {_type_name(value)}")
+        raise CorpusValidationError(
+            path, line, field, f"expected a string or integer id, got {_type_name(value)}"
+        )
     key = str(value)
     if not key.strip():
         raise CorpusValidationError(path, line, field, "empty id")
     return key
 
 
-def _read_jsonl(path: Path, id_field: str, text_field: str, title_field: str | None) -> pl.DataFrame:
+def _read_jsonl(
+    path: Path, id_field: str, text_field: str, title_field: str | None
+) -> pl.DataFrame:
     collector = _RecordCollector(path, with_title=title_field is not None)
     fields = (id_field, text_field, title_field or "")
     for number, line in _decoded_lines(path):
@@ -124,9 +140,13 @@ def _read_jsonl(path: Path, id_field: str, text_field: str, title_field: str | N
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CorpusValidationError(path, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+            raise CorpusValidationError(
+                path, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+            ) from None
         if not isinstance(record, dict):
-            raise CorpusValidationError(path, number, None, f"expected a JSON object, got {_type_name(record)}")
+            raise CorpusValidationError(
+                path, number, None, f"expected a JSON object, got {_type_name(record)}"
+            )
         for required in (id_field, text_field):
             if required not in record:
                 raise CorpusValidationError(path, number, required, "missing")
@@ -142,7 +162,9 @@ def read_jsonl_corpus(
     return _read_jsonl(Path(path), id_field, text_field, title_field)
 
 
-def read_jsonl_queries(path: str | Path, *, id_field: str = "id", text_field: str = "text") -> pl.DataFrame:
+def read_jsonl_queries(
+    path: str | Path, *, id_field: str = "id", text_field: str = "text"
+) -> pl.DataFrame:
     """Read JSONL queries (one object per line with an id and a text) into the query schema."""
     return _read_jsonl(Path(path), id_field, text_field, None)
 
@@ -163,7 +185,9 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
     if header is None:
         raise CorpusValidationError(path, None, None, "empty file")
     if [name.strip().lower() for name in header] != ["id", "text", "title"]:
-        raise CorpusValidationError(path, 1, None, f"expected the header 'id, text, title', got {header}")
+        raise CorpusValidationError(
+            path, 1, None, f"expected the header 'id, text, title', got {header}"
+        )
     collector = _RecordCollector(path, with_title=True)
     while True:
         # A quoted text may span physical lines; errors name the line the record starts on.
@@ -174,7 +198,9 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
         if not row:
             continue
         if len(row) != 3:
-            raise CorpusValidationError(path, start, None, f"expected 3 tab-separated fields, got {len(row)}")
+            raise CorpusValidationError(
+                path, start, None, f"expected 3 tab-separated fields, got {len(row)}"
+            )
         collector.add(start, row[0], row[1], row[2], ("id", "text", "title"))
     return collector.frame()
 
@@ -203,7 +229,9 @@ def validate_corpus(frame: pl.DataFrame, source: str | Path = "<dataframe>") -> 
         frame = frame.with_columns(pl.lit(None, dtype=pl.String()).alias("title"))
     id_type, text_type, title_type = frame.schema["id"], frame.schema["text"], frame.schema["title"]
     if not (id_type == pl.String() or id_type.is_integer()):
-        raise CorpusValidationError(source, None, "id", f"expected strings or integers, got {id_type}")
+        raise CorpusValidationError(
+            source, None, "id", f"expected strings or integers, got {id_type}"
+        )
     for column, dtype in (("text", text_type), ("title", title_type)):
         if not (dtype == pl.String() or dtype == pl.Null()):
             raise CorpusValidationError(source, None, column, f"expected strings, got {dtype}")
@@ -213,21 +241,36 @@ def validate_corpus(frame: pl.DataFrame, source: str | Path = "<dataframe>") -> 
         pl.col("text").cast(pl.String()),
         pl.col("title").cast(pl.String()).replace("", None),
     )
-    _first_bad_row(frame, pl.col("id").is_null() | (pl.col("id").str.strip_chars() == ""), source, "id", "empty id")
     _first_bad_row(
-        frame, pl.col("text").is_null() | (pl.col("text").str.strip_chars() == ""), source, "text", "empty text"
+        frame,
+        pl.col("id").is_null() | (pl.col("id").str.strip_chars() == ""),
+        source,
+        "id",
+        "empty id",
+    )
+    _first_bad_row(
+        frame,
+        pl.col("text").is_null() | (pl.col("text").str.strip_chars() == ""),
+        source,
+        "text",
+        "empty text",
     )
     duplicated = frame.with_row_index("row", offset=1).filter(pl.col("id").is_duplicated())
     if duplicated.height:
         first = duplicated.group_by("id", maintain_order=True).agg(pl.col("row")).row(0)
         raise CorpusValidationError(
-            source, first[1][1], "id", f"duplicate id {first[0]!r} (first seen on row {first[1][0]})"
+            source,
+            first[1][1],
+            "id",
+            f"duplicate id {first[0]!r} (first seen on row {first[1][0]})",
         )
     columns = list(PASSAGE_SCHEMA if "doc_id" in frame.columns else CORPUS_SCHEMA)
     return frame.select(columns)
 
 
-def _first_bad_row(frame: pl.DataFrame, bad: pl.Expr, source: str | Path, field: str, message: str) -> None:
+def _first_bad_row(
+    frame: pl.DataFrame, bad: pl.Expr, source: str | Path, field: str, message: str
+) -> None:
     rows = frame.with_row_index("row", offset=1).filter(bad)["row"]
     if rows.len():
         raise CorpusValidationError(source, int(rows[0]), field, message)
@@ -243,7 +286,9 @@ def read_corpus(path: str | Path) -> pl.DataFrame:
         return read_parquet_corpus(path)
     if suffix == ".tsv":
         return read_dpr_tsv(path)
-    raise CorpusValidationError(path, None, None, "unknown corpus format; expected .jsonl, .parquet or .tsv")
+    raise CorpusValidationError(
+        path, None, None, "unknown corpus format; expected .jsonl, .parquet or .tsv"
+    )
 
 
 def read_qrels(path: str | Path) -> pl.DataFrame:
@@ -260,13 +305,17 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
         if len(fields) == 4:
             fields = [fields[0], fields[2], fields[3]]
         if len(fields) != 3:
-            raise CorpusValidationError(path, number, None, f"expected 3 (BEIR) or 4 (TREC) fields, got {len(fields)}")
+            raise CorpusValidationError(
+                path, number, None, f"expected 3 (BEIR) or 4 (TREC) fields, got {len(fields)}"
+            )
         try:
             relevance = int(fields[2])
         except ValueError:
             if number == 1:  # BEIR's header row
                 continue
-            raise CorpusValidationError(path, number, "score", f"expected an integer, got {fields[2]!r}") from None
+            raise CorpusValidationError(
+                path, number, "score", f"expected an integer, got {fields[2]!r}"
+            ) from None
         query_ids.append(fields[0])
         doc_ids.append(fields[1])
         relevances.append(relevance)
@@ -300,12 +349,18 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
     corpus = read_jsonl_corpus(folder / "corpus.jsonl", id_field="_id")
     queries = read_jsonl_queries(folder / "queries.jsonl", id_field="_id")
     qrels = read_qrels(qrels_path)
-    for column, table, what in (("query_id", queries, "queries.jsonl"), ("doc_id", corpus, "corpus.jsonl")):
+    for column, table, what in (
+        ("query_id", queries, "queries.jsonl"),
+        ("doc_id", corpus, "corpus.jsonl"),
+    ):
         unknown = qrels.filter(~pl.col(column).is_in(table["id"].implode()))
         if unknown.height:
             raise CorpusValidationError(
-                qrels_path, None, column, f"{unknown.height} judgements name ids absent from {what}, "
-                f"e.g. {unknown[column][0]!r}"
+                qrels_path,
+                None,
+                column,
+                f"{unknown.height} judgements name ids absent from {what}, "
+                f"e.g. {unknown[column][0]!r}",
             )
     queries = queries.filter(pl.col("id").is_in(qrels["query_id"].unique().implode()))
     return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
@@ -320,11 +375,15 @@ def corpus_fingerprint(corpus: pl.DataFrame) -> str:
     for start in range(0, corpus.height, batch):
         stop = min(start + batch, corpus.height)
         ids = columns[0][start:stop].to_list()
-        titles = columns[1][start:stop].to_list() if columns[1] is not None else [None] * (stop - start)
+        titles = (
+            columns[1][start:stop].to_list() if columns[1] is not None else [None] * (stop - start)
+        )
         texts = columns[2][start:stop].to_list()
         # Unit and record separators cannot occur in ids; they keep field boundaries unambiguous.
         digest.update(
-            "".join(f"{i}\x1f{t or ''}\x1f{x}\x1e" for i, t, x in zip(ids, titles, texts)).encode("utf-8")
+            "".join(f"{i}\x1f{t or ''}\x1f{x}\x1e" for i, t, x in zip(ids, titles, texts)).encode(
+                "utf-8"
+            )
         )
     return f"sha256:{digest.hexdigest()}"
 
@@ -334,8 +393,12 @@ def indexed_texts(corpus: pl.DataFrame, include_title: bool = True) -> list[str]
     title and ``include_title`` is set (as DPR and Pyserini index Wikipedia), else the text alone."""
     if not include_title or "title" not in corpus.columns:
         return corpus["text"].to_list()
-    return corpus.select(
-        pl.when(pl.col("title").is_not_null())
-        .then(pl.concat_str("title", pl.lit("\n"), "text"))
-        .otherwise("text")
-    ).to_series().to_list()
+    return (
+        corpus.select(
+            pl.when(pl.col("title").is_not_null())
+            .then(pl.concat_str("title", pl.lit("\n"), "text"))
+            .otherwise("text")
+        )
+        .to_series()
+        .to_list()
+    )

@@ -29,7 +29,13 @@ from tqdm.auto import tqdm
 
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.retrieval.errors import IndexFormatError, IndexMismatchError
-from ragutil_dagster.retrieval.io import atomic_directory, atomic_path, check_corpus, read_manifest, write_manifest
+from ragutil_dagster.retrieval.io import (
+    atomic_directory,
+    atomic_path,
+    check_corpus,
+    read_manifest,
+    write_manifest,
+)
 from ragutil_dagster.retrieval.runs import run_from_matrix
 
 FORMAT_VERSION = 1
@@ -106,7 +112,10 @@ def gpu_available() -> bool:
 
 
 def embed_corpus(
-    corpus: pl.DataFrame, encoder: TextEncoder, config: DenseConfig, out_path: str | Path | None = None
+    corpus: pl.DataFrame,
+    encoder: TextEncoder,
+    config: DenseConfig,
+    out_path: str | Path | None = None,
 ) -> np.ndarray:
     """Embed every passage (block by block, with a progress bar) into a float32 ``(n, dim)`` array.
 
@@ -127,7 +136,9 @@ def embed_corpus(
         fill(embeddings)
         return embeddings
     with atomic_path(out_path) as temporary:
-        mapped = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=(len(texts), encoder.dim))
+        mapped = np.lib.format.open_memmap(
+            temporary, mode="w+", dtype=np.float32, shape=(len(texts), encoder.dim)
+        )
         fill(mapped)
         mapped.flush()
         del mapped
@@ -142,14 +153,20 @@ def _vectors(array: Any, dim: int) -> np.ndarray:
 
 
 def build_faiss_index(
-    embeddings: np.ndarray, spec: FaissIndexSpec, block_size: int = 16_384, device: Device = "cpu", seed: int = 0
+    embeddings: np.ndarray,
+    spec: FaissIndexSpec,
+    block_size: int = 16_384,
+    device: Device = "cpu",
+    seed: int = 0,
 ) -> Any:
     """Build a FAISS index over ``embeddings``, adding block by block (IVF kinds are trained first
     on a random sample). On a GPU (see :func:`_to_device`) the empty index is moved there first,
     so k-means training and list assignment — the expensive parts at scale — run on the GPU."""
     count, dim = embeddings.shape
     if spec.kind == "ivfpq" and dim % spec.pq_m:
-        raise ValueError(f"ivfpq needs pq_m to divide the dimension: {spec.pq_m} does not divide {dim}")
+        raise ValueError(
+            f"ivfpq needs pq_m to divide the dimension: {spec.pq_m} does not divide {dim}"
+        )
     index = faiss.index_factory(dim, spec.factory_string(), spec.faiss_metric())
     if spec.kind == "hnsw":
         index.hnsw.efConstruction = spec.ef_construction
@@ -160,12 +177,16 @@ def build_faiss_index(
     index = _to_device(index, spec, device)
     if not index.is_trained:
         if count < spec.nlist:
-            raise ValueError(f"{spec.kind} with nlist={spec.nlist} needs at least that many vectors, got {count}")
+            raise ValueError(
+                f"{spec.kind} with nlist={spec.nlist} needs at least that many vectors, got {count}"
+            )
         sample_size = min(count, spec.train_size or max(64 * spec.nlist, 10_000))
         sample = np.sort(np.random.default_rng(seed).choice(count, size=sample_size, replace=False))
         index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
     blocks = range(0, count, block_size)
-    for start in tqdm(blocks, desc=f"add to {spec.kind} index", unit="block", disable=len(blocks) < 4):
+    for start in tqdm(
+        blocks, desc=f"add to {spec.kind} index", unit="block", disable=len(blocks) < 4
+    ):
         index.add(np.ascontiguousarray(embeddings[start : start + block_size], dtype=np.float32))
     _set_search_parameters(index, spec)
     return index
@@ -195,7 +216,9 @@ def _to_device(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
             )
         return index
     options = faiss.GpuClonerOptions()
-    options.useFloat16 = spec.kind == "ivfpq"  # GPU IVF-PQ needs fp16 lookup tables above 48 bytes per code
+    options.useFloat16 = (
+        spec.kind == "ivfpq"
+    )  # GPU IVF-PQ needs fp16 lookup tables above 48 bytes per code
     return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index, options)
 
 
@@ -262,7 +285,13 @@ class DenseRetriever:
         config = replace(self.config, index=spec)
         index = build_faiss_index(self.embeddings, spec, config.block_size, config.device)
         return DenseRetriever(
-            self.ids, self.embeddings, index, self.encoder, self.encoder_identity, config, self.fingerprint
+            self.ids,
+            self.embeddings,
+            index,
+            self.encoder,
+            self.encoder_identity,
+            config,
+            self.fingerprint,
         )
 
     def __len__(self) -> int:
@@ -275,12 +304,16 @@ class DenseRetriever:
     def search(self, queries: pl.DataFrame, k: int = 10, name: str = "dense") -> pl.DataFrame:
         """Top-``k`` passages per query (table with ``id``, ``text``) as a run table tagged ``name``."""
         if self.encoder is None:
-            raise ValueError("this index was loaded without an encoder; pass one to load() to search with text")
+            raise ValueError(
+                "this index was loaded without an encoder; pass one to load() to search with text"
+            )
         texts = [self.config.query_prefix + text for text in queries["text"].to_list()]
         vectors = _vectors(self.encoder.encode(texts), self.dim)
         return self.search_vectors(queries["id"].to_list(), vectors, k, name)
 
-    def search_vectors(self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10, name: str = "dense") -> pl.DataFrame:
+    def search_vectors(
+        self, query_ids: Sequence[str], vectors: np.ndarray, k: int = 10, name: str = "dense"
+    ) -> pl.DataFrame:
         """Search with query vectors already computed; scores are inner products (``ip``) or
         negated squared L2 distances (``l2``), so higher is always better."""
         if k < 1:
@@ -296,7 +329,9 @@ class DenseRetriever:
         # IVF/HNSW return -1 where fewer than k vectors were reached.
         return run_from_matrix(list(query_ids), self.ids, positions, scores, positions >= 0, name)
 
-    def _exact_top_k(self, queries: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _exact_top_k(
+        self, queries: np.ndarray, positions: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Re-score candidate ``positions`` with the stored vectors and keep the best ``k`` per query."""
         valid = positions >= 0
         candidates = np.zeros(positions.shape + (self.dim,), dtype=np.float32)
@@ -361,20 +396,37 @@ class DenseRetriever:
                     f"{encoder.identity}; query with the same model or rebuild the index"
                 )
             if encoder.dim != manifest["dim"]:
-                raise IndexMismatchError(f"{directory}: index dimension {manifest['dim']}, encoder dimension {encoder.dim}")
+                raise IndexMismatchError(
+                    f"{directory}: index dimension {manifest['dim']}, encoder dimension {encoder.dim}"
+                )
         if corpus is not None:
             check_corpus(manifest, corpus, directory)
         embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
         index = faiss.read_index(str(directory / "index.faiss"))
         ids = pl.read_parquet(directory / "ids.parquet")["id"]
         size, dim = manifest["size"], manifest["dim"]
-        if embeddings.shape != (size, dim) or index.ntotal != size or index.d != dim or len(ids) != size:
+        if (
+            embeddings.shape != (size, dim)
+            or index.ntotal != size
+            or index.d != dim
+            or len(ids) != size
+        ):
             raise IndexFormatError(
                 f"{directory}: files disagree with the manifest (size {size}, dim {dim}): embeddings "
                 f"{embeddings.shape}, index {index.ntotal}×{index.d}, {len(ids)} ids"
             )
         stored = manifest["config"]
-        config = DenseConfig(**{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device})
+        config = DenseConfig(
+            **{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device}
+        )
         index = _to_device(index, config.index, device)
         _set_search_parameters(index, config.index)
-        return cls(ids, embeddings, index, encoder, manifest["encoder_identity"], config, manifest["corpus_fingerprint"])
+        return cls(
+            ids,
+            embeddings,
+            index,
+            encoder,
+            manifest["encoder_identity"],
+            config,
+            manifest["corpus_fingerprint"],
+        )

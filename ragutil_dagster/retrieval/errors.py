@@ -13,9 +13,7 @@ class CorpusValidationError(ValueError):
     with the file as a whole (for example a missing column).
     """
 
-    def __init__(
-        self, path: str | Path, line: int | None, field: str | None, message: str
-    ) -> None:
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
         self.path = str(path)
         self.line = line
         self.field = field

@@ -51,7 +51,9 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     try:
         yield temporary
         if target.exists():
-            retired = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+            retired = Path(
+                tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+            )
             os.replace(target, retired / "index")
             os.replace(temporary, target)
             shutil.rmtree(retired, ignore_errors=True)
@@ -65,7 +67,9 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     """Write ``manifest.json`` into an index directory."""
     atomic_write(
         directory / MANIFEST_NAME,
-        lambda path: path.write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8"),
+        lambda path: path.write_text(
+            json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8"
+        ),
     )
 
 
@@ -74,7 +78,9 @@ def read_manifest(directory: str | Path, kind: str, format_version: int) -> dict
     written in ``format_version``."""
     path = Path(directory) / MANIFEST_NAME
     if not path.is_file():
-        raise IndexFormatError(f"{directory}: no {MANIFEST_NAME}; not a saved index, or saving did not finish")
+        raise IndexFormatError(
+            f"{directory}: no {MANIFEST_NAME}; not a saved index, or saving did not finish"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

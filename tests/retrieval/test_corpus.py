@@ -30,7 +30,11 @@ def _jsonl(path: Path, records: list[object]) -> Path:
 def test_jsonl_reads_ids_texts_titles(tmp_path: Path) -> None:
     path = _jsonl(
         tmp_path / "c.jsonl",
-        [{"id": "a", "text": "Alpha text.", "title": "A"}, {"id": 7, "text": "Seven.", "title": ""}, {"id": "b", "text": "B"}],
+        [
+            {"id": "a", "text": "Alpha text.", "title": "A"},
+            {"id": 7, "text": "Seven.", "title": ""},
+            {"id": "b", "text": "B"},
+        ],
     )
     corpus = read_corpus(path)
     assert corpus.schema == pl.Schema(CORPUS_SCHEMA)
@@ -46,12 +50,22 @@ def test_jsonl_reads_ids_texts_titles(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("records", "line", "field", "fragment"),
     [
-        ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], 2, "id", "duplicate id 'a' (first seen on line 1)"),
+        (
+            [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}],
+            2,
+            "id",
+            "duplicate id 'a' (first seen on line 1)",
+        ),
         ([{"id": "a", "text": "x"}, {"id": "b", "text": "   "}], 2, "text", "empty text"),
         ([{"id": "a", "text": 3}], 1, "text", "expected a string, got int"),
         ([{"id": 1.5, "text": "x"}], 1, "id", "expected a string or integer id, got float"),
         ([{"id": True, "text": "x"}], 1, "id", "got bool"),
-        ([{"id": "a", "text": "x", "title": ["t"]}], 1, "title", "expected a string or null, got list"),
+        (
+            [{"id": "a", "text": "x", "title": ["t"]}],
+            1,
+            "title",
+            "expected a string or null, got list",
+        ),
         ([{"id": "a", "text": "x"}, {"text": "y"}], 2, "id", "missing"),
         ([{"id": "a", "text": "x"}, ["not", "an", "object"]], 2, None, "expected a JSON object"),
     ],
@@ -89,7 +103,12 @@ def test_parquet_reader_validates_rows(tmp_path: Path) -> None:
         {"id": "11", "text": "y", "title": None},
     ]
     cases = [
-        (pl.DataFrame({"id": ["a", "b", "a"], "text": ["x", "y", "z"]}), 3, "id", "first seen on row 1"),
+        (
+            pl.DataFrame({"id": ["a", "b", "a"], "text": ["x", "y", "z"]}),
+            3,
+            "id",
+            "first seen on row 1",
+        ),
         (pl.DataFrame({"id": ["a", "b"], "text": ["x", None]}), 2, "text", "empty text"),
         (pl.DataFrame({"id": ["a", "b"], "text": [1, 2]}), None, "text", "expected strings"),
         (pl.DataFrame({"id": ["a"], "body": ["x"]}), None, "text", "missing column"),
@@ -125,13 +144,21 @@ def test_dpr_tsv_layout_with_quoted_text(tmp_path: Path) -> None:
 
 
 def test_beir_folder(tmp_path: Path) -> None:
-    _jsonl(tmp_path / "corpus.jsonl", [
-        {"_id": "d1", "title": "One", "text": "first doc", "metadata": {}},
-        {"_id": "d2", "title": "", "text": "second doc"},
-    ])
-    _jsonl(tmp_path / "queries.jsonl", [{"_id": "q1", "text": "first?"}, {"_id": "q2", "text": "unjudged?"}])
+    _jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            {"_id": "d1", "title": "One", "text": "first doc", "metadata": {}},
+            {"_id": "d2", "title": "", "text": "second doc"},
+        ],
+    )
+    _jsonl(
+        tmp_path / "queries.jsonl",
+        [{"_id": "q1", "text": "first?"}, {"_id": "q2", "text": "unjudged?"}],
+    )
     (tmp_path / "qrels").mkdir()
-    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\n", encoding="utf-8"
+    )
     beir = read_beir(tmp_path)
     assert beir.corpus["id"].to_list() == ["d1", "d2"]
     assert beir.corpus["title"].to_list() == ["One", None]
@@ -140,7 +167,9 @@ def test_beir_folder(tmp_path: Path) -> None:
         {"query_id": "q1", "doc_id": "d1", "relevance": 1},
         {"query_id": "q1", "doc_id": "d2", "relevance": 0},
     ]
-    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td9\t1\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td9\t1\n", encoding="utf-8"
+    )
     with pytest.raises(CorpusValidationError, match="absent from corpus.jsonl, e.g. 'd9'"):
         read_beir(tmp_path)
     with pytest.raises(CorpusValidationError, match="missing from the BEIR folder"):
@@ -158,7 +187,9 @@ def test_trec_qrels_and_bad_score(tmp_path: Path) -> None:
 
 
 def test_fingerprint_tracks_ids_titles_texts_and_order() -> None:
-    base = validate_corpus(pl.DataFrame({"id": ["a", "b"], "text": ["x", "y"], "title": ["T", None]}))
+    base = validate_corpus(
+        pl.DataFrame({"id": ["a", "b"], "text": ["x", "y"], "title": ["T", None]})
+    )
     variants = [
         base.with_columns(pl.Series("text", ["x", "y!"])),
         base.with_columns(pl.Series("id", ["a", "c"])),

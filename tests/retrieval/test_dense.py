@@ -23,7 +23,7 @@ from ragutil_dagster.retrieval.runs import evaluate_run
 from .conftest import HashEncoder
 
 
-def test_minilm_finds_the_source_passage_first(dense_run: pl.DataFrame, world) -> None:  # noqa: ANN001
+def test_minilm_finds_the_source_passage_first(dense_run: pl.DataFrame, world) -> None:
     _, mean = evaluate_run(dense_run, world.qrels, ["success_1", "recall_10"])
     assert mean["success_1"][0] >= 0.9
     assert mean["recall_10"][0] >= 0.95
@@ -34,11 +34,15 @@ def test_minilm_finds_the_source_passage_first(dense_run: pl.DataFrame, world) -
 
 
 def test_dense_save_load_identical_and_manifest(
-    dense: DenseRetriever, dense_run: pl.DataFrame, world, minilm, tmp_path: Path  # noqa: ANN001
+    dense: DenseRetriever, dense_run: pl.DataFrame, world, minilm, tmp_path: Path
 ) -> None:
     dense.save(tmp_path / "dense")
     manifest = json.loads((tmp_path / "dense" / "manifest.json").read_text())
-    assert (manifest["dim"], manifest["metric"], manifest["size"]) == (384, "ip", world.corpus.height)
+    assert (manifest["dim"], manifest["metric"], manifest["size"]) == (
+        384,
+        "ip",
+        world.corpus.height,
+    )
     assert manifest["encoder_identity"] == minilm.identity
     assert manifest["corpus_fingerprint"] == corpus_fingerprint(world.corpus)
     assert manifest["config"]["index"]["kind"] == "flat"
@@ -47,9 +51,13 @@ def test_dense_save_load_identical_and_manifest(
     assert loaded.search(world.queries, k=20, name="minilm").equals(dense_run)
 
 
-def test_dense_load_with_other_model_or_corpus_fails(dense: DenseRetriever, world, tmp_path: Path) -> None:  # noqa: ANN001
+def test_dense_load_with_other_model_or_corpus_fails(
+    dense: DenseRetriever, world, tmp_path: Path
+) -> None:
     dense.save(tmp_path / "dense")
-    with pytest.raises(IndexMismatchError, match="index built with encoder .* given encoder other-model"):
+    with pytest.raises(
+        IndexMismatchError, match="index built with encoder .* given encoder other-model"
+    ):
         DenseRetriever.load(tmp_path / "dense", HashEncoder(dim=384, identity="other-model"))
     with pytest.raises(IndexMismatchError, match="different ids or texts"):
         DenseRetriever.load(tmp_path / "dense", None, corpus=world.corpus.reverse())
@@ -67,7 +75,9 @@ def random_index() -> tuple[DenseRetriever, np.ndarray]:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     queries = vectors[:50] + 0.3 * rng.standard_normal((50, 32)).astype(np.float32)
     ids = [f"p{i}" for i in range(len(vectors))]
-    flat = DenseRetriever.from_embeddings(ids, vectors, "random", "sha256:none", DenseConfig(device="cpu"))
+    flat = DenseRetriever.from_embeddings(
+        ids, vectors, "random", "sha256:none", DenseConfig(device="cpu")
+    )
     return flat, queries
 
 
@@ -98,46 +108,58 @@ def test_approximate_indexes_against_flat(
     assert _overlap(approximate.search_vectors(query_ids, queries, k=10), exact) >= minimum_overlap
 
 
-def test_ivf_index_round_trips_its_parameters(random_index, tmp_path: Path) -> None:  # noqa: ANN001
+def test_ivf_index_round_trips_its_parameters(random_index, tmp_path: Path) -> None:
     flat, queries = random_index
     ivf = flat.with_index(FaissIndexSpec(kind="ivf", nlist=16, nprobe=3))
     ivf.save(tmp_path / "ivf")
     loaded = DenseRetriever.load(tmp_path / "ivf", None, device="cpu")
     assert loaded.config.index == ivf.config.index
     query_ids = [f"q{i}" for i in range(len(queries))]
-    assert loaded.search_vectors(query_ids, queries, 10).equals(ivf.search_vectors(query_ids, queries, 10))
+    assert loaded.search_vectors(query_ids, queries, 10).equals(
+        ivf.search_vectors(query_ids, queries, 10)
+    )
 
 
-def test_index_option_errors(random_index, world, hash_encoder) -> None:  # noqa: ANN001
+def test_index_option_errors(random_index, world, hash_encoder) -> None:
     flat, _ = random_index
     with pytest.raises(ValueError, match="pq_m to divide the dimension"):
         flat.with_index(FaissIndexSpec(kind="ivfpq", nlist=16, pq_m=7))
     with pytest.raises(ValueError, match="needs at least that many vectors"):
-        DenseRetriever.build(world.corpus.head(20), hash_encoder, DenseConfig(index=FaissIndexSpec(kind="ivf", nlist=64)))
+        DenseRetriever.build(
+            world.corpus.head(20),
+            hash_encoder,
+            DenseConfig(index=FaissIndexSpec(kind="ivf", nlist=64)),
+        )
     if not gpu_available():
         with pytest.raises(RuntimeError, match="device='cuda'"):
             DenseRetriever.build(world.corpus.head(20), hash_encoder, DenseConfig(device="cuda"))
 
 
-def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path: Path) -> None:  # noqa: ANN001
+def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path: Path) -> None:
     config = DenseConfig(block_size=64, passage_prefix="passage: ")
     mapped = embed_corpus(world.corpus, hash_encoder, config, tmp_path / "emb.npy")
     assert isinstance(mapped, np.memmap) and mapped.shape == (world.corpus.height, hash_encoder.dim)
     in_memory = embed_corpus(world.corpus, hash_encoder, config)
     np.testing.assert_array_equal(np.asarray(mapped), in_memory)
-    expected = hash_encoder.encode([f"passage: {world.corpus['title'][0]}\n{world.corpus['text'][0]}"])
+    expected = hash_encoder.encode(
+        [f"passage: {world.corpus['title'][0]}\n{world.corpus['text'][0]}"]
+    )
     np.testing.assert_array_equal(in_memory[:1], expected)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("spec", [FaissIndexSpec(), FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8)])
-def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    "spec", [FaissIndexSpec(), FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8)]
+)
+def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, tmp_path: Path) -> None:
     if not gpu_available():
         pytest.skip("needs faiss with GPU support and a CUDA device")
     flat, queries = random_index
     query_ids = [f"q{i}" for i in range(len(queries))]
     cpu = flat.with_index(spec)
-    gpu = DenseRetriever.from_embeddings(flat.ids, flat.embeddings, "random", "", DenseConfig(index=spec, device="cuda"))
+    gpu = DenseRetriever.from_embeddings(
+        flat.ids, flat.embeddings, "random", "", DenseConfig(index=spec, device="cuda")
+    )
     exact = flat.search_vectors(query_ids, queries, 10)
     expected = _overlap(cpu.search_vectors(query_ids, queries, 10), exact)
     assert _overlap(gpu.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05

@@ -32,12 +32,19 @@ def run() -> pl.DataFrame:
 
 def test_run_table_rows_and_validation(run: pl.DataFrame) -> None:
     assert run.rows() == [
-        ("q1", 1, "a", 3.5, "bm25"), ("q1", 2, "b", 2.0, "bm25"), ("q1", 3, "c", 0.25, "bm25"),
-        ("q2", 1, "c", 1.0, "bm25"), ("q2", 2, "a", 1.0, "bm25"),
+        ("q1", 1, "a", 3.5, "bm25"),
+        ("q1", 2, "b", 2.0, "bm25"),
+        ("q1", 3, "c", 0.25, "bm25"),
+        ("q2", 1, "c", 1.0, "bm25"),
+        ("q2", 2, "a", 1.0, "bm25"),
     ]
     assert top_k(run, 1)["doc_id"].to_list() == ["a", "c"]
     with pytest.raises(ValueError, match="query 'q1' has ranks that are not 1..n"):
-        validate_run(run.with_columns(pl.when(pl.col("rank") == 3).then(5).otherwise(pl.col("rank")).alias("rank")))
+        validate_run(
+            run.with_columns(
+                pl.when(pl.col("rank") == 3).then(5).otherwise(pl.col("rank")).alias("rank")
+            )
+        )
     with pytest.raises(ValueError, match="repeats a doc id"):
         validate_run(run.with_columns(pl.lit("a").alias("doc_id")))
     with pytest.raises(ValueError, match="lacks columns"):
@@ -52,17 +59,27 @@ def test_trec_round_trip(run: pl.DataFrame, tmp_path: Path) -> None:
     write_trec(run, path, tag="mine")
     assert read_trec(path)["retriever"].unique().to_list() == ["mine"]
     with pytest.raises(ValueError, match="whitespace"):
-        write_trec(run.with_columns(pl.format("doc {}", "doc_id").alias("doc_id")), tmp_path / "bad.trec")
+        write_trec(
+            run.with_columns(pl.format("doc {}", "doc_id").alias("doc_id")), tmp_path / "bad.trec"
+        )
     assert not (tmp_path / "bad.trec").exists()
 
 
 def test_evaluation_follows_table_order_and_definitions(run: pl.DataFrame) -> None:
     qrels = pl.DataFrame(
-        {"query_id": ["q1", "q1", "q2", "q4"], "doc_id": ["b", "c", "a", "z"], "relevance": [1, 1, 1, 1]}
+        {
+            "query_id": ["q1", "q1", "q2", "q4"],
+            "doc_id": ["b", "c", "a", "z"],
+            "relevance": [1, 1, 1, 1],
+        }
     )
     other = run.with_columns(pl.lit("dense").alias("retriever"))
-    per_query, mean = evaluate_run(pl.concat([run, other]), qrels, ["recip_rank", "recall_2", "ndcg_cut_3", "map"])
-    bm25 = {row["query_id"]: row for row in per_query.filter(pl.col("retriever") == "bm25").to_dicts()}
+    per_query, mean = evaluate_run(
+        pl.concat([run, other]), qrels, ["recip_rank", "recall_2", "ndcg_cut_3", "map"]
+    )
+    bm25 = {
+        row["query_id"]: row for row in per_query.filter(pl.col("retriever") == "bm25").to_dicts()
+    }
     # q2 ties at score 1.0: the table's order (c then a) must decide, not trec_eval's doc-id tie-break.
     assert bm25["q2"]["recip_rank"] == 0.5
     assert bm25["q1"]["recip_rank"] == 0.5
@@ -78,7 +95,11 @@ def test_evaluation_follows_table_order_and_definitions(run: pl.DataFrame) -> No
 
 def test_answer_recall_uses_dpr_has_answer(run: pl.DataFrame) -> None:
     passages = pl.DataFrame(
-        {"id": ["a", "b", "c"], "text": ["Paris is big.", "The Eiffel Tower, Paris", "Lyon's river"], "title": [None] * 3}
+        {
+            "id": ["a", "b", "c"],
+            "text": ["Paris is big.", "The Eiffel Tower, Paris", "Lyon's river"],
+            "title": [None] * 3,
+        }
     )
     answers = {"q1": ["Eiffel tower"], "q2": ["lyon"], "q3": ["Paris"]}
     recall = answer_recall(run, passages, answers, ks=(1, 2))
