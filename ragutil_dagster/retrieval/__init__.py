@@ -1,1 +1,14 @@
-"""Corpus ingest and chunking, BM25 and dense indexes, fusion, reranking, retrieval runs."""
+"""Corpus ingest and chunking, BM25 and dense indexes, fusion, reranking, retrieval runs.
+
+Modules (imported one by one, so that reading a corpus does not load FAISS or numba):
+
+- :mod:`~ragutil_dagster.retrieval.corpus` — JSONL / Parquet / DPR TSV / BEIR readers with
+  validation, table schemas, corpus fingerprints.
+- :mod:`~ragutil_dagster.retrieval.chunking` — DPR word windows, MIRAGE sentence-packed token chunks.
+- :mod:`~ragutil_dagster.retrieval.bm25` — BM25 with bm25s (numba backend), saved with a manifest.
+- :mod:`~ragutil_dagster.retrieval.dense` — embeddings + FAISS (flat, IVF, HNSW, IVF-PQ; GPU).
+- :mod:`~ragutil_dagster.retrieval.fusion` — reciprocal rank fusion.
+- :mod:`~ragutil_dagster.retrieval.rerank` — cross-encoder reranking, top-N → k.
+- :mod:`~ragutil_dagster.retrieval.runs` — run tables, TREC files, IR evaluation, answer recall.
+- :mod:`~ragutil_dagster.retrieval.errors` — the exceptions raised for bad input and mismatched indexes.
+"""
