@@ -91,7 +91,7 @@ class VLLMGenerator:
             raise ValueError(
                 f"model {self.ref.name} has no chat template, but the configuration asks to use one"
             )
-        self._dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        self._dtype = str(self.llm.model_config.dtype).removeprefix("torch.")
 
     @property
     def identity(self) -> str:
