@@ -1,0 +1,608 @@
+"""Train the synthetic world's reader LM and NLI model from scratch on CPU.
+
+The reader is a small Llama-style causal LM over a word-level vocabulary of the world's text. It
+learns (a) the *known* entities' facts — their passages as plain text and closed-book questions
+about them — and (b) reading comprehension on a disjoint training world: questions answered from
+a context of one to three passages, with MIRAGE-style distractors and two-hop questions. Loss is
+on answer tokens only for questions, on every token for fact passages. The NLI model is a small
+BERT classifier trained on answer pairs (aliases of one value → entailment, different values of
+one attribute → contradiction, values of different attributes → neutral).
+
+Both are saved as ordinary Hugging Face directories (``save_pretrained`` model + a
+``PreTrainedTokenizerFast``), so the project's generator and entailment backends load them like
+any other model. With the same seed, CPU training is bit-for-bit repeatable
+(``torch.use_deterministic_algorithms``) at a given thread count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    BertConfig,
+    BertForSequenceClassification,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
+
+from ragutil_dagster import prompts
+from ragutil_dagster.data.synthetic import (
+    ATTRIBUTE_BY_NAME,
+    ATTRIBUTES,
+    INDUSTRIES,
+    OCCUPATIONS,
+    YEARS,
+    Entity,
+    Passage,
+    Question,
+    World,
+    make_reading_world,
+    make_world,
+    value_aliases,
+    write_world,
+)
+from ragutil_dagster.metrics.answers import has_answer
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]")
+NLI_LABELS = ("contradiction", "neutral", "entailment")  # the MNLI order Entailment expects
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How long and on what the two models train."""
+
+    world_size: str
+    reader_steps: int
+    memory_batch: int
+    reading_batch: int
+    nli_steps: int
+    nli_batch: int
+    threads: int = 1
+    lr: float = 2e-3
+    hidden: int = 128
+    layers: int = 4
+
+
+CONFIGS: dict[str, TrainConfig] = {
+    "default": TrainConfig("default", reader_steps=3000, memory_batch=128, reading_batch=24,
+                           nli_steps=600, nli_batch=64),
+    "ci": TrainConfig("ci", reader_steps=600, memory_batch=64, reading_batch=24,
+                      nli_steps=300, nli_batch=64),
+}
+
+
+# --- tokenizer ---------------------------------------------------------------------------------
+def _world_texts(worlds: Sequence[World]) -> Iterator[str]:
+    for w in worlds:
+        yield from (p.text for p in w.passages)
+        yield from (p.title for p in w.passages)
+        yield from (q.text for q in w.questions)
+        yield from (" ".join(e.aliases) for e in w.entities)
+        yield " ".join((*w.pools.first_names, *w.pools.surnames, *w.pools.cities, *w.pools.companies))
+    yield from (a.question + " " + (a.two_hop_question or "") for a in ATTRIBUTES)
+    for pool, values in (("occupation", OCCUPATIONS), ("industry", INDUSTRIES), ("year", YEARS)):
+        yield " ".join(" ".join(value_aliases(pool, v)) for v in values)
+    yield " ".join(f"{c} City {c} Group" for c in worlds[0].pools.cities)
+    yield " ".join(prompts.PROMPTS.values()) + prompts.format_reference([("t", "x")] * 9)
+
+
+def build_tokenizer(worlds: Sequence[World]) -> Tokenizer:
+    """A word-level tokenizer whose vocabulary is every word and punctuation mark of the worlds."""
+    pre = pre_tokenizers.Whitespace()
+    words = {w for text in _world_texts(worlds) for w, _ in pre.pre_tokenize_str(text)}
+    vocab = {t: i for i, t in enumerate((*SPECIAL_TOKENS, *sorted(words)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre
+    return tok
+
+
+def _reader_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
+    tok = Tokenizer.from_str(base.to_str())
+    bos = tok.token_to_id("[BOS]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", pair="[BOS] $A $B", special_tokens=[("[BOS]", bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="[BOS]", eos_token="[EOS]",
+                                   pad_token="[PAD]", unk_token="[UNK]", padding_side="left",
+                                   model_max_length=512,
+                                   model_input_names=["input_ids", "attention_mask"])
+
+
+def _nli_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
+    tok = Tokenizer.from_str(base.to_str())
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", unk_token="[UNK]", padding_side="right",
+                                   model_max_length=512)
+
+
+# --- reader training data ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Example:
+    prompt: str  # conditioning text (no loss)
+    target: str  # trained text (loss)
+
+
+def _ctx(passages: Sequence[Passage]) -> list[tuple[str, str]]:
+    return [(p.title, p.text) for p in passages]
+
+
+class ReaderData:
+    """Random training examples for the reader, drawn deterministically from ``rng``.
+
+    Two streams: *memory* (short: known facts as text, closed-book questions on known entities)
+    and *reading* (long: questions over contexts from the reading world, two-hop questions, and
+    known entities' questions with a relevant or irrelevant context).
+    """
+
+    def __init__(self, world: World, reading: World, rng: random.Random) -> None:
+        self.world, self.reading, self.rng = world, reading, rng
+        known = [e for e in world.entities if e.known]
+        self.closed_book = [
+            _Example(prompts.closed_book(a.question.format(name=e.name)), e.attributes[a.name])
+            for e in known for a in ATTRIBUTES if a.kind == e.kind]
+        self.fact_texts = [_Example("", p.text) for e in known for p in world.passages_of(e.id)]
+        self.known_pairs = [(e, a) for e in known for a in ATTRIBUTES if a.kind == e.kind]
+        # Known people sharing a surname: their passages are in the training text anyway, so they
+        # can serve as namesake distractors without leaking an unknown fact.
+        surnames: dict[str, list[Entity]] = {}
+        for e in known:
+            if e.kind == "person":
+                surnames.setdefault(e.name.split()[-1], []).append(e)
+        self.known_namesakes = {e.id: [o for o in family if o.id != e.id]
+                                for family in surnames.values() for e in family}
+        self.single = [q for q in reading.questions if q.type == "single_hop"]
+        self.two_hop = [q for q in reading.questions if q.type == "two_hop"]
+
+    def questions(self, n: int) -> list[_Example]:
+        """Closed-book questions about known entities."""
+        return [self.rng.choice(self.closed_book) for _ in range(n)]
+
+    def facts(self, n: int) -> list[_Example]:
+        """Passages about known entities, trained as plain text."""
+        return [self.rng.choice(self.fact_texts) for _ in range(n)]
+
+    def with_context(self, n: int) -> list[_Example]:
+        """Context questions (see :meth:`reading_example`)."""
+        return [self.reading_example() for _ in range(n)]
+
+    def reading_example(self) -> _Example:
+        """One context question: reading-world single-hop, two-hop, or a known entity's."""
+        u = self.rng.random()
+        if u < 0.65:
+            return self._single(self.rng.choice(self.single))
+        if u < 0.85:
+            return self._two_hop(self.rng.choice(self.two_hop))
+        return self._known_with_context()
+
+    def _passage(self, question: Question, *roles: str) -> Passage:
+        """A judged passage of the first role the question has; a random one when none."""
+        for role in roles:
+            ids = [j.passage_id for j in question.judgements if j.role == role]
+            if ids:
+                return self.reading.passage_by_id[self.rng.choice(ids)]
+        return self._random_passages(1, {question.entity_id})[0]
+
+    def _random_passages(self, k: int, avoid: set[str]) -> list[Passage]:
+        out: list[Passage] = []
+        while len(out) < k:
+            p = self.rng.choice(self.reading.passages)
+            if p.entity_id not in avoid:
+                out.append(p)
+        return out
+
+    def _single(self, q: Question) -> _Example:
+        gold = self.reading.passage_by_id[q.positives[0].passage_id]
+        u = self.rng.random()
+        # The gold passage alone teaches copying fastest; same-surname distractors are the
+        # hardest case.
+        if u < 0.3:
+            extra = [self._passage(q, "hard_negative_surname", "hard_negative_attribute")]
+        elif u < 0.5:
+            extra = [self._passage(q, "hard_negative_attribute")]
+        elif u < 0.7:
+            extra = self._random_passages(self.rng.randint(1, 2), {q.entity_id})
+        else:
+            extra = []
+        ctx = [gold, *extra]
+        self.rng.shuffle(ctx)
+        return _Example(prompts.with_context(q.text, _ctx(ctx)), q.answers[0])
+
+    def _two_hop(self, q: Question) -> _Example:
+        ctx = [self.reading.passage_by_id[j.passage_id] for j in q.positives]
+        if self.rng.random() < 0.5:
+            ctx.append(self._passage(q, "hard_negative_surname", "hard_negative_attribute"))
+        self.rng.shuffle(ctx)
+        return _Example(prompts.with_context(q.text, _ctx(ctx)), q.answers[0])
+
+    def _known_with_context(self) -> _Example:
+        # Known facts stay known whatever the context: the answer comes from memory when the
+        # context is about someone else (SePer's Property 2: such passages bring no utility).
+        e, a = self.rng.choice(self.known_pairs)
+        u = self.rng.random()
+        namesakes = self.known_namesakes.get(e.id, [])
+        if u < 0.4:
+            ctx = [self.world.passage_stating(e.id, a.name)]
+        elif u < 0.6:
+            ctx = [p for p in self.world.passages_of(e.id) if a.name not in p.attributes]
+        elif u < 0.8 and namesakes:
+            ctx = [self.world.passage_stating(self.rng.choice(namesakes).id, a.name)]
+        else:
+            ctx = self._random_passages(self.rng.randint(1, 2), set())
+        return _Example(prompts.with_context(a.question.format(name=e.name), _ctx(ctx)),
+                        e.attributes[a.name])
+
+
+def _encode_batch(tok: PreTrainedTokenizerFast, batch: Sequence[_Example]) -> tuple[torch.Tensor, ...]:
+    """Right-padded input ids, attention mask and labels (-100 outside the target)."""
+    eos = tok.eos_token_id
+    rows: list[tuple[list[int], list[int]]] = []
+    prompt_ids = tok([ex.prompt for ex in batch])["input_ids"]  # [BOS] + prompt
+    target_ids = tok([ex.target for ex in batch], add_special_tokens=False)["input_ids"]
+    for p, t in zip(prompt_ids, target_ids):
+        ids = p + t + [eos]
+        rows.append((ids, [-100] * len(p) + t + [eos]))
+    width = max(len(ids) for ids, _ in rows)
+    pad = tok.pad_token_id
+    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
+    return input_ids, mask, labels
+
+
+def _answer_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.Tensor,
+                 labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy on labelled positions only (skips the LM head elsewhere)."""
+    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    shifted = labels[:, 1:]
+    keep = shifted != -100
+    logits = model.lm_head(hidden[:, :-1][keep])
+    return torch.nn.functional.cross_entropy(logits, shifted[keep])
+
+
+def _schedule(step: int, total: int, warmup: int = 100) -> float:
+    """Linear warm-up, constant, then cosine decay to a tenth over the last fifth of training.
+
+    Reading emerges late and abruptly, so the rate stays at its peak until then.
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    decay_start = int(0.8 * total)
+    if step < decay_start:
+        return 1.0
+    progress = (step - decay_start) / max(1, total - decay_start)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@contextlib.contextmanager
+def _deterministic(seed: int, threads: int) -> Iterator[None]:
+    """Seed torch, force deterministic kernels and a fixed thread count, restoring both after.
+
+    One thread by default: results then do not depend on the machine's core count, and on a
+    CPU shared with other work a single thread is several times faster than two that contend.
+    """
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def train_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Path,
+                 config: TrainConfig, seed: int = 0, progress: bool = True) -> Path:
+    """Train the reader LM and save it as an HF directory at ``out_dir``; return the path."""
+    with _deterministic(seed, config.threads):
+        return _fit_reader(world, reading, tokenizer, out_dir, config, seed, progress)
+
+
+def _fit_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Path,
+                config: TrainConfig, seed: int, progress: bool) -> Path:
+    tok = _reader_tokenizer(tokenizer)
+    model_config = LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=config.hidden,
+        intermediate_size=2 * config.hidden, num_hidden_layers=config.layers,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+    model = LlamaForCausalLM(model_config)
+    model.train()
+    data = ReaderData(world, reading, random.Random(f"reader:{seed}"))
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.reader_steps))
+    # A cycle of six steps: four of reading, one of closed-book questions, one of fact text
+    # (memorising the known facts converges long before reading does). Batches of one kind have
+    # similar lengths, so little compute goes to padding.
+    read = ("read", data.with_context, config.reading_batch)
+    streams = (read, read, ("ask", data.questions, config.memory_batch),
+               read, read, ("facts", data.facts, config.reading_batch))
+    losses: dict[str, float] = {}
+    bar = tqdm(range(config.reader_steps), desc="reader", disable=not progress, mininterval=2)
+    for step in bar:
+        name, draw, n = streams[step % len(streams)]
+        loss = _answer_loss(model, *_encode_batch(tok, draw(n)))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses[name] = 0.9 * losses.get(name, loss.item()) + 0.1 * loss.item()
+        if step % 20 == 0:
+            bar.set_postfix({k: f"{v:.2f}" for k, v in losses.items()})
+    model.eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.bos_token_id = tok.bos_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+# --- NLI ---------------------------------------------------------------------------------------
+def _answer_groups(world: World) -> dict[str, list[tuple[str, ...]]]:
+    """Per value pool, the alias tuple of every value the world can give as an answer."""
+    pools = world.pools
+    return {
+        "city": [value_aliases("city", c) for c in pools.cities],
+        "company": [value_aliases("company", c) for c in pools.companies],
+        "occupation": [value_aliases("occupation", v) for v in OCCUPATIONS],
+        "industry": [value_aliases("industry", v) for v in INDUSTRIES],
+        "year": [value_aliases("year", v) for v in YEARS],
+    }
+
+
+def nli_pairs(world: World, rng: random.Random, n: int,
+              with_question: float = 0.5) -> list[tuple[str, str, int]]:
+    """``n`` labelled (premise, hypothesis, label) answer pairs, label indexing :data:`NLI_LABELS`.
+
+    A share ``with_question`` of the pairs carries the question prefix the SePer code puts
+    before both texts.
+    """
+    groups = _answer_groups(world)
+    names = sorted(groups)
+    questions: dict[str, list[str]] = {p: [] for p in names}
+    for q in world.questions:
+        attr = ATTRIBUTE_BY_NAME[q.attribute.split(".")[-1]]
+        questions[attr.pool].append(q.text)
+    out: list[tuple[str, str, int]] = []
+    for _ in range(n):
+        pool = rng.choice(names)
+        value = rng.choice(groups[pool])
+        label = rng.randrange(3)
+        a = rng.choice(value)
+        if label == 2:
+            b = rng.choice(value)
+        elif label == 0:
+            other = rng.choice([v for v in groups[pool] if v is not value] if len(groups[pool]) > 1
+                               else groups[pool])
+            b = rng.choice(other)
+        else:
+            b = rng.choice(rng.choice(groups[rng.choice([p for p in names if p != pool])]))
+        if rng.random() < 0.5:
+            a, b = b, a
+        if rng.random() < with_question and questions[pool]:
+            q = rng.choice(questions[pool])
+            a, b = f"{q} {a}", f"{q} {b}"
+        out.append((a, b, label))
+    return out
+
+
+def train_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
+              seed: int = 0, progress: bool = True) -> Path:
+    """Train the NLI classifier and save it as an HF directory at ``out_dir``; return the path."""
+    with _deterministic(seed, config.threads):
+        return _fit_nli(world, tokenizer, out_dir, config, seed, progress)
+
+
+def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig, seed: int,
+             progress: bool) -> Path:
+    tok = _nli_tokenizer(tokenizer)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=256, max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id, num_labels=3,
+        id2label=dict(enumerate(NLI_LABELS)), label2id={l: i for i, l in enumerate(NLI_LABELS)}))
+    model.train()
+    rng = random.Random(f"nli:{seed}")
+    # Post-LayerNorm BERT does not learn at all at 1e-3 here; 5e-4 does.
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.nli_steps, 30))
+    bar = tqdm(range(config.nli_steps), desc="nli", disable=not progress, mininterval=2)
+    for step in bar:
+        # Curriculum: bare answer pairs first (comparing two words is learnt quickly), then a
+        # growing share, up to half, with the question prefix.
+        pairs = nli_pairs(world, rng, config.nli_batch, min(0.5, step / config.nli_steps))
+        enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True,
+                  return_tensors="pt")
+        loss = model(**enc, labels=torch.tensor([lab for _, _, lab in pairs])).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+# --- quality -----------------------------------------------------------------------------------
+@torch.inference_mode()
+def greedy_answers(model_dir: Path, prompt_texts: Sequence[str], batch_size: int = 64,
+                   max_new_tokens: int = 6) -> list[str]:
+    """Greedy answers of the reader at ``model_dir`` (a small helper for the quality table)."""
+    tok = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    out: list[str] = []
+    for i in range(0, len(prompt_texts), batch_size):
+        enc = tok(list(prompt_texts[i:i + batch_size]), return_tensors="pt", padding=True)
+        gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens)
+        out.extend(tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+    return out
+
+
+@torch.inference_mode()
+def nli_accuracy(model_dir: Path, world: World, n: int = 600, seed: int = 12345) -> float:
+    """Accuracy of the NLI model at ``model_dir`` on fresh answer pairs of ``world``."""
+    tok = PreTrainedTokenizerFast.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    pairs = nli_pairs(world, random.Random(f"nli-eval:{seed}"), n)
+    enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True, return_tensors="pt")
+    pred = model(**enc).logits.argmax(-1)
+    return float((pred == torch.tensor([lab for _, _, lab in pairs])).float().mean())
+
+
+def _rate(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> float:
+    return sum(has_answer(a, g) for a, g in zip(answers, golds)) / max(1, len(answers))
+
+
+def reader_quality(model_dir: Path, world: World) -> dict[str, dict[str, float]]:
+    """has_answer of greedy answers on the world's questions, per condition.
+
+    Returns ``{condition: {"has_answer": rate, "n": count}}`` for closed book (known / unknown
+    single-hop), gold passage only, hard negative only (same surname / same entity), gold beside
+    its same-surname distractor, and two-hop with both hops, only hop 1, only hop 2.
+    """
+    p = world.passage_by_id
+    single = [q for q in world.questions if q.type == "single_hop"]
+    unknown = [q for q in single if not q.known]
+    two_hop = [q for q in world.questions if q.type == "two_hop"]
+
+    def ctx(q: Question, roles: Sequence[str]) -> list[Passage] | None:
+        found = [p[j.passage_id] for r in roles for j in q.judgements if j.role == r][:len(roles)]
+        return found if len(found) == len(roles) else None
+
+    def hop(q: Question, h: int) -> list[Passage]:
+        return [p[j.passage_id] for j in q.positives if j.hop == h]
+
+    conditions: dict[str, list[tuple[str, Sequence[str]]]] = {
+        "closed_book.known": [(prompts.closed_book(q.text), q.answers) for q in single if q.known],
+        "closed_book.unknown": [(prompts.closed_book(q.text), q.answers) for q in unknown],
+    }
+    for name, roles in (("gold_only.unknown", ("positive",)),
+                        ("hard_negative_surname_only.unknown", ("hard_negative_surname",)),
+                        ("hard_negative_attribute_only.unknown", ("hard_negative_attribute",)),
+                        ("gold_with_surname_distractor.unknown", ("positive", "hard_negative_surname"))):
+        conditions[name] = [(prompts.with_context(q.text, _ctx(c)), q.answers)
+                            for q in unknown if (c := ctx(q, roles)) is not None]
+    conditions["two_hop.both"] = [(prompts.with_context(q.text, _ctx(hop(q, 1) + hop(q, 2))), q.answers)
+                                  for q in two_hop]
+    for h in (1, 2):
+        conditions[f"two_hop.hop{h}_only"] = [(prompts.with_context(q.text, _ctx(hop(q, h))), q.answers)
+                                             for q in two_hop]
+    flat = [(name, pr, g) for name, items in conditions.items() for pr, g in items]
+    answers = greedy_answers(model_dir, [pr for _, pr, _ in flat])
+    table: dict[str, dict[str, float]] = {}
+    for name in conditions:
+        rows = [(a, g) for (n, _, g), a in zip(flat, answers) if n == name]
+        table[name] = {"has_answer": _rate([a for a, _ in rows], [g for _, g in rows]),
+                       "n": len(rows)}
+    hard = [k for k in table if k.startswith("hard_negative")]
+    total = sum(table[k]["n"] for k in hard)
+    table["hard_negative_only.unknown"] = {
+        "has_answer": sum(table[k]["has_answer"] * table[k]["n"] for k in hard) / max(1, total),
+        "n": total}
+    return table
+
+
+def format_quality(table: dict[str, dict[str, float]]) -> str:
+    """The quality table as aligned text lines."""
+    width = max(len(k) for k in table)
+    lines = [f"{'condition':<{width}}  has_answer      n", "-" * (width + 18)]
+    lines += [f"{k:<{width}}  {v['has_answer']:>10.3f}  {int(v['n']):>5d}" for k, v in table.items()]
+    return "\n".join(lines)
+
+
+# --- everything ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainedWorld:
+    """Paths and measurements of a built world with its trained reader and NLI model."""
+
+    root: Path
+    world_dir: Path
+    reader_dir: Path
+    nli_dir: Path
+    quality: dict[str, dict[str, float]]
+    nli_accuracy: float
+    seconds: dict[str, float]  # wall time per phase
+    cpu_seconds: dict[str, float]  # this process's CPU time per phase (robust to a shared CPU)
+    config: TrainConfig
+    seed: int
+
+
+class _Clock:
+    """Wall and process CPU seconds per named phase."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.wall[name] = time.perf_counter() - wall
+        self.cpu[name] = time.process_time() - cpu
+
+    def total(self, name: str, parts: Sequence[str]) -> None:
+        self.wall[name] = sum(self.wall[p] for p in parts)
+        self.cpu[name] = sum(self.cpu[p] for p in parts)
+
+
+def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
+              progress: bool = True) -> TrainedWorld:
+    """Build the world for ``seed`` and train both models into ``out_dir``.
+
+    Layout: ``world/`` (BEIR + ground truth), ``reader/`` and ``nli/`` (HF directories) and
+    ``build.json`` (config, timings, quality table). ``size`` is ``"default"`` or ``"ci"``.
+    """
+    if size not in CONFIGS:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(CONFIGS)}")
+    config = CONFIGS[size]
+    root = Path(out_dir)
+    clock = _Clock()
+    with clock("world"):
+        world = make_world(seed, config.world_size)
+        reading = make_reading_world(world, config.world_size)
+        world_dir = write_world(world, root / "world")
+        tokenizer = build_tokenizer([world, reading])
+    with clock("reader"):
+        reader_dir = train_reader(world, reading, tokenizer, root / "reader", config, seed, progress)
+    with clock("nli"):
+        nli_dir = train_nli(world, tokenizer, root / "nli", config, seed, progress)
+    clock.total("build_total", ("world", "reader", "nli"))
+    with clock("quality"):
+        quality = reader_quality(reader_dir, world)
+        nli_acc = nli_accuracy(nli_dir, world)
+    seconds, cpu_seconds = clock.wall, clock.cpu
+    trained = TrainedWorld(root, world_dir, reader_dir, nli_dir, quality, nli_acc, seconds,
+                           cpu_seconds, config, seed)
+    report = {"seed": seed, "size": size, "config": asdict(config), "seconds": seconds,
+              "cpu_seconds": cpu_seconds,
+              "reader_steps": config.reader_steps, "nli_steps": config.nli_steps,
+              "quality": quality, "nli_accuracy": nli_acc}
+    tmp = root / ".build.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    tmp.replace(root / "build.json")
+    return trained
