@@ -178,7 +178,7 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
         nonlocal last_line
         for number, line in _decoded_lines(path):
             last_line = number
-            yield line
+            yield line + "\n"  # csv needs the line break to keep it inside a quoted field
 
     reader = csv.reader(texts(), delimiter="\t", quotechar='"')
     header = next(reader, None)

@@ -276,3 +276,30 @@ def read_trec(path: str | Path) -> pl.DataFrame:
                     path, number, "rank/score", f"not a number ({exc})"
                 ) from None
     return validate_run(pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row"))
+
+
+def passages_to_documents(run: pl.DataFrame, passages: pl.DataFrame) -> pl.DataFrame:
+    """Turn a passage-level run into a document-level one (MaxP: a document takes the score and
+    position of its best passage), for judging chunked corpora against document-level qrels such
+    as BEIR's. ``passages`` must carry ``doc_id`` (see :mod:`~ragutil_dagster.retrieval.chunking`).
+    """
+    if "doc_id" not in passages.columns:
+        raise ValueError("passages lack a doc_id column: only chunked corpora map to documents")
+    run = validate_run(run)
+    mapping = passages.select(pl.col("id").alias("passage_id"), pl.col("doc_id").alias("source"))
+    joined = run.rename({"doc_id": "passage_id"}).join(mapping, on="passage_id", how="left")
+    unknown = joined.filter(pl.col("source").is_null())
+    if unknown.height:
+        raise ValueError(
+            f"run names passage ids absent from the passages, e.g. {unknown['passage_id'][0]!r}"
+        )
+    return (
+        joined.sort("retriever", "query_id", "rank")
+        .unique(["retriever", "query_id", "source"], keep="first", maintain_order=True)
+        .with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int32)
+            .over("retriever", "query_id")
+            .alias("rank")
+        )
+        .select("query_id", "rank", pl.col("source").alias("doc_id"), "score", "retriever")
+    )

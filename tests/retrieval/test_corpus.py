@@ -133,10 +133,12 @@ def test_dpr_tsv_layout_with_quoted_text(tmp_path: Path) -> None:
         {"id": "1", "text": 'Aaron ( or ; "Ahärôn") was a prophet', "title": "Aaron"},
         {"id": "2", "text": "plain text", "title": "Second"},
     ]
-    path.write_text("id\ttext\ttitle\n1\tone\tT\n2\ttwo\n", encoding="utf-8")
+    path.write_text('id\ttext\ttitle\n1\t"two\nlines"\tT\n2\tok\t\n3\tthree\n', encoding="utf-8")
     with pytest.raises(CorpusValidationError, match="expected 3 tab-separated fields") as caught:
         read_corpus(path)
-    assert caught.value.line == 3
+    assert caught.value.line == 5  # the quoted text spans lines 2-3; numbering stays physical
+    path.write_text('id\ttext\ttitle\n1\t"two\nlines"\tT\n', encoding="utf-8")
+    assert read_corpus(path)["text"].to_list() == ["two\nlines"]
     path.write_text("id\ttext\ttitle\n1\tone\tT\n1\ttwo\tT\n", encoding="utf-8")
     with pytest.raises(CorpusValidationError, match="duplicate id '1'") as caught:
         read_corpus(path)

@@ -12,6 +12,7 @@ from ragutil_dagster.retrieval.fusion import reciprocal_rank_fusion
 from ragutil_dagster.retrieval.runs import (
     answer_recall,
     evaluate_run,
+    passages_to_documents,
     read_trec,
     run_from_arrays,
     top_k,
@@ -116,3 +117,24 @@ def test_reciprocal_rank_fusion_scores() -> None:
     assert fused["rank"].to_list() == [1, 2, 3]
     shallow = reciprocal_rank_fusion(pl.concat([lexical, dense]), k=60, depth=1, top=1)
     assert shallow.rows() == [("q", 1, "x", pytest.approx(1 / 61), "rrf")]
+
+
+def test_passage_runs_map_to_documents_by_best_passage() -> None:
+    passages = pl.DataFrame(
+        {
+            "id": ["d1#0", "d1#1", "d2#0", "d3#0"],
+            "text": ["a", "b", "c", "d"],
+            "doc_id": ["d1", "d1", "d2", "d3"],
+        }
+    )
+    run = run_from_arrays(["q"], [["d1#1", "d2#0", "d1#0", "d3#0"]], [[0.9, 0.8, 0.7, 0.1]], "bm25")
+    documents = passages_to_documents(run, passages)
+    assert documents.rows() == [
+        ("q", 1, "d1", 0.9, "bm25"),
+        ("q", 2, "d2", 0.8, "bm25"),
+        ("q", 3, "d3", 0.1, "bm25"),
+    ]
+    with pytest.raises(ValueError, match="absent from the passages, e.g. 'd1#1'"):
+        passages_to_documents(run, passages.tail(2))
+    with pytest.raises(ValueError, match="lack a doc_id"):
+        passages_to_documents(run, passages.drop("doc_id"))
