@@ -166,7 +166,8 @@ class TokenScorer:
         ``passage_spans[i]`` lists the character spans ``(start, end)`` of the passages inside
         ``prompts[i]``. Returns per pair an array with, for each passage, the last layer's
         attention from the positions that generate the continuation's tokens to the passage's
-        tokens: summed over the passage's tokens, averaged over heads and over answer tokens.
+        tokens: summed over the passage's tokens, averaged over heads and over answer tokens
+        (NaN for an empty continuation, where the average is undefined).
         """
         prompts = check_texts(prompts, "prompts")
         continuations = check_texts(continuations, "continuations")
@@ -195,12 +196,12 @@ class TokenScorer:
     ) -> np.ndarray:
         prompt_ids, offsets = self.lm.encode_prompt_with_offsets(prompt)
         cont_ids = list(self.lm.tokenizer(continuation, add_special_tokens=False)["input_ids"])
-        if not cont_ids:
-            raise ValueError(f"continuations[{index}] is empty: attention needs answer tokens")
         token_sets = [
             _tokens_in_span(offsets, span, len(prompt), f"passage_spans[{index}][{k}]")
             for k, span in enumerate(spans)
         ]
+        if not cont_ids:  # eq. 6 averages over T = 0 answer tokens: undefined
+            return np.full(len(spans), np.nan)
         ids = torch.as_tensor([prompt_ids + cont_ids], device=self.lm.device)
         self.lm.model(input_ids=ids, logits_to_keep=1)
         weights = probe.weights  # (1, heads, seq, seq)

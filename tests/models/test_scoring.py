@@ -77,5 +77,7 @@ def test_passage_attention_matches_last_layer_attentions(scorer: TokenScorer, ea
 
 
 def test_passage_spans_are_validated(scorer: TokenScorer) -> None:
+    empty = scorer.passage_attention([PROMPT], [""], [SPANS])[0]
+    assert empty.shape == (2,) and np.isnan(empty).all()
     with pytest.raises(ValueError, match=r"passage_spans\[0\]\[1\]"):
         scorer.passage_attention([PROMPT], [" Paris"], [[SPANS[0], (5, 10_000)]])
