@@ -1,0 +1,31 @@
+"""Resources: a model is loaded once per process; tables are written atomically."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from ragutil_dagster.config import GeneratorConfig, ModelConfig
+from ragutil_dagster.resources import ArtifactStore, ModelRegistry
+
+
+def test_models_are_loaded_once_per_process(tiny_world) -> None:
+    _, _, models = tiny_world
+    registry = ModelRegistry(show_progress=False)
+    spec = GeneratorConfig(name="lm", model=str(models.causal_lm))
+    assert registry.generator(spec) is ModelRegistry(show_progress=False).generator(spec)
+    assert registry.scorer(spec).lm is registry.generator(spec).lm
+    nli = ModelConfig(model=str(models.nli))
+    assert registry.entailment(nli) is registry.entailment(nli)
+    assert registry.identity(str(models.nli)).startswith("sha256:")
+
+
+def test_store_round_trip_and_missing_tables(tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path))
+    frame = pl.DataFrame({"a": [1, 2]})
+    path = store.write_table("metric_scores", "lm|world__bm25__k1", frame)
+    assert path.parent.name == "lm__gen__world__bm25__k1"
+    assert store.read_table("metric_scores", "lm|world__bm25__k1").equals(frame)
+    assert not list(path.parent.glob("*.tmp"))
+    with pytest.raises(FileNotFoundError, match="materialise queries first"):
+        store.read_table("queries", "world")

