@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, ragutil_home
+from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\
 # Written by ragutil. Assets that run a model share the "gpu" pool: one step at a time per card.
@@ -86,5 +87,10 @@ def materialize_all(
             failure = next((e for e in result.all_events if e.is_step_failure), None)
             detail = failure.step_failure_data.error.message.strip() if failure else "see the Dagster run log"
             raise RuntimeError(f"{label} failed (run {result.run_id}): {detail}")
-    store = resources["store"]
-    return RunOutcome(summary_table(store, parts), time.perf_counter() - start, len(steps))
+    return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start, len(steps))
+
+
+def _resolved_store(resources: dict) -> ArtifactStore:
+    """The store resource with its ``EnvVar`` home resolved, for use outside a Dagster run."""
+    home = resources["store"].home
+    return ArtifactStore(home=home.get_value() if isinstance(home, dg.EnvVar) else home)
