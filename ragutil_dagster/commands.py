@@ -1,5 +1,5 @@
-"""``ragutil run``, ``ragutil score`` and ``ragutil ui``: the main job, scoring a user's records,
-and the Dagster UI on the same state."""
+"""``ragutil run``, ``ragutil score``, ``ragutil compare`` and ``ragutil ui``: the main job, scoring a
+user's records, the cross-run comparison in MLflow, and the Dagster UI on the same state."""
 
 from __future__ import annotations
 
@@ -94,6 +94,22 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from ragutil_dagster.resources.storage import ArtifactStore
+    from ragutil_dagster.tracking import MlflowTracking
+    from ragutil_dagster.tracking.report import compare_runs
+
+    experiment = load_config(args.experiment)
+    home = str(ragutil_home())
+    tracking = MlflowTracking(home=home, tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", ""))
+    outcome = compare_runs(ArtifactStore(home=home), tracking, experiment, {"ragutil.command": "compare"})
+    print(outcome.markdown())
+    for dataset, run in outcome.runs.items():
+        print(f"\n{dataset}: tables in {outcome.directories[dataset]}; MLflow comparison run {run.run_id} "
+              f"({'reused' if run.reused else 'new'}) in {tracking.uri}\n  {run.url}")
+    return 0
+
+
 def _ui(args: argparse.Namespace) -> int:
     from ragutil_dagster.runner import dagster_instance
 
@@ -123,6 +139,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--out", help="output JSONL (default: standard output)")
     score.add_argument("--quiet", action="store_true", help="no progress bars")
     score.set_defaults(func=_score)
+
+    compare = sub.add_parser("compare", help="compare every scored setting × generator of an experiment (MLflow comparison run)",
+                             description="Build the papers' comparison tables (ΔSePer by retriever × k × generator, "
+                             "MIRAGE, eRAG / utility) with paired bootstrap tests between retrievers from the scored "
+                             "partitions, write them under $RAGUTIL_HOME/artifacts/reports/<dataset>/, log them as an "
+                             "MLflow comparison run ($MLFLOW_TRACKING_URI, else $RAGUTIL_HOME/mlflow.db) and print them.")
+    compare.add_argument("experiment", nargs="?", default="examples/demo.yaml", help="experiment YAML, as given to `ragutil run`")
+    compare.set_defaults(func=_compare)
 
     ui = sub.add_parser("ui", help="serve the Dagster UI over ragutil's instance ($RAGUTIL_HOME/dagster)")
     ui.add_argument("config", nargs="?", default="examples/demo.yaml", help="experiment YAML")

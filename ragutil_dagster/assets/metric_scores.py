@@ -10,11 +10,14 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import GROUP, check_result, markdown_table
-from ragutil_dagster.assets.entailment_clusters import all_generations
+from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.scoring import document_scores, group_scores, query_scores, summarize
+from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
+from ragutil_dagster.tracking.partition import log_partition, partition_identities, upstream_figures
 
 HEADLINE = (
     "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_closed", "em_rag",
@@ -53,6 +56,8 @@ def score_checks(
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
+    experiment = parts.experiment
+
     @dg.asset(
         name="metric_scores", partitions_def=parts.setting_generator, group_name=GROUP, kinds={"polars", "parquet"},
         deps=[
@@ -68,33 +73,60 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ],
         description="Per-query and per-document scores of all five papers' metrics, and their summary.",
     )
-    def metric_scores(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    def metric_scores(
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
+    ) -> dg.MaterializeResult:
         setting = Setting.parse(dimension(context, "setting"))
+        generator = dimension(context, "generator")
         partition = context.partition_key
         start = time.perf_counter()
-        queries = store.read_table("queries", setting.dataset)
         samples = all_generations(store, context, setting)
-        nli = store.read_table("entailment_clusters", partition, "nli")
-        groups = group_scores(samples, queries, nli)
-        ground_truth_path = store.table_path("queries", setting.dataset, "utility")
-        ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
-        documents = document_scores(
-            groups, store.read_table("retrieval_run", setting.key), setting.k,
-            store.read_table("generations", partition, "utility_signals"), ground_truth,
-        )
-        per_query = query_scores(groups, queries, store.read_table("generations", partition, "consens"))
-        summary = summarize(per_query, documents, setting.k)
-        store.write_table("metric_scores", partition, groups, "groups")
-        store.write_table("metric_scores", partition, documents, "documents")
-        path = store.write_table("metric_scores", partition, per_query)
-        store.write_json("metric_scores", partition, "summary", summary)
+        tracked = PartitionRun(experiment, setting, generator, partition_identities(experiment, setting, samples, models))
+        tags = dagster_tags(context.run.run_id, context.asset_key.to_user_string(), str(partition))
+        # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
+        with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
+            queries = store.read_table("queries", setting.dataset)
+            nli = store.read_table("entailment_clusters", partition, "nli")
+            groups = group_scores(samples, queries, nli)
+            ground_truth_path = store.table_path("queries", setting.dataset, "utility")
+            ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
+            documents = document_scores(
+                groups, store.read_table("retrieval_run", setting.key), setting.k,
+                store.read_table("generations", partition, "utility_signals"), ground_truth,
+            )
+            per_query = query_scores(groups, queries, store.read_table("generations", partition, "consens"))
+            summary = summarize(per_query, documents, setting.k)
+            store.write_table("metric_scores", partition, groups, "groups")
+            documents_path = store.write_table("metric_scores", partition, documents, "documents")
+            path = store.write_table("metric_scores", partition, per_query)
+            summary_path = store.write_json("metric_scores", partition, "summary", summary)
+            scoring_seconds = time.perf_counter() - start
+            upstream = upstream_figures(context.instance, {
+                "closed_book_generations": closed_book_partition(context, setting),
+                "generations": str(partition), "entailment_clusters": str(partition),
+            })
+            costs = {
+                "scoring_seconds": scoring_seconds, "tokens_generated": float(samples["n_tokens"].sum()),
+                "nli_pairs": float(nli.height), **upstream,
+            }
+            log_partition(
+                run, tracked.params(), summary, per_query, costs, [path, documents_path, summary_path],
+                store.directory("metric_scores", partition) / "plots", documents, experiment.seed,
+            )
+            store.write_json("metric_scores", partition, "mlflow", {
+                "run_id": run.run_id, "experiment_id": run.experiment_id, "run_key": tracked.key, "url": run.url,
+                "tracking_uri": tracking.uri,
+            })
         headline = {name: summary[name] for name in HEADLINE if name in summary}
         metadata: dict[str, dg.MetadataValue] = {
             "dagster/row_count": dg.MetadataValue.int(per_query.height),
             "path": dg.MetadataValue.path(str(path)),
             "documents": dg.MetadataValue.int(documents.height),
-            "scoring_seconds": dg.MetadataValue.float(time.perf_counter() - start),
+            "scoring_seconds": dg.MetadataValue.float(scoring_seconds),
             "headline": dg.MetadataValue.md(markdown_table([headline])),
+            "mlflow_run_url": dg.MetadataValue.url(run.url),
+            "mlflow_run_id": dg.MetadataValue.text(run.run_id),
+            "mlflow_run_reused": dg.MetadataValue.bool(run.reused),
         }
         metadata.update({name: dg.MetadataValue.float(value) for name, value in summary.items()})
         return dg.MaterializeResult(metadata=metadata, check_results=score_checks(queries, per_query, documents, summary))

@@ -1,4 +1,5 @@
-"""``reports``: the cross-partition tables and plots — every setting × generator side by side."""
+"""``reports``: the cross-partition tables and plots — every setting × generator side by side —
+and the comparison run in MLflow (the papers' tables, paired tests between retrievers)."""
 
 
 import dagster as dg
@@ -9,6 +10,9 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.io import atomic_write
+from ragutil_dagster.tracking import MlflowTracking, dagster_tags
+from ragutil_dagster.tracking.plots import delta_seper_heatmap
+from ragutil_dagster.tracking.report import compare_runs
 
 COLUMNS = (
     "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_rag", "has_answer_rag",
@@ -37,51 +41,31 @@ def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
     return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k")
 
 
-def delta_seper_heatmap(table: pl.DataFrame, path) -> None:
-    """ΔSePer_S by retriever (rows) × k (columns), one panel per generator (SePer Figs. 4–5)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    generators = table["generator"].unique(maintain_order=True).to_list()
-    fig, axes = plt.subplots(1, len(generators), figsize=(4 * len(generators), 3), squeeze=False)
-    for ax, generator in zip(axes[0], generators):
-        part = table.filter(pl.col("generator") == generator)
-        retrievers = part["retriever"].unique(maintain_order=True).to_list()
-        ks = sorted(part["k"].unique().to_list())
-        grid = [[part.filter((pl.col("retriever") == r) & (pl.col("k") == k))["delta_seper_s"].mean() or 0.0 for k in ks] for r in retrievers]
-        image = ax.imshow(grid, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(ks)), [f"k={k}" for k in ks])
-        ax.set_yticks(range(len(retrievers)), retrievers)
-        for i, row in enumerate(grid):
-            for j, value in enumerate(row):
-                ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white")
-        ax.set_title(f"ΔSePer_S — {generator}")
-        fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    atomic_write(path, lambda temporary: fig.savefig(temporary, format="png", dpi=100))
-    plt.close(fig)
-
-
 def build(parts: Partitions) -> dg.AssetsDefinition:
     @dg.asset(
         name="reports", group_name=GROUP, kinds={"polars", "csv"},
         deps=["metric_scores"],
         description="Cross-partition comparison: headline metrics of every setting × generator, "
-        "as CSV, Markdown and a ΔSePer heatmap.",
+        "as CSV, Markdown and a ΔSePer heatmap; the papers' comparison tables with paired tests "
+        "between retrievers, logged as an MLflow comparison run per dataset.",
     )
-    def reports(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
         table = summary_table(store, parts)
         directory = store.directory("reports")
         atomic_write(directory / "summary.csv", lambda temporary: table.write_csv(temporary))
         markdown = markdown_table(table.to_dicts())
         atomic_write(directory / "summary.md", lambda temporary: temporary.write_text(markdown + "\n"))
         delta_seper_heatmap(table, directory / "delta_seper_heatmap.png")
-        return dg.MaterializeResult(metadata={
+        outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
+        metadata = {
             "dagster/row_count": dg.MetadataValue.int(table.height),
             "summary": dg.MetadataValue.md(markdown),
+            "comparison": dg.MetadataValue.md(outcome.markdown()),
             "path": dg.MetadataValue.path(str(directory)),
-        })
+        }
+        for dataset, run in outcome.runs.items():
+            metadata[f"mlflow_comparison_url/{dataset}"] = dg.MetadataValue.url(run.url)
+            metadata[f"mlflow_comparison_run_id/{dataset}"] = dg.MetadataValue.text(run.run_id)
+        return dg.MaterializeResult(metadata=metadata)
 
     return reports

@@ -1,0 +1,121 @@
+"""What one ``metric_scores`` partition was computed from, and the deterministic run key over it.
+
+The key hashes every input that changes the numbers — dataset, setting, generator, the identity
+of every model involved (generator, NLI, embedder, reranker), the config fingerprint and the
+ragutil version — so a retry of the same inputs finds its MLflow run again and any change
+starts a new run beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from ragutil_dagster import __version__
+from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.prompts import PROMPTS
+
+RUN_KEY_TAG = "ragutil.run_key"
+KIND_TAG = "ragutil.kind"
+DAGSTER_RUN_TAG = "dagster.run_id"
+DAGSTER_ASSET_TAG = "dagster.asset_key"
+DAGSTER_PARTITION_TAG = "dagster.partition"
+
+
+def stable_hash(data: object, length: int = 16) -> str:
+    """SHA-256 of the canonical JSON of ``data`` (sorted keys), hex, truncated."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def prompt_template_hash(experiment: ExperimentConfig) -> str:
+    """Hash of the texts of the two prompt templates the config names (not just their names)."""
+    names = (experiment.prompts.closed_book, experiment.prompts.with_context)
+    return stable_hash({name: PROMPTS[name] for name in names})
+
+
+@dataclass(frozen=True)
+class ModelIdentities:
+    """The resolved identity (hub commit or directory fingerprint) of each model in a partition."""
+
+    generator: str
+    nli: str
+    embedder: str | None = None
+    reranker: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    """One ``metric_scores`` partition (setting × generator) as an MLflow run."""
+
+    experiment: ExperimentConfig = field(repr=False)
+    setting: Setting
+    generator: str
+    identities: ModelIdentities
+    version: str = __version__
+
+    @property
+    def mlflow_experiment(self) -> str:
+        """One MLflow experiment per dataset."""
+        return mlflow_experiment_name(self.setting.dataset)
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.setting.key}|{self.generator}"
+
+    @property
+    def key(self) -> str:
+        return stable_hash({
+            "dataset": self.setting.dataset,
+            "setting": self.setting.key,
+            "generator": self.generator,
+            "identities": asdict(self.identities),
+            "config": self.experiment.fingerprint(),
+            "version": self.version,
+        }, length=32)
+
+    def params(self) -> dict[str, str]:
+        """The run's parameters, as MLflow stores them (strings)."""
+        experiment = self.experiment
+        retriever = experiment.retriever(self.setting.retriever)
+        generator = experiment.generator(self.generator)
+        reranker = experiment.reranker if self.setting.reranker else None
+        sampling = experiment.sampling
+        values: dict[str, object] = {
+            "experiment": experiment.name,
+            "dataset": self.setting.dataset,
+            "setting": self.setting.key,
+            "retriever": retriever.name,
+            "retriever_kind": retriever.kind,
+            "k": self.setting.k,
+            "reranker": reranker.name if reranker else "none",
+            "reranker_model": reranker.model if reranker else "none",
+            "reranker_identity": self.identities.reranker or "none",
+            "generator": generator.name,
+            "generator_model": generator.model,
+            "generator_revision": generator.revision or "none",
+            "generator_identity": self.identities.generator,
+            "generator_backend": generator.backend,
+            "nli_model": experiment.nli.model,
+            "nli_revision": experiment.nli.revision or "none",
+            "nli_identity": self.identities.nli,
+            "embedder": retriever.model or "none",
+            "embedder_revision": retriever.revision or "none",
+            "embedder_identity": self.identities.embedder or "none",
+            "n": sampling.n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "max_new_tokens": sampling.max_new_tokens,
+            "seed": experiment.seed,
+            "prompt_closed_book": experiment.prompts.closed_book,
+            "prompt_with_context": experiment.prompts.with_context,
+            "prompt_template_hash": prompt_template_hash(experiment),
+            "config_fingerprint": experiment.fingerprint(),
+            "ragutil_version": self.version,
+        }
+        return {name: str(value) for name, value in values.items()}
+
+
+def mlflow_experiment_name(dataset: str) -> str:
+    return f"ragutil/{dataset}"

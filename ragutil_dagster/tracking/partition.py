@@ -1,0 +1,125 @@
+"""What a ``metric_scores`` partition logs to its MLflow run: model identities, metrics with
+bootstrap 95% intervals, cost figures, the per-query / per-document tables and plots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+import dagster as dg
+import polars as pl
+
+from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.metrics.stats import bootstrap_mean_ci
+from ragutil_dagster.tracking import plots
+from ragutil_dagster.tracking.keys import ModelIdentities
+from ragutil_dagster.tracking.resource import TrackedRun
+
+CI_COLUMNS = (
+    "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "seper_h_closed", "seper_h_rag",
+    "em_rag", "f1_rag", "has_answer_rag", "consens",
+)
+"""Per-query columns whose mean is logged with a bootstrap 95% interval."""
+
+UPSTREAM_FIGURES = {
+    "closed_book_generations": ("sampling_seconds", "tokens_generated"),
+    "generations": ("sampling_seconds", "signals_seconds", "tokens_generated"),
+    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup"),
+}
+"""Cost figures the upstream assets report in their Dagster metadata, logged per run."""
+
+
+class ModelIdentityResolver(Protocol):
+    """Anything that resolves a configured model to its identity (``ModelRegistry.identity``)."""
+
+    def identity(self, model: str, revision: str | None = None) -> str: ...
+
+
+def partition_identities(
+    experiment: ExperimentConfig, setting: Setting, samples: pl.DataFrame, models: ModelIdentityResolver
+) -> ModelIdentities:
+    """The identity of every model behind a partition: the generator's as recorded in its sample
+    rows (what actually generated them), the NLI model's, and the embedder's / reranker's."""
+    generator = samples["model_identity"].unique().to_list()
+    if len(generator) != 1:
+        raise ValueError(f"{setting.key}: samples come from {len(generator)} model versions: {generator}")
+    retriever = experiment.retriever(setting.retriever)
+    reranker = experiment.reranker if setting.reranker else None
+    return ModelIdentities(
+        generator=generator[0],
+        nli=models.identity(experiment.nli.model, experiment.nli.revision),
+        embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
+        reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
+    )
+
+
+def interval_metrics(per_query: pl.DataFrame, seed: int = 0) -> dict[str, float]:
+    """``<column>_ci_low`` / ``<column>_ci_high``: bootstrap 95% interval of each mean in
+    :data:`CI_COLUMNS` over queries (``metrics.stats.bootstrap_mean_ci``)."""
+    out: dict[str, float] = {}
+    for column in CI_COLUMNS:
+        if column not in per_query.columns:
+            continue
+        values = per_query[column].drop_nulls().to_numpy()
+        if values.size < 2:
+            continue
+        interval = bootstrap_mean_ci(values, seed=seed)
+        out[f"{column}_ci_low"] = interval.low
+        out[f"{column}_ci_high"] = interval.high
+    return out
+
+
+def upstream_figures(instance: dg.DagsterInstance, partitions: Mapping[str, str]) -> dict[str, float]:
+    """Wall time, tokens and NLI pairs from the latest materialisation of each upstream asset
+    (``partitions``: asset name → its partition key), named ``<asset>.<figure>``."""
+    figures: dict[str, float] = {}
+    for asset, names in UPSTREAM_FIGURES.items():
+        if asset not in partitions:
+            continue
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partitions[asset]]), limit=1
+        ).records
+        if not records:
+            continue
+        metadata = records[0].asset_materialization.metadata
+        for name in names:
+            if name in metadata and isinstance(metadata[name].value, (int, float)):
+                figures[f"{asset}.{name}"] = float(metadata[name].value)
+    seconds = [v for k, v in figures.items() if k.endswith("_seconds")]
+    if seconds:
+        figures["upstream_seconds"] = sum(seconds)
+    return figures
+
+
+def partition_plots(summary: Mapping[str, float], per_query: pl.DataFrame, documents: pl.DataFrame,
+                    directory: Path) -> list[Path]:
+    """The partition's three plots: ΔSePer distribution, per-document ΔSePer by rank, MIRAGE bar."""
+    return [
+        plots.delta_seper_distribution(per_query, directory / "delta_seper_distribution.png"),
+        plots.delta_seper_by_rank(documents, directory / "delta_seper_by_rank.png"),
+        plots.mirage_bar(summary, directory / "mirage.png"),
+    ]
+
+
+def log_partition(
+    run: TrackedRun,
+    params: Mapping[str, str],
+    summary: Mapping[str, float],
+    per_query: pl.DataFrame,
+    extra_metrics: Mapping[str, float],
+    tables: list[Path],
+    plot_directory: Path,
+    documents: pl.DataFrame,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Log params, metrics (summary means, their 95% intervals, ``extra_metrics``), the tables
+    (Parquet / JSON, under ``scores/``) and the plots (under ``plots/``); return the metrics."""
+    metrics = {**summary, **interval_metrics(per_query, seed), **extra_metrics}
+    run.log_params(params)
+    run.log_metrics(metrics)
+    for path in tables:
+        run.log_artifact(path, "scores")
+    for path in partition_plots(summary, per_query, documents, plot_directory):
+        run.log_artifact(path, "plots")
+    return metrics

@@ -1,0 +1,161 @@
+"""The MLflow resource: where runs go, finding a run again by its key, and terminal statuses.
+
+The tracking URI is ``tracking_uri`` (``MLFLOW_TRACKING_URI`` through ``EnvVar`` when set), else
+the embedded default ``sqlite:///<home>/mlflow.db`` with artifacts under ``<home>/mlruns``.
+MLflow is imported lazily: loading the Definitions must not pay for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dagster import ConfigurableResource
+
+from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+FINISHED, FAILED, RUNNING = "FINISHED", "FAILED", "RUNNING"
+
+
+@functools.cache
+def _client(uri: str) -> MlflowClient:
+    # One client per URI and process: creating one against SQLite runs the schema check.
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """An MLflow run being written: its ids, UI link, and whether an earlier attempt made it."""
+
+    client: MlflowClient
+    experiment_id: str
+    run_id: str
+    url: str
+    reused: bool
+
+    def log_params(self, params: Mapping[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(name, value) for name, value in params.items()]
+        for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=items[start:start + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Log finite metrics; a re-used run gets a newer value, which MLflow shows as current."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, float(value), now, 0) for name, value in metrics.items() if math.isfinite(value)]
+        for start in range(0, len(items), 1000):
+            self.client.log_batch(self.run_id, metrics=items[start:start + 1000])
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(name, str(value)) for name, value in tags.items()])
+
+    def log_artifact(self, path: str | Path, directory: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), directory)
+
+    def log_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.run_id, text, name)
+
+
+class MlflowTracking(ConfigurableResource):
+    """MLflow tracking for ragutil: one experiment per dataset, one run per key.
+
+    ``home``: ragutil's state directory (the embedded store lives there);
+    ``tracking_uri``: an MLflow tracking URI, empty for the embedded SQLite store;
+    ``ui_url``: where the MLflow UI for a non-HTTP store is served (``mlflow ui`` default).
+    """
+
+    home: str
+    tracking_uri: str = ""
+    ui_url: str = "http://127.0.0.1:5000"
+
+    @property
+    def uri(self) -> str:
+        if self.tracking_uri:
+            return self.tracking_uri
+        return f"sqlite:///{self._home() / 'mlflow.db'}"
+
+    def _home(self) -> Path:
+        return Path(self.home).expanduser().resolve()
+
+    def client(self) -> MlflowClient:
+        if not self.tracking_uri:
+            self._home().mkdir(parents=True, exist_ok=True)
+        return _client(self.uri)
+
+    def experiment_id(self, name: str) -> str:
+        """The id of experiment ``name``, created on first use (artifacts under ``<home>/mlruns``
+        for the embedded store; the server's artifact root otherwise)."""
+        from mlflow.exceptions import MlflowException
+
+        client = self.client()
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                raise RuntimeError(
+                    f"MLflow experiment {name!r} is deleted in {self.uri}; restore it "
+                    f"(mlflow experiments restore --experiment-id {found.experiment_id}) or remove it for good"
+                )
+            return found.experiment_id
+        location = None
+        if not self.tracking_uri:
+            location = (self._home() / "mlruns" / name.replace("/", "_")).as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=location)
+        except MlflowException:
+            # Another process created it between our lookup and create.
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def run_url(self, experiment_id: str, run_id: str) -> str:
+        """The run's page in the MLflow UI."""
+        base = self.uri if self.uri.startswith(("http://", "https://")) else self.ui_url
+        return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+    def find_run(self, experiment_id: str, key: str):
+        """The oldest live run tagged with ``key`` (any status), or ``None``."""
+        runs = self.client().search_runs(
+            [experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+            order_by=["attributes.start_time ASC"], max_results=1,
+        )
+        return runs[0] if runs else None
+
+    @contextmanager
+    def run(self, experiment: str, key: str, name: str, kind: str, tags: Mapping[str, str]) -> Iterator[TrackedRun]:
+        """Open the run tagged ``key`` in ``experiment`` — reusing one an earlier attempt left
+        FINISHED, FAILED or RUNNING (a killed process) — and end it FINISHED, or FAILED if the
+        body raises."""
+        client = self.client()
+        experiment_id = self.experiment_id(experiment)
+        existing = self.find_run(experiment_id, key)
+        if existing is None:
+            created = client.create_run(experiment_id, run_name=name, tags={RUN_KEY_TAG: key, KIND_TAG: kind})
+            run_id = created.info.run_id
+        else:
+            run_id = existing.info.run_id
+            client.update_run(run_id, status=RUNNING)
+        tracked = TrackedRun(client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None)
+        status = FAILED
+        try:
+            tracked.set_tags(tags)
+            yield tracked
+            status = FINISHED
+        finally:
+            client.set_terminated(run_id, status)
