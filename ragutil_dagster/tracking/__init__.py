@@ -29,5 +29,11 @@ def dagster_tags(run_id: str, asset_key: str, partition: str | None = None) -> d
 
 
 __all__ = [
-    "KIND_TAG", "RUN_KEY_TAG", "MlflowTracking", "ModelIdentities", "PartitionRun", "TrackedRun", "dagster_tags",
+    "KIND_TAG",
+    "RUN_KEY_TAG",
+    "MlflowTracking",
+    "ModelIdentities",
+    "PartitionRun",
+    "TrackedRun",
+    "dagster_tags",
 ]

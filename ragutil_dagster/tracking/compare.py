@@ -19,7 +19,11 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster.config import Setting
-from ragutil_dagster.metrics.stats import bootstrap_mean_ci, bootstrap_paired_diff_ci, paired_permutation_test
+from ragutil_dagster.metrics.stats import (
+    bootstrap_mean_ci,
+    bootstrap_paired_diff_ci,
+    paired_permutation_test,
+)
 from ragutil_dagster.retrieval.io import atomic_write
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import mlflow_experiment_name
@@ -53,7 +57,9 @@ class PartitionScores:
 
     @property
     def retriever_label(self) -> str:
-        return self.setting.retriever + (f"+{self.setting.reranker}" if self.setting.reranker else "")
+        return self.setting.retriever + (
+            f"+{self.setting.reranker}" if self.setting.reranker else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,10 @@ class Comparison:
     titles: dict[str, str] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        return "\n\n".join(f"### {self.titles.get(name, name)}\n\n{to_markdown(table)}" for name, table in self.tables.items())
+        return "\n\n".join(
+            f"### {self.titles.get(name, name)}\n\n{to_markdown(table)}"
+            for name, table in self.tables.items()
+        )
 
 
 def to_markdown(table: pl.DataFrame, digits: int = 3) -> str:
@@ -72,14 +81,23 @@ def to_markdown(table: pl.DataFrame, digits: int = 3) -> str:
     if table.is_empty():
         return "(no rows)"
     with pl.Config(
-        tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True, tbl_hide_dataframe_shape=True,
-        tbl_rows=-1, tbl_cols=-1, float_precision=digits, fmt_str_lengths=200, tbl_width_chars=65_000,
+        tbl_formatting="MARKDOWN",
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+        tbl_rows=-1,
+        tbl_cols=-1,
+        float_precision=digits,
+        fmt_str_lengths=200,
+        tbl_width_chars=65_000,
     ):
         return str(table)
 
 
 def _normalised(summary: dict[str, float]) -> dict[str, float]:
-    return {(m.group(1) if (m := _CUTOFF.match(name)) else name): value for name, value in summary.items()}
+    return {
+        (m.group(1) if (m := _CUTOFF.match(name)) else name): value
+        for name, value in summary.items()
+    }
 
 
 def long_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
@@ -87,31 +105,50 @@ def long_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     number (cut-off suffixes of eRAG / utility names dropped, so k values share columns)."""
     rows = [
         {
-            "dataset": p.setting.dataset, "retriever": p.retriever_label, "k": p.setting.k,
-            "generator": p.generator, "mlflow_run_id": p.mlflow_run_id, **_normalised(p.summary),
+            "dataset": p.setting.dataset,
+            "retriever": p.retriever_label,
+            "k": p.setting.k,
+            "generator": p.generator,
+            "mlflow_run_id": p.mlflow_run_id,
+            **_normalised(p.summary),
         }
         for p in partitions
     ]
     if not rows:
         raise ValueError("nothing to compare: no metric_scores partition has been materialised")
-    return pl.DataFrame(rows, infer_schema_length=None).sort("dataset", "retriever", "k", "generator")
+    return pl.DataFrame(rows, infer_schema_length=None).sort(
+        "dataset", "retriever", "k", "generator"
+    )
 
 
 def wide_table(long: pl.DataFrame, column: str) -> pl.DataFrame:
     """``column`` with rows dataset × retriever and one column per ``k=<k> <generator>``."""
     cells = long.select(
-        "dataset", "retriever", pl.format("k={} {}", "k", "generator").alias("cell"), "k", "generator",
+        "dataset",
+        "retriever",
+        pl.format("k={} {}", "k", "generator").alias("cell"),
+        "k",
+        "generator",
         pl.col(column) if column in long.columns else pl.lit(None, pl.Float64).alias(column),
     ).sort("k", "generator")
-    return cells.pivot("cell", index=["dataset", "retriever"], values=column, aggregate_function="first",
-                       maintain_order=True).sort("dataset", "retriever")
+    return cells.pivot(
+        "cell",
+        index=["dataset", "retriever"],
+        values=column,
+        aggregate_function="first",
+        maintain_order=True,
+    ).sort("dataset", "retriever")
 
 
 def mirage_table(long: pl.DataFrame) -> pl.DataFrame:
     """MIRAGE Table 1: per dataset, k, generator and retriever, the four metrics in percent."""
     present = {c: label for c, label in MIRAGE_COLUMNS.items() if c in long.columns}
     return long.select(
-        "dataset", "k", "generator", "retriever", *[(pl.col(c) * 100).alias(label) for c, label in present.items()]
+        "dataset",
+        "k",
+        "generator",
+        "retriever",
+        *[(pl.col(c) * 100).alias(label) for c, label in present.items()],
     ).sort("dataset", "k", "generator", "retriever")
 
 
@@ -132,27 +169,49 @@ def delta_seper_intervals(partitions: Iterable[PartitionScores], seed: int = 0) 
         if values.size < 2:
             continue
         interval = bootstrap_mean_ci(values, seed=seed)
-        rows.append({
-            "dataset": p.setting.dataset, "retriever": p.retriever_label, "k": p.setting.k, "generator": p.generator,
-            "label": f"{p.setting.dataset}/{p.retriever_label}/k={p.setting.k}", "queries": int(values.size),
-            "mean": interval.estimate, "low": interval.low, "high": interval.high,
-        })
-    schema = {"dataset": pl.String, "retriever": pl.String, "k": pl.Int64, "generator": pl.String, "label": pl.String,
-              "queries": pl.Int64, "mean": pl.Float64, "low": pl.Float64, "high": pl.Float64}
+        rows.append(
+            {
+                "dataset": p.setting.dataset,
+                "retriever": p.retriever_label,
+                "k": p.setting.k,
+                "generator": p.generator,
+                "label": f"{p.setting.dataset}/{p.retriever_label}/k={p.setting.k}",
+                "queries": int(values.size),
+                "mean": interval.estimate,
+                "low": interval.low,
+                "high": interval.high,
+            }
+        )
+    schema = {
+        "dataset": pl.String,
+        "retriever": pl.String,
+        "k": pl.Int64,
+        "generator": pl.String,
+        "label": pl.String,
+        "queries": pl.Int64,
+        "mean": pl.Float64,
+        "low": pl.Float64,
+        "high": pl.Float64,
+    }
     return pl.DataFrame(rows, schema=schema).sort("dataset", "retriever", "k", "generator")
 
 
-def paired_retriever_tests(partitions: Iterable[PartitionScores], column: str = "delta_seper_s",
-                           seed: int = 0) -> pl.DataFrame:
+def paired_retriever_tests(
+    partitions: Iterable[PartitionScores], column: str = "delta_seper_s", seed: int = 0
+) -> pl.DataFrame:
     """Every two retrievers on the same dataset, k, reranker and generator: mean per-query
     ``column`` of each, the mean difference (a − b) with its paired bootstrap 95% interval
     (queries resampled jointly) and the two-sided paired permutation p-value, over the queries
     both scored."""
     groups: dict[tuple, list[PartitionScores]] = {}
     for p in partitions:
-        groups.setdefault((p.setting.dataset, p.setting.k, p.setting.reranker, p.generator), []).append(p)
+        groups.setdefault(
+            (p.setting.dataset, p.setting.k, p.setting.reranker, p.generator), []
+        ).append(p)
     rows = []
-    for (dataset, k, _, generator), members in sorted(groups.items(), key=lambda item: str(item[0])):
+    for (dataset, k, _, generator), members in sorted(
+        groups.items(), key=lambda item: str(item[0])
+    ):
         for a, b in itertools.combinations(sorted(members, key=lambda p: p.retriever_label), 2):
             joined = (
                 a.per_query.select("query_id", pl.col(column).alias("a"))
@@ -164,16 +223,35 @@ def paired_retriever_tests(partitions: Iterable[PartitionScores], column: str = 
             x, y = joined["a"].to_numpy(), joined["b"].to_numpy()
             interval = bootstrap_paired_diff_ci(x, y, seed=seed)
             test = paired_permutation_test(x, y, seed=seed)
-            rows.append({
-                "dataset": dataset, "k": k, "generator": generator,
-                "retriever_a": a.retriever_label, "retriever_b": b.retriever_label, "queries": joined.height,
-                "mean_a": float(x.mean()), "mean_b": float(y.mean()), "difference": interval.estimate,
-                "ci_low": interval.low, "ci_high": interval.high, "p_value": test.pvalue,
-            })
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "k": k,
+                    "generator": generator,
+                    "retriever_a": a.retriever_label,
+                    "retriever_b": b.retriever_label,
+                    "queries": joined.height,
+                    "mean_a": float(x.mean()),
+                    "mean_b": float(y.mean()),
+                    "difference": interval.estimate,
+                    "ci_low": interval.low,
+                    "ci_high": interval.high,
+                    "p_value": test.pvalue,
+                }
+            )
     schema = {
-        "dataset": pl.String, "k": pl.Int64, "generator": pl.String, "retriever_a": pl.String,
-        "retriever_b": pl.String, "queries": pl.Int64, "mean_a": pl.Float64, "mean_b": pl.Float64,
-        "difference": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "p_value": pl.Float64,
+        "dataset": pl.String,
+        "k": pl.Int64,
+        "generator": pl.String,
+        "retriever_a": pl.String,
+        "retriever_b": pl.String,
+        "queries": pl.Int64,
+        "mean_a": pl.Float64,
+        "mean_b": pl.Float64,
+        "difference": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "p_value": pl.Float64,
     }
     return pl.DataFrame(rows, schema=schema)
 
@@ -185,10 +263,17 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
     titles: dict[str, str] = {}
     for column, title in WIDE_TABLES.items():
         tables[column], titles[column] = wide_table(long, column), title
-    tables["mirage"], titles["mirage"] = mirage_table(long), "MIRAGE RAG adaptability, % (MIRAGE Table 1 layout)"
-    tables["erag_utility"], titles["erag_utility"] = erag_utility_table(long), "eRAG and LLM-specific utility by retriever"
+    tables["mirage"], titles["mirage"] = (
+        mirage_table(long),
+        "MIRAGE RAG adaptability, % (MIRAGE Table 1 layout)",
+    )
+    tables["erag_utility"], titles["erag_utility"] = (
+        erag_utility_table(long),
+        "eRAG and LLM-specific utility by retriever",
+    )
     tables["delta_seper_ci"], titles["delta_seper_ci"] = (
-        delta_seper_intervals(partitions, seed), "ΔSePer_S mean and bootstrap 95% interval per setting"
+        delta_seper_intervals(partitions, seed),
+        "ΔSePer_S mean and bootstrap 95% interval per setting",
     )
     tables["paired_tests"], titles["paired_tests"] = (
         paired_retriever_tests(partitions, seed=seed),
@@ -205,32 +290,54 @@ def write_comparison(comparison: Comparison, directory: Path) -> list[Path]:
     for name, table in comparison.tables.items():
         csv, md = directory / f"{name}.csv", directory / f"{name}.md"
         atomic_write(csv, lambda temporary, t=table: t.write_csv(temporary))
-        atomic_write(md, lambda temporary, t=table: temporary.write_text(to_markdown(t) + "\n", encoding="utf-8"))
+        atomic_write(
+            md,
+            lambda temporary, t=table: temporary.write_text(
+                to_markdown(t) + "\n", encoding="utf-8"
+            ),
+        )
         written += [csv, md]
     everything = directory / "comparison.md"
-    atomic_write(everything, lambda temporary: temporary.write_text(comparison.markdown() + "\n", encoding="utf-8"))
+    atomic_write(
+        everything,
+        lambda temporary: temporary.write_text(comparison.markdown() + "\n", encoding="utf-8"),
+    )
     written.append(everything)
     long = comparison.tables["runs"]
     if "delta_seper_s" in long.columns:
         written.append(plots.delta_seper_heatmap(long, directory / "delta_seper_heatmap.png"))
     if not comparison.tables["delta_seper_ci"].is_empty():
-        written.append(plots.delta_seper_bars(comparison.tables["delta_seper_ci"], directory / "delta_seper_bars.png"))
+        written.append(
+            plots.delta_seper_bars(
+                comparison.tables["delta_seper_ci"], directory / "delta_seper_bars.png"
+            )
+        )
     if set(MIRAGE_COLUMNS) <= set(long.columns):
         written.append(plots.mirage_stacked_bars(long, directory / "mirage_bars.png"))
     return written
 
 
 def log_comparison(
-    tracking: MlflowTracking, dataset: str, key: str, name: str, comparison: Comparison, written: list[Path],
-    params: dict[str, str], tags: dict[str, str],
+    tracking: MlflowTracking,
+    dataset: str,
+    key: str,
+    name: str,
+    comparison: Comparison,
+    written: list[Path],
+    params: dict[str, str],
+    tags: dict[str, str],
 ) -> TrackedRun:
     """Log a comparison as its own run in the dataset's experiment (tag ``ragutil.kind =
     comparison``), reused while ``key`` — the compared runs' keys — stays the same: tables as
     CSV and Markdown under ``tables/``, plots under ``plots/``."""
     with tracking.run(mlflow_experiment_name(dataset), key, name, "comparison", tags) as run:
         run.log_params(params)
-        run.log_metrics({"runs_compared": float(comparison.tables["runs"].height),
-                         "paired_tests": float(comparison.tables["paired_tests"].height)})
+        run.log_metrics(
+            {
+                "runs_compared": float(comparison.tables["runs"].height),
+                "paired_tests": float(comparison.tables["paired_tests"].height),
+            }
+        )
         for path in written:
             run.log_artifact(path, "plots" if path.suffix == ".png" else "tables")
     return run

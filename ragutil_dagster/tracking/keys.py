@@ -25,7 +25,9 @@ DAGSTER_PARTITION_TAG = "dagster.partition"
 
 def stable_hash(data: object, length: int = 16) -> str:
     """SHA-256 of the canonical JSON of ``data`` (sorted keys), hex, truncated."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[
+        :length
+    ]
 
 
 def prompt_template_hash(experiment: ExperimentConfig) -> str:
@@ -65,14 +67,17 @@ class PartitionRun:
 
     @property
     def key(self) -> str:
-        return stable_hash({
-            "dataset": self.setting.dataset,
-            "setting": self.setting.key,
-            "generator": self.generator,
-            "identities": asdict(self.identities),
-            "config": self.experiment.fingerprint(),
-            "version": self.version,
-        }, length=32)
+        return stable_hash(
+            {
+                "dataset": self.setting.dataset,
+                "setting": self.setting.key,
+                "generator": self.generator,
+                "identities": asdict(self.identities),
+                "config": self.experiment.fingerprint(),
+                "version": self.version,
+            },
+            length=32,
+        )
 
     def params(self) -> dict[str, str]:
         """The run's parameters, as MLflow stores them (strings)."""

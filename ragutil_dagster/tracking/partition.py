@@ -17,8 +17,16 @@ from ragutil_dagster.tracking.keys import ModelIdentities
 from ragutil_dagster.tracking.resource import TrackedRun
 
 CI_COLUMNS = (
-    "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "seper_h_closed", "seper_h_rag",
-    "em_rag", "f1_rag", "has_answer_rag", "consens",
+    "delta_seper_s",
+    "delta_seper_h",
+    "seper_s_closed",
+    "seper_s_rag",
+    "seper_h_closed",
+    "seper_h_rag",
+    "em_rag",
+    "f1_rag",
+    "has_answer_rag",
+    "consens",
 )
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 
@@ -37,13 +45,18 @@ class ModelIdentityResolver(Protocol):
 
 
 def partition_identities(
-    experiment: ExperimentConfig, setting: Setting, samples: pl.DataFrame, models: ModelIdentityResolver
+    experiment: ExperimentConfig,
+    setting: Setting,
+    samples: pl.DataFrame,
+    models: ModelIdentityResolver,
 ) -> ModelIdentities:
     """The identity of every model behind a partition: the generator's as recorded in its sample
     rows (what actually generated them), the NLI model's, and the embedder's / reranker's."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
-        raise ValueError(f"{setting.key}: samples come from {len(generator)} model versions: {generator}")
+        raise ValueError(
+            f"{setting.key}: samples come from {len(generator)} model versions: {generator}"
+        )
     retriever = experiment.retriever(setting.retriever)
     reranker = experiment.reranker if setting.reranker else None
     return ModelIdentities(
@@ -70,7 +83,9 @@ def interval_metrics(per_query: pl.DataFrame, seed: int = 0) -> dict[str, float]
     return out
 
 
-def upstream_figures(instance: dg.DagsterInstance, partitions: Mapping[str, str]) -> dict[str, float]:
+def upstream_figures(
+    instance: dg.DagsterInstance, partitions: Mapping[str, str]
+) -> dict[str, float]:
     """Wall time, tokens and NLI pairs from the latest materialisation of each upstream asset
     (``partitions``: asset name → its partition key), named ``<asset>.<figure>``."""
     figures: dict[str, float] = {}
@@ -78,7 +93,10 @@ def upstream_figures(instance: dg.DagsterInstance, partitions: Mapping[str, str]
         if asset not in partitions:
             continue
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partitions[asset]]), limit=1
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey(asset), asset_partitions=[partitions[asset]]
+            ),
+            limit=1,
         ).records
         if not records:
             continue
@@ -92,8 +110,9 @@ def upstream_figures(instance: dg.DagsterInstance, partitions: Mapping[str, str]
     return figures
 
 
-def partition_plots(summary: Mapping[str, float], per_query: pl.DataFrame, documents: pl.DataFrame,
-                    directory: Path) -> list[Path]:
+def partition_plots(
+    summary: Mapping[str, float], per_query: pl.DataFrame, documents: pl.DataFrame, directory: Path
+) -> list[Path]:
     """The partition's three plots: ΔSePer distribution, per-document ΔSePer by rank, MIRAGE bar."""
     return [
         plots.delta_seper_distribution(per_query, directory / "delta_seper_distribution.png"),

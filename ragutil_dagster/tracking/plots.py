@@ -9,12 +9,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display here, on CI or on a cluster node
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import polars as pl
+from matplotlib.figure import Figure
 
-from ragutil_dagster.retrieval.io import atomic_write  # noqa: E402
+from ragutil_dagster.retrieval.io import atomic_write
 
 MIRAGE = (
     ("mirage_noise_vulnerability", "noise vulnerability"),
@@ -58,9 +58,20 @@ def delta_seper_by_rank(documents: pl.DataFrame, path: Path) -> Path:
     def draw() -> Figure:
         figure, ax = plt.subplots(figsize=(5, 3.2))
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, documents.height)
-        ax.scatter(documents["rank"].to_numpy() + jitter, documents["delta_seper_s"].to_numpy(), s=8, alpha=0.4)
+        ax.scatter(
+            documents["rank"].to_numpy() + jitter,
+            documents["delta_seper_s"].to_numpy(),
+            s=8,
+            alpha=0.4,
+        )
         means = documents.group_by("rank").agg(pl.col("delta_seper_s").mean()).sort("rank")
-        ax.plot(means["rank"].to_numpy(), means["delta_seper_s"].to_numpy(), color="black", marker="o", label="mean")
+        ax.plot(
+            means["rank"].to_numpy(),
+            means["delta_seper_s"].to_numpy(),
+            color="black",
+            marker="o",
+            label="mean",
+        )
         ax.axhline(0, color="grey", linewidth=0.8)
         ax.set_xticks(means["rank"].to_list())
         ax.set_xlabel("retrieval rank")
@@ -77,8 +88,11 @@ def mirage_bar(summary: dict[str, float], path: Path) -> Path:
 
     def draw() -> Figure:
         figure, ax = plt.subplots(figsize=(5, 3.2))
-        ax.bar([label.replace(" ", "\n") for _, label in present], [summary[c] for c, _ in present],
-               color=["tab:red", "tab:green", "tab:grey", "tab:orange"][: len(present)])
+        ax.bar(
+            [label.replace(" ", "\n") for _, label in present],
+            [summary[c] for c, _ in present],
+            color=["tab:red", "tab:green", "tab:grey", "tab:orange"][: len(present)],
+        )
         ax.set_ylim(0, 1)
         ax.set_ylabel("share of questions")
         return figure
@@ -145,7 +159,9 @@ def mirage_stacked_bars(table: pl.DataFrame, path: Path) -> Path:
     def draw() -> Figure:
         figure, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels)), 3.8))
         bottom = np.zeros(len(labels))
-        for (column, name), color in zip(MIRAGE, ("tab:red", "tab:green", "tab:grey", "tab:orange")):
+        for (column, name), color in zip(
+            MIRAGE, ("tab:red", "tab:green", "tab:grey", "tab:orange")
+        ):
             values = table[column].fill_null(0.0).to_numpy()
             ax.bar(range(len(labels)), values, bottom=bottom, label=name, color=color)
             bottom += values

@@ -34,13 +34,17 @@ def partition_scores(store: ArtifactStore, experiment: ExperimentConfig) -> list
             if not (directory / "summary.json").is_file():
                 continue
             tracked = (directory / "mlflow.json").is_file()
-            found.append(PartitionScores(
-                setting=setting,
-                generator=generator.name,
-                summary=store.read_json("metric_scores", key, "summary"),
-                per_query=store.read_table("metric_scores", key),
-                mlflow_run_id=store.read_json("metric_scores", key, "mlflow")["run_id"] if tracked else "",
-            ))
+            found.append(
+                PartitionScores(
+                    setting=setting,
+                    generator=generator.name,
+                    summary=store.read_json("metric_scores", key, "summary"),
+                    per_query=store.read_table("metric_scores", key),
+                    mlflow_run_id=store.read_json("metric_scores", key, "mlflow")["run_id"]
+                    if tracked
+                    else "",
+                )
+            )
     return found
 
 
@@ -60,8 +64,12 @@ class ComparisonOutcome:
         )
 
 
-def compare_runs(store: ArtifactStore, tracking: MlflowTracking, experiment: ExperimentConfig,
-                 tags: dict[str, str] | None = None) -> ComparisonOutcome:
+def compare_runs(
+    store: ArtifactStore,
+    tracking: MlflowTracking,
+    experiment: ExperimentConfig,
+    tags: dict[str, str] | None = None,
+) -> ComparisonOutcome:
     """Compare every materialised partition, one comparison per dataset. The comparison run is
     keyed by the compared runs (their MLflow ids), so re-comparing the same runs reuses it."""
     by_dataset: dict[str, list[PartitionScores]] = {}
@@ -78,13 +86,34 @@ def compare_runs(store: ArtifactStore, tracking: MlflowTracking, experiment: Exp
         directory = store.directory("reports", dataset)
         written = write_comparison(comparison, directory)
         compared = sorted(
-            (f"{m.setting.key}|{m.generator}", m.mlflow_run_id or stable_hash(m.summary)) for m in members
+            (f"{m.setting.key}|{m.generator}", m.mlflow_run_id or stable_hash(m.summary))
+            for m in members
         )
-        key = stable_hash({"experiment": experiment.fingerprint(), "dataset": dataset, "runs": compared,
-                           "version": __version__}, length=32)
-        params = {"experiment": experiment.name, "dataset": dataset, "config_fingerprint": experiment.fingerprint(),
-                  "ragutil_version": __version__, "runs_compared": str(len(members))}
-        runs[dataset] = log_comparison(tracking, dataset, key, f"comparison|{experiment.name}", comparison, written,
-                                       params, tags or {})
+        key = stable_hash(
+            {
+                "experiment": experiment.fingerprint(),
+                "dataset": dataset,
+                "runs": compared,
+                "version": __version__,
+            },
+            length=32,
+        )
+        params = {
+            "experiment": experiment.name,
+            "dataset": dataset,
+            "config_fingerprint": experiment.fingerprint(),
+            "ragutil_version": __version__,
+            "runs_compared": str(len(members)),
+        }
+        runs[dataset] = log_comparison(
+            tracking,
+            dataset,
+            key,
+            f"comparison|{experiment.name}",
+            comparison,
+            written,
+            params,
+            tags or {},
+        )
         comparisons[dataset], directories[dataset] = comparison, directory
     return ComparisonOutcome(comparisons, directories, runs)

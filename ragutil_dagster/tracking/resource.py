@@ -49,21 +49,27 @@ class TrackedRun:
 
         items = [Param(name, value) for name, value in params.items()]
         for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
-            self.client.log_batch(self.run_id, params=items[start:start + 100])
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         """Log finite metrics; a re-used run gets a newer value, which MLflow shows as current."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(name, float(value), now, 0) for name, value in metrics.items() if math.isfinite(value)]
+        items = [
+            Metric(name, float(value), now, 0)
+            for name, value in metrics.items()
+            if math.isfinite(value)
+        ]
         for start in range(0, len(items), 1000):
-            self.client.log_batch(self.run_id, metrics=items[start:start + 1000])
+            self.client.log_batch(self.run_id, metrics=items[start : start + 1000])
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(self.run_id, tags=[RunTag(name, str(value)) for name, value in tags.items()])
+        self.client.log_batch(
+            self.run_id, tags=[RunTag(name, str(value)) for name, value in tags.items()]
+        )
 
     def log_artifact(self, path: str | Path, directory: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), directory)
@@ -132,13 +138,17 @@ class MlflowTracking(ConfigurableResource):
     def find_run(self, experiment_id: str, key: str):
         """The oldest live run tagged with ``key`` (any status), or ``None``."""
         runs = self.client().search_runs(
-            [experiment_id], filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
-            order_by=["attributes.start_time ASC"], max_results=1,
+            [experiment_id],
+            filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
         )
         return runs[0] if runs else None
 
     @contextmanager
-    def run(self, experiment: str, key: str, name: str, kind: str, tags: Mapping[str, str]) -> Iterator[TrackedRun]:
+    def run(
+        self, experiment: str, key: str, name: str, kind: str, tags: Mapping[str, str]
+    ) -> Iterator[TrackedRun]:
         """Open the run tagged ``key`` in ``experiment`` — reusing one an earlier attempt left
         FINISHED, FAILED or RUNNING (a killed process) — and end it FINISHED, or FAILED if the
         body raises."""
@@ -146,12 +156,16 @@ class MlflowTracking(ConfigurableResource):
         experiment_id = self.experiment_id(experiment)
         existing = self.find_run(experiment_id, key)
         if existing is None:
-            created = client.create_run(experiment_id, run_name=name, tags={RUN_KEY_TAG: key, KIND_TAG: kind})
+            created = client.create_run(
+                experiment_id, run_name=name, tags={RUN_KEY_TAG: key, KIND_TAG: kind}
+            )
             run_id = created.info.run_id
         else:
             run_id = existing.info.run_id
             client.update_run(run_id, status=RUNNING)
-        tracked = TrackedRun(client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None)
+        tracked = TrackedRun(
+            client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None
+        )
         status = FAILED
         try:
             tracked.set_tags(tags)

@@ -45,11 +45,17 @@ class Experiment:
     home: Path
     generator_dirs: dict[str, Path]
 
-    def materialize(self, assets: list[str], partition: str | None, **resources: object) -> dg.ExecuteInProcessResult:
+    def materialize(
+        self, assets: list[str], partition: str | None, **resources: object
+    ) -> dg.ExecuteInProcessResult:
         """Materialise ``assets`` for one partition with the definitions' resources, some replaced."""
         return dg.materialize(
-            list(self.defs.assets or []), selection=assets, partition_key=partition, instance=self.instance,
-            resources={**dict(self.defs.resources or {}), **resources}, raise_on_error=False,
+            list(self.defs.assets or []),
+            selection=assets,
+            partition_key=partition,
+            instance=self.instance,
+            resources={**dict(self.defs.resources or {}), **resources},
+            raise_on_error=False,
         )
 
     def partitions(self, generator: str | None = None) -> list[str]:
@@ -62,7 +68,9 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     root = tmp_path_factory.mktemp("tracking")
     world = write_world(make_world(0, "ci"), root / "world")
     models = build_tiny_models(root / "models")
-    generator_dirs = {f"lm{i}": build_causal_lm(root / "models" / f"lm{i}", seed=i) for i in range(2)}
+    generator_dirs = {
+        f"lm{i}": build_causal_lm(root / "models" / f"lm{i}", seed=i) for i in range(2)
+    }
     data = _dagster_conftest().tiny_config(models, world, generators=2)
     data["k"] = [2]
     for generator in data["generators"]:
@@ -70,8 +78,14 @@ def experiment(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
     config = parse_config(data)
     home = root / "home"
     parts, _ = build_assets(config)
-    return Experiment(config, parts, build_definitions(config, str(home)), dg.DagsterInstance.ephemeral(), home,
-                      generator_dirs)
+    return Experiment(
+        config,
+        parts,
+        build_definitions(config, str(home)),
+        dg.DagsterInstance.ephemeral(),
+        home,
+        generator_dirs,
+    )
 
 
 def _free_port() -> int:
@@ -80,10 +94,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _default_signals() -> None:
-    # Background processes here inherit SIGINT/SIGTERM ignored; the server must die on SIGTERM.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+# Background processes here inherit SIGINT/SIGTERM ignored, and an ignored signal stays ignored
+# across exec: the server is started through this prelude, which restores the defaults and then
+# becomes the server (no preexec_fn, which is unsafe once threads exist).
+RESET_SIGNALS_AND_EXEC = (
+    "import os, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +112,39 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = (root / "server.log").open("wb")
     command = [
-        sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts"),
+        sys.executable,
+        "-c",
+        RESET_SIGNALS_AND_EXEC,
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(root / "artifacts"),
     ]
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_signals,
-                               start_new_session=True, env={**os.environ, "MLFLOW_TRACKING_URI": ""})
+    process = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {process.returncode}: {(root / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server exited with {process.returncode}: {(root / 'server.log').read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
                     if response.status == 200:
@@ -112,7 +152,9 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server not healthy after 120 s: {(root / 'server.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"mlflow server not healthy after 120 s: {(root / 'server.log').read_text()[-2000:]}"
+                )
             time.sleep(0.5)
         yield url
     finally:

@@ -17,19 +17,59 @@ from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permu
 from ragutil_dagster.models.tiny import build_causal_lm
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.keys import DAGSTER_ASSET_TAG, DAGSTER_PARTITION_TAG, DAGSTER_RUN_TAG, KIND_TAG, RUN_KEY_TAG
+from ragutil_dagster.tracking.keys import (
+    DAGSTER_ASSET_TAG,
+    DAGSTER_PARTITION_TAG,
+    DAGSTER_RUN_TAG,
+    KIND_TAG,
+    RUN_KEY_TAG,
+)
 
 REQUIRED_PARAMS = {
-    "dataset", "retriever", "k", "reranker", "generator_model", "generator_revision", "generator_identity",
-    "nli_model", "nli_revision", "nli_identity", "embedder", "n", "temperature", "max_new_tokens", "seed",
-    "prompt_template_hash", "ragutil_version",
+    "dataset",
+    "retriever",
+    "k",
+    "reranker",
+    "generator_model",
+    "generator_revision",
+    "generator_identity",
+    "nli_model",
+    "nli_revision",
+    "nli_identity",
+    "embedder",
+    "n",
+    "temperature",
+    "max_new_tokens",
+    "seed",
+    "prompt_template_hash",
+    "ragutil_version",
 }
 REQUIRED_METRICS = {
-    "delta_seper_s", "delta_seper_s_ci_low", "delta_seper_s_ci_high", "delta_seper_h", "delta_seper_h_ci_low",
-    "seper_s_closed", "seper_s_rag", "seper_h_closed", "seper_h_rag", "em_rag", "f1_rag", "has_answer_rag",
-    "erag_map", "erag_P_2", "mirage_noise_vulnerability", "mirage_context_acceptability",
-    "mirage_context_insensitivity", "mirage_context_misinterpretation", "consens",
-    "utility_likelihood_accuracy_empty", "utility_attention_accuracy_empty", "scoring_seconds", "tokens_generated", "nli_pairs", "generations.sampling_seconds",
+    "delta_seper_s",
+    "delta_seper_s_ci_low",
+    "delta_seper_s_ci_high",
+    "delta_seper_h",
+    "delta_seper_h_ci_low",
+    "seper_s_closed",
+    "seper_s_rag",
+    "seper_h_closed",
+    "seper_h_rag",
+    "em_rag",
+    "f1_rag",
+    "has_answer_rag",
+    "erag_map",
+    "erag_P_2",
+    "mirage_noise_vulnerability",
+    "mirage_context_acceptability",
+    "mirage_context_insensitivity",
+    "mirage_context_misinterpretation",
+    "consens",
+    "utility_likelihood_accuracy_empty",
+    "utility_attention_accuracy_empty",
+    "scoring_seconds",
+    "tokens_generated",
+    "nli_pairs",
+    "generations.sampling_seconds",
     "entailment_clusters.nli_seconds",
 }
 SCORING = ["generations", "entailment_clusters", "metric_scores"]
@@ -37,7 +77,9 @@ SCORING = ["generations", "entailment_clusters", "metric_scores"]
 
 def partition_runs(client: MlflowClient) -> list:
     experiment = client.get_experiment_by_name("ragutil/world")
-    return client.search_runs([experiment.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'partition'")
+    return client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'partition'"
+    )
 
 
 def artifact_paths(client: MlflowClient, run_id: str, directory: str) -> set[str]:
@@ -46,7 +88,9 @@ def artifact_paths(client: MlflowClient, run_id: str, directory: str) -> set[str
 
 def rescore(experiment, tracking: MlflowTracking, partitions: list[str]) -> None:
     for partition in partitions:
-        assert experiment.materialize(["metric_scores"], partition, tracking=tracking).success, partition
+        assert experiment.materialize(["metric_scores"], partition, tracking=tracking).success, (
+            partition
+        )
 
 
 def change_generator(experiment, tracking: MlflowTracking, name: str, seed: int) -> None:
@@ -62,31 +106,59 @@ def check_partition_runs(client: MlflowClient, experiment) -> None:
     """Four FINISHED runs carrying the params, metrics, artifacts and Dagster tags, and the
     Dagster metadata linking back to them."""
     runs = partition_runs(client)
-    assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in runs) == sorted(experiment.partitions())
+    assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in runs) == sorted(
+        experiment.partitions()
+    )
     for run in runs:
         partition = run.data.tags[DAGSTER_PARTITION_TAG]
         assert run.info.status == "FINISHED"
         assert REQUIRED_PARAMS <= set(run.data.params), REQUIRED_PARAMS - set(run.data.params)
-        assert run.data.params["k"] == "2" and run.data.params["n"] == "3" and run.data.params["max_new_tokens"] == "4"
+        assert (
+            run.data.params["k"] == "2"
+            and run.data.params["n"] == "3"
+            and run.data.params["max_new_tokens"] == "4"
+        )
         assert run.data.params["generator"] == partition.split("|")[0]
-        assert run.data.params["embedder"] == ("none" if "bm25" in partition else experiment.config.retriever("dense").model)
+        assert run.data.params["embedder"] == (
+            "none" if "bm25" in partition else experiment.config.retriever("dense").model
+        )
         assert REQUIRED_METRICS <= set(run.data.metrics), REQUIRED_METRICS - set(run.data.metrics)
-        summary = json.loads((experiment.home / "artifacts" / "metric_scores" / partition.replace("|", "__gen__") / "summary.json").read_text())
+        summary = json.loads(
+            (
+                experiment.home
+                / "artifacts"
+                / "metric_scores"
+                / partition.replace("|", "__gen__")
+                / "summary.json"
+            ).read_text()
+        )
         assert run.data.metrics["delta_seper_s"] == pytest.approx(summary["delta_seper_s"])
-        low, mean, high = (run.data.metrics[m] for m in ("delta_seper_s_ci_low", "delta_seper_s", "delta_seper_s_ci_high"))
+        low, mean, high = (
+            run.data.metrics[m]
+            for m in ("delta_seper_s_ci_low", "delta_seper_s", "delta_seper_s_ci_high")
+        )
         assert low <= mean <= high
-        assert {"table.parquet", "documents.parquet", "summary.json"} <= artifact_paths(client, run.info.run_id, "scores")
+        assert {"table.parquet", "documents.parquet", "summary.json"} <= artifact_paths(
+            client, run.info.run_id, "scores"
+        )
         assert artifact_paths(client, run.info.run_id, "plots") == {
-            "delta_seper_distribution.png", "delta_seper_by_rank.png", "mirage.png",
+            "delta_seper_distribution.png",
+            "delta_seper_by_rank.png",
+            "mirage.png",
         }
         assert run.data.tags[DAGSTER_ASSET_TAG] == "metric_scores"
         event = experiment.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("metric_scores"), asset_partitions=[partition]), limit=1
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("metric_scores"), asset_partitions=[partition]
+            ),
+            limit=1,
         ).records[0]
         assert run.data.tags[DAGSTER_RUN_TAG] == event.run_id
         metadata = event.asset_materialization.metadata
         assert metadata["mlflow_run_id"].value == run.info.run_id
-        assert metadata["mlflow_run_url"].value.endswith(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
+        assert metadata["mlflow_run_url"].value.endswith(
+            f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+        )
 
 
 def check_comparison(client: MlflowClient, experiment, tracking: MlflowTracking) -> None:
@@ -94,50 +166,83 @@ def check_comparison(client: MlflowClient, experiment, tracking: MlflowTracking)
     the ones computed directly from the per-query tables."""
     assert experiment.materialize(["reports"], None, tracking=tracking).success
     eid = client.get_experiment_by_name("ragutil/world").experiment_id
-    runs = client.search_runs([eid], filter_string=f"tags.`{KIND_TAG}` = 'comparison'", order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        [eid],
+        filter_string=f"tags.`{KIND_TAG}` = 'comparison'",
+        order_by=["attributes.start_time DESC"],
+    )
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.metrics["runs_compared"] == 4
     tables = artifact_paths(client, run.info.run_id, "tables")
-    for name in ("delta_seper_s", "delta_seper_h", "seper_s_rag", "mirage", "erag_utility", "paired_tests", "runs"):
+    for name in (
+        "delta_seper_s",
+        "delta_seper_h",
+        "seper_s_rag",
+        "mirage",
+        "erag_utility",
+        "paired_tests",
+        "runs",
+    ):
         assert {f"{name}.csv", f"{name}.md"} <= tables, name
     assert artifact_paths(client, run.info.run_id, "plots") == {
-        "delta_seper_heatmap.png", "delta_seper_bars.png", "mirage_bars.png",
+        "delta_seper_heatmap.png",
+        "delta_seper_bars.png",
+        "mirage_bars.png",
     }
     directory = Path(client.download_artifacts(run.info.run_id, "tables"))
     tests = pl.read_csv(directory / "paired_tests.csv")
     assert sorted(tests["generator"]) == ["lm0", "lm1"]
     scores = experiment.home / "artifacts" / "metric_scores"
     for row in tests.iter_rows(named=True):
-        a = pl.read_parquet(scores / f"{row['generator']}__gen__world__{row['retriever_a']}__k2" / "table.parquet")
-        b = pl.read_parquet(scores / f"{row['generator']}__gen__world__{row['retriever_b']}__k2" / "table.parquet")
-        joined = a.select("query_id", "delta_seper_s").join(b.select("query_id", "delta_seper_s"), on="query_id")
+        a = pl.read_parquet(
+            scores / f"{row['generator']}__gen__world__{row['retriever_a']}__k2" / "table.parquet"
+        )
+        b = pl.read_parquet(
+            scores / f"{row['generator']}__gen__world__{row['retriever_b']}__k2" / "table.parquet"
+        )
+        joined = a.select("query_id", "delta_seper_s").join(
+            b.select("query_id", "delta_seper_s"), on="query_id"
+        )
         x, y = joined["delta_seper_s"].to_numpy(), joined["delta_seper_s_right"].to_numpy()
         assert row["difference"] == pytest.approx(bootstrap_paired_diff_ci(x, y).estimate)
         assert row["ci_low"] == pytest.approx(bootstrap_paired_diff_ci(x, y).low)
         assert row["p_value"] == pytest.approx(paired_permutation_test(x, y).pvalue)
     wide = pl.read_csv(directory / "delta_seper_s.csv")
     assert wide.columns == ["dataset", "retriever", "k=2 lm0", "k=2 lm1"] and wide.height == 2
-    metadata = experiment.instance.get_latest_materialization_event(dg.AssetKey("reports")).asset_materialization.metadata
-    assert run.info.run_id in metadata["comparison"].value and "ΔSePer_S" in metadata["comparison"].value
+    metadata = experiment.instance.get_latest_materialization_event(
+        dg.AssetKey("reports")
+    ).asset_materialization.metadata
+    assert (
+        run.info.run_id in metadata["comparison"].value
+        and "ΔSePer_S" in metadata["comparison"].value
+    )
     assert metadata["mlflow_comparison_run_id/world"].value == run.info.run_id
 
 
-def check_idempotence(client: MlflowClient, experiment, tracking: MlflowTracking, new_seed: int) -> None:
-    before = {run.info.run_id: run.data.params["generator_identity"] for run in partition_runs(client)}
+def check_idempotence(
+    client: MlflowClient, experiment, tracking: MlflowTracking, new_seed: int
+) -> None:
+    before = {
+        run.info.run_id: run.data.params["generator_identity"] for run in partition_runs(client)
+    }
     rescore(experiment, tracking, experiment.partitions())
     assert {run.info.run_id for run in partition_runs(client)} == set(before)
     change_generator(experiment, tracking, "lm1", new_seed)
     after = partition_runs(client)
     added = [run for run in after if run.info.run_id not in before]
     assert len(after) == 6 and len(added) == 2
-    assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in added) == experiment.partitions("lm1")
+    assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in added) == experiment.partitions(
+        "lm1"
+    )
     assert all(run.data.params["generator_identity"] not in before.values() for run in added)
 
 
 @pytest.fixture(scope="module")
 def embedded(experiment):
     """The whole graph materialised with the embedded default store, ``<home>/mlflow.db``."""
-    materialize_all(experiment.defs, experiment.config, experiment.parts, experiment.instance, progress=False)
+    materialize_all(
+        experiment.defs, experiment.config, experiment.parts, experiment.instance, progress=False
+    )
     tracking = MlflowTracking(home=str(experiment.home))
     assert tracking.uri == f"sqlite:///{experiment.home.resolve() / 'mlflow.db'}"
     return tracking
@@ -152,10 +257,18 @@ def test_embedded_store_runs_params_idempotence_and_comparison(experiment, embed
     check_comparison(client, experiment, embedded)
 
 
-def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(experiment, embedded) -> None:
+def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(
+    experiment, embedded
+) -> None:
     client = MlflowClient(embedded.uri)
     partition = experiment.partitions("lm0")[0]
-    nli = experiment.home / "artifacts" / "entailment_clusters" / partition.replace("|", "__gen__") / "nli.parquet"
+    nli = (
+        experiment.home
+        / "artifacts"
+        / "entailment_clusters"
+        / partition.replace("|", "__gen__")
+        / "nli.parquet"
+    )
     before = {run.info.run_id for run in partition_runs(client)}
     hidden = nli.rename(nli.with_suffix(".hidden"))
     try:
@@ -164,20 +277,28 @@ def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(exper
         hidden.rename(nli)
     runs = {run.info.run_id: run for run in partition_runs(client)}
     assert set(runs) == before
-    failed = [run for run in runs.values() if run.data.tags[DAGSTER_PARTITION_TAG] == partition and run.info.status == "FAILED"]
+    failed = [
+        run
+        for run in runs.values()
+        if run.data.tags[DAGSTER_PARTITION_TAG] == partition and run.info.status == "FAILED"
+    ]
     assert len(failed) == 1
     rescore(experiment, embedded, [partition])
     assert client.get_run(failed[0].info.run_id).info.status == "FINISHED"
     assert {run.info.run_id for run in partition_runs(client)} == before
 
 
-def test_mlflow_server_runs_params_idempotence_and_comparison(experiment, embedded, mlflow_server) -> None:
+def test_mlflow_server_runs_params_idempotence_and_comparison(
+    experiment, embedded, mlflow_server
+) -> None:
     tracking = MlflowTracking(home=str(experiment.home), tracking_uri=mlflow_server)
     client = MlflowClient(mlflow_server)
     rescore(experiment, tracking, experiment.partitions())
     check_partition_runs(client, experiment)
     run = partition_runs(client)[0]
-    assert not run.info.artifact_uri.startswith("file:")  # served by the server, not the local store
+    assert not run.info.artifact_uri.startswith(
+        "file:"
+    )  # served by the server, not the local store
     assert RUN_KEY_TAG in run.data.tags
     check_idempotence(client, experiment, tracking, new_seed=20)
     check_comparison(client, experiment, tracking)

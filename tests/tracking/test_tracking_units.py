@@ -8,33 +8,61 @@ import pytest
 from mlflow import MlflowClient
 
 from ragutil_dagster.config import Setting, parse_config
-from ragutil_dagster.metrics.stats import bootstrap_mean_ci, bootstrap_paired_diff_ci, paired_permutation_test
+from ragutil_dagster.metrics.stats import (
+    bootstrap_mean_ci,
+    bootstrap_paired_diff_ci,
+    paired_permutation_test,
+)
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.compare import PartitionScores, build_comparison, long_table, wide_table
+from ragutil_dagster.tracking.compare import (
+    PartitionScores,
+    build_comparison,
+    long_table,
+    wide_table,
+)
 from ragutil_dagster.tracking.keys import RUN_KEY_TAG, ModelIdentities, PartitionRun
 
 
 @pytest.fixture(scope="module")
 def config():
-    return parse_config({
-        "name": "units",
-        "datasets": [{"name": "world", "format": "synthetic", "path": "/nonexistent"}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}, {"name": "dense", "kind": "dense", "model": "some/embedder"}],
-        "k": [1, 5],
-        "generators": [{"name": "lm0", "model": "some/lm"}, {"name": "lm1", "model": "other/lm"}],
-        "nli": {"model": "some/nli"},
-    })
+    return parse_config(
+        {
+            "name": "units",
+            "datasets": [{"name": "world", "format": "synthetic", "path": "/nonexistent"}],
+            "retrievers": [
+                {"name": "bm25", "kind": "bm25"},
+                {"name": "dense", "kind": "dense", "model": "some/embedder"},
+            ],
+            "k": [1, 5],
+            "generators": [
+                {"name": "lm0", "model": "some/lm"},
+                {"name": "lm1", "model": "other/lm"},
+            ],
+            "nli": {"model": "some/nli"},
+        }
+    )
 
 
 def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     identities = ModelIdentities(generator="sha256:aa", nli="sha256:bb", embedder="sha256:cc")
     setting = Setting("world", "dense", 5)
     run = PartitionRun(config, setting, "lm0", identities)
-    assert run.key == PartitionRun(config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cc")).key
+    assert (
+        run.key
+        == PartitionRun(
+            config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cc")
+        ).key
+    )
     changed = [
-        PartitionRun(config, setting, "lm0", ModelIdentities("sha256:ab", "sha256:bb", "sha256:cc")),
-        PartitionRun(config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bx", "sha256:cc")),
-        PartitionRun(config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cx")),
+        PartitionRun(
+            config, setting, "lm0", ModelIdentities("sha256:ab", "sha256:bb", "sha256:cc")
+        ),
+        PartitionRun(
+            config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bx", "sha256:cc")
+        ),
+        PartitionRun(
+            config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cx")
+        ),
         PartitionRun(config, Setting("world", "dense", 1), "lm0", identities),
         PartitionRun(config, setting, "lm1", identities),
         PartitionRun(config.model_copy(update={"seed": 1}), setting, "lm0", identities),
@@ -43,8 +71,14 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert len({run.key} | {other.key for other in changed}) == len(changed) + 1
     params = run.params()
     assert params["embedder"] == "some/embedder" and params["embedder_identity"] == "sha256:cc"
-    assert params["generator_identity"] == "sha256:aa" and params["k"] == "5" and params["reranker"] == "none"
-    assert params["n"] == "10" and params["max_new_tokens"] == "512" and params["temperature"] == "1.0"
+    assert (
+        params["generator_identity"] == "sha256:aa"
+        and params["k"] == "5"
+        and params["reranker"] == "none"
+    )
+    assert (
+        params["n"] == "10" and params["max_new_tokens"] == "512" and params["temperature"] == "1.0"
+    )
 
 
 @pytest.fixture()
@@ -53,13 +87,16 @@ def tracking(tmp_path) -> MlflowTracking:
 
 
 def test_failure_marks_failed_and_a_retry_or_an_orphan_is_reused(tracking: MlflowTracking) -> None:
-    with pytest.raises(RuntimeError, match="scoring broke"):
-        with tracking.run("ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "a"}) as run:
-            run.log_metrics({"x": 1.0})
-            raise RuntimeError("scoring broke")
+    with pytest.raises(RuntimeError, match="scoring broke"), tracking.run(
+        "ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "a"}
+    ) as run:
+        run.log_metrics({"x": 1.0})
+        raise RuntimeError("scoring broke")
     client = MlflowClient(tracking.uri)
     assert client.get_run(run.run_id).info.status == "FAILED"
-    with tracking.run("ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "b"}) as retry:
+    with tracking.run(
+        "ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "b"}
+    ) as retry:
         assert retry.reused and retry.run_id == run.run_id
         assert client.get_run(run.run_id).info.status == "RUNNING"
         retry.log_metrics({"x": 2.0})
@@ -79,13 +116,19 @@ def test_failure_marks_failed_and_a_retry_or_an_orphan_is_reused(tracking: Mlflo
 def test_default_store_lives_under_home(tracking: MlflowTracking, tmp_path) -> None:
     assert tracking.uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     experiment = MlflowClient(tracking.uri).get_experiment(tracking.experiment_id("ragutil/world"))
-    assert experiment.artifact_location == (tmp_path.resolve() / "mlruns" / "ragutil_world").as_uri()
+    assert (
+        experiment.artifact_location == (tmp_path.resolve() / "mlruns" / "ragutil_world").as_uri()
+    )
     server = MlflowTracking(home=str(tmp_path), tracking_uri="http://127.0.0.1:5555/")
     assert server.run_url("3", "abc") == "http://127.0.0.1:5555/#/experiments/3/runs/abc"
 
 
-def _partition(retriever: str, k: int, generator: str, values: list[float], summary: dict[str, float]) -> PartitionScores:
-    per_query = pl.DataFrame({"query_id": [f"q{i}" for i in range(len(values))], "delta_seper_s": values})
+def _partition(
+    retriever: str, k: int, generator: str, values: list[float], summary: dict[str, float]
+) -> PartitionScores:
+    per_query = pl.DataFrame(
+        {"query_id": [f"q{i}" for i in range(len(values))], "delta_seper_s": values}
+    )
     return PartitionScores(Setting("world", retriever, k), generator, summary, per_query)
 
 
@@ -97,40 +140,75 @@ def test_comparison_tables_follow_the_papers_layouts_and_test_pairs() -> None:
             for generator in ("a", "b"):
                 values = rng.normal(0.1 if retriever == "dense" else 0.0, 0.05, 30).tolist()
                 summary = {
-                    "delta_seper_s": float(np.mean(values)), f"erag_P_{k}": 0.5, "erag_map": 0.4,
-                    "mirage_noise_vulnerability": 0.1, "mirage_context_acceptability": 0.2,
-                    "mirage_context_insensitivity": 0.3, "mirage_context_misinterpretation": 0.4,
+                    "delta_seper_s": float(np.mean(values)),
+                    f"erag_P_{k}": 0.5,
+                    "erag_map": 0.4,
+                    "mirage_noise_vulnerability": 0.1,
+                    "mirage_context_acceptability": 0.2,
+                    "mirage_context_insensitivity": 0.3,
+                    "mirage_context_misinterpretation": 0.4,
                 }
                 parts.append(_partition(retriever, k, generator, values, summary))
     comparison = build_comparison(parts)
     wide = comparison.tables["delta_seper_s"]
     assert wide.columns == ["dataset", "retriever", "k=1 a", "k=1 b", "k=5 a", "k=5 b"]
-    dense_k5_b = next(p for p in parts if p.setting.retriever == "dense" and p.setting.k == 5 and p.generator == "b")
-    assert wide.filter(pl.col("retriever") == "dense")["k=5 b"].item() == pytest.approx(dense_k5_b.summary["delta_seper_s"])
-    assert "erag_P" in comparison.tables["erag_utility"].columns  # erag_P_1 and erag_P_5 share a column
+    dense_k5_b = next(
+        p
+        for p in parts
+        if p.setting.retriever == "dense" and p.setting.k == 5 and p.generator == "b"
+    )
+    assert wide.filter(pl.col("retriever") == "dense")["k=5 b"].item() == pytest.approx(
+        dense_k5_b.summary["delta_seper_s"]
+    )
+    assert (
+        "erag_P" in comparison.tables["erag_utility"].columns
+    )  # erag_P_1 and erag_P_5 share a column
     mirage = comparison.tables["mirage"]
     assert mirage.columns == ["dataset", "k", "generator", "retriever", "NV", "CA", "CI", "CM"]
     assert mirage["CM"].to_list() == pytest.approx([40.0] * 8)
     tests = comparison.tables["paired_tests"]
     assert tests.height == 4  # one bm25-vs-dense test per k × generator
     for row in tests.iter_rows(named=True):
-        a = next(p for p in parts if (p.setting.retriever, p.setting.k, p.generator) == ("bm25", row["k"], row["generator"]))
-        b = next(p for p in parts if (p.setting.retriever, p.setting.k, p.generator) == ("dense", row["k"], row["generator"]))
+        a = next(
+            p
+            for p in parts
+            if (p.setting.retriever, p.setting.k, p.generator)
+            == ("bm25", row["k"], row["generator"])
+        )
+        b = next(
+            p
+            for p in parts
+            if (p.setting.retriever, p.setting.k, p.generator)
+            == ("dense", row["k"], row["generator"])
+        )
         x, y = a.per_query["delta_seper_s"].to_numpy(), b.per_query["delta_seper_s"].to_numpy()
         interval = bootstrap_paired_diff_ci(x, y)
-        assert (row["difference"], row["ci_low"], row["ci_high"]) == pytest.approx((interval.estimate, interval.low, interval.high))
+        assert (row["difference"], row["ci_low"], row["ci_high"]) == pytest.approx(
+            (interval.estimate, interval.low, interval.high)
+        )
         assert row["p_value"] == pytest.approx(paired_permutation_test(x, y).pvalue)
         assert row["ci_high"] < 0 and row["p_value"] < 0.01  # dense is 0.1 better on 30 queries
     intervals = comparison.tables["delta_seper_ci"]
     first = intervals.row(0, named=True)
-    source = next(p for p in parts if (p.setting.retriever, p.setting.k, p.generator) == (first["retriever"], first["k"], first["generator"]))
-    assert first["low"] == pytest.approx(bootstrap_mean_ci(source.per_query["delta_seper_s"].to_numpy()).low)
+    source = next(
+        p
+        for p in parts
+        if (p.setting.retriever, p.setting.k, p.generator)
+        == (first["retriever"], first["k"], first["generator"])
+    )
+    assert first["low"] == pytest.approx(
+        bootstrap_mean_ci(source.per_query["delta_seper_s"].to_numpy()).low
+    )
 
 
 def test_paired_tests_use_only_queries_both_retrievers_scored() -> None:
     a = _partition("bm25", 1, "g", [0.1, 0.2, 0.3, 0.4], {"delta_seper_s": 0.25})
-    b = PartitionScores(Setting("world", "dense", 1), "g", {"delta_seper_s": 0.3},
-                        pl.DataFrame({"query_id": ["q1", "q2", "q3", "q9"], "delta_seper_s": [0.3, 0.1, 0.5, 0.9]}))
+    b = PartitionScores(
+        Setting("world", "dense", 1),
+        "g",
+        {"delta_seper_s": 0.3},
+        pl.DataFrame({"query_id": ["q1", "q2", "q3", "q9"], "delta_seper_s": [0.3, 0.1, 0.5, 0.9]}),
+    )
     row = build_comparison([a, b]).tables["paired_tests"].row(0, named=True)
     assert row["queries"] == 3
     assert row["difference"] == pytest.approx(np.mean([0.2 - 0.3, 0.3 - 0.1, 0.4 - 0.5]))
