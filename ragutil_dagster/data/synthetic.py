@@ -266,13 +266,18 @@ class World:
     entity_by_id: dict[str, Entity] = field(init=False, repr=False)
     passage_by_id: dict[str, Passage] = field(init=False, repr=False)
 
+    _by_entity: dict[str, list[Passage]] = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         self.entity_by_id = {e.id: e for e in self.entities}
         self.passage_by_id = {p.id: p for p in self.passages}
+        self._by_entity = {}
+        for p in self.passages:
+            self._by_entity.setdefault(p.entity_id, []).append(p)
 
     def passages_of(self, entity_id: str) -> list[Passage]:
         """The passages about one entity, in passage-group order."""
-        return [p for p in self.passages if p.entity_id == entity_id]
+        return list(self._by_entity.get(entity_id, ()))
 
     def passage_stating(self, entity_id: str, attribute: str) -> Passage:
         """The passage of ``entity_id`` that states ``attribute``."""

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
 from tqdm.auto import tqdm
 from transformers import (
     AutoModelForCausalLM,
@@ -70,6 +70,7 @@ class TrainConfig:
     reading_batch: int
     nli_steps: int
     nli_batch: int
+    reading_steps: int = 4  # context-question steps per cycle (even), besides one "ask" and one "facts"
     threads: int = 1
     lr: float = 2e-3
     hidden: int = 128
@@ -78,9 +79,9 @@ class TrainConfig:
 
 CONFIGS: dict[str, TrainConfig] = {
     "default": TrainConfig("default", reader_steps=3000, memory_batch=128, reading_batch=24,
-                           nli_steps=600, nli_batch=64),
+                           nli_steps=2000, nli_batch=64, reading_steps=2),
     "ci": TrainConfig("ci", reader_steps=600, memory_batch=64, reading_batch=24,
-                      nli_steps=300, nli_batch=64),
+                      nli_steps=1500, nli_batch=64, reading_steps=2),
 }
 
 
@@ -120,8 +121,15 @@ def _reader_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
                                    model_input_names=["input_ids", "attention_mask"])
 
 
+# SePer's code feeds "{question}? {answer}" to the NLI model. Answers of this world are
+# unambiguous values, so the NLI tokenizer drops such a question prefix and compares the answers
+# alone (with the prefix, the tiny model must first learn to skip ~10 shared words).
+QUESTION_PREFIX = r"^[^?]*\?\s+(?=\S)"
+
+
 def _nli_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
     tok = Tokenizer.from_str(base.to_str())
+    tok.normalizer = normalizers.Replace(Regex(QUESTION_PREFIX), "")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -322,18 +330,20 @@ def _fit_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Pat
         intermediate_size=2 * config.hidden, num_hidden_layers=config.layers,
         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
+        # Tied input and output embeddings make copying a context word into the answer cheap to
+        # learn (the identity map); untied, every answer word's copy must be learnt separately.
+        pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(model_config)
     model.train()
     data = ReaderData(world, reading, random.Random(f"reader:{seed}"))
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.reader_steps))
-    # A cycle of six steps: four of reading, one of closed-book questions, one of fact text
+    # A cycle of reading steps around one step of closed-book questions and one of fact text
     # (memorising the known facts converges long before reading does). Batches of one kind have
     # similar lengths, so little compute goes to padding.
-    read = ("read", data.with_context, config.reading_batch)
-    streams = (read, read, ("ask", data.questions, config.memory_batch),
-               read, read, ("facts", data.facts, config.reading_batch))
+    half = (("read", data.with_context, config.reading_batch),) * (config.reading_steps // 2)
+    streams = (*half, ("ask", data.questions, config.memory_batch),
+               *half, ("facts", data.facts, config.reading_batch))
     losses: dict[str, float] = {}
     bar = tqdm(range(config.reader_steps), desc="reader", disable=not progress, mininterval=2)
     for step in bar:
@@ -418,9 +428,16 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
     tok = _nli_tokenizer(tokenizer)
     model = BertForSequenceClassification(BertConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         num_attention_heads=4, intermediate_size=256, max_position_embeddings=512,
         pad_token_id=tok.pad_token_id, num_labels=3,
         id2label=dict(enumerate(NLI_LABELS)), label2id={l: i for i, l in enumerate(NLI_LABELS)}))
+    # The first layer's queries and keys start as scaled identities: attention then starts out
+    # matching equal words, which is what telling aliases from other values needs.
+    attention = model.bert.encoder.layer[0].attention.self
+    with torch.no_grad():
+        for proj in (attention.query, attention.key):
+            proj.weight.copy_(3.0 * torch.eye(proj.weight.shape[0]))
     model.train()
     rng = random.Random(f"nli:{seed}")
     # Post-LayerNorm BERT does not learn at all at 1e-3 here; 5e-4 does.
@@ -428,9 +445,7 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.nli_steps, 30))
     bar = tqdm(range(config.nli_steps), desc="nli", disable=not progress, mininterval=2)
     for step in bar:
-        # Curriculum: bare answer pairs first (comparing two words is learnt quickly), then a
-        # growing share, up to half, with the question prefix.
-        pairs = nli_pairs(world, rng, config.nli_batch, min(0.5, step / config.nli_steps))
+        pairs = nli_pairs(world, rng, config.nli_batch)
         enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True,
                   return_tensors="pt")
         loss = model(**enc, labels=torch.tensor([lab for _, _, lab in pairs])).loss

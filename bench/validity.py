@@ -1,0 +1,226 @@
+"""SePer Table 2 on the synthetic world: which metric's Δ tracks the ground-truth utility?
+
+Protocol (SePer §4.1.2): for every question, N = 10 answers are sampled at temperature 1 closed
+book and with each judged passage alone (its positives and negatives); every metric is computed
+in both conditions and its change Δ is correlated (Pearson) with the passage's ground-truth
+utility — 1 / 0 for single-hop positives of unknown / known facts, 0 for negatives, 1/2 for each
+positive of a two-hop question. Split into single-hop and two-hop questions.
+
+Metrics, each averaged over the N samples as in the paper (Δ = with passage − closed book; for
+the uncertainty metrics Δ is the *reduction*, closed book − with passage, so that larger Δ means
+more utility for all of them):
+
+* EM, F1 — SQuAD exact match and token F1 against the gold aliases;
+* perplexity — exp(−mean token log-prob) of each sample;
+* entropy — the Monte-Carlo predictive entropy, mean of −log p(sample);
+* semantic entropy — over the NLI clusters of the N samples (Farquhar et al.);
+* SePer_H, SePer_S — SePer with the hard / soft kernel (eqs. 9–10), ΔSePer = eq. 11.
+
+The reader is sampled through the project's ``HFGenerator``, answers are clustered with its
+``Entailment`` over the world's NLI model, and SePer comes from ``metrics.seper``.
+
+    python bench/validity.py                  # build the default world + models in the temp dir
+    python bench/validity.py --build DIR      # reuse a `ragutil world build --out DIR`
+
+Prints the table and writes ``bench/results/validity.json`` (keys like
+``delta_seper_s.single_hop``, plus the build's training wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ragutil_dagster import prompts
+from ragutil_dagster.metrics import seper as seper_metric
+from ragutil_dagster.metrics.answers import exact_match, f1
+from ragutil_dagster.metrics.stats import pearson
+from ragutil_dagster.models.entailment import Entailment
+from ragutil_dagster.models.generation import HFGenerator, Sample
+
+RESULTS = Path(__file__).resolve().parent / "results"
+METRICS = ("em", "f1", "perplexity", "entropy", "semantic_entropy", "seper_h", "seper_s")
+LABELS = {"em": "ΔEM", "f1": "ΔF1", "perplexity": "Δperplexity", "entropy": "Δentropy",
+          "semantic_entropy": "Δsemantic entropy", "seper_h": "ΔSePer_H", "seper_s": "ΔSePer_S"}
+REDUCTIONS = {"perplexity", "entropy", "semantic_entropy"}  # Δ = closed book − with passage
+
+
+@dataclass(frozen=True)
+class Case:
+    """One question under one condition: closed book (``passage_id`` None) or one passage alone."""
+
+    query_id: str
+    question: str
+    answers: tuple[str, ...]
+    qtype: str
+    passage_id: str | None
+    utility: float
+    prompt: str
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_cases(world_dir: Path, max_per_type: int | None) -> list[Case]:
+    """Closed-book and single-passage cases of the world's questions (first ``max_per_type``)."""
+    corpus = {c["_id"]: c for c in _read_jsonl(world_dir / "corpus.jsonl")}
+    questions = _read_jsonl(world_dir / "questions.jsonl")
+    judged: dict[str, list[dict]] = {}
+    for u in _read_jsonl(world_dir / "utility.jsonl"):
+        judged.setdefault(u["query-id"], []).append(u)
+    taken: dict[str, int] = {}
+    cases: list[Case] = []
+    for q in questions:
+        if max_per_type is not None and taken.get(q["type"], 0) >= max_per_type:
+            continue
+        taken[q["type"]] = taken.get(q["type"], 0) + 1
+        answers = tuple(q["answers"])
+        cases.append(Case(q["_id"], q["text"], answers, q["type"], None, 0.0,
+                          prompts.closed_book(q["text"])))
+        for u in judged[q["_id"]]:
+            doc = corpus[u["corpus-id"]]
+            cases.append(Case(q["_id"], q["text"], answers, q["type"], u["corpus-id"],
+                              float(u["utility"]), prompts.with_context(
+                                  q["text"], [(doc["title"], doc["text"])])))
+    return cases
+
+
+def _sample_scores(samples: Sequence[Sample], answers: Sequence[str]) -> dict[str, float]:
+    """EM, F1, perplexity and entropy of one case's samples, averaged over the samples."""
+    mean_lp = [float(np.mean(s.token_logprobs)) if s.token_logprobs else 0.0 for s in samples]
+    return {
+        "em": float(np.mean([exact_match(s.text, answers) for s in samples])),
+        "f1": float(np.mean([f1(s.text, answers) for s in samples])),
+        "perplexity": float(np.mean(np.exp(-np.asarray(mean_lp)))),
+        "entropy": float(np.mean([-sum(s.token_logprobs) for s in samples])),
+    }
+
+
+def score_cases(cases: Sequence[Case], samples: Sequence[Sequence[Sample]],
+                entail: Entailment) -> list[dict[str, float]]:
+    """Every metric of every case (before taking differences)."""
+    inputs = [seper_metric.SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
+                                      c.answers, c.question) for c, ss in zip(cases, samples)]
+    hard = seper_metric.seper_batch(inputs, entail, kernel="hard")
+    soft = seper_metric.seper_batch(inputs, entail, kernel="soft")
+    out = []
+    for c, ss, h, s in zip(cases, samples, hard, soft):
+        row = _sample_scores(ss, c.answers)
+        row.update(semantic_entropy=s.semantic_entropy, seper_h=h.score, seper_s=s.score)
+        out.append(row)
+    return out
+
+
+def deltas(cases: Sequence[Case], scores: Sequence[dict[str, float]]) -> list[dict]:
+    """Δ of every metric for every (question, passage) against the question's closed book."""
+    closed = {c.query_id: s for c, s in zip(cases, scores) if c.passage_id is None}
+    rows = []
+    for c, s in zip(cases, scores):
+        if c.passage_id is None:
+            continue
+        base = closed[c.query_id]
+        row = {"query_id": c.query_id, "passage_id": c.passage_id, "type": c.qtype,
+               "utility": c.utility}
+        for m in METRICS:
+            row[m] = base[m] - s[m] if m in REDUCTIONS else s[m] - base[m]
+        rows.append(row)
+    return rows
+
+
+def correlations(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """Pearson r (and p-value, n) of each metric's Δ with utility, per question type."""
+    table: dict[str, dict[str, float]] = {}
+    for qtype in ("single_hop", "two_hop"):
+        part = [r for r in rows if r["type"] == qtype]
+        utility = [r["utility"] for r in part]
+        for m in METRICS:
+            values = [r[m] for r in part]
+            key = f"delta_{m}.{qtype}"
+            if len(part) < 3 or np.ptp(values) == 0:
+                table[key] = {"r": float("nan"), "p": float("nan"), "n": len(part)}
+                continue
+            c = pearson(values, utility)
+            table[key] = {"r": c.statistic, "p": c.pvalue, "n": c.n}
+    return table
+
+
+def format_table(table: dict[str, dict[str, float]]) -> str:
+    """The paper's Table 2 layout: one row per metric, one column per question type."""
+    lines = [f"{'metric':<26}{'single-hop':>12}{'two-hop':>12}", "-" * 50]
+    for m in METRICS:
+        cells = [table[f"delta_{m}.{t}"]["r"] for t in ("single_hop", "two_hop")]
+        lines.append(f"{LABELS[m]:<26}" + "".join(f"{v:>12.3f}" for v in cells))
+    n = [table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")]
+    lines.append(f"{'(question, passage) pairs':<26}" + "".join(f"{v:>12d}" for v in n))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", type=Path, help="existing `ragutil world build` directory")
+    parser.add_argument("--size", default="default", choices=("default", "ci"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n", type=int, default=10, help="samples per case (paper: 10)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-per-type", type=int, default=None,
+                        help="questions per type (default: all)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (shared CPU: 1)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "validity.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    # Models are kept out of the repository: only JSON results go to bench/results/.
+    build_dir = args.build or Path(tempfile.gettempdir()) / f"ragutil_world_{args.size}_seed{args.seed}"
+    if args.build is None:
+        from ragutil_dagster.models.training import train_all
+
+        train_all(build_dir, size=args.size, seed=args.seed)
+    build = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
+
+    t0 = time.perf_counter()
+    cases = load_cases(build_dir / "world", args.max_per_type)
+    generator = HFGenerator(str(build_dir / "reader"), device="cpu")
+    samples = generator.sample([c.prompt for c in cases], n=args.n,
+                               temperature=args.temperature, max_new_tokens=8, seed=args.seed)
+    entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
+    rows = deltas(cases, score_cases(cases, samples, entail))
+    table = correlations(rows)
+    seconds = time.perf_counter() - t0
+
+    print(format_table(table))
+    print(f"\nbuild: {build_dir} (seed {build['seed']}, size {build['size']}); training wall "
+          f"time {build['seconds']['build_total']:.0f} s for world + both models "
+          f"({build['reader_steps']} reader steps); measuring took {seconds:.0f} s")
+    result = {key: v["r"] for key, v in table.items()}
+    result.update({
+        "pvalues": {key: v["p"] for key, v in table.items()},
+        "pairs": {t: table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
+        "training_seconds": build["seconds"],
+        "training_cpu_seconds": build.get("cpu_seconds"),
+        "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
+        "reader_quality": build["quality"], "nli_accuracy": build["nli_accuracy"],
+        "n_samples": args.n, "temperature": args.temperature, "seed": args.seed,
+        "size": build["size"], "measure_seconds": seconds,
+        "note": "measured on a 2-core CPU shared with other work",
+    })
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,13 @@
+"""The CI-sized synthetic world with its trained reader and NLI model, built once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragutil_dagster.models.training import TrainedWorld, train_all
+
+
+@pytest.fixture(scope="session")
+def ci_trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedWorld:
+    """World + reader + NLI of size ``ci``, seed 0 (about two minutes on two CPU cores)."""
+    return train_all(tmp_path_factory.mktemp("ci_world"), size="ci", seed=0, progress=False)
