@@ -7,6 +7,7 @@ MLflow is imported lazily: loading the Definitions must not pay for it.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import math
 import time
@@ -27,11 +28,19 @@ FINISHED, FAILED, RUNNING = "FINISHED", "FAILED", "RUNNING"
 
 
 @functools.cache
-def _client(uri: str) -> MlflowClient:
-    # One client per URI and process: creating one against SQLite runs the schema check.
+def _client(uri: str, schema_lock: str | None = None) -> MlflowClient:
+    """One client per URI and process. For the embedded SQLite store, the first use creates the
+    schema; ``schema_lock`` (a file) makes processes starting together do that one at a time."""
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    if schema_lock is None:
+        return MlflowClient(tracking_uri=uri)
+    with open(schema_lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        client = MlflowClient(tracking_uri=uri)
+        # Opening the store creates or migrates its tables.
+        client.search_experiments(max_results=1)
+    return client
 
 
 @dataclass(frozen=True)
@@ -100,9 +109,10 @@ class MlflowTracking(ConfigurableResource):
         return Path(self.home).expanduser().resolve()
 
     def client(self) -> MlflowClient:
-        if not self.tracking_uri:
-            self._home().mkdir(parents=True, exist_ok=True)
-        return _client(self.uri)
+        if self.tracking_uri:
+            return _client(self.uri)
+        self._home().mkdir(parents=True, exist_ok=True)
+        return _client(self.uri, str(self._home() / "mlflow.db.lock"))
 
     def experiment_id(self, name: str) -> str:
         """The id of experiment ``name``, created on first use (artifacts under ``<home>/mlruns``
