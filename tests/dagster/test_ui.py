@@ -1,9 +1,8 @@
 """The Dagster UI over ragutil's instance: a ``dagster dev`` smoke test through GraphQL, and a
 headless Chromium (Playwright) check of the lineage graph and a materialised ``metric_scores``.
 
-The server binds 127.0.0.1 on a free port, runs in its own process group with SIGINT/SIGTERM
-reset to their defaults (background processes here inherit them ignored), and is stopped by its
-process-group id.
+The server binds 127.0.0.1 on a free port and is started and stopped by
+``ragutil_dagster.processes.background_server`` (signals reset, own process group, stopped by PID).
 """
 
 from __future__ import annotations
@@ -11,21 +10,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-import dagster as dg
 import pytest
 import yaml
 
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.processes import background_server, free_port
 from ragutil_dagster.runner import dagster_instance, materialize_all
 
 from .conftest import tiny_config
@@ -36,18 +32,6 @@ NODES = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _child_setup() -> None:
-    os.setsid()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def graphql(port: int, query: str) -> dict:
@@ -80,34 +64,17 @@ def dagster_dev(tiny_world, tmp_path_factory):
     instance.dispose()
 
     port = free_port()
-    log = open(root / "dagster-dev.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-m", "ragutil_dagster.definitions", "-a", "defs",
-         "-h", "127.0.0.1", "-p", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_child_setup, cwd=root,
-    )
-    try:
-        deadline = time.time() + 180
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"dagster dev exited: {(root / 'dagster-dev.log').read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5)
-                graphql(port, "{ assetNodes { id } }")
-                break
-            except Exception:  # noqa: BLE001 — not up yet
-                if time.time() > deadline:
-                    raise
-                time.sleep(2)
+    command = [sys.executable, "-m", "dagster", "dev", "-m", "ragutil_dagster.definitions", "-a", "defs",
+               "-h", "127.0.0.1", "-p", str(port)]
+    with background_server(
+        command, f"http://127.0.0.1:{port}/server_info", root / "dagster-dev.log", env=env, cwd=root, timeout=300
+    ):
+        # The webserver answers before the code location has loaded; wait for the assets.
+        deadline = time.monotonic() + 180
+        while not graphql(port, "{ assetNodes { id } }")["assetNodes"]:
+            assert time.monotonic() < deadline, "the code location did not load within 180 s"
+            time.sleep(2)
         yield port
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 def test_graphql_lists_assets_and_partitions(dagster_dev) -> None:
