@@ -11,6 +11,8 @@ import json
 import sys
 from collections.abc import Sequence
 
+from ragutil_dagster.commands import add_commands
+
 
 def _world_build(args: argparse.Namespace) -> int:
     # Imported here: torch and transformers load only for commands that need them.
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragutil", description="Retrieval utility in RAG.")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_world(sub)
+    add_commands(sub)
     return parser
 
 
