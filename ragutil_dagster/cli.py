@@ -56,9 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ragutil`` command; returns the exit status."""
+    """Entry point of the ``ragutil`` command; returns the exit status.
+
+    Errors in what the user supplied (config, records, corpus, model names) are printed as one
+    message, without a traceback, and exit with status 2.
+    """
+    from ragutil_dagster.config import ConfigError
+    from ragutil_dagster.models.identity import ModelUnavailableError
+    from ragutil_dagster.retrieval.errors import CorpusValidationError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ConfigError, CorpusValidationError, ModelUnavailableError, FileNotFoundError) as err:
+        print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

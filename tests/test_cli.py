@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from ragutil_dagster.cli import build_parser, main
-from ragutil_dagster.config import ConfigError
 
 
 def test_every_subcommand_is_registered() -> None:
@@ -13,8 +10,10 @@ def test_every_subcommand_is_registered() -> None:
     assert set(sub.choices) == {"world", "run", "score", "compare", "ui"}
 
 
-def test_run_with_an_invalid_config_names_the_field(tmp_path) -> None:
+def test_user_errors_are_one_message_and_status_2(tmp_path, capsys) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("name: x\ndatasets: []\n")
-    with pytest.raises(ConfigError, match="datasets"):
-        main(["run", str(config), "--quiet"])
+    assert main(["run", str(config), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragutil run: error: ") and "datasets" in err and "Traceback" not in err
+    assert main(["score", str(tmp_path / "none.jsonl"), "--config", str(config)]) == 2
