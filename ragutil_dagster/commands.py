@@ -81,7 +81,11 @@ def _score(args: argparse.Namespace) -> int:
     spec = experiment.generator(args.generator) if args.generator else experiment.generators[0]
     if needs_embedded_models(experiment):
         ensure_embedded_models(progress=not args.quiet)
-    models = ModelRegistry(nli_cache=str(ragutil_home() / "cache" / "nli.sqlite"), show_progress=not args.quiet)
+    models = ModelRegistry(
+        nli_cache=str(ragutil_home() / "cache" / "nli.sqlite"),
+        generation_cache=str(ragutil_home() / "cache" / "generations"),
+        show_progress=not args.quiet,
+    )
     scores = score_records(
         records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)
     )

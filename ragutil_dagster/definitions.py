@@ -30,7 +30,10 @@ def build_resources(home: str | None = None) -> dict[str, dg.ConfigurableResourc
     tracking_uri: str | dg.EnvVar = dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else ""
     return {
         "store": ArtifactStore(home=home_value),
-        "models": ModelRegistry(nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite")),
+        "models": ModelRegistry(
+            nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
+            generation_cache=str(Path(home).expanduser() / "cache" / "generations"),
+        ),
         "tracking": MlflowTracking(home=home_value, tracking_uri=tracking_uri),
     }
 

@@ -31,11 +31,14 @@ class ModelRegistry(ConfigurableResource):
     """Device / precision choices and caches for every model the assets use.
 
     ``device``: ``cuda``, ``cpu`` or empty for automatic (CUDA when present);
-    ``nli_cache``: SQLite file caching NLI probabilities per (model identity, pair).
+    ``nli_cache``: SQLite file caching NLI probabilities per (model identity, pair);
+    ``generation_cache``: directory of the content-addressed generation cache (same model
+    identity, prompt, sampling parameters, n and seed are never sampled twice). Empty: no cache.
     """
 
     device: str = ""
     nli_cache: str = ""
+    generation_cache: str = ""
     generation_batch_rows: int = 64
     show_progress: bool = True
 
@@ -47,19 +50,31 @@ class ModelRegistry(ConfigurableResource):
         return resolve_model(resolve_model_path(model), revision).identity
 
     def generator(self, spec: GeneratorConfig):
+        """The configured generator, behind the generation cache when one is configured."""
+        from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+
+        backend = self._backend(spec)
+        if not self.generation_cache:
+            return backend
+        return _memo(
+            ("cached", id(backend), self.generation_cache),
+            lambda: CachedGenerator(backend, GenerationCache(self.generation_cache)),
+        )
+
+    def _backend(self, spec: GeneratorConfig):
         from ragutil_dagster.models.generation import HFGenerator
 
-        path = resolve_model_path(spec.model)
-        ref = resolve_model(path, spec.revision)
+        ref = resolve_model(resolve_model_path(spec.model), spec.revision)
         if spec.backend == "vllm":
             from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
             return _memo(
                 ("vllm", ref.identity, str(ref.path), spec.use_chat_template),
                 lambda: VLLMGenerator(
-                ref, use_chat_template=spec.use_chat_template, trust_remote_code=spec.trust_remote_code,
-                show_progress=self.show_progress,
-            ))
+                    ref, use_chat_template=spec.use_chat_template,
+                    trust_remote_code=spec.trust_remote_code, show_progress=self.show_progress,
+                ),
+            )
         return _memo(
             ("hf", ref.identity, str(ref.path), self.device, spec.use_chat_template, self.generation_batch_rows),
             lambda: HFGenerator(
@@ -74,7 +89,7 @@ class ModelRegistry(ConfigurableResource):
         from ragutil_dagster.models.generation import HFGenerator
         from ragutil_dagster.models.scoring import TokenScorer
 
-        generator = self.generator(spec.model_copy(update={"backend": "hf"}))
+        generator = self._backend(spec.model_copy(update={"backend": "hf"}))
         assert isinstance(generator, HFGenerator)
         return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
 

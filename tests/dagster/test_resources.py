@@ -29,3 +29,13 @@ def test_store_round_trip_and_missing_tables(tmp_path) -> None:
     assert not list(path.parent.glob("*.tmp"))
     with pytest.raises(FileNotFoundError, match="materialise queries first"):
         store.read_table("queries", "world")
+
+
+def test_generator_sits_behind_the_generation_cache(tiny_world, tmp_path) -> None:
+    _, _, models = tiny_world
+    registry = ModelRegistry(show_progress=False, generation_cache=str(tmp_path / "generations"))
+    generator = registry.generator(GeneratorConfig(name="lm", model=str(models.causal_lm)))
+    first = generator.sample(["Question: who?\nAnswer:"], n=2, max_new_tokens=3, seed=1)
+    again = generator.sample(["Question: who?\nAnswer:"], n=2, max_new_tokens=3, seed=1)
+    assert (generator.stats.misses, generator.stats.hits) == (1, 1)
+    assert [s.text for s in first[0]] == [s.text for s in again[0]]
