@@ -41,7 +41,7 @@ def _add_world(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0, help="seed of world and training (default 0)")
     build.add_argument("--size", choices=("default", "ci"), default="default",
-                       help="default: 500 entities, ~15 min on 2 CPU cores; ci: small, ~2 min")
+                       help="default: 500 entities, ~10 min of one CPU core; ci: 100, ~2 min")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_world_build)
 
