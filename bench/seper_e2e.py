@@ -1,0 +1,678 @@
+"""End-to-end ΔSePer throughput: ragutil's evaluation path against the SePer authors' approach (issue 8).
+
+Workload: ΔSePer (SePer eq. 11, N samples at temperature 1) of the first ``--questions`` questions
+of the synthetic world, for several retriever settings at top-k: the closed-book condition, the
+top-k passages together (``rag``) and each passage alone (``per_doc``). Settings are BM25 variants
+(Lucene k1=0.9 b=0.4; Robertson k1=1.2 b=0.75) so the grid has more than one retriever, as an
+evaluation grid does. Both ways run in this process on the same loaded reader and NLI model:
+
+(a) ragutil — the evaluation layer the Dagster assets call: ``closed_book_prompts`` /
+    ``context_prompts`` → ``sample_prompts`` (``HFGenerator``: many prompts per batch sorted by
+    length, one prefill per prompt for its N samples) → ``compute_nli`` (every distinct pair of a
+    setting in one call, through ``Entailment`` and its pair cache, so pairs already judged in an
+    earlier setting are not run again) → ``group_scores`` → ``query_scores`` / ``document_scores``.
+    Closed-book samples are drawn once and shared by every setting, as the asset graph does.
+(b) the authors' approach, written here: per question and condition the prompt repeated N times
+    in one ``model.generate`` call, log-probs from ``compute_transition_scores``, then every NLI
+    pair SePer's clustering and kernels can ask for (all ordered response pairs, both directions
+    against each gold answer — no deduplication) run through the NLI model one question at a time,
+    and the closed book sampled again for every retriever setting.
+
+Both score with ``metrics.seper`` (the same formulas), so only the cost differs. Samples differ
+(different RNG streams), so ΔSePer agrees only up to Monte-Carlo error: per setting, the mean
+ΔSePer (per query for ``rag``, per document for ``per_doc``) of (a) and (b) must differ by at most
+``--z`` standard errors of the paired per-item difference.
+
+Memory is the process RSS, sampled every 5 ms by a thread; a phase's peak is the highest RSS seen
+while it ran (models already loaded). Prefill / decode tokens are counted by a forward hook on the
+reader: a forward over more than one position is a prefill (its padded width × rows), a
+one-position forward a decode step.
+
+    python bench/seper_e2e.py --build DIR        # DIR from `ragutil world build` (world/ reader/ nli/)
+        [--questions 200] [--n 10] [--k 5] [--max-new-tokens 12] [--settings 2]
+        [--ablations] [--device cpu|cuda] [--qwen-config]
+
+``--qwen-config`` replaces the reader by a randomly initialised model of Qwen2.5-0.5B's
+architecture (with the reader's tokenizer) for GPU throughput runs; ΔSePer is then meaningless
+but the cost comparison holds. Prints the table and writes ``bench/results/seper_e2e.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import platform
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import psutil
+import torch
+from tqdm.auto import tqdm
+
+from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig, embedded_dir
+from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
+from ragutil_dagster.evaluation.sampling import sample_prompts
+from ragutil_dagster.evaluation.scoring import (
+    compute_nli,
+    document_scores,
+    group_scores,
+    query_scores,
+)
+from ragutil_dagster.metrics.answers import gold_aliases
+from ragutil_dagster.metrics.seper import SePerInput, seper_batch
+from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
+from ragutil_dagster.models.entailment import Entailment
+from ragutil_dagster.models.generation import HFGenerator, Sample, truncate_at_stop
+from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
+
+RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
+SETTINGS = {
+    "bm25_lucene": BM25Config(),
+    "bm25_robertson": BM25Config(k1=1.2, b=0.75, method="robertson"),
+}
+CONDITIONS = ("closed_book", "rag", "per_doc")
+# Qwen2.5-0.5B's published architecture (config.json of Qwen/Qwen2.5-0.5B).
+QWEN25_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "vocab_size": 151936,
+}
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+@dataclass
+class TokenCounter:
+    """Reader forward passes seen by a pre-hook: prefill tokens (padded) and decode rows."""
+
+    prefill: int = 0
+    decode: int = 0
+
+    def hook(self, _module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            return
+        if ids.shape[1] > 1:
+            self.prefill += int(ids.numel())
+        else:
+            self.decode += int(ids.shape[0])
+
+
+class PeakRSS:
+    """Highest resident set size of this process while the context runs, sampled every 5 ms."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._process = psutil.Process()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._process.memory_info().rss)
+            self._stop.wait(0.005)
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self._process.memory_info().rss
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._process.memory_info().rss)
+
+
+@dataclass
+class Phase:
+    """Cost of one way of computing the grid."""
+
+    name: str
+    questions: int
+    seconds: float = 0.0
+    sampling_s: float = 0.0
+    nli_s: float = 0.0
+    scoring_s: float = 0.0
+    generated_tokens: int = 0
+    prefill_tokens: int = 0
+    decode_rows: int = 0
+    nli_pairs: int = 0
+    peak_rss_mb: float = 0.0
+    start_rss_mb: float = 0.0
+    # (setting, "rag" | "per_doc", kernel) → {item key: ΔSePer}
+    deltas: dict[tuple[str, str, str], dict[tuple, float]] = field(default_factory=dict)
+
+
+@contextmanager
+def timer(phase: Phase, attribute: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    setattr(phase, attribute, getattr(phase, attribute) + time.perf_counter() - start)
+
+
+def measured(name: str, lm: CausalLM, questions: int, body: Callable[[Phase], None]) -> Phase:
+    """Run ``body`` over ``questions`` questions once, recording wall time, peak RSS and the reader's forward tokens."""
+    phase = Phase(name, questions)
+    counter = TokenCounter()
+    handle = lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True)
+    try:
+        with PeakRSS() as rss:
+            phase.start_rss_mb = rss.peak / 2**20
+            start = time.perf_counter()
+            body(phase)
+            phase.seconds = time.perf_counter() - start
+    finally:
+        handle.remove()
+    phase.peak_rss_mb = rss.peak / 2**20
+    phase.prefill_tokens, phase.decode_rows = counter.prefill, counter.decode
+    return phase
+
+
+# ----------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True)
+class Workload:
+    data: QADataset
+    runs: dict[str, pl.DataFrame]
+    k: int
+    sampling: SamplingConfig
+    prompts: PromptConfig
+    seed: int
+
+    def head(self, count: int) -> Workload:
+        """The same workload restricted to its first ``count`` questions."""
+        queries = self.data.queries.head(count)
+        keep = pl.col("query_id").is_in(queries["query_id"].implode())
+        data = QADataset(
+            self.data.name, queries, self.data.corpus, self.data.qrels.filter(keep), None
+        )
+        runs = {name: run.filter(keep) for name, run in self.runs.items()}
+        return Workload(data, runs, self.k, self.sampling, self.prompts, self.seed)
+
+    def context(self, setting: str) -> pl.DataFrame:
+        """The ``rag`` and ``per_doc`` prompts of a setting (no oracle: not part of ΔSePer)."""
+        table = context_prompts(
+            self.data.queries,
+            self.data.corpus,
+            self.runs[setting],
+            self.data.qrels,
+            self.k,
+            self.prompts,
+        )
+        return table.filter(pl.col("condition").is_in(CONDITIONS))
+
+
+def build_workload(args: argparse.Namespace) -> Workload:
+    data = load_dataset(
+        DatasetConfig(
+            name="world",
+            format="synthetic",
+            path=str(args.build / "world"),
+            max_queries=args.questions,
+        )
+    )
+    searched = data.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
+    runs = {
+        name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)
+        for name, config in list(SETTINGS.items())[: args.settings]
+    }
+    sampling = SamplingConfig(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens)
+    return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
+
+
+def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Workload) -> None:
+    """ΔSePer_S / _H per query (rag − closed book) and per document (passage alone − closed book)."""
+    per_query = query_scores(groups, work.data.queries)
+    per_doc = document_scores(groups, work.runs[setting], work.k)
+    for kernel in ("s", "h"):
+        column = f"delta_seper_{kernel}"
+        phase.deltas[(setting, "rag", kernel)] = dict(
+            per_query.select("query_id", column).iter_rows()
+        )
+        phase.deltas[(setting, "per_doc", kernel)] = {
+            (q, d): v for q, d, v in per_doc.select("query_id", "doc_id", column).iter_rows()
+        }
+
+
+# ----------------------------------------------------------------------------- (a) ragutil
+
+
+def ragutil_path(
+    work: Workload, generator: HFGenerator, nli: Entailment, *, share_closed_book: bool = True
+) -> Callable[[Phase], None]:
+    """The evaluation layer as the asset graph calls it (one call per setting partition)."""
+
+    def body(phase: Phase) -> None:
+        queries = work.data.queries
+        closed_prompts = closed_book_prompts(queries, work.prompts)
+
+        def closed_samples() -> pl.DataFrame:
+            with timer(phase, "sampling_s"):
+                rows = sample_prompts(closed_prompts, generator, "reader", work.sampling, work.seed)
+            phase.generated_tokens += int(rows["n_tokens"].sum())
+            return rows
+
+        closed = closed_samples() if share_closed_book else None
+        computed_before = nli.stats.computed
+        for setting in tqdm(work.runs, desc="ragutil settings", unit="setting"):
+            with timer(phase, "sampling_s"):
+                context = sample_prompts(
+                    work.context(setting), generator, "reader", work.sampling, work.seed
+                )
+            samples = pl.concat([closed if closed is not None else closed_samples(), context])
+            with timer(phase, "nli_s"):
+                nli_table = compute_nli(samples, queries, nli)
+            with timer(phase, "scoring_s"):
+                groups = group_scores(samples, queries, nli_table)
+                record_deltas(phase, setting, groups, work)
+            phase.generated_tokens += int(context["n_tokens"].sum())
+        phase.nli_pairs = nli.stats.computed - computed_before
+
+    return body
+
+
+# ----------------------------------------------------------------------------- (b) the authors' way
+
+
+def prompt_seed(seed: int, prompt: str) -> int:
+    """One torch seed per (seed, prompt): the same prompt gets the same samples in either path's
+    sense of reproducibility (the RNG streams themselves differ between the two paths)."""
+    return (
+        int.from_bytes(hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()[:8], "little") >> 1
+    )
+
+
+@torch.inference_mode()
+def reference_samples(
+    lm: CausalLM, prompt: str, sampling: SamplingConfig, seed: int
+) -> list[Sample]:
+    """N samples of one prompt as the authors' code draws them: the prompt repeated N times in one
+    ``generate`` batch, token log-probs from ``compute_transition_scores`` (at temperature 1 with
+    no top-k / top-p the processed scores are the raw log-softmax), cut at end-of-sequence or at
+    the first stop string (the token completing it kept, as ``HFGenerator`` does)."""
+    ids = lm.encode_prompts([prompt])[0]
+    batch = torch.as_tensor([ids] * sampling.n, device=lm.device)
+    torch.manual_seed(prompt_seed(seed, prompt))
+    out = lm.model.generate(
+        input_ids=batch,
+        attention_mask=torch.ones_like(batch),
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=sampling.max_new_tokens,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=lm.pad_id,
+        eos_token_id=sorted(lm.eos_ids),
+    )
+    scores = lm.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+    samples = []
+    for row, row_scores in zip(out.sequences[:, len(ids) :].tolist(), scores.tolist()):
+        tokens: list[int] = []
+        text, finish = None, "length"
+        for token in row:
+            tokens.append(token)
+            if token in lm.eos_ids:
+                finish = "stop"
+                break
+            cut, hit = truncate_at_stop(
+                lm.tokenizer.decode(tokens, skip_special_tokens=True), sampling.stop
+            )
+            if hit:
+                text, finish = cut, "stop"
+                break
+        if text is None:
+            text = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        samples.append(
+            Sample(text, tuple(tokens), tuple(row_scores[: len(tokens)]), finish, len(ids))
+        )
+    return samples
+
+
+def nli_text(text: str, question: str) -> str:
+    """The authors' NLI input: the question (ending in "?") followed by the text."""
+    return f"{question if question.endswith('?') else question + '?'} {text}"
+
+
+@torch.inference_mode()
+def reference_nli(nli: Entailment, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+    """Every pair through the NLI model, in batches, without deduplication or cache."""
+    out = []
+    for start in range(0, len(premises), nli.batch_size):
+        batch = nli.tokenizer(
+            premises[start : start + nli.batch_size],
+            hypotheses[start : start + nli.batch_size],
+            truncation=True,
+            max_length=nli.max_length,
+            padding=True,
+            return_tensors="pt",
+        ).to(nli.device)
+        out.append(
+            torch.softmax(nli.model(**batch).logits.float(), dim=-1)[:, nli.order].cpu().numpy()
+        )
+    return np.concatenate(out).astype(np.float64)
+
+
+def reference_seper(
+    nli: Entailment, samples: list[Sample], answers: list[str], question: str
+) -> tuple[float, float, int]:
+    """SePer_S and SePer_H of one question × condition with every pair queried; and the pair count."""
+    texts = [nli_text(s.text, question) for s in samples]
+    golds = [nli_text(g, question) for g in gold_aliases(answers)]
+    pairs = [(a, b) for i, a in enumerate(texts) for j, b in enumerate(texts) if i != j]
+    pairs += [pair for t in texts for g in golds for pair in ((t, g), (g, t))]
+    probs = reference_nli(nli, [p for p, _ in pairs], [h for _, h in pairs])
+    table = dict(zip(pairs, probs))
+
+    def entail(premises: list[str], hypotheses: list[str]) -> np.ndarray:
+        return np.stack([table[pair] for pair in zip(premises, hypotheses)])
+
+    item = SePerInput(
+        [s.text for s in samples], [s.token_logprobs for s in samples], answers, question
+    )
+    soft = seper_batch([item], entail, kernel="soft")[0].score
+    hard = seper_batch([item], entail, kernel="hard")[0].score
+    return soft, hard, len(pairs)
+
+
+def reference_path(work: Workload, lm: CausalLM, nli: Entailment) -> Callable[[Phase], None]:
+    """Per setting, per question: every condition sampled and scored on its own."""
+
+    def body(phase: Phase) -> None:
+        closed = closed_book_prompts(work.data.queries, work.prompts)
+        for setting in work.runs:
+            prompts = pl.concat([closed, work.context(setting)])
+            by_query = prompts.partition_by("query_id", as_dict=True, maintain_order=True)
+            soft: dict[tuple, float] = {}
+            hard: dict[tuple, float] = {}
+            for qid, question, answers in tqdm(
+                work.data.queries.select("query_id", "question", "answers").iter_rows(),
+                total=work.data.queries.height,
+                desc=f"reference {setting}",
+                unit="question",
+            ):
+                for condition, doc_id, prompt in (
+                    by_query[(qid,)].select("condition", "doc_id", "prompt").iter_rows()
+                ):
+                    with timer(phase, "sampling_s"):
+                        samples = reference_samples(lm, prompt, work.sampling, work.seed)
+                    phase.generated_tokens += sum(len(s.token_ids) for s in samples)
+                    with timer(phase, "nli_s"):
+                        s, h, pairs = reference_seper(nli, samples, answers, question)
+                    phase.nli_pairs += pairs
+                    soft[(qid, condition, doc_id)] = s
+                    hard[(qid, condition, doc_id)] = h
+            for kernel, scores in (("s", soft), ("h", hard)):
+                rag, per_doc = {}, {}
+                for (qid, condition, doc_id), value in scores.items():
+                    if condition == "rag":
+                        rag[qid] = value - scores[(qid, "closed_book", None)]
+                    elif condition == "per_doc":
+                        per_doc[(qid, doc_id)] = value - scores[(qid, "closed_book", None)]
+                phase.deltas[(setting, "rag", kernel)] = rag
+                phase.deltas[(setting, "per_doc", kernel)] = per_doc
+
+    return body
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def agreement(ours: Phase, reference: Phase, z: float) -> list[dict[str, object]]:
+    """Per (setting, condition, kernel): mean ΔSePer of both paths and the paired Monte-Carlo
+    tolerance ``z`` · sd(Δ_a − Δ_b) / √n."""
+    rows = []
+    for key, values in ours.deltas.items():
+        theirs = reference.deltas[key]
+        items = sorted(set(values) & set(theirs))
+        a = np.array([values[i] for i in items])
+        b = np.array([theirs[i] for i in items])
+        diff = a - b
+        tolerance = (
+            z * float(diff.std(ddof=1)) / np.sqrt(len(items)) if len(items) > 1 else float("inf")
+        )
+        rows.append(
+            {
+                "setting": key[0],
+                "condition": key[1],
+                "kernel": key[2],
+                "items": len(items),
+                "ours": float(a.mean()),
+                "reference": float(b.mean()),
+                "abs_diff": float(abs(diff.mean())),
+                "tolerance": tolerance,
+                "within": bool(abs(diff.mean()) <= tolerance),
+            }
+        )
+    return rows
+
+
+def summary(phase: Phase, questions: int) -> dict[str, float]:
+    return {
+        "seconds": phase.seconds,
+        "questions_per_s": questions / phase.seconds,
+        "generated_tokens_per_s": phase.generated_tokens / phase.seconds,
+        "generated_tokens": phase.generated_tokens,
+        "prefill_tokens": phase.prefill_tokens,
+        "decode_rows": phase.decode_rows,
+        "nli_pairs": phase.nli_pairs,
+        "nli_pairs_per_question": phase.nli_pairs / questions,
+        "sampling_s": phase.sampling_s,
+        "nli_s": phase.nli_s,
+        "scoring_s": phase.scoring_s,
+        "peak_mem_mb": phase.peak_rss_mb,
+        "start_mem_mb": phase.start_rss_mb,
+    }
+
+
+def print_table(rows: dict[str, dict[str, float]]) -> None:
+    columns = [
+        ("questions_per_s", "q/s", "{:.2f}"),
+        ("generated_tokens_per_s", "gen tok/s", "{:.0f}"),
+        ("prefill_tokens", "prefill tok", "{:,}"),
+        ("nli_pairs_per_question", "NLI pairs/q", "{:.1f}"),
+        ("sampling_s", "sample s", "{:.1f}"),
+        ("nli_s", "NLI s", "{:.1f}"),
+        ("peak_mem_mb", "peak RSS MB", "{:.0f}"),
+        ("seconds", "total s", "{:.1f}"),
+    ]
+    name_width = max(len(n) for n in rows) + 2
+    print(f"{'':<{name_width}}" + "".join(f"{title:>13}" for _, title, _ in columns))
+    for name, row in rows.items():
+        print(
+            f"{name:<{name_width}}"
+            + "".join(f"{fmt.format(row[key]):>13}" for key, _, fmt in columns)
+        )
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
+    """The trained reader, or a random model of Qwen2.5-0.5B's shape with the reader's tokenizer."""
+    if not args.qwen_config:
+        return args.build / "reader"
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(args.build / "reader")
+    config = Qwen2Config(
+        **QWEN25_05B,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    out = scratch / "qwen2.5-0.5b-random"
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--build",
+        type=Path,
+        default=embedded_dir(),
+        help="folder with world/, reader/ and nli/ (ragutil world build --out)",
+    )
+    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--n", type=int, default=10)
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--settings", type=int, default=2, choices=range(1, len(SETTINGS) + 1))
+    parser.add_argument(
+        "--baseline-questions",
+        type=int,
+        default=None,
+        help="run (b) on the first this many questions only (its cost is per question)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--z", type=float, default=4.0, help="Monte-Carlo tolerance in standard errors"
+    )
+    parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows")
+    parser.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also run (a) with each optimisation switched off in turn",
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--qwen-config", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    for part in ("world", "reader", "nli"):
+        if not (args.build / part).is_dir():
+            raise SystemExit(
+                f"--build {args.build}: no {part}/ folder; run `ragutil world build --out DIR` first"
+            )
+    work = build_workload(args)
+    questions = work.data.queries.height
+    with tempfile.TemporaryDirectory() as scratch:
+        lm = load_causal_lm(str(reader_dir(args, Path(scratch))), device=args.device)
+
+        def entailment(cache: bool) -> Entailment:
+            # A fresh pair cache per run: the measured work starts from nothing judged.
+            path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite" if cache else False
+            return Entailment(
+                str(args.build / "nli"), device=args.device, cache=path, show_progress=False
+            )
+
+        def generator(batch_rows: int) -> HFGenerator:
+            return HFGenerator(lm, max_batch_rows=batch_rows, show_progress=False)
+
+        nli_plain = entailment(False)
+        warm = work.head(2)
+        measured("warm-up", lm, 2, ragutil_path(warm, generator(args.batch_rows), entailment(True)))
+        measured("warm-up", lm, 2, reference_path(warm, lm, nli_plain))
+
+        def ours(label: str, batch_rows: int, cache: bool, share_closed_book: bool = True) -> Phase:
+            body = ragutil_path(
+                work, generator(batch_rows), entailment(cache), share_closed_book=share_closed_book
+            )
+            return measured(label, lm, questions, body)
+
+        phases = {"(a) ragutil": ours("(a) ragutil", args.batch_rows, True)}
+        # (b) costs the same per question whatever the others are, so a prefix measures its rate.
+        prefix = work.head(args.baseline_questions or questions)
+        phases["(b) authors' approach"] = measured(
+            "(b) authors' approach",
+            lm,
+            prefix.data.queries.height,
+            reference_path(prefix, lm, nli_plain),
+        )
+        if args.ablations:
+            for label, options in {
+                "(a) without cross-question batching": (args.n, True, True),
+                "(a) closed book re-sampled per setting": (args.batch_rows, True, False),
+                "(a) without the NLI pair cache across settings": (args.batch_rows, False, True),
+            }.items():
+                phases[label] = ours(label, *options)
+    ours, reference = phases["(a) ragutil"], phases["(b) authors' approach"]
+    rows = {name: summary(phase, phase.questions) for name, phase in phases.items()}
+    print_table(rows)
+    checks = agreement(ours, reference, args.z)
+    for c in checks:
+        print(
+            f"ΔSePer_{c['kernel'].upper()} {c['setting']:<15} {c['condition']:<8} n={c['items']:<5} "
+            f"(a) {c['ours']:+.4f}  (b) {c['reference']:+.4f}  |diff| {c['abs_diff']:.4f} "
+            f"≤ {c['tolerance']:.4f}: {'yes' if c['within'] else 'NO'}"
+        )
+    a, b = rows["(a) ragutil"], rows["(b) authors' approach"]
+    result = {
+        "questions_per_s": a["questions_per_s"],
+        "baseline_questions_per_s": b["questions_per_s"],
+        "ratio": a["questions_per_s"] / b["questions_per_s"],
+        "generated_tokens_per_s": a["generated_tokens_per_s"],
+        "baseline_generated_tokens_per_s": b["generated_tokens_per_s"],
+        "prefill_tokens": a["prefill_tokens"],
+        "baseline_prefill_tokens": b["prefill_tokens"],
+        "nli_pairs_per_question": a["nli_pairs_per_question"],
+        "baseline_nli_pairs_per_question": b["nli_pairs_per_question"],
+        "nli_pairs_ratio": a["nli_pairs_per_question"] / b["nli_pairs_per_question"],
+        "peak_mem_mb": a["peak_mem_mb"],
+        "baseline_peak_mem_mb": b["peak_mem_mb"],
+        "peak_mem_ratio": a["peak_mem_mb"] / b["peak_mem_mb"],
+        "max_abs_delta_seper_diff": max(c["abs_diff"] for c in checks),
+        "delta_seper_within_tolerance": all(c["within"] for c in checks),
+        "agreement": checks,
+        "table": rows,
+        "workload": {
+            "questions": questions,
+            "settings": list(work.runs),
+            "k": args.k,
+            "n": args.n,
+            "temperature": 1.0,
+            "max_new_tokens": args.max_new_tokens,
+            "seed": args.seed,
+            "batch_rows": args.batch_rows,
+            "build": str(args.build),
+            "reader": "random Qwen2.5-0.5B config" if args.qwen_config else "trained reader",
+        },
+        "machine": {
+            "device": args.device,
+            "platform": platform.platform(),
+            "cpus": psutil.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average": list(psutil.getloadavg()),
+        },
+    }
+    print(
+        f"ratio (a)/(b) questions/s: {result['ratio']:.2f}×   NLI pairs/question: "
+        f"{result['nli_pairs_ratio']:.3f} of (b)   peak RSS: {result['peak_mem_ratio']:.2f}× of (b)"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = args.out.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(result, indent=2))
+    temporary.replace(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
