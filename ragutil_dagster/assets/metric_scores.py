@@ -17,7 +17,7 @@ from ragutil_dagster.evaluation.scoring import document_scores, group_scores, qu
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
-from ragutil_dagster.tracking.partition import log_partition, partition_identities, upstream_figures
+from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
 
 HEADLINE = (
     "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_closed", "em_rag",
@@ -101,14 +101,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             path = store.write_table("metric_scores", partition, per_query)
             summary_path = store.write_json("metric_scores", partition, "summary", summary)
             scoring_seconds = time.perf_counter() - start
-            upstream = upstream_figures(context.instance, {
+            costs = cost_metrics(context.instance, {
                 "closed_book_generations": closed_book_partition(context, setting),
                 "generations": str(partition), "entailment_clusters": str(partition),
-            })
-            costs = {
-                "scoring_seconds": scoring_seconds, "tokens_generated": float(samples["n_tokens"].sum()),
-                "nli_pairs": float(nli.height), **upstream,
-            }
+            }, samples, nli, scoring_seconds)
             log_partition(
                 run, tracked.params(), summary, per_query, costs, [path, documents_path, summary_path],
                 store.directory("metric_scores", partition) / "plots", documents, experiment.seed,

@@ -110,6 +110,23 @@ def upstream_figures(
     return figures
 
 
+def cost_metrics(
+    instance: dg.DagsterInstance,
+    upstream: Mapping[str, str],
+    samples: pl.DataFrame,
+    nli: pl.DataFrame,
+    scoring_seconds: float,
+) -> dict[str, float]:
+    """What a partition cost: scoring wall time, tokens generated (closed-book and context
+    samples), distinct NLI pairs, and the upstream assets' own figures (:func:`upstream_figures`)."""
+    return {
+        "scoring_seconds": scoring_seconds,
+        "tokens_generated": float(samples["n_tokens"].sum()),
+        "nli_pairs": float(nli.height),
+        **upstream_figures(instance, upstream),
+    }
+
+
 def partition_plots(
     summary: Mapping[str, float], per_query: pl.DataFrame, documents: pl.DataFrame, directory: Path
 ) -> list[Path]:
