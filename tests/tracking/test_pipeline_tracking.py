@@ -288,6 +288,37 @@ def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(
     assert {run.info.run_id for run in partition_runs(client)} == before
 
 
+def test_compare_command_prints_the_tables_and_reuses_the_comparison_run(
+    experiment, embedded, tmp_path, monkeypatch, capsys
+) -> None:
+    import argparse
+
+    import yaml
+
+    from ragutil_dagster.commands import add_commands
+
+    config = tmp_path / "experiment.yaml"
+    config.write_text(yaml.safe_dump(experiment.config.model_dump(mode="json")))
+    monkeypatch.setenv("RAGUTIL_HOME", str(experiment.home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    client = MlflowClient(embedded.uri)
+    eid = client.get_experiment_by_name("ragutil/world").experiment_id
+    comparisons = f"tags.`{KIND_TAG}` = 'comparison'"
+    before = {run.info.run_id for run in client.search_runs([eid], filter_string=comparisons)}
+    parser = argparse.ArgumentParser(prog="ragutil")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["compare", str(config)])
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "ΔSePer_S by retriever × k × generator" in printed and "| world   | dense     |" in printed
+    )
+    assert "(reused)" in printed  # the reports asset already compared exactly these runs
+    assert {
+        run.info.run_id for run in client.search_runs([eid], filter_string=comparisons)
+    } == before
+
+
 def test_mlflow_server_runs_params_idempotence_and_comparison(
     experiment, embedded, mlflow_server
 ) -> None:

@@ -87,9 +87,12 @@ def tracking(tmp_path) -> MlflowTracking:
 
 
 def test_failure_marks_failed_and_a_retry_or_an_orphan_is_reused(tracking: MlflowTracking) -> None:
-    with pytest.raises(RuntimeError, match="scoring broke"), tracking.run(
-        "ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "a"}
-    ) as run:
+    with (
+        pytest.raises(RuntimeError, match="scoring broke"),
+        tracking.run(
+            "ragutil/units", "key-1", "first", "partition", {"dagster.run_id": "a"}
+        ) as run,
+    ):
         run.log_metrics({"x": 1.0})
         raise RuntimeError("scoring broke")
     client = MlflowClient(tracking.uri)
