@@ -83,9 +83,6 @@ class TrackedRun:
     def log_artifact(self, path: str | Path, directory: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), directory)
 
-    def log_text(self, text: str, name: str) -> None:
-        self.client.log_text(self.run_id, text, name)
-
 
 class MlflowTracking(ConfigurableResource):
     """MLflow tracking for ragutil: one experiment per dataset, one run per key.
