@@ -8,14 +8,13 @@ of ``queries.jsonl``. ``utility.jsonl`` (ground-truth passage utility) is read w
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
 from ragutil_dagster.config import DatasetConfig, embedded_dir
-from ragutil_dagster.retrieval.corpus import read_beir
+from ragutil_dagster.retrieval.corpus import jsonl_records, read_beir, record_id
 from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 QUERY_COLUMNS = ("query_id", "question", "answers")
@@ -41,39 +40,29 @@ def dataset_folder(spec: DatasetConfig) -> Path:
     return embedded_dir() / "world"
 
 
+def gold_answer_list(value: object, path: Path, line: int) -> list[str]:
+    """A record's ``answers``: a non-empty list of non-empty strings, else an error naming the field."""
+    if not isinstance(value, list) or not value:
+        raise CorpusValidationError(path, line, "answers", "expected a non-empty list of gold answers")
+    for position, answer in enumerate(value):
+        if not isinstance(answer, str) or not answer.strip():
+            raise CorpusValidationError(path, line, f"answers[{position}]", f"empty or not a string: {answer!r}")
+    return value
+
+
 def _read_answers(path: Path) -> pl.DataFrame:
     rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in _OPTIONAL_FIELDS}
-    seen: set[str] = set()
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as err:
-                raise CorpusValidationError(path, number, None, f"not UTF-8 ({err.reason})") from None
-            except json.JSONDecodeError as err:
-                raise CorpusValidationError(path, number, None, f"malformed JSON ({err.msg})") from None
-            if not isinstance(record, dict):
-                raise CorpusValidationError(path, number, None, "expected a JSON object")
-            qid = record.get("_id", record.get("id"))
-            if not isinstance(qid, str | int) or isinstance(qid, bool) or str(qid) == "":
-                raise CorpusValidationError(path, number, "_id", "missing or not a string")
-            answers = record.get("answers")
-            if not isinstance(answers, list) or not answers:
-                raise CorpusValidationError(path, number, "answers", "expected a non-empty list of gold answers")
-            for position, answer in enumerate(answers):
-                if not isinstance(answer, str) or not answer.strip():
-                    raise CorpusValidationError(
-                        path, number, f"answers[{position}]", f"empty or not a string: {answer!r}"
-                    )
-            if str(qid) in seen:
-                raise CorpusValidationError(path, number, "_id", f"duplicate id {qid!r}")
-            seen.add(str(qid))
-            rows["query_id"].append(str(qid))
-            rows["answers"].append(answers)
-            for field in _OPTIONAL_FIELDS:
-                rows[field].append(record.get(field))
+    first_line: dict[str, int] = {}
+    for number, record in jsonl_records(path):
+        field = "_id" if "_id" in record else "id"
+        qid = record_id(record.get(field), path, number, field)
+        if qid in first_line:
+            raise CorpusValidationError(path, number, field, f"duplicate id {qid!r} (first seen on line {first_line[qid]})")
+        first_line[qid] = number
+        rows["query_id"].append(qid)
+        rows["answers"].append(gold_answer_list(record.get("answers"), path, number))
+        for name in _OPTIONAL_FIELDS:
+            rows[name].append(record.get(name))
     schema = {"query_id": pl.String, "answers": pl.List(pl.String)} | _OPTIONAL_FIELDS
     return pl.DataFrame(rows, schema=schema)
 

@@ -8,7 +8,6 @@ per-context ΔSePer, ConSens and EM / F1.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,16 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.dataset import gold_answer_list
 from ragutil_dagster.evaluation.sampling import sample_prompts
-from ragutil_dagster.evaluation.scoring import compute_nli, document_scores, group_scores, query_scores
+from ragutil_dagster.evaluation.scoring import (
+    compute_nli,
+    document_scores,
+    group_scores,
+    query_scores,
+)
 from ragutil_dagster.evaluation.signals import consens_scores
+from ragutil_dagster.retrieval.corpus import jsonl_records, record_id
 from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 
@@ -53,55 +59,36 @@ def read_records(path: str | Path) -> Records:
     queries: list[tuple] = []
     contexts: list[tuple[str, str, str]] = []
     run: list[tuple] = []
-    seen: set[str] = set()
     context_ids: set[str] = set()
-    with path.open("rb") as handle:
-        for line, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as err:
-                raise CorpusValidationError(path, line, None, f"not UTF-8 ({err.reason} at byte {err.start})") from None
-            except json.JSONDecodeError as err:
-                raise CorpusValidationError(path, line, None, f"malformed JSON ({err.msg}, column {err.colno})") from None
-            if not isinstance(record, dict):
-                raise CorpusValidationError(path, line, None, "expected a JSON object")
-            rid = record.get("id")
-            if isinstance(rid, int) and not isinstance(rid, bool):
-                rid = str(rid)
-            rid = _text_field({"id": rid}, "id", path, line)
-            if rid in seen:
-                raise CorpusValidationError(path, line, "id", f"duplicate id {rid!r}")
-            seen.add(rid)
-            question = _text_field(record, "question", path, line)
-            answers = record.get("answers")
-            if not isinstance(answers, list) or not answers:
-                raise CorpusValidationError(path, line, "answers", "expected a non-empty list of gold answers")
-            for i, answer in enumerate(answers):
-                if not isinstance(answer, str) or not answer.strip():
-                    raise CorpusValidationError(path, line, f"answers[{i}]", f"empty or not a string: {answer!r}")
-            items = record.get("contexts")
-            if not isinstance(items, list) or not items:
-                raise CorpusValidationError(path, line, "contexts", "expected a non-empty list of texts or {id, text} objects")
-            for rank, item in enumerate(items, start=1):
-                field = f"contexts[{rank - 1}]"
-                if isinstance(item, str):
-                    cid, text = f"{rid}#{rank}", item
-                elif isinstance(item, dict):
-                    text = _text_field(item, "text", path, line) if "text" in item else None
-                    if text is None:
-                        raise CorpusValidationError(path, line, f"{field}.text", "missing")
-                    cid = str(item.get("id") or f"{rid}#{rank}")
-                else:
-                    raise CorpusValidationError(path, line, field, f"expected a string or an object, got {type(item).__name__}")
-                if not text.strip():
-                    raise CorpusValidationError(path, line, field, "empty context")
-                if cid not in context_ids:
-                    context_ids.add(cid)
-                    contexts.append((cid, "", text))
-                run.append((rid, rank, cid, float(len(items) - rank + 1), "given"))
-            queries.append((rid, question, answers))
+    first_line: dict[str, int] = {}
+    for line, record in jsonl_records(path):
+        rid = record_id(record.get("id"), path, line, "id")
+        if rid in first_line:
+            raise CorpusValidationError(path, line, "id", f"duplicate id {rid!r} (first seen on line {first_line[rid]})")
+        first_line[rid] = line
+        question = _text_field(record, "question", path, line)
+        answers = gold_answer_list(record.get("answers"), path, line)
+        items = record.get("contexts")
+        if not isinstance(items, list) or not items:
+            raise CorpusValidationError(path, line, "contexts", "expected a non-empty list of texts or {id, text} objects")
+        for rank, item in enumerate(items, start=1):
+            field = f"contexts[{rank - 1}]"
+            if isinstance(item, str):
+                cid, text = f"{rid}#{rank}", item
+            elif isinstance(item, dict):
+                if "text" not in item:
+                    raise CorpusValidationError(path, line, f"{field}.text", "missing")
+                text = _text_field(item, "text", path, line)
+                cid = str(item.get("id") or f"{rid}#{rank}")
+            else:
+                raise CorpusValidationError(path, line, field, f"expected a string or an object, got {type(item).__name__}")
+            if not text.strip():
+                raise CorpusValidationError(path, line, field, "empty context")
+            if cid not in context_ids:
+                context_ids.add(cid)
+                contexts.append((cid, "", text))
+            run.append((rid, rank, cid, float(len(items) - rank + 1), "given"))
+        queries.append((rid, question, answers))
     if not queries:
         raise CorpusValidationError(path, None, None, "no records")
     return Records(

@@ -8,6 +8,7 @@ sample — the highest SePer weight, i.e. the highest mean token log-probability
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -289,4 +290,4 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
             truth = documents["true_utility"].to_numpy()
             if np.ptp(values) > 0 and np.ptp(truth) > 0:
                 summary[f"pearson_delta_seper_{kernel}_true_utility"] = pearson(values, truth).statistic
-    return {name: float(value) for name, value in summary.items() if value == value}
+    return {name: float(value) for name, value in summary.items() if not math.isnan(value)}

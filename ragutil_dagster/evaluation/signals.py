@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.metrics.consens import consens, content_token_mask
 from ragutil_dagster.evaluation.scoring import top_answers
+from ragutil_dagster.metrics.consens import consens, content_token_mask
 from ragutil_dagster.models.scoring import TokenScorer
 
 CONSENS_SCHEMA = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}

@@ -75,7 +75,7 @@ class _RecordCollector:
         self, line: int, doc_id: Any, text: Any, title: Any, fields: tuple[str, str, str]
     ) -> None:
         id_field, text_field, title_field = fields
-        key = _id_string(doc_id, self.path, line, id_field)
+        key = record_id(doc_id, self.path, line, id_field)
         if key in self.first_line:
             raise CorpusValidationError(
                 self.path,
@@ -117,8 +117,10 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _id_string(value: Any, path: Path, line: int, field: str) -> str:
+def record_id(value: Any, path: Path, line: int, field: str) -> str:
     """Ids may be strings or integers (BEIR and DPR files use both); they are stored as strings."""
+    if value is None:
+        raise CorpusValidationError(path, line, field, "missing")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise CorpusValidationError(
             path, line, field, f"expected a string or integer id, got {_type_name(value)}"
@@ -129,11 +131,9 @@ def _id_string(value: Any, path: Path, line: int, field: str) -> str:
     return key
 
 
-def _read_jsonl(
-    path: Path, id_field: str, text_field: str, title_field: str | None
-) -> pl.DataFrame:
-    collector = _RecordCollector(path, with_title=title_field is not None)
-    fields = (id_field, text_field, title_field or "")
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(1-based line number, object)`` for every non-blank line of a JSONL file; bad
+    UTF-8, malformed JSON and non-object lines raise :class:`CorpusValidationError`."""
     for number, line in _decoded_lines(path):
         if not line.strip():
             continue
@@ -147,6 +147,15 @@ def _read_jsonl(
             raise CorpusValidationError(
                 path, number, None, f"expected a JSON object, got {_type_name(record)}"
             )
+        yield number, record
+
+
+def _read_jsonl(
+    path: Path, id_field: str, text_field: str, title_field: str | None
+) -> pl.DataFrame:
+    collector = _RecordCollector(path, with_title=title_field is not None)
+    fields = (id_field, text_field, title_field or "")
+    for number, record in jsonl_records(path):
         for required in (id_field, text_field):
             if required not in record:
                 raise CorpusValidationError(path, number, required, "missing")

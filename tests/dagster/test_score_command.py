@@ -55,7 +55,7 @@ def test_score_writes_one_line_per_record(tiny_world, tmp_path, monkeypatch) -> 
 @pytest.mark.parametrize(
     ("line", "field", "message"),
     [
-        ("{not json", None, "malformed JSON"),
+        ("{not json", None, "invalid JSON"),
         ({"question": "q", "answers": ["a"], "contexts": ["c"]}, "id", "missing"),
         ({"id": "x", "question": "", "answers": ["a"], "contexts": ["c"]}, "question", "empty"),
         ({"id": "x", "question": 3, "answers": ["a"], "contexts": ["c"]}, "question", "expected a string"),
@@ -79,5 +79,5 @@ def test_duplicate_ids_and_bad_bytes(tmp_path) -> None:
     assert info.value.line == 2
     path = tmp_path / "bytes.jsonl"
     path.write_bytes(json.dumps(RECORDS[0]).encode() + b"\n\xff\xfe{}\n")
-    with pytest.raises(CorpusValidationError, match="not UTF-8"):
+    with pytest.raises(CorpusValidationError, match="not valid UTF-8"):
         read_records(path)
