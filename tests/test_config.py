@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ragutil_dagster.config import ConfigError, Setting, load_config, parse_config, resolve_model_path
+from ragutil_dagster.config import (
+    ConfigError,
+    Setting,
+    load_config,
+    parse_config,
+    resolve_model_path,
+)
 
 BASE = {
     "name": "exp",

@@ -8,11 +8,14 @@ import dagster as dg
 from safetensors.torch import load_file, save_file
 
 from ragutil_dagster.assets import build_assets
-from ragutil_dagster.automation import WEEKLY_CRON, affected_runs, build_model_sensor, model_inventory
+from ragutil_dagster.automation import (
+    WEEKLY_CRON,
+    affected_runs,
+    build_model_sensor,
+    model_inventory,
+)
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
-
-from .conftest import tiny_config
 
 
 def perturb_weights(model_dir) -> None:
@@ -30,11 +33,11 @@ def requested(result: dg.SensorResult) -> set[tuple[tuple[str, ...], str]]:
     }
 
 
-def test_changing_one_generator_requests_only_its_partitions(tiny_world, tmp_path) -> None:
+def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_tiny_config, tmp_path) -> None:
     _, world, models = tiny_world
     second = tmp_path / "lm1"
     shutil.copytree(models.causal_lm, second)
-    config = tiny_config(models, world, generators=2)
+    config = make_tiny_config(models, world, generators=2)
     config["generators"][1]["model"] = str(second)
     experiment = parse_config(config)
     parts, _ = build_assets(experiment)

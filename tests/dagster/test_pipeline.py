@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import dagster as dg
 import polars as pl
@@ -83,7 +82,7 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
 
 
 def test_generation_rows_equal_queries_times_conditions_times_n(materialized) -> None:
-    home, instance, _ = materialized
+    home, _, _ = materialized
     closed = pl.read_parquet(next((home / "artifacts" / "closed_book_generations").iterdir()) / "table.parquet")
     assert closed.height == 6 * 3
     for partition in (home / "artifacts" / "generations").iterdir():
@@ -97,7 +96,6 @@ def test_generation_rows_equal_queries_times_conditions_times_n(materialized) ->
 
 def test_asset_checks_passed(materialized) -> None:
     _, instance, _ = materialized
-    records = instance.get_records_for_storage_id if False else None  # noqa: F841 - documented below
     for asset, check in (
         ("metric_scores", "every_query_has_scores"),
         ("metric_scores", "scores_in_range"),

@@ -12,8 +12,6 @@ from ragutil_dagster.commands import add_commands
 from ragutil_dagster.evaluation.records import read_records
 from ragutil_dagster.retrieval.errors import CorpusValidationError
 
-from .conftest import tiny_config
-
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="ragutil")
@@ -32,11 +30,11 @@ RECORDS = [
 ]
 
 
-def test_score_writes_one_line_per_record(tiny_world, tmp_path, monkeypatch) -> None:
+def test_score_writes_one_line_per_record(tiny_world, make_tiny_config, tmp_path, monkeypatch) -> None:
     _, world, models = tiny_world
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(tiny_config(models, world)))
+    config.write_text(yaml.safe_dump(make_tiny_config(models, world)))
     records = write_lines(tmp_path / "records.jsonl", RECORDS)
     out = tmp_path / "scores.jsonl"
     args = parse(["score", str(records), "--config", str(config), "--out", str(out), "--quiet"])

@@ -24,8 +24,6 @@ from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.processes import background_server, free_port
 from ragutil_dagster.runner import dagster_instance, materialize_all
 
-from .conftest import tiny_config
-
 NODES = [
     "queries", "corpus", "index", "retrieval_run", "closed_book_generations", "generations",
     "entailment_clusters", "metric_scores", "reports",
@@ -46,10 +44,10 @@ def graphql(port: int, query: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def dagster_dev(tiny_world, tmp_path_factory):
+def dagster_dev(tiny_world, make_tiny_config, tmp_path_factory):
     _, world, models = tiny_world
     root = tmp_path_factory.mktemp("ui")
-    config = tiny_config(models, world)
+    config = make_tiny_config(models, world)
     config["retrievers"] = config["retrievers"][:1]
     config["k"] = [1]
     config_path = root / "experiment.yaml"

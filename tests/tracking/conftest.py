@@ -4,7 +4,6 @@ weights (so one can change alone), 6 queries, N = 3 — and a real ``mlflow serv
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -25,15 +24,6 @@ from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.data.synthetic import make_world, write_world
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.models.tiny import build_causal_lm, build_tiny_models
-
-
-def _dagster_conftest():
-    # The pipeline tests' config builder, imported by path: test folders are not packages.
-    path = Path(__file__).parents[1] / "dagster" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("ragutil_tests_dagster_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -64,14 +54,14 @@ class Experiment:
 
 
 @pytest.fixture(scope="module")
-def experiment(tmp_path_factory: pytest.TempPathFactory) -> Experiment:
+def experiment(tmp_path_factory: pytest.TempPathFactory, make_tiny_config) -> Experiment:
     root = tmp_path_factory.mktemp("tracking")
     world = write_world(make_world(0, "ci"), root / "world")
     models = build_tiny_models(root / "models")
     generator_dirs = {
         f"lm{i}": build_causal_lm(root / "models" / f"lm{i}", seed=i) for i in range(2)
     }
-    data = _dagster_conftest().tiny_config(models, world, generators=2)
+    data = make_tiny_config(models, world, generators=2)
     data["k"] = [2]
     for generator in data["generators"]:
         generator["model"] = str(generator_dirs[generator["name"]])
