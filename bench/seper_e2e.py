@@ -30,7 +30,7 @@ one-position forward a decode step.
 
     python bench/seper_e2e.py --build DIR        # DIR from `ragutil world build` (world/ reader/ nli/)
         [--questions 200] [--n 10] [--k 5] [--max-new-tokens 12] [--settings 2]
-        [--ablations] [--device cpu|cuda] [--qwen-config]
+        [--baseline-questions M] [--ablations] [--threads T] [--device cpu|cuda] [--qwen-config]
 
 ``--qwen-config`` replaces the reader by a randomly initialised model of Qwen2.5-0.5B's
 architecture (with the reader's tokenizer) for GPU throughput runs; ΔSePer is then meaningless
@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import polars as pl
@@ -129,7 +130,7 @@ class PeakRSS:
             self.peak = max(self.peak, self._process.memory_info().rss)
             self._stop.wait(0.005)
 
-    def __enter__(self) -> PeakRSS:
+    def __enter__(self) -> Self:
         self.peak = self._process.memory_info().rss
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -559,6 +560,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="also run (a) with each optimisation switched off in turn",
     )
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--qwen-config", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -567,6 +569,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     for part in ("world", "reader", "nli"):
         if not (args.build / part).is_dir():
             raise SystemExit(

@@ -81,3 +81,27 @@ def test_passage_spans_are_validated(scorer: TokenScorer) -> None:
     assert empty.shape == (2,) and np.isnan(empty).all()
     with pytest.raises(ValueError, match=r"passage_spans\[0\]\[1\]"):
         scorer.passage_attention([PROMPT], [" Paris"], [[SPANS[0], (5, 10_000)]])
+
+
+def test_batched_passage_attention_equals_one_pair_at_a_time(scorer: TokenScorer) -> None:
+    short = f"{DOC2}\nQuestion: capital of France?\nAnswer:"
+    short_spans = [(0, len(DOC2))]
+    prompts = [PROMPT, short, PROMPT, short]
+    answers = [" Paris", " Paris is the capital", "", " France"]
+    spans = [SPANS, short_spans, SPANS, short_spans]
+    batched = scorer.passage_attention(prompts, answers, spans)  # batch_size=2, left-padded
+    alone = [scorer.passage_attention([p], [a], [s])[0] for p, a, s in zip(prompts, answers, spans)]
+    assert [b.shape for b in batched] == [(2,), (1,), (2,), (1,)]
+    assert np.isnan(batched[2]).all()
+    for got, expected in zip(batched, alone, strict=True):
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert all(b.sum() > 0 for i, b in enumerate(batched) if i != 2)
+
+
+def test_attention_batches_respect_the_row_and_element_budgets(scorer: TokenScorer) -> None:
+    heads = scorer.lm.model.config.num_attention_heads
+    lengths = [10, 10, 10, 20, 40]
+    assert scorer._attention_batches(list(range(5)), lengths) == [[0, 1], [2, 3], [4]]
+    tight = TokenScorer(scorer.lm, batch_size=8, max_attention_elements=2 * heads * 20 * 20)
+    # Two rows of width 20 fit; a third does not; width 40 exceeds the budget and runs alone.
+    assert tight._attention_batches(list(range(5)), lengths) == [[0, 1, 2], [3], [4]]
