@@ -39,7 +39,7 @@ class ModelRegistry(ConfigurableResource):
     device: str = ""
     nli_cache: str = ""
     generation_cache: str = ""
-    generation_batch_rows: int = 64
+    generation_batch_rows: int = 256
     show_progress: bool = True
 
     def _device(self) -> str | None:
