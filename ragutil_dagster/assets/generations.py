@@ -9,7 +9,13 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, markdown_table, table_metadata
+from ragutil_dagster.assets.common import (
+    GPU_POOL,
+    GROUP,
+    check_result,
+    markdown_table,
+    table_metadata,
+)
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
@@ -68,11 +74,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     @dg.asset(
         name="generations", partitions_def=parts.setting_generator, group_name=GROUP,
         kinds={"pytorch", "parquet"}, pool=GPU_POOL,
-        deps=[
-            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
-            dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting_generator()),
-            dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting_generator()),
-        ],
+        # Queries and corpus reach this asset through retrieval_run: Dagster has no valid mapping
+        # from a dataset partition onto a setting × generator partition.
+        deps=[dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
         description="N sampled answers per prompt for the rag, per_doc and oracle conditions, and "
         "ConSens / likelihood / attention signals of the generator.",

@@ -13,7 +13,12 @@ from ragutil_dagster.assets.common import GROUP, check_result, markdown_table
 from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
-from ragutil_dagster.evaluation.scoring import document_scores, group_scores, query_scores, summarize
+from ragutil_dagster.evaluation.scoring import (
+    document_scores,
+    group_scores,
+    query_scores,
+    summarize,
+)
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
@@ -65,7 +70,6 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             "generations",
             dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
             dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
-            dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting_generator()),
         ],
         check_specs=[
             dg.AssetCheckSpec(name, asset="metric_scores")

@@ -43,13 +43,6 @@ class Partitions:
             table.setdefault(setting.dataset, []).append(setting.key)
         return dg.StaticPartitionMapping(table)
 
-    def dataset_to_setting_generator(self) -> dg.StaticPartitionMapping:
-        table: dict[str, list[str]] = {}
-        for key in self.setting_generator.get_partition_keys():
-            setting = self.experiment.setting(key.keys_by_dimension["setting"])
-            table.setdefault(setting.dataset, []).append(str(key))
-        return dg.StaticPartitionMapping(table)
-
     def dataset_generator_to_setting_generator(self) -> dg.MultiPartitionMapping:
         """dataset × generator → setting × generator: datasets to their settings, generator to itself."""
         return dg.MultiPartitionMapping({
