@@ -45,6 +45,7 @@ from ragutil_dagster.models.generation import HFGenerator
 from ragutil_dagster.models.tiny import (
     build_causal_lm,
     build_nli_classifier,
+    build_random_qwen,
     corpus_lines,
     train_bpe_tokenizer,
 )
@@ -52,41 +53,13 @@ from ragutil_dagster.models.tiny import (
 RESULTS = Path(__file__).parent / "results" / "generation.json"
 
 # Qwen2.5-0.5B's published architecture (config.json of Qwen/Qwen2.5-0.5B), randomly initialised.
-QWEN25_05B = {
-    "vocab_size": 151936,
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1_000_000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "hidden_act": "silu",
-}
 
 
 def build_bench_model(root: Path, qwen_config: bool, positions: int) -> Path:
     """The tiny project LM, or a random model of Qwen2.5-0.5B's shape with the tiny tokenizer."""
     if not qwen_config:
         return build_causal_lm(root / "tiny-lm", seed=0, max_positions=max(positions, 2048))
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    out = root / "qwen2.5-0.5b-random"
-    tokenizer = train_bpe_tokenizer(512)
-    config = Qwen2Config(
-        **QWEN25_05B,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return build_random_qwen(root / "qwen2.5-0.5b-random", train_bpe_tokenizer(512))
 
 
 def make_prompts(lm: CausalLM, count: int, tokens: int, seed: int) -> list[str]:

@@ -73,6 +73,7 @@ from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import HFGenerator, Sample, truncate_at_stop
+from ragutil_dagster.models.tiny import build_random_qwen
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
@@ -81,20 +82,6 @@ SETTINGS = {
     "bm25_robertson": BM25Config(k1=1.2, b=0.75, method="robertson"),
 }
 CONDITIONS = ("closed_book", "rag", "per_doc")
-# Qwen2.5-0.5B's published architecture (config.json of Qwen/Qwen2.5-0.5B).
-QWEN25_05B = {
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1_000_000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "hidden_act": "silu",
-    "vocab_size": 151936,
-}
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -513,22 +500,9 @@ def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
     """The trained reader, or a random model of Qwen2.5-0.5B's shape with the reader's tokenizer."""
     if not args.qwen_config:
         return args.build / "reader"
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(args.build / "reader")
-    config = Qwen2Config(
-        **QWEN25_05B,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
-    out = scratch / "qwen2.5-0.5b-random"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return build_random_qwen(scratch / "qwen2.5-0.5b-random", AutoTokenizer.from_pretrained(args.build / "reader"))
 
 
 def parse_args() -> argparse.Namespace:

@@ -282,3 +282,40 @@ def build_tiny_models(root: str | Path, *, seed: int = 0) -> TinyModels:
         embedder=build_embedder(root / "embedder", seed=seed),
         cross_encoder=build_cross_encoder(root / "reranker", seed=seed),
     )
+
+
+# Qwen2.5-0.5B's published architecture (config.json of Qwen/Qwen2.5-0.5B), for GPU benchmarks
+# that need a realistically sized model without downloading one.
+QWEN2_5_0_5B = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+}
+
+
+def build_random_qwen(directory: str | Path, tokenizer: PreTrainedTokenizerFast, *, seed: int = 0) -> Path:
+    """Write a randomly initialised model of Qwen2.5-0.5B's configuration with ``tokenizer``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        **QWEN2_5_0_5B,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    out = Path(directory)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
