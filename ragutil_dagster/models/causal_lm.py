@@ -114,7 +114,7 @@ class CausalLM:
 
 
 def load_causal_lm(
-    model: str | ModelRef,
+    model: str | ModelRef | CausalLM,
     *,
     revision: str | None = None,
     device: str | torch.device | None = None,
@@ -123,7 +123,13 @@ def load_causal_lm(
     system_prompt: str | None = None,
     trust_remote_code: bool = False,
 ) -> CausalLM:
-    """Resolve and load a causal LM; CUDA + bfloat16 when present, else CPU + float32."""
+    """Resolve and load a causal LM; CUDA + bfloat16 when present, else CPU + float32.
+
+    An already loaded :class:`CausalLM` is returned as is (its weights shared, the other
+    arguments not applied), so generators and scorers can share one copy of a model.
+    """
+    if isinstance(model, CausalLM):
+        return model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)

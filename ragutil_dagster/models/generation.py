@@ -221,18 +221,14 @@ class HFGenerator:
         max_prefill_tokens: int = 16384,
         show_progress: bool = True,
     ) -> None:
-        self.lm = (
-            model
-            if isinstance(model, CausalLM)
-            else load_causal_lm(
-                model,
-                revision=revision,
-                device=device,
-                dtype=dtype,
-                use_chat_template=use_chat_template,
-                system_prompt=system_prompt,
-                trust_remote_code=trust_remote_code,
-            )
+        self.lm = load_causal_lm(
+            model,
+            revision=revision,
+            device=device,
+            dtype=dtype,
+            use_chat_template=use_chat_template,
+            system_prompt=system_prompt,
+            trust_remote_code=trust_remote_code,
         )
         self.max_batch_rows = max_batch_rows
         self.max_prefill_tokens = max_prefill_tokens

@@ -77,18 +77,14 @@ class TokenScorer:
         max_attention_elements: int = 2**28,
         show_progress: bool = True,
     ) -> None:
-        self.lm = (
-            model
-            if isinstance(model, CausalLM)
-            else load_causal_lm(
-                model,
-                revision=revision,
-                device=device,
-                dtype=dtype,
-                use_chat_template=use_chat_template,
-                system_prompt=system_prompt,
-                trust_remote_code=trust_remote_code,
-            )
+        self.lm = load_causal_lm(
+            model,
+            revision=revision,
+            device=device,
+            dtype=dtype,
+            use_chat_template=use_chat_template,
+            system_prompt=system_prompt,
+            trust_remote_code=trust_remote_code,
         )
         self.batch_size = batch_size
         self.max_attention_elements = max_attention_elements
