@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import (
     ModelRef,
@@ -82,7 +83,9 @@ class NLICache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db, db:
+        # Switching a fresh file to WAL needs an exclusive lock that SQLite does not wait for
+        # ("database is locked" when processes start together): set up one process at a time.
+        with exclusive_file_lock(self.path.with_name(self.path.name + ".lock")), closing(self._connect()) as db, db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS nli (model TEXT NOT NULL, pair TEXT NOT NULL, "

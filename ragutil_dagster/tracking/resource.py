@@ -7,7 +7,6 @@ MLflow is imported lazily: loading the Definitions must not pay for it.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import math
 import time
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
+from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ def _client(uri: str, schema_lock: str | None = None) -> MlflowClient:
 
     if schema_lock is None:
         return MlflowClient(tracking_uri=uri)
-    with open(schema_lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with exclusive_file_lock(schema_lock):
         client = MlflowClient(tracking_uri=uri)
         # Opening the store creates or migrates its tables.
         client.search_experiments(max_results=1)
