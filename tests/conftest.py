@@ -7,12 +7,18 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from ragutil_dagster.config import ExperimentConfig, parse_config
 
 # Tests never reach a model hub; anything that tries must fail fast.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Property tests check values, not speed: no per-example deadline (a loaded CI machine would
+# otherwise fail them at random).
+settings.register_profile("ragutil", deadline=None)
+settings.load_profile("ragutil")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
