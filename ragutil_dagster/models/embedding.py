@@ -16,7 +16,38 @@ from ragutil_dagster.models.identity import (
 )
 from ragutil_dagster.models.inputs import check_texts
 
-__all__ = ["Embedder"]
+__all__ = ["Embedder", "load_sentence_transformers"]
+
+
+def load_sentence_transformers(
+    model_class: type,
+    model: str | ModelRef,
+    revision: str | None,
+    device: str | None,
+    trust_remote_code: bool,
+    what: str,
+    **options: object,
+) -> tuple[ModelRef, torch.device, object]:
+    """Resolve ``model`` and load it as a sentence-transformers ``model_class`` (SentenceTransformer,
+    CrossEncoder) from local files, float16 on CUDA; a load failure is one
+    :class:`ModelUnavailableError` naming the model and ``what`` it was loaded as."""
+    ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+    resolved_device = resolve_device(device)
+    model_kwargs = {"dtype": torch.float16} if resolved_device.type == "cuda" else None
+    try:
+        loaded = model_class(
+            str(ref.path),
+            device=str(resolved_device),
+            trust_remote_code=trust_remote_code,
+            local_files_only=True,
+            model_kwargs=model_kwargs,
+            **options,
+        )
+    except (OSError, ValueError, KeyError) as err:
+        raise ModelUnavailableError(
+            f"model {ref.name} ({ref.path}) could not be loaded as {what}: {error_summary(err)}"
+        ) from None
+    return ref, resolved_device, loaded
 
 
 class Embedder:
@@ -45,22 +76,10 @@ class Embedder:
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
-        self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
-        self.device = resolve_device(device)
-        model_kwargs = {"dtype": torch.float16} if self.device.type == "cuda" else None
-        try:
-            self._model = SentenceTransformer(
-                str(self.ref.path),
-                device=str(self.device),
-                trust_remote_code=trust_remote_code,
-                local_files_only=True,
-                model_kwargs=model_kwargs,
-            )
-        except (OSError, ValueError, KeyError) as err:
-            raise ModelUnavailableError(
-                f"model {self.ref.name} ({self.ref.path}) could not be loaded as a "
-                f"sentence-transformers encoder: {error_summary(err)}"
-            ) from None
+        self.ref, self.device, self._model = load_sentence_transformers(
+            SentenceTransformer, model, revision, device, trust_remote_code,
+            "a sentence-transformers encoder",
+        )
         if max_seq_length is not None:
             self._model.max_seq_length = max_seq_length
         self._model.eval()

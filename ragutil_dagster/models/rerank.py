@@ -7,13 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ragutil_dagster.models.device import resolve_device
-from ragutil_dagster.models.identity import (
-    ModelRef,
-    ModelUnavailableError,
-    error_summary,
-    resolve_model,
-)
+from ragutil_dagster.models.embedding import load_sentence_transformers
+from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["CrossEncoderReranker"]
@@ -48,23 +43,10 @@ class CrossEncoderReranker:
     ) -> None:
         from sentence_transformers import CrossEncoder
 
-        self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
-        self.device = resolve_device(device)
-        model_kwargs = {"dtype": torch.float16} if self.device.type == "cuda" else None
-        try:
-            self._model = CrossEncoder(
-                str(self.ref.path),
-                device=str(self.device),
-                trust_remote_code=trust_remote_code,
-                local_files_only=True,
-                model_kwargs=model_kwargs,
-                max_length=max_length,
-            )
-        except (OSError, ValueError, KeyError) as err:
-            raise ModelUnavailableError(
-                f"model {self.ref.name} ({self.ref.path}) could not be loaded as a cross-encoder: "
-                f"{error_summary(err)}"
-            ) from None
+        self.ref, self.device, self._model = load_sentence_transformers(
+            CrossEncoder, model, revision, device, trust_remote_code, "a cross-encoder",
+            max_length=max_length,
+        )
         if self._model.num_labels != 1:
             raise ValueError(
                 f"reranker {self.ref.name} has {self._model.num_labels} outputs; a reranker "

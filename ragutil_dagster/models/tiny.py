@@ -218,6 +218,15 @@ def build_causal_lm(
     return out
 
 
+def _save_bert_classifier(out: Path, tokenizer: PreTrainedTokenizerFast, config: BertConfig, seed: int) -> Path:
+    """Initialise a BERT sequence classifier from ``seed`` and save it with its tokenizer."""
+    with _seeded(seed):
+        model = BertForSequenceClassification(config)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def build_nli_classifier(directory: str | Path, *, seed: int = 0, hidden_size: int = 32) -> Path:
     """Write a BERT sequence-pair classifier with labels in :data:`TINY_NLI_LABELS` order."""
     out = Path(directory)
@@ -231,11 +240,7 @@ def build_nli_classifier(directory: str | Path, *, seed: int = 0, hidden_size: i
         label2id={v: k for k, v in TINY_NLI_LABELS.items()},
         initializer_range=0.2,
     )
-    with _seeded(seed):
-        model = BertForSequenceClassification(config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return _save_bert_classifier(out, tokenizer, config, seed)
 
 
 def build_cross_encoder(directory: str | Path, *, seed: int = 0, hidden_size: int = 32) -> Path:
@@ -244,11 +249,7 @@ def build_cross_encoder(directory: str | Path, *, seed: int = 0, hidden_size: in
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_wordpiece_tokenizer()
     config = _bert_config(tokenizer, hidden_size, num_labels=1, initializer_range=0.2)
-    with _seeded(seed):
-        model = BertForSequenceClassification(config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return _save_bert_classifier(out, tokenizer, config, seed)
 
 
 def build_embedder(directory: str | Path, *, seed: int = 0, hidden_size: int = 32) -> Path:
