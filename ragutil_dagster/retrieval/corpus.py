@@ -47,9 +47,25 @@ QRELS_SCHEMA: dict[str, pl.DataType] = {
 csv.field_size_limit(1 << 30)
 
 
+def _open_error(path: Path, exc: OSError) -> CorpusValidationError:
+    """A file that cannot be opened, as one error naming it (not an ``[Errno N]`` traceback)."""
+    reason = {
+        FileNotFoundError: "no such file",
+        IsADirectoryError: "is a directory, not a file",
+        PermissionError: "permission denied",
+    }.get(type(exc), exc.strerror or str(exc))
+    return CorpusValidationError(path, None, None, reason)
+
+
 def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(1-based line number, text without line ending)``, decoding UTF-8 strictly."""
-    with path.open("rb") as handle:
+    """Yield ``(1-based line number, text without line ending)``, decoding UTF-8 strictly.
+
+    A byte-order mark at the start of the file (Windows editors write one) is dropped."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    with handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8")
@@ -57,6 +73,8 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise CorpusValidationError(
                     path, number, None, f"not valid UTF-8 (byte {exc.start} of the line)"
                 ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
             yield number, line.rstrip("\r\n")
 
 
@@ -131,14 +149,40 @@ def record_id(value: Any, path: Path, line: int, field: str) -> str:
     return key
 
 
+class _NonFinite:
+    """Stands in for a ``NaN`` / ``Infinity`` literal while parsing, so the field can be named."""
+
+    def __init__(self, literal: str) -> None:
+        self.literal = literal
+
+
+def _non_finite_field(value: Any, where: str) -> tuple[str, str] | None:
+    """``(field path, literal)`` of the first non-finite literal inside a parsed value."""
+    if isinstance(value, _NonFinite):
+        return where, value.literal
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else key, item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{index}]", item) for index, item in enumerate(value)]
+    else:
+        return None
+    for path, item in items:
+        if found := _non_finite_field(item, path):
+            return found
+    return None
+
+
 def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(1-based line number, object)`` for every non-blank line of a JSONL file; bad
-    UTF-8, malformed JSON and non-object lines raise :class:`CorpusValidationError`."""
+    """Yield ``(1-based line number, object)`` for every non-blank line of a JSONL file.
+
+    Blank lines are skipped (line numbers stay physical). Bad UTF-8, malformed JSON, trailing
+    text after the object, non-object lines and ``NaN`` / ``Infinity`` (which Python's json
+    accepts but JSON does not) raise :class:`CorpusValidationError`."""
     for number, line in _decoded_lines(path):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_constant=_NonFinite)
         except json.JSONDecodeError as exc:
             raise CorpusValidationError(
                 path, number, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
@@ -146,6 +190,12 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(record, dict):
             raise CorpusValidationError(
                 path, number, None, f"expected a JSON object, got {_type_name(record)}"
+            )
+        # Only a line spelling NaN or Infinity can hold a non-finite literal; others skip the walk.
+        if ("NaN" in line or "Infinity" in line) and (found := _non_finite_field(record, "")):
+            field, literal = found
+            raise CorpusValidationError(
+                path, number, field, f"{literal} is not a JSON number (write null or a number)"
             )
         yield number, record
 
@@ -207,8 +257,14 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
         if not row:
             continue
         if len(row) != 3:
+            # A quote opened and never closed swallows the following lines into one field.
+            spans = (
+                f" (the record runs on to line {last_line}: an unclosed quote?)"
+                if last_line > start
+                else ""
+            )
             raise CorpusValidationError(
-                path, start, None, f"expected 3 tab-separated fields, got {len(row)}"
+                path, start, None, f"expected 3 tab-separated fields, got {len(row)}{spans}"
             )
         collector.add(start, row[0], row[1], row[2], ("id", "text", "title"))
     return collector.frame()
@@ -217,10 +273,15 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
 def read_parquet_corpus(path: str | Path) -> pl.DataFrame:
     """Read a Parquet corpus with columns ``id``, ``text`` and optional ``title``; rows are 1-based."""
     path = Path(path)
+    if not path.is_file():
+        raise _open_error(path, FileNotFoundError() if not path.exists() else IsADirectoryError())
     try:
         frame = pl.read_parquet(path)
-    except Exception as exc:  # polars raises several unrelated types for unreadable files
-        raise CorpusValidationError(path, None, None, f"unreadable Parquet file: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 — polars raises several unrelated types here
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CorpusValidationError(
+            path, None, None, f"unreadable Parquet file: {reason}"
+        ) from None
     return validate_corpus(frame, source=path)
 
 
@@ -300,39 +361,59 @@ def read_corpus(path: str | Path) -> pl.DataFrame:
     )
 
 
+# The score column's name in a BEIR qrels header row (``query-id<TAB>corpus-id<TAB>score``).
+_QRELS_HEADER_SCORES = {"score", "relevance", "rel", "label"}
+
+
 def read_qrels(path: str | Path) -> pl.DataFrame:
     """Read relevance judgements: BEIR ``query-id<TAB>corpus-id<TAB>score`` (header optional)
-    or TREC ``qid iter docid relevance`` (whitespace-separated)."""
-    path = Path(path)
-    query_ids: list[str] = []
-    doc_ids: list[str] = []
-    relevances: list[int] = []
+    or TREC ``qid iter docid relevance`` (whitespace-separated).
+
+    Relevance must be an integer; a query-document pair judged twice is an error."""
+    return _read_qrels_lines(Path(path)).drop("line")
+
+
+def _read_qrels_lines(path: Path) -> pl.DataFrame:
+    """The judgements of :func:`read_qrels` with the 1-based ``line`` each came from."""
+    rows: list[tuple[str, str, int, int]] = []
+    first_line: dict[tuple[str, str], int] = {}
+    first_row = True
     for number, line in _decoded_lines(path):
-        fields = line.split("\t") if "\t" in line else line.split()
-        if not fields or not line.strip():
+        if not line.strip():
             continue
+        header_allowed, first_row = first_row, False
+        fields = line.split("\t") if "\t" in line else line.split()
         if len(fields) == 4:
             fields = [fields[0], fields[2], fields[3]]
         if len(fields) != 3:
             raise CorpusValidationError(
                 path, number, None, f"expected 3 (BEIR) or 4 (TREC) fields, got {len(fields)}"
             )
+        if header_allowed and fields[2].strip().lower() in _QRELS_HEADER_SCORES:
+            continue
+        for value, field in ((fields[0], "query_id"), (fields[1], "doc_id")):
+            if not value.strip():
+                raise CorpusValidationError(path, number, field, "empty id")
         try:
             relevance = int(fields[2])
         except ValueError:
-            if number == 1:  # BEIR's header row
-                continue
             raise CorpusValidationError(
                 path, number, "score", f"expected an integer, got {fields[2]!r}"
             ) from None
-        query_ids.append(fields[0])
-        doc_ids.append(fields[1])
-        relevances.append(relevance)
-    if not query_ids:
+        pair = (fields[0].strip(), fields[1].strip())
+        if pair in first_line:
+            raise CorpusValidationError(
+                path,
+                number,
+                "doc_id",
+                f"duplicate judgement of query {pair[0]!r} and document {pair[1]!r} "
+                f"(first on line {first_line[pair]})",
+            )
+        first_line[pair] = number
+        rows.append((*pair, relevance, number))
+    if not rows:
         raise CorpusValidationError(path, None, None, "no judgements")
-    return pl.DataFrame(
-        {"query_id": query_ids, "doc_id": doc_ids, "relevance": relevances}, schema=QRELS_SCHEMA
-    )
+    return pl.DataFrame(rows, schema={**QRELS_SCHEMA, "line": pl.Int64()}, orient="row")
 
 
 @dataclass(frozen=True)
@@ -357,7 +438,7 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
             raise CorpusValidationError(needed, None, None, "missing from the BEIR folder")
     corpus = read_jsonl_corpus(folder / "corpus.jsonl", id_field="_id")
     queries = read_jsonl_queries(folder / "queries.jsonl", id_field="_id")
-    qrels = read_qrels(qrels_path)
+    qrels = _read_qrels_lines(qrels_path)
     for column, table, what in (
         ("query_id", queries, "queries.jsonl"),
         ("doc_id", corpus, "corpus.jsonl"),
@@ -366,11 +447,12 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
         if unknown.height:
             raise CorpusValidationError(
                 qrels_path,
-                None,
+                unknown["line"][0],
                 column,
                 f"{unknown.height} judgements name ids absent from {what}, "
                 f"e.g. {unknown[column][0]!r}",
             )
+    qrels = qrels.drop("line")
     queries = queries.filter(pl.col("id").is_in(qrels["query_id"].unique().implode()))
     return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
 
