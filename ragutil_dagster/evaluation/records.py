@@ -59,7 +59,7 @@ def read_records(path: str | Path) -> Records:
     queries: list[tuple] = []
     contexts: list[tuple[str, str, str]] = []
     run: list[tuple] = []
-    context_ids: set[str] = set()
+    context_text: dict[str, tuple[str, int]] = {}  # context id → (text, line it first came on)
     first_line: dict[str, int] = {}
     for line, record in jsonl_records(path):
         rid = record_id(record.get("id"), path, line, "id")
@@ -71,6 +71,7 @@ def read_records(path: str | Path) -> Records:
         items = record.get("contexts")
         if not isinstance(items, list) or not items:
             raise CorpusValidationError(path, line, "contexts", "expected a non-empty list of texts or {id, text} objects")
+        in_record: set[str] = set()
         for rank, item in enumerate(items, start=1):
             field = f"contexts[{rank - 1}]"
             if isinstance(item, str):
@@ -79,14 +80,24 @@ def read_records(path: str | Path) -> Records:
                 if "text" not in item:
                     raise CorpusValidationError(path, line, f"{field}.text", "missing")
                 text = _text_field(item, "text", path, line)
-                cid = str(item.get("id") or f"{rid}#{rank}")
+                given = item.get("id")
+                cid = f"{rid}#{rank}" if given is None else record_id(given, path, line, f"{field}.id")
             else:
                 raise CorpusValidationError(path, line, field, f"expected a string or an object, got {type(item).__name__}")
             if not text.strip():
                 raise CorpusValidationError(path, line, field, "empty context")
-            if cid not in context_ids:
-                context_ids.add(cid)
+            # A context id names one passage: twice in a record, or with another text, is a mistake.
+            if cid in in_record:
+                raise CorpusValidationError(path, line, f"{field}.id", f"context id {cid!r} repeated in this record")
+            in_record.add(cid)
+            if cid not in context_text:
+                context_text[cid] = (text, line)
                 contexts.append((cid, "", text))
+            elif context_text[cid][0] != text:
+                raise CorpusValidationError(
+                    path, line, f"{field}.text",
+                    f"context id {cid!r} has a different text on line {context_text[cid][1]}",
+                )
             run.append((rid, rank, cid, float(len(items) - rank + 1), "given"))
         queries.append((rid, question, answers))
     if not queries:
