@@ -8,6 +8,7 @@ of ``queries.jsonl``. ``utility.jsonl`` (ground-truth passage utility) is read w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 QUERY_COLUMNS = ("query_id", "question", "answers")
 _OPTIONAL_FIELDS = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}
+_UTILITY_OPTIONAL_FIELDS = {"role": pl.String, "hop": pl.Int64}
+# What a JSON value must be to fill a column of each type (bool is not an integer here).
+_JSON_TYPES = {pl.String: (str,), pl.Boolean: (bool,), pl.Int32: (int,), pl.Int64: (int,), pl.Float64: (int, float)}
+_JSON_TYPE_NAMES = {
+    pl.String: "a string", pl.Boolean: "true or false", pl.Int32: "an integer", pl.Int64: "an integer",
+    pl.Float64: "a finite number",
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,23 @@ def gold_answer_list(value: object, path: Path, line: int) -> list[str]:
     return value
 
 
+def _typed_value(record: dict, field: str, dtype: type[pl.DataType], path: Path, line: int, required: bool = False):
+    """``record[field]`` checked against the column type it fills; absent or null is None unless
+    ``required``."""
+    value = record.get(field)
+    if value is None:
+        if required:
+            raise CorpusValidationError(path, line, field, "missing")
+        return None
+    wrong_type = isinstance(value, bool) != (dtype is pl.Boolean) or not isinstance(value, _JSON_TYPES[dtype])
+    if wrong_type or (isinstance(value, float) and not math.isfinite(value)):  # 1e999 parses as inf
+        raise CorpusValidationError(
+            path, line, field,
+            f"expected {_JSON_TYPE_NAMES[dtype]}{'' if required else ' or null'}, got {type(value).__name__} {value!r}",
+        )
+    return value
+
+
 def _read_answers(path: Path) -> pl.DataFrame:
     rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in _OPTIONAL_FIELDS}
     first_line: dict[str, int] = {}
@@ -61,8 +86,8 @@ def _read_answers(path: Path) -> pl.DataFrame:
         first_line[qid] = number
         rows["query_id"].append(qid)
         rows["answers"].append(gold_answer_list(record.get("answers"), path, number))
-        for name in _OPTIONAL_FIELDS:
-            rows[name].append(record.get(name))
+        for name, dtype in _OPTIONAL_FIELDS.items():
+            rows[name].append(_typed_value(record, name, dtype, path, number))
     schema = {"query_id": pl.String, "answers": pl.List(pl.String)} | _OPTIONAL_FIELDS
     return pl.DataFrame(rows, schema=schema)
 
@@ -93,11 +118,7 @@ def load_dataset(spec: DatasetConfig) -> QADataset:
     keep = queries["query_id"].implode()
     utility = None
     if (folder / "utility.jsonl").is_file():
-        utility = (
-            pl.read_ndjson(folder / "utility.jsonl")
-            .rename({"query-id": "query_id", "corpus-id": "doc_id"})
-            .filter(pl.col("query_id").is_in(keep))
-        )
+        utility = _read_utility(folder / "utility.jsonl", beir.corpus).filter(pl.col("query_id").is_in(keep))
     return QADataset(
         name=spec.name,
         queries=queries,
@@ -105,3 +126,21 @@ def load_dataset(spec: DatasetConfig) -> QADataset:
         qrels=beir.qrels.filter(pl.col("query_id").is_in(keep)),
         utility=utility,
     )
+
+
+def _read_utility(path: Path, corpus: pl.DataFrame) -> pl.DataFrame:
+    """Ground-truth utility: one ``{"query-id", "corpus-id", "utility", "role"?, "hop"?}`` per line,
+    every passage in the corpus and every utility a finite number."""
+    columns = {"query_id": pl.String, "doc_id": pl.String} | _UTILITY_OPTIONAL_FIELDS | {"utility": pl.Float64}
+    rows: dict[str, list] = {name: [] for name in columns}
+    passages = set(corpus["id"].to_list())
+    for number, record in jsonl_records(path):
+        rows["query_id"].append(record_id(record.get("query-id"), path, number, "query-id"))
+        doc_id = record_id(record.get("corpus-id"), path, number, "corpus-id")
+        if doc_id not in passages:
+            raise CorpusValidationError(path, number, "corpus-id", f"id {doc_id!r} is absent from corpus.jsonl")
+        rows["doc_id"].append(doc_id)
+        rows["utility"].append(float(_typed_value(record, "utility", pl.Float64, path, number, required=True)))
+        for name, dtype in _UTILITY_OPTIONAL_FIELDS.items():
+            rows[name].append(_typed_value(record, name, dtype, path, number))
+    return pl.DataFrame(rows, schema=columns)
