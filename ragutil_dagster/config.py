@@ -7,11 +7,13 @@ Every name is a lowercase slug so that keys stay readable and split unambiguousl
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import json
 import os
 import re
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,16 @@ class SamplingConfig(_Strict):
     top_k: int = Field(default=0, ge=0)
     max_new_tokens: int = Field(default=512, ge=1)
     stop: tuple[str, ...] = ("\n",)
+
+    @model_validator(mode="after")
+    def _samples_can_differ(self) -> SamplingConfig:
+        # SePer and ΔSePer measure the spread of N samples; greedy decoding has none.
+        if self.temperature == 0 and self.n > 1:
+            raise ValueError(
+                f"temperature 0 is greedy decoding: the n = {self.n} samples would all be identical; "
+                "set a temperature > 0, or n: 1"
+            )
+        return self
 
 
 class PromptConfig(_Strict):
@@ -256,12 +268,45 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    """The config model a field holds, looking inside ``list[...]`` and ``... | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        if found := _model_in(argument):
+            return found
+    return None
+
+
+def _keys_at(location: tuple[str | int, ...]) -> list[str]:
+    """The keys the config section holding ``location``'s last key accepts."""
+    model: type[BaseModel] | None = ExperimentConfig
+    for part in location[:-1]:
+        if isinstance(part, int):  # an item of a list section
+            continue
+        field = model.model_fields.get(part) if model else None
+        model = _model_in(field.annotation) if field else None
+    return list(model.model_fields) if model else []
+
+
+def _unknown_key_message(location: tuple[str | int, ...]) -> str:
+    keys = _keys_at(location)
+    close = difflib.get_close_matches(str(location[-1]), keys, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key (a typo?); did you mean {close[0]!r}?"
+    return f"unknown key (a typo?); this section takes: {', '.join(keys)}"
+
+
 def _format_errors(err: ValidationError) -> Iterator[str]:
     for item in err.errors():
         location = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
-            message = "unknown key (a typo?)"
+            message = _unknown_key_message(item["loc"])
+        elif item["type"] == "value_error":  # the validators' own messages show the value
+            message = message.removeprefix("Value error, ")
+        elif item["type"] != "missing" and not isinstance(item["input"], (dict, list)):
+            message = f"{message} (got {item['input']!r})"
         yield f"  {location}: {message}"
 
 
@@ -286,9 +331,27 @@ def load_config(path: str | Path) -> ExperimentConfig:
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    if data is None:
+        raise ConfigError(f"{path}: empty experiment config")
     return parse_config(data, str(path))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error: plain
+    ``safe_load`` keeps the last value silently, so an edited config could lose a setting."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in this mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
