@@ -93,6 +93,7 @@ def resolve_model(name: str, revision: str | None = None) -> ModelRef:
                 "to hub ids"
             )
         local = local.resolve()
+        _require_tokenizer(name, local)
         return ModelRef(name=name, revision=None, path=local, identity=fingerprint_directory(local))
     if _looks_like_path(name):
         raise ModelUnavailableError(
@@ -132,11 +133,57 @@ def _resolve_hub(name: str, revision: str | None) -> ModelRef:
     except (HFValidationError, LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as err:
         raise ModelUnavailableError(_unavailable_message(name, revision, offline, err)) from None
     path = Path(folder)
+    _require_tokenizer(name, path)
     commit = path.name
     if not _COMMIT_HASH.match(commit):
         # Not the snapshots/<commit> layout (e.g. a local_dir mirror): identify it by content.
         commit = fingerprint_directory(path)
     return ModelRef(name=name, revision=revision, path=path, identity=commit)
+
+
+# Tokenizers that need no vocabulary file (they work on bytes / code points).
+_VOCABULARY_FREE_TOKENIZERS = {"ByT5Tokenizer", "CanineTokenizer"}
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    """Whether ``directory`` (or a sentence-transformers module folder in it) holds a tokenizer's
+    vocabulary: ``tokenizer.json``, ``vocab.*``, or a SentencePiece / tiktoken model."""
+    for folder in (directory, *(d for d in directory.iterdir() if d.is_dir())):
+        for file in folder.iterdir():
+            name = file.name
+            if (
+                name == "tokenizer.json"
+                or name.startswith("vocab")
+                or file.suffix in {".model", ".spm", ".tiktoken"}
+            ):
+                return True
+        settings = _json_object(folder / "tokenizer_config.json")
+        if settings.get("tokenizer_class") in _VOCABULARY_FREE_TOKENIZERS:
+            return True
+    return False
+
+
+def _json_object(path: Path) -> dict:
+    """A small JSON file's object, or ``{}`` when it is absent or not a JSON object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _require_tokenizer(name: str, directory: Path) -> None:
+    """A transformers model (``config.json`` naming a ``model_type``) must ship its tokenizer.
+
+    Without one, ``AutoTokenizer`` fails deep inside transformers or, for BERT-like models,
+    silently builds a tokenizer of special tokens only that maps every word to ``[UNK]``."""
+    if "model_type" not in _json_object(directory / "config.json") or _has_tokenizer(directory):
+        return
+    raise ModelUnavailableError(
+        f"model {name!r} ({directory}) has no tokenizer: none of tokenizer.json, vocab.*, or a "
+        "SentencePiece *.model file is in the directory. Save the tokenizer the model was trained "
+        "with next to its weights (tokenizer.save_pretrained(directory))."
+    )
 
 
 def _unavailable_message(name: str, revision: str | None, offline: bool, err: Exception) -> str:
