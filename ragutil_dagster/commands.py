@@ -9,7 +9,15 @@ import os
 import sys
 from pathlib import Path
 
-from ragutil_dagster.config import EMBEDDED_PREFIX, ExperimentConfig, embedded_dir, load_config, ragutil_home
+from ragutil_dagster.config import (
+    EMBEDDED_PREFIX,
+    ConfigError,
+    ExperimentConfig,
+    GeneratorConfig,
+    embedded_dir,
+    load_config,
+    ragutil_home,
+)
 
 SUMMARY_COLUMNS = (
     ("delta_seper_s", "ΔSePer_S"), ("delta_seper_h", "ΔSePer_H"), ("seper_s_closed", "SePer_S cb"),
@@ -71,6 +79,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _score_generator(experiment: ExperimentConfig, config: str, name: str | None) -> GeneratorConfig:
+    """The generator ``--generator`` names (the config's first when not given)."""
+    if name is None:
+        return experiment.generators[0]
+    names = [g.name for g in experiment.generators]
+    if name not in names:
+        raise ConfigError(f"{config}: --generator {name!r} is not a generator of the config; it has: {', '.join(names)}")
+    return experiment.generator(name)
+
+
 def _score(args: argparse.Namespace) -> int:
     from ragutil_dagster.evaluation.records import read_records, score_records
     from ragutil_dagster.resources.models import ModelRegistry
@@ -78,7 +96,10 @@ def _score(args: argparse.Namespace) -> int:
 
     experiment = load_config(args.config)
     records = read_records(args.file)
-    spec = experiment.generator(args.generator) if args.generator else experiment.generators[0]
+    spec = _score_generator(experiment, args.config, args.generator)
+    if args.out and Path(args.out).is_dir():
+        # Checked before the models load and sample, not after minutes of scoring.
+        raise ConfigError(f"--out {args.out}: is a directory; name the JSONL file to write")
     if needs_embedded_models(experiment):
         ensure_embedded_models(progress=not args.quiet)
     models = ModelRegistry(
