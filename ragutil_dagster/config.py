@@ -307,7 +307,7 @@ def _format_errors(err: ValidationError) -> Iterator[str]:
             message = message.removeprefix("Value error, ")
         elif item["type"] != "missing" and not isinstance(item["input"], (dict, list)):
             message = f"{message} (got {item['input']!r})"
-        yield f"  {location}: {message}"
+        yield f"{location}: {message}"
 
 
 def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
@@ -317,8 +317,11 @@ def parse_config(data: object, source: str = "<config>") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        problems = "\n".join(_format_errors(err))
-        raise ConfigError(f"{source}: invalid experiment config\n{problems}") from None
+        problems = list(_format_errors(err))
+        if len(problems) == 1:  # one problem reads best as one line
+            raise ConfigError(f"{source}: invalid experiment config: {problems[0]}") from None
+        listed = "\n".join(f"  {problem}" for problem in problems)
+        raise ConfigError(f"{source}: invalid experiment config\n{listed}") from None
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
