@@ -1,0 +1,504 @@
+"""Every entry point a user feeds, given bad input: one clear error naming the file, the record
+(1-based line, or id) and the field — or, for the inputs ragutil deliberately accepts, what it
+makes of them.
+
+The table below is also the source of ``docs/bad_inputs.md``:
+``python3 tests/reliability/test_bad_inputs.py > docs/bad_inputs.md`` runs every case and writes
+the messages a user actually sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from ragutil_dagster.config import ConfigError, DatasetConfig, load_config, resolve_model_path
+from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
+from ragutil_dagster.evaluation.records import read_records
+from ragutil_dagster.models.identity import ModelUnavailableError, resolve_model
+from ragutil_dagster.retrieval.chunking import chunk_words
+from ragutil_dagster.retrieval.corpus import (
+    read_beir,
+    read_corpus,
+    read_jsonl_queries,
+    read_qrels,
+)
+from ragutil_dagster.retrieval.errors import CorpusValidationError
+
+Content = str | bytes | list
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad (or odd) input.
+
+    ``run(folder)`` writes the input under ``folder`` and feeds it to the entry point a user
+    reaches; ``error`` is the exception the user must get (``None``: the input is accepted),
+    ``fragments`` the parts its message must contain — file, ``:line``, field, reason — and
+    ``accepted(result, folder)`` checks what an accepted input became and says it in words.
+    """
+
+    id: str
+    entry: str
+    example: str
+    run: Callable[[Path], object]
+    error: type[Exception] | None
+    fragments: tuple[str, ...] = ()
+    accepted: Callable[[object, Path], str] | None = None
+
+
+def write(folder: Path, name: str, content: Content) -> Path:
+    """``content``: text, bytes, or a list of JSONL records (a str item is written verbatim)."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, list):
+        content = "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    return path
+
+
+# --- a small valid BEIR / QA dataset that each dataset case breaks in one place ---------------
+
+CORPUS = [{"_id": "d1", "title": "Ada", "text": "Ada was born in Paris."}, {"_id": "d2", "text": "Rome."}]
+QUERIES = [{"_id": "q1", "text": "Where was Ada born?", "answers": ["Paris"]}]
+QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\n"
+
+
+def dataset(folder: Path, files: dict[str, Content] | None = None) -> QADataset:
+    """Write the valid dataset with ``files`` (name → content) replaced or added, then load it."""
+    contents = {"corpus.jsonl": CORPUS, "queries.jsonl": QUERIES, "qrels/test.tsv": QRELS} | (files or {})
+    for name, content in contents.items():
+        write(folder / "ds", name, content)
+    return load_dataset(DatasetConfig(name="ds", format="beir", path=str(folder / "ds")))
+
+
+# --- score records ----------------------------------------------------------------------------
+
+RECORD = {"id": "r1", "question": "Where was Ada born?", "answers": ["Paris"], "contexts": ["Ada was born in Paris."]}
+
+
+def without(record: dict, field: str) -> dict:
+    return {k: v for k, v in record.items() if k != field}
+
+
+def records(folder: Path, *lines: Content) -> object:
+    return read_records(write(folder, "records.jsonl", list(lines)))
+
+
+# --- experiment configs -----------------------------------------------------------------------
+
+CONFIG = {
+    "name": "exp",
+    "datasets": [{"name": "world", "format": "synthetic"}],
+    "retrievers": [{"name": "bm25", "kind": "bm25"}],
+    "k": [1, 5],
+    "generators": [{"name": "reader", "model": "embedded:reader"}],
+    "nli": {"model": "embedded:nli"},
+}
+
+
+def config(folder: Path, text: str | None = None, **changes: object) -> object:
+    """Load ``exp.yaml``: the valid config with ``changes`` (a dict value updates that section),
+    or ``text`` verbatim."""
+    if text is None:
+        data = dict(CONFIG)
+        for key, value in changes.items():
+            data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+        text = yaml.safe_dump(data, sort_keys=False)
+    return load_config(write(folder, "exp.yaml", text))
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def nli_without_tokenizer(folder: Path) -> object:
+    """A real (tiny) NLI classifier whose tokenizer files were not copied along."""
+    from ragutil_dagster.models.entailment import Entailment
+    from ragutil_dagster.models.tiny import build_nli_classifier
+
+    model = build_nli_classifier(folder / "nli-model")
+    for file in model.iterdir():
+        if file.name.startswith(("tokenizer", "vocab", "special_tokens")):
+            file.unlink()
+    return Entailment(str(model), cache=False, show_progress=False)
+
+
+def k_beyond_corpus(folder: Path) -> object:
+    """The retrieval_run asset of a setting whose k exceeds the dataset's two passages."""
+    import dagster as dg
+
+    from ragutil_dagster.assets import build_assets
+    from ragutil_dagster.config import parse_config
+    from ragutil_dagster.resources.models import ModelRegistry
+    from ragutil_dagster.resources.storage import ArtifactStore
+
+    spec = {**CONFIG, "datasets": [{"name": "ds", "format": "beir", "path": str(folder / "ds")}], "k": [1, 50]}
+    experiment = parse_config(spec)
+    loaded = dataset(folder)
+    store = ArtifactStore(home=str(folder / "home"))
+    store.write_table("corpus", "ds", loaded.corpus)
+    store.write_table("queries", "ds", loaded.queries)
+    store.write_table("queries", "ds", loaded.qrels, "qrels")
+    _, assets = build_assets(experiment)
+    retrieval_run = next(a for a in assets if a.key.path[-1] == "retrieval_run")
+    context = dg.build_asset_context(
+        partition_key="ds__bm25__k50", resources={"store": store, "models": ModelRegistry()}
+    )
+    return retrieval_run(context)
+
+
+TEN_MB = 10 * 2**20
+
+
+def big_passage_kept(corpus: object, folder: Path) -> str:
+    text = corpus["text"][0]
+    assert corpus.height == 2 and len(text) == TEN_MB
+    passages = chunk_words(corpus, words=100)
+    expected = math.ceil(len(text.split()) / 100) + 1  # the big one in 100-word windows, plus d2
+    assert passages.height == expected
+    assert passages.filter(pl.col("doc_id") == "big")["text"].str.len_chars().max() < 1000
+    return (
+        f"the 10 MiB passage is kept whole by ingest and cut by chunk_words(words=100) "
+        f"into {expected - 1} passages; prompt-time truncation is the generator's (issue 9, item 3)"
+    )
+
+
+def ids_read(column: str, expected: list[str]) -> Callable[[object, Path], str]:
+    def check(table: object, folder: Path) -> str:
+        assert table[column].to_list() == expected
+        return f"{column}s {expected}"
+
+    return check
+
+
+CASES = [
+    # --- corpus: JSONL ------------------------------------------------------------------------
+    Case("jsonl-malformed-line", "corpus (JSONL)", "line 3 is `{\"id\": \"b\", \"text\": ` (cut off; line 2 blank)",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": "x"}, "", '{"id": "b", "text": '])),
+         CorpusValidationError, ("corpus.jsonl:3:", "invalid JSON")),
+    Case("jsonl-missing-field", "corpus (JSONL)", "line 2 has no `text`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": "x"}, {"id": "b"}])),
+         CorpusValidationError, ("corpus.jsonl:2:", "field 'text'", "missing")),
+    Case("jsonl-wrong-type", "corpus (JSONL)", "`\"text\": 3`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": 3}])),
+         CorpusValidationError, ("corpus.jsonl:1:", "field 'text'", "expected a string, got int")),
+    Case("jsonl-duplicate-ids", "corpus (JSONL)", "id `a` on lines 1 and 2",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}])),
+         CorpusValidationError, ("corpus.jsonl:2:", "field 'id'", "duplicate id 'a' (first seen on line 1)")),
+    Case("jsonl-empty-text", "corpus (JSONL)", "`\"text\": \"   \"`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": "   "}])),
+         CorpusValidationError, ("corpus.jsonl:1:", "field 'text'", "empty text")),
+    Case("jsonl-not-an-object", "corpus (JSONL)", "line 2 is `[\"b\", \"text\"]`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "a", "text": "x"}, ["b", "text"]])),
+         CorpusValidationError, ("corpus.jsonl:2:", "expected a JSON object, got list")),
+    Case("jsonl-non-utf8", "corpus (JSONL)", "Latin-1 byte `\\xe9` on line 2",
+         lambda d: read_corpus(write(d, "corpus.jsonl", b'{"id": "a", "text": "x"}\n{"id": "b", "text": "caf\xe9"}\n')),
+         CorpusValidationError, ("corpus.jsonl:2:", "not valid UTF-8")),
+    Case("jsonl-trailing-garbage", "corpus (JSONL)", "`{\"id\": \"a\", \"text\": \"x\"} extra`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", ['{"id": "a", "text": "x"} extra'])),
+         CorpusValidationError, ("corpus.jsonl:1:", "invalid JSON: Extra data")),
+    Case("jsonl-nan-id", "corpus (JSONL)", "`\"id\": NaN`",
+         lambda d: read_corpus(write(d, "corpus.jsonl", ['{"id": NaN, "text": "x"}'])),
+         CorpusValidationError, ("corpus.jsonl:1:", "field 'id'", "NaN is not a JSON number")),
+    Case("corpus-empty-file", "corpus (JSONL)", "a 0-byte corpus.jsonl",
+         lambda d: read_corpus(write(d, "corpus.jsonl", "")),
+         CorpusValidationError, ("corpus.jsonl:", "no records")),
+    Case("corpus-missing-file", "corpus (JSONL)", "a path that does not exist",
+         lambda d: read_corpus(d / "corpus.jsonl"),
+         CorpusValidationError, ("corpus.jsonl:", "no such file")),
+    Case("corpus-unknown-format", "corpus", "`corpus.csv`",
+         lambda d: read_corpus(write(d, "corpus.csv", "id,text\n")),
+         CorpusValidationError, ("corpus.csv:", "unknown corpus format")),
+    Case("corpus-bom", "corpus (JSONL)", "UTF-8 byte-order mark before line 1",
+         lambda d: read_corpus(write(d, "corpus.jsonl", b'\xef\xbb\xbf{"id": "a", "text": "x"}\n')),
+         None, accepted=ids_read("id", ["a"])),
+    Case("corpus-blank-lines", "corpus (JSONL)", "blank lines before, between and after records",
+         lambda d: read_corpus(write(d, "corpus.jsonl", ["", {"id": "a", "text": "x"}, "  ", {"id": "b", "text": "y"}, ""])),
+         None, accepted=lambda t, d: ids_read("id", ["a", "b"])(t, d) + " (blank lines are skipped; "
+         "error line numbers stay physical, see jsonl-malformed-line)"),
+    Case("corpus-10mb-passage", "corpus (JSONL)", "one passage of 10 MiB (2 Mi words)",
+         lambda d: read_corpus(write(d, "corpus.jsonl", [{"id": "big", "text": "word " * (TEN_MB // 5)}, {"id": "d2", "text": "Rome."}])),
+         None, accepted=big_passage_kept),
+    # --- corpus: DPR TSV and Parquet ----------------------------------------------------------
+    Case("tsv-bad-header", "corpus (DPR TSV)", "header `doc\\ttext\\ttitle`",
+         lambda d: read_corpus(write(d, "psgs.tsv", "doc\ttext\ttitle\n1\tx\tT\n")),
+         CorpusValidationError, ("psgs.tsv:1:", "expected the header 'id, text, title'")),
+    Case("tsv-unclosed-quote", "corpus (DPR TSV)", "line 2's text opens a quote it never closes",
+         lambda d: read_corpus(write(d, "psgs.tsv", 'id\ttext\ttitle\n1\t"Ada was\tAda\n2\tRome.\tRome\n')),
+         CorpusValidationError, ("psgs.tsv:2:", "expected 3 tab-separated fields", "unclosed quote")),
+    Case("parquet-null-text", "corpus (Parquet)", "row 2 has `text` null",
+         lambda d: read_corpus(_parquet(d, {"id": ["a", "b"], "text": ["x", None]})),
+         CorpusValidationError, ("corpus.parquet:2:", "field 'text'", "empty text")),
+    Case("parquet-missing-column", "corpus (Parquet)", "columns `id, body`",
+         lambda d: read_corpus(_parquet(d, {"id": ["a"], "body": ["x"]})),
+         CorpusValidationError, ("corpus.parquet:", "field 'text'", "missing column")),
+    Case("parquet-corrupt", "corpus (Parquet)", "a truncated file",
+         lambda d: read_corpus(write(d, "corpus.parquet", b"PAR1\x00\x01")),
+         CorpusValidationError, ("corpus.parquet:", "unreadable Parquet file")),
+    # --- queries and qrels --------------------------------------------------------------------
+    Case("queries-empty-file", "queries", "a 0-byte queries.jsonl",
+         lambda d: read_jsonl_queries(write(d, "queries.jsonl", "")),
+         CorpusValidationError, ("queries.jsonl:", "no records")),
+    Case("queries-empty-question", "queries", "line 2 `\"text\": \"\"`",
+         lambda d: dataset(d, {"queries.jsonl": [QUERIES[0], {"_id": "q2", "text": "", "answers": ["x"]}]}),
+         CorpusValidationError, ("queries.jsonl:2:", "field 'text'", "empty text")),
+    Case("qrels-unknown-doc-id", "qrels (BEIR)", "line 2 judges `d9`, not in corpus.jsonl",
+         lambda d: dataset(d, {"qrels/test.tsv": "q1\td1\t1\nq1\td9\t1\n"}),
+         CorpusValidationError, ("test.tsv:2:", "field 'doc_id'", "absent from corpus.jsonl, e.g. 'd9'")),
+    Case("qrels-unknown-query-id", "qrels (BEIR)", "line 3 judges query `q9`",
+         lambda d: dataset(d, {"qrels/test.tsv": QRELS + "q9\td1\t1\n"}),
+         CorpusValidationError, ("test.tsv:3:", "field 'query_id'", "absent from queries.jsonl, e.g. 'q9'")),
+    Case("qrels-trec-bad-score", "qrels (TREC)", "`q2 0 d3 high` on line 2",
+         lambda d: read_qrels(write(d, "qrels.txt", "q1 0 d1 2\nq2 0 d3 high\n")),
+         CorpusValidationError, ("qrels.txt:2:", "field 'score'", "expected an integer, got 'high'")),
+    Case("qrels-bad-score-first-line", "qrels (TREC)", "`q1 0 d1 1.5` on line 1 (was skipped as a header)",
+         lambda d: read_qrels(write(d, "qrels.txt", "q1 0 d1 1.5\nq2 0 d3 1\n")),
+         CorpusValidationError, ("qrels.txt:1:", "field 'score'", "got '1.5'")),
+    Case("qrels-duplicate-judgement", "qrels (BEIR)", "`q1 d1` judged on lines 2 and 3",
+         lambda d: read_qrels(write(d, "test.tsv", QRELS + "q1\td1\t0\n")),
+         CorpusValidationError, ("test.tsv:3:", "field 'doc_id'", "duplicate judgement", "first on line 2")),
+    Case("beir-missing-qrels", "BEIR folder", "no `qrels/test.tsv`",
+         lambda d: read_beir(_beir_without_qrels(d)),
+         CorpusValidationError, ("qrels/test.tsv:", "missing from the BEIR folder")),
+    # --- gold answers and ground truth --------------------------------------------------------
+    Case("answers-empty-gold", "gold answers", "`\"answers\": [\"\"]`",
+         lambda d: dataset(d, {"queries.jsonl": [{**QUERIES[0], "answers": [""]}]}),
+         CorpusValidationError, ("queries.jsonl:1:", "field 'answers[0]'", "empty or not a string")),
+    Case("answers-missing", "gold answers", "a question with no `answers`",
+         lambda d: dataset(d, {"queries.jsonl": [without(QUERIES[0], "answers")]}),
+         CorpusValidationError, ("queries.jsonl:1:", "field 'answers'", "non-empty list")),
+    Case("answers-wrong-type-field", "gold answers", "`\"known\": \"yes\"` in questions.jsonl",
+         lambda d: dataset(d, {"questions.jsonl": [{**QUERIES[0], "known": "yes"}]}),
+         CorpusValidationError, ("questions.jsonl:1:", "field 'known'", "expected true or false")),
+    Case("utility-nan", "ground-truth utility", "`\"utility\": NaN` in utility.jsonl",
+         lambda d: dataset(d, {"utility.jsonl": ['{"query-id": "q1", "corpus-id": "d1", "utility": NaN}']}),
+         CorpusValidationError, ("utility.jsonl:1:", "field 'utility'", "NaN is not a JSON number")),
+    # --- ragutil score records ----------------------------------------------------------------
+    Case("score-missing-contexts", "ragutil score records", "a record without `contexts`",
+         lambda d: records(d, RECORD, {**without(RECORD, "contexts"), "id": "r2"}),
+         CorpusValidationError, ("records.jsonl:2:", "field 'contexts'", "non-empty list")),
+    Case("score-missing-question", "ragutil score records", "a record without `question`",
+         lambda d: records(d, without(RECORD, "question")),
+         CorpusValidationError, ("records.jsonl:1:", "field 'question'", "missing")),
+    Case("score-missing-answers", "ragutil score records", "a record without `answers`",
+         lambda d: records(d, without(RECORD, "answers")),
+         CorpusValidationError, ("records.jsonl:1:", "field 'answers'", "non-empty list of gold answers")),
+    Case("score-empty-question", "ragutil score records", "`\"question\": \" \"`",
+         lambda d: records(d, {**RECORD, "question": " "}),
+         CorpusValidationError, ("records.jsonl:1:", "field 'question'", "empty")),
+    Case("score-duplicate-ids", "ragutil score records", "id `r1` twice",
+         lambda d: records(d, RECORD, RECORD),
+         CorpusValidationError, ("records.jsonl:2:", "field 'id'", "duplicate id 'r1'")),
+    Case("score-context-id-reused", "ragutil score records", "context id `d1` with another text on line 2",
+         lambda d: records(d, {**RECORD, "contexts": [{"id": "d1", "text": "A"}]},
+                           {**RECORD, "id": "r2", "contexts": [{"id": "d1", "text": "B"}]}),
+         CorpusValidationError, ("records.jsonl:2:", "field 'contexts[0].text'", "different text on line 1")),
+    Case("score-not-an-object", "ragutil score records", "line 1 is `\"just a string\"`",
+         lambda d: records(d, json.dumps("just a string")),
+         CorpusValidationError, ("records.jsonl:1:", "expected a JSON object, got str")),
+    # --- experiment config --------------------------------------------------------------------
+    Case("config-typo", "experiment config", "`sampling: {temprature: 0.7}`",
+         lambda d: config(d, sampling={"temprature": 0.7}),
+         ConfigError, ("exp.yaml:", "sampling.temprature", "did you mean 'temperature'?")),
+    Case("config-yaml-syntax", "experiment config", "`k: [1, 5` (unclosed)",
+         lambda d: config(d, "name: exp\nk: [1, 5\nnli: {model: x}\n"),
+         ConfigError, ("exp.yaml:3:", "not valid YAML")),
+    Case("config-duplicate-key", "experiment config", "`k:` given twice",
+         lambda d: config(d, yaml.safe_dump(CONFIG, sort_keys=False) + "k: [3]\n"),
+         ConfigError, ("exp.yaml:", "key 'k' is given twice")),
+    Case("config-empty-file", "experiment config", "a 0-byte exp.yaml",
+         lambda d: config(d, ""),
+         ConfigError, ("exp.yaml:", "empty experiment config")),
+    Case("config-zero-n", "experiment config", "`sampling: {n: 0}`",
+         lambda d: config(d, sampling={"n": 0}),
+         ConfigError, ("exp.yaml:", "sampling.n", "greater than or equal to 1 (got 0)")),
+    Case("config-negative-temperature", "experiment config", "`sampling: {temperature: -0.5}`",
+         lambda d: config(d, sampling={"temperature": -0.5}),
+         ConfigError, ("exp.yaml:", "sampling.temperature", "(got -0.5)")),
+    Case("config-zero-temperature", "experiment config", "`sampling: {temperature: 0}` with the default n = 10",
+         lambda d: config(d, sampling={"temperature": 0}),
+         ConfigError, ("exp.yaml:", "sampling", "temperature 0 is greedy decoding")),
+    Case("config-nan-temperature", "experiment config", "`sampling: {temperature: .nan}`",
+         lambda d: config(d, "\n".join([yaml.safe_dump(CONFIG, sort_keys=False), "sampling: {temperature: .nan}"])),
+         ConfigError, ("exp.yaml:", "sampling.temperature", "(got nan)")),
+    Case("config-zero-k", "experiment config", "`k: [0, 5]`",
+         lambda d: config(d, k=[0, 5]),
+         ConfigError, ("exp.yaml:", "k:", "distinct positive integers")),
+    Case("config-unknown-retriever", "experiment config", "`kind: splade`",
+         lambda d: config(d, retrievers=[{"name": "s", "kind": "splade"}]),
+         ConfigError, ("exp.yaml:", "retrievers.0.kind", "(got 'splade')")),
+    Case("config-unknown-prompt", "experiment config", "`prompts: {closed_book: nope}`",
+         lambda d: config(d, prompts={"closed_book": "nope"}),
+         ConfigError, ("exp.yaml:", "prompts.closed_book", "unknown prompt 'nope'")),
+    Case("k-larger-than-corpus", "experiment config × corpus", "`k: [1, 50]` on a 2-passage corpus",
+         k_beyond_corpus, ValueError, ("k = 50 exceeds the 2 passages of dataset 'ds'",)),
+    # --- model ids ----------------------------------------------------------------------------
+    Case("model-unknown-hub-id", "model id", "`ragutil-test/no-such-model`, hub offline",
+         lambda d: resolve_model("ragutil-test/no-such-model"),
+         ModelUnavailableError, ("ragutil-test/no-such-model is unavailable", "not in the local Hugging Face cache")),
+    Case("model-missing-directory", "model id", "`./models/reader` that does not exist",
+         lambda d: resolve_model(str(d / "models" / "reader")),
+         ModelUnavailableError, ("models/reader", "no such directory")),
+    Case("model-unknown-embedded", "model id", "`embedded:nope`",
+         lambda d: resolve_model(resolve_model_path("embedded:nope")),
+         ModelUnavailableError, ("embedded/nope", "no such directory")),
+    Case("model-bad-registry-uri", "model id", "`models:/reader` (no version or alias)",
+         lambda d: resolve_model_path("models:/reader"),
+         ModelUnavailableError, ("models:/reader", "expected models:/<name>/<version>")),
+    Case("model-missing-package", "model id", "`package:no_such_module`",
+         lambda d: resolve_model_path("package:no_such_module"),
+         ConfigError, ("package:no_such_module", "not installed")),
+    Case("model-without-tokenizer", "model id", "an NLI model directory without its tokenizer files",
+         nli_without_tokenizer, ModelUnavailableError, ("nli-model", "has no tokenizer", "save_pretrained")),
+]
+
+
+def _parquet(folder: Path, columns: dict) -> Path:
+    path = folder / "corpus.parquet"
+    pl.DataFrame(columns).write_parquet(path)
+    return path
+
+
+def _beir_without_qrels(folder: Path) -> Path:
+    write(folder / "ds", "corpus.jsonl", CORPUS)
+    write(folder / "ds", "queries.jsonl", QUERIES)
+    return folder / "ds"
+
+
+def outcome(case: Case, folder: Path) -> str:
+    """Run ``case`` under ``folder``, check it, and return what the user sees."""
+    if case.error is None:
+        return case.accepted(case.run(folder), folder)
+    with pytest.raises(case.error) as caught:
+        case.run(folder)
+    message = str(caught.value)
+    for fragment in case.fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert "Traceback" not in message
+    return message
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_input(case: Case, tmp_path: Path) -> None:
+    outcome(case, tmp_path)
+
+
+def test_case_ids_are_distinct() -> None:
+    assert len({case.id for case in CASES}) == len(CASES) >= 28
+
+
+# --- through the CLI: exit status 2, one line on stderr, nothing written ----------------------
+
+CLI_CASES = [
+    ("bad-record", ["{records}", "--config", "{config}"], "records.jsonl:2: invalid JSON"),
+    ("config-typo", ["{records}", "--config", "{typo}"], "did you mean 'temperature'?"),
+    ("unknown-generator", ["{records}", "--config", "{config}", "--generator", "nope"], "--generator 'nope'"),
+    ("missing-records", ["{folder}/none.jsonl", "--config", "{config}"], "none.jsonl: no such file"),
+]
+
+
+def run_cli(name: str, argv: list[str], folder: Path) -> tuple[int, str, Path]:
+    """``ragutil score`` on the case's files: (exit status, stderr, the --out path)."""
+    from ragutil_dagster.cli import main
+
+    paths = {
+        "folder": folder,
+        "records": write(folder, "records.jsonl", [RECORD, "{oops"] if name == "bad-record" else [RECORD]),
+        "config": write(folder, "exp.yaml", yaml.safe_dump(CONFIG)),
+        "typo": write(folder, "typo.yaml", yaml.safe_dump({**CONFIG, "sampling": {"temprature": 1.0}})),
+    }
+    out = folder / "scores.jsonl"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["score", *(arg.format(**paths) for arg in argv), "--out", str(out), "--quiet"])
+    return status, err.getvalue(), out
+
+
+@pytest.mark.parametrize(("name", "argv", "fragment"), CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_cli_reports_one_line_and_exit_2(name, argv, fragment, tmp_path) -> None:
+    status, err, out = run_cli(name, argv, tmp_path)
+    assert status == 2
+    assert err.startswith("ragutil score: error: ") and fragment in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".scores.jsonl.*"))
+
+
+# --- docs/bad_inputs.md -----------------------------------------------------------------------
+
+
+def markdown_table() -> str:
+    """Run every case in a scratch folder and render the table of docs/bad_inputs.md."""
+    lines = [
+        "# Bad inputs and what the user sees",
+        "",
+        (
+            f"Produced on {datetime.date.today().isoformat()} by running every case of "
+            "`tests/reliability/test_bad_inputs.py` (`python3 tests/reliability/test_bad_inputs.py > "
+            "docs/bad_inputs.md`); the messages are the real exception texts, with the scratch folder "
+            "prefix removed from paths. Every row is a case of `test_bad_input`, which asserts the "
+            "exception type and the file / line / field in the message."
+        ),
+        "",
+        (
+            "Decisions: blank JSONL lines are skipped (line numbers stay physical); a UTF-8 "
+            "byte-order mark at the start of a file is dropped; a 10 MiB passage is accepted at ingest "
+            "(chunking cuts it; prompts are truncated at generation time); k larger than the corpus is "
+            "an error, not a clamp; `NaN` / `Infinity` are rejected wherever JSON is read."
+        ),
+        "",
+        "| case | entry point | example input | what the user sees | where tested |",
+        "|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        seen = _in_scratch(lambda folder, case=case: outcome(case, folder))
+        kind = "accepted" if case.error is None else f"`{case.error.__name__}`"
+        test_id = f"`test_bad_input[{case.id}]`"
+        lines.append(f"| {case.id} | {case.entry} | {case.example} | {kind}: {seen} | {test_id} |")
+    lines += [
+        "",
+        (
+            "Through the CLI, `ragutil score … --out scores.jsonl`: exit status 2, this one line on "
+            "stderr, and no `scores.jsonl` (nor a temporary file) left behind:"
+        ),
+        "",
+        "| case | stderr | where tested |",
+        "|---|---|---|",
+    ]
+    for name, argv, _ in CLI_CASES:
+        seen = _in_scratch(lambda folder, name=name, argv=argv: run_cli(name, argv, folder)[1].strip())
+        lines.append(f"| {name} | `{seen}` | `test_cli_reports_one_line_and_exit_2[{name}]` |")
+    return "\n".join(lines) + "\n"
+
+
+def _in_scratch(run: Callable[[Path], str]) -> str:
+    """``run(folder)`` in a fresh scratch folder, its text without the folder's paths, ready for a
+    Markdown table cell."""
+    folder = Path(tempfile.mkdtemp(prefix="bad-input-"))
+    try:
+        text = run(folder).replace(f"{folder}/", "").replace(str(folder), ".")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    home = os.environ.get("RAGUTIL_HOME")
+    if home:
+        text = text.replace(home, "$RAGUTIL_HOME")
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["RAGUTIL_HOME"] = tempfile.mkdtemp(prefix="ragutil-home-")
+    sys.stdout.write(markdown_table())
