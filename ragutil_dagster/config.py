@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ragutil_dagster.prompts import PROMPTS
 
@@ -28,6 +36,18 @@ SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 Slug = Annotated[str, Field(pattern=SLUG, max_length=40)]
 EMBEDDED_PREFIX = "embedded:"
 PACKAGE_PREFIX = "package:"
+
+
+def _nonblank_model_name(name: str) -> str:
+    if not name.strip():
+        raise ValueError(
+            "empty model name; give a Hugging Face id, a local directory, embedded:<name> "
+            "or models:/<name>/<version>"
+        )
+    return name
+
+
+ModelName = Annotated[str, AfterValidator(_nonblank_model_name)]
 
 
 class ConfigError(ValueError):
@@ -63,7 +83,7 @@ class RetrieverConfig(_Strict):
 
     name: Slug
     kind: Literal["bm25", "dense"]
-    model: str | None = None
+    model: ModelName | None = None
     revision: str | None = None
     index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
 
@@ -80,7 +100,7 @@ class RerankerConfig(_Strict):
     """A cross-encoder reranking the first ``candidates`` hits down to k (SePer §5.5: 20 → k)."""
 
     name: Slug
-    model: str
+    model: ModelName
     revision: str | None = None
     candidates: int = Field(default=20, ge=1)
 
@@ -88,7 +108,7 @@ class RerankerConfig(_Strict):
 class ModelConfig(_Strict):
     """A model named by HF id, local directory, or ``embedded:<name>`` for the project's own."""
 
-    model: str
+    model: ModelName
     revision: str | None = None
     trust_remote_code: bool = False
 

@@ -344,6 +344,9 @@ CASES = [
     Case("config-unknown-prompt", "experiment config", "`prompts: {closed_book: nope}`",
          lambda d: config(d, prompts={"closed_book": "nope"}),
          ConfigError, ("exp.yaml:", "prompts.closed_book", "unknown prompt 'nope'")),
+    Case("config-empty-model-name", "experiment config", "`nli: {model: \"\"}`",
+         lambda d: config(d, nli={"model": ""}),
+         ConfigError, ("exp.yaml:", "nli.model", "empty model name")),
     Case("k-larger-than-corpus", "experiment config × corpus", "`k: [1, 50]` on a 2-passage corpus",
          k_beyond_corpus, ValueError, ("k = 50 exceeds the 2 passages of dataset 'ds'",)),
     # --- model ids ----------------------------------------------------------------------------
