@@ -369,14 +369,15 @@ def read_qrels(path: str | Path) -> pl.DataFrame:
     """Read relevance judgements: BEIR ``query-id<TAB>corpus-id<TAB>score`` (header optional)
     or TREC ``qid iter docid relevance`` (whitespace-separated).
 
-    Relevance must be an integer; a query-document pair judged twice is an error."""
+    Relevance must be an integer; a query-document pair judged twice with different relevance is
+    an error (an identical repeat is kept once)."""
     return _read_qrels_lines(Path(path)).drop("line")
 
 
 def _read_qrels_lines(path: Path) -> pl.DataFrame:
     """The judgements of :func:`read_qrels` with the 1-based ``line`` each came from."""
     rows: list[tuple[str, str, int, int]] = []
-    first_line: dict[tuple[str, str], int] = {}
+    judged: dict[tuple[str, str], tuple[int, int]] = {}  # pair → (relevance, line)
     first_row = True
     for number, line in _decoded_lines(path):
         if not line.strip():
@@ -401,15 +402,20 @@ def _read_qrels_lines(path: Path) -> pl.DataFrame:
                 path, number, "score", f"expected an integer, got {fields[2]!r}"
             ) from None
         pair = (fields[0].strip(), fields[1].strip())
-        if pair in first_line:
+        if pair in judged:
+            # A repeated identical judgement (merged qrels files) is harmless; a different one is
+            # ambiguous, and evaluators would silently keep whichever came last.
+            earlier, line_before = judged[pair]
+            if earlier == relevance:
+                continue
             raise CorpusValidationError(
                 path,
                 number,
-                "doc_id",
-                f"duplicate judgement of query {pair[0]!r} and document {pair[1]!r} "
-                f"(first on line {first_line[pair]})",
+                "score",
+                f"query {pair[0]!r} and document {pair[1]!r} are judged {earlier} on line "
+                f"{line_before} and {relevance} here",
             )
-        first_line[pair] = number
+        judged[pair] = (relevance, number)
         rows.append((*pair, relevance, number))
     if not rows:
         raise CorpusValidationError(path, None, None, "no judgements")
