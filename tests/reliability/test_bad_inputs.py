@@ -463,7 +463,16 @@ def markdown_table() -> str:
             "Decisions: blank JSONL lines are skipped (line numbers stay physical); a UTF-8 "
             "byte-order mark at the start of a file is dropped; a 10 MiB passage is accepted at ingest "
             "(chunking cuts it; prompts are truncated at generation time); k larger than the corpus is "
-            "an error, not a clamp; `NaN` / `Infinity` are rejected wherever JSON is read."
+            "an error, not a clamp; `NaN` / `Infinity` are rejected wherever JSON is read; a qrels "
+            "line repeating an earlier judgement exactly is kept once, a conflicting one is an error; "
+            "temperature 0 is allowed only with n = 1."
+        ),
+        "",
+        (
+            "Known gap: through `ragutil run` these errors are raised inside Dagster steps and "
+            "currently reach the user as the runner's `RuntimeError` with a traceback and exit "
+            "status 1, the message above embedded in it; `ragutil score` reports them as one line "
+            "with exit status 2 (below)."
         ),
         "",
         "| case | entry point | example input | what the user sees | where tested |",
