@@ -335,6 +335,9 @@ CASES = [
     Case("config-zero-temperature", "experiment config", "`sampling: {temperature: 0}` with the default n = 10",
          lambda d: config(d, sampling={"temperature": 0}),
          ConfigError, ("exp.yaml:", "sampling", "temperature 0 is greedy decoding")),
+    Case("config-greedy-single-sample", "experiment config", "`sampling: {temperature: 0, n: 1}`",
+         lambda d: config(d, sampling={"temperature": 0, "n": 1}),
+         None, accepted=lambda c, d: _greedy(c)),
     Case("config-nan-temperature", "experiment config", "`sampling: {temperature: .nan}`",
          lambda d: config(d, "\n".join([yaml.safe_dump(CONFIG, sort_keys=False), "sampling: {temperature: .nan}"])),
          ConfigError, ("exp.yaml:", "sampling.temperature", "(got nan)")),
@@ -371,6 +374,11 @@ CASES = [
     Case("model-without-tokenizer", "model id", "an NLI model directory without its tokenizer files",
          nli_without_tokenizer, ModelUnavailableError, ("nli-model", "has no tokenizer", "save_pretrained")),
 ]
+
+
+def _greedy(experiment: object) -> str:
+    assert (experiment.sampling.temperature, experiment.sampling.n) == (0, 1)
+    return "greedy decoding, one sample per prompt"
 
 
 def _parquet(folder: Path, columns: dict) -> Path:
