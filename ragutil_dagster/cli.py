@@ -62,15 +62,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     message, without a traceback, and exit with status 2.
     """
     from ragutil_dagster.config import ConfigError
+    from ragutil_dagster.errors import StepFailedError
     from ragutil_dagster.models.identity import ModelUnavailableError
     from ragutil_dagster.retrieval.errors import CorpusValidationError
+    from ragutil_dagster.retrieval.io import ArtifactWriteError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CorpusValidationError, ModelUnavailableError, FileNotFoundError) as err:
+    except (ConfigError, CorpusValidationError, ModelUnavailableError, FileNotFoundError,
+            ArtifactWriteError) as err:
         print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except StepFailedError as err:
+        # The step's own traceback is in the Dagster run log; repeating the runner's adds nothing.
+        print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
+        return 2 if err.user_error else 1
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def format_summary(table) -> str:
         ]
         rows.append([setting, row["generator"], *values])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
@@ -131,7 +131,7 @@ def _compare(args: argparse.Namespace) -> int:
     print(outcome.markdown())
     for dataset, run in outcome.runs.items():
         print(f"\n{dataset}: tables in {outcome.directories[dataset]}; MLflow comparison run {run.run_id} "
-              f"({'reused' if run.reused else 'new'}) in {tracking.uri}\n  {run.url}")
+              f"({'reused' if run.reused else 'new'}) in {tracking.display_uri}\n  {run.url}")
     return 0
 
 

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, ragutil_home
+from ragutil_dagster.errors import StepFailedError
 from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\
@@ -70,7 +71,7 @@ def materialize_all(
     instance: dg.DagsterInstance,
     progress: bool = True,
 ) -> RunOutcome:
-    """Run every step of :func:`plan`; stop at the first failure with its error."""
+    """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`."""
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
     steps = [(names, key) for names, keys in plan(experiment, parts) for key in keys]
@@ -85,8 +86,7 @@ def materialize_all(
         )
         if not result.success:
             failure = next((e for e in result.all_events if e.is_step_failure), None)
-            detail = failure.step_failure_data.error.message.strip() if failure else "see the Dagster run log"
-            raise RuntimeError(f"{label} failed (run {result.run_id}): {detail}")
+            raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
     return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start, len(steps))
 
 

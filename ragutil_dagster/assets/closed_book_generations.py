@@ -8,7 +8,7 @@ subtracts the same closed-book SePer.
 import dagster as dg
 
 from ragutil_dagster.assets.common import GPU_POOL, GROUP
-from ragutil_dagster.assets.generations import sample_and_store
+from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
 from ragutil_dagster.resources.models import ModelRegistry
@@ -29,7 +29,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
     ) -> dg.MaterializeResult:
         queries = store.read_table("queries", dimension(context, "dataset"))
-        prompts = closed_book_prompts(queries, experiment.prompts)
+        prompts = closed_book_prompts(queries, experiment.prompts, prompt_budget(context, models, experiment))
         return sample_and_store(context, store, models, experiment, prompts, "closed_book_generations")
 
     return closed_book_generations

@@ -18,11 +18,17 @@ from ragutil_dagster.assets.common import (
 )
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
-from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.sampling import sample_prompts
+from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts
 from ragutil_dagster.evaluation.signals import utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
+
+
+def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
+    """The prompt budget of the partition's generator (its context minus ``max_new_tokens``)."""
+    generator = models.generator(experiment.generator(dimension(context, "generator")))
+    return PromptBudget.of(generator, experiment.sampling.max_new_tokens)
 
 
 def sample_and_store(
@@ -43,7 +49,9 @@ def sample_and_store(
     store.write_table(asset, partition, prompts, "prompts")
     path = store.write_table(asset, partition, rows)
     tokens = int(rows["n_tokens"].sum())
-    empty = rows.filter(pl.col("text").str.strip_chars() == "")
+    issues = generation_issues(rows)
+    store.write_table(asset, partition, issues, "issues")
+    fitted = prompts.filter((pl.col("passages_dropped") > 0) | pl.col("last_passage_chars").is_not_null())
     metadata = table_metadata(rows.drop("token_logprobs"), path)
     metadata.update({
         "prompts": dg.MetadataValue.int(prompts.height),
@@ -51,14 +59,27 @@ def sample_and_store(
         "tokens_generated": dg.MetadataValue.int(tokens),
         "sampling_seconds": dg.MetadataValue.float(seconds),
         "samples_per_second": dg.MetadataValue.float(rows.height / seconds if seconds else 0.0),
-        "empty_generations": dg.MetadataValue.int(empty.height),
+        "empty_generations": dg.MetadataValue.int(int(issues["empty_samples"].sum())),
+        "nonfinite_logprob_generations": dg.MetadataValue.int(int(issues["nonfinite_logprob_samples"].sum())),
+        "queries_with_generation_issues": dg.MetadataValue.int(issues["query_id"].n_unique()),
+        "prompts_fitted_to_context": dg.MetadataValue.int(fitted.height),
+        "passages_dropped_to_fit": dg.MetadataValue.int(int(prompts["passages_dropped"].sum())),
+        "passages_cut_to_fit": dg.MetadataValue.int(prompts["last_passage_chars"].is_not_null().sum()),
         "model_identity": dg.MetadataValue.text(generator.identity),
         "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
     })
-    if empty.height:
+    if fitted.height:
         context.log.warning(
-            f"{empty.height} empty generations in {empty['query_id'].n_unique()} queries "
-            f"(e.g. {empty['query_id'][0]!r}, condition {empty['condition'][0]!r})"
+            f"{fitted.height} prompts exceeded the generator's context and were fitted (passages "
+            f"dropped from the end, then the last cut), e.g. query {fitted['query_id'][0]!r}"
+        )
+    if issues.height:
+        metadata["generation_issues"] = dg.MetadataValue.md(markdown_table(issues.head(20).to_dicts()))
+        context.log.warning(
+            f"{int(issues['empty_samples'].sum())} empty generations and "
+            f"{int(issues['nonfinite_logprob_samples'].sum())} with non-finite log-probs in "
+            f"{issues['query_id'].n_unique()} queries (table 'issues'; e.g. query "
+            f"{issues['query_id'][0]!r}, condition {issues['condition'][0]!r})"
         )
     expected = prompts.height * experiment.sampling.n
     rows_check = check_result(
@@ -88,11 +109,12 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         corpus = store.read_table("corpus", setting.dataset)
         run = store.read_table("retrieval_run", setting.key)
         qrels = store.read_table("queries", setting.dataset, "qrels")
-        prompts = context_prompts(queries, corpus, run, qrels, setting.k, experiment.prompts)
+        budget = prompt_budget(context, models, experiment)
+        prompts = context_prompts(queries, corpus, run, qrels, setting.k, experiment.prompts, budget)
         result = sample_and_store(context, store, models, experiment, prompts, "generations")
         start = time.perf_counter()
         samples = store.read_table("generations", context.partition_key)
-        all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts), prompts])
+        all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts, budget), prompts])
         consens, signals = utility_signals(all_prompts, samples, queries, corpus, models.scorer(spec))
         store.write_table("generations", context.partition_key, consens, "consens")
         store.write_table("generations", context.partition_key, signals, "utility_signals")

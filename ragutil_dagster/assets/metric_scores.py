@@ -19,6 +19,7 @@ from ragutil_dagster.evaluation.scoring import (
     query_scores,
     summarize,
 )
+from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
@@ -100,6 +101,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             per_query = query_scores(groups, queries, store.read_table("generations", partition, "consens"))
             summary = summarize(per_query, documents, setting.k)
+            failpoint("scoring")
             store.write_table("metric_scores", partition, groups, "groups")
             documents_path = store.write_table("metric_scores", partition, documents, "documents")
             path = store.write_table("metric_scores", partition, per_query)
@@ -115,7 +117,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             store.write_json("metric_scores", partition, "mlflow", {
                 "run_id": run.run_id, "experiment_id": run.experiment_id, "run_key": tracked.key, "url": run.url,
-                "tracking_uri": tracking.uri,
+                "tracking_uri": tracking.display_uri,
             })
         headline = {name: summary[name] for name in HEADLINE if name in summary}
         metadata: dict[str, dg.MetadataValue] = {

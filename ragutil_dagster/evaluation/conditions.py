@@ -13,6 +13,10 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import polars as pl
 
 from ragutil_dagster import prompts as templates
@@ -23,20 +27,120 @@ PROMPT_SCHEMA = {
     "query_id": pl.String,
     "condition": pl.String,
     "doc_id": pl.String,
-    "doc_ids": pl.List(pl.String),
+    "doc_ids": pl.List(pl.String),  # the passages in the prompt, in order (after any dropping)
     "prompt": pl.String,
+    "passages_dropped": pl.Int32,  # passages left out so the prompt fits the generator
+    "last_passage_chars": pl.Int64,  # characters of the last passage kept when it was cut, else null
 }
 
 
-def closed_book_prompts(queries: pl.DataFrame, prompts: PromptConfig) -> pl.DataFrame:
-    """One closed-book prompt per query."""
+class PromptTooLongError(ValueError):
+    """A question does not fit the generator's context even without any passage."""
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """The most tokens a prompt may have (context length minus ``max_new_tokens``), and how the
+    generator counts a prompt's tokens."""
+
+    max_tokens: int
+    count_tokens: Callable[[Sequence[str]], list[int]]
+
+    @classmethod
+    def of(cls, generator: object, max_new_tokens: int) -> PromptBudget | None:
+        """The budget of a generator exposing ``context_length`` and ``count_prompt_tokens``;
+        None when its context is unbounded."""
+        length = generator.context_length
+        return None if length is None else cls(length - max_new_tokens, generator.count_prompt_tokens)
+
+    def fits(self, prompt: str) -> bool:
+        # Every whitespace-separated word is at least one token (BPE, WordPiece and SentencePiece
+        # all split at whitespace first): far too many words is known without tokenizing.
+        if len(prompt.split()) > self.max_tokens:
+            return False
+        return self.count_tokens([prompt])[0] <= self.max_tokens
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    prompt: str
+    doc_ids: list[str]
+    passages_dropped: int
+    last_passage_chars: int | None
+
+
+def _too_long(qid: str, question: str, budget: PromptBudget) -> PromptTooLongError:
+    tokens = budget.count_tokens([question])[0]
+    return PromptTooLongError(
+        f"query {qid!r}: the question alone ({tokens} tokens) leaves no room for any passage "
+        f"within the generator's prompt budget of {budget.max_tokens} tokens (context length "
+        f"minus max_new_tokens); shorten the question or lower sampling.max_new_tokens"
+    )
+
+
+def fit_context_prompt(
+    qid: str,
+    question: str,
+    docs: Sequence[tuple[str, str, str]],
+    template: str,
+    budget: PromptBudget | None,
+) -> FittedPrompt:
+    """The ``template`` prompt over ``docs`` — (doc_id, title, text) in rank order — fitted to
+    ``budget``: drop passages from the end, then cut the last one's text at a word boundary."""
+    def render(kept: Sequence[tuple[str, str, str]], text: str | None = None) -> str:
+        passages = [(title, body) for _, title, body in kept]
+        if text is not None:
+            passages[-1] = (passages[-1][0], text)
+        return templates.with_context(question, passages, template)
+
+    prompt = render(docs)
+    if budget is None or budget.fits(prompt):
+        return FittedPrompt(prompt, [d for d, _, _ in docs], 0, None)
+    kept = list(docs)
+    while len(kept) > 1:
+        kept.pop()
+        prompt = render(kept)
+        if budget.fits(prompt):
+            return FittedPrompt(prompt, [d for d, _, _ in kept], len(docs) - len(kept), None)
+    text = kept[0][2]
+    word_ends = [m.end() for m in re.finditer(r"\S+", text)]
+
+    def fits(words: int) -> bool:
+        return budget.fits(render(kept, text[: word_ends[words - 1]] if words else ""))
+
+    if not fits(0):
+        raise _too_long(qid, question, budget)
+    # The most whole words that fit. Galloping up from 0 first: as every word is at least one
+    # token, no probe is longer than twice the budget, even for a 10 MB passage.
+    fitting, failing = 0, 1
+    while failing <= len(word_ends) and fits(failing):
+        fitting, failing = failing, 2 * failing
+    failing = min(failing, len(word_ends) + 1)
+    while failing - fitting > 1:
+        middle = (fitting + failing) // 2
+        fitting, failing = (middle, failing) if fits(middle) else (fitting, middle)
+    cut = word_ends[fitting - 1] if fitting else 0
+    return FittedPrompt(render(kept, text[:cut]), [kept[0][0]], len(docs) - 1, cut)
+
+
+def closed_book_prompts(
+    queries: pl.DataFrame, prompts: PromptConfig, budget: PromptBudget | None = None
+) -> pl.DataFrame:
+    """One closed-book prompt per query; a question over the ``budget`` is an error."""
+    texts = [templates.closed_book(q, prompts.closed_book) for q in queries["question"]]
+    if budget is not None:
+        for qid, question, tokens in zip(queries["query_id"], queries["question"], budget.count_tokens(texts)):
+            if tokens > budget.max_tokens:
+                raise _too_long(qid, question, budget)
     return pl.DataFrame(
         {
             "query_id": queries["query_id"],
             "condition": ["closed_book"] * queries.height,
             "doc_id": [None] * queries.height,
             "doc_ids": [[] for _ in range(queries.height)],
-            "prompt": [templates.closed_book(q, prompts.closed_book) for q in queries["question"]],
+            "prompt": texts,
+            "passages_dropped": [0] * queries.height,
+            "last_passage_chars": [None] * queries.height,
         },
         schema=PROMPT_SCHEMA,
     )
@@ -49,10 +153,12 @@ def context_prompts(
     qrels: pl.DataFrame,
     k: int,
     prompts: PromptConfig,
+    budget: PromptBudget | None = None,
 ) -> pl.DataFrame:
-    """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for a top-``k`` run."""
+    """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for a top-``k`` run, each
+    fitted to ``budget`` (see the module doc)."""
     passages = {
-        doc_id: (title or "", text)
+        doc_id: (doc_id, title or "", text)
         for doc_id, title, text in corpus.select("id", "title", "text").iter_rows()
     }
     top = run.filter(pl.col("rank") <= k).sort("query_id", "rank")
@@ -68,8 +174,9 @@ def context_prompts(
     rows: list[tuple] = []
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
-        prompt = templates.with_context(question, [passages[d] for d in docs], prompts.with_context)
-        rows.append((qid, condition, doc_id, docs, prompt))
+        fitted = fit_context_prompt(qid, question, [passages[d] for d in docs], prompts.with_context, budget)
+        rows.append((qid, condition, doc_id, fitted.doc_ids, fitted.prompt, fitted.passages_dropped,
+                     fitted.last_passage_chars))
 
     for qid, question in queries.select("query_id", "question").iter_rows():
         docs = ranked.get(qid, [])

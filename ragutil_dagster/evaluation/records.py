@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
-from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.dataset import gold_answer_list
 from ragutil_dagster.evaluation.sampling import sample_prompts
 from ragutil_dagster.evaluation.scoring import (
@@ -122,9 +122,10 @@ def score_records(
     """Score every record; one dict per record, in input order."""
     prompts = prompts or experiment.prompts
     no_qrels = pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
     prompt_table = pl.concat([
-        closed_book_prompts(records.queries, prompts),
-        context_prompts(records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts),
+        closed_book_prompts(records.queries, prompts, budget),
+        context_prompts(records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts, budget),
     ])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
     nli = compute_nli(samples, records.queries, entail)

@@ -65,3 +65,20 @@ def sample_prompts(
                 )
             )
     return pl.DataFrame(rows, schema=GENERATION_SCHEMA, orient="row")
+
+
+def generation_issues(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per query and condition with a problem: samples whose text is empty (or blank) and
+    samples with a non-finite token log-prob (NaN or ±inf: a numerically broken model or
+    backend; SePer's weights of such a query are meaningless). Empty when all is well."""
+    nonfinite = pl.col("token_logprobs").list.eval(pl.element().is_finite().not_()).list.any()
+    return (
+        rows.group_by("query_id", "condition", maintain_order=True)
+        .agg(
+            empty_samples=(pl.col("text").str.strip_chars() == "").sum().cast(pl.Int32),
+            nonfinite_logprob_samples=nonfinite.sum().cast(pl.Int32),
+            samples=pl.len().cast(pl.Int32),
+        )
+        .filter((pl.col("empty_samples") > 0) | (pl.col("nonfinite_logprob_samples") > 0))
+        .sort("query_id", "condition")
+    )

@@ -82,12 +82,24 @@ def passage_utility(
     likelihoods = {
         (qid, doc): s.logprob for (qid, doc), s in zip(per_doc.select("query_id", "doc_id").iter_rows(), likelihood)
     }
-    rag = {qid: (prompt, docs) for qid, prompt, docs in _prompts(prompts, "rag", qids).select("query_id", "prompt", "doc_ids").iter_rows()}
+    rag = {
+        qid: (prompt, docs, cut)
+        for qid, prompt, docs, cut in _prompts(prompts, "rag", qids)
+        .select("query_id", "prompt", "doc_ids", "last_passage_chars").iter_rows()
+    }
     qids = [q for q in qids if q in rag]
+
+    def passages_in_prompt(qid: str) -> list[str]:
+        _, docs, cut = rag[qid]
+        shown = [texts[d] for d in docs]
+        if cut is not None:  # the prompt was fitted to the generator by cutting the last passage
+            shown[-1] = shown[-1][:cut]
+        return shown
+
     attention_raw = scorer.passage_attention(
         [rag[q][0] for q in qids],
         [answers[q] for q in qids],
-        [passage_spans(rag[q][0], [texts[d] for d in rag[q][1]]) for q in qids],
+        [passage_spans(rag[q][0], passages_in_prompt(q)) for q in qids],
     )
     rows = []
     for qid, masses in zip(qids, attention_raw):

@@ -19,6 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
+from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.models.generation import Generator, Sample, SamplingParams
 from ragutil_dagster.models.identity import cache_root
 from ragutil_dagster.models.inputs import check_texts
@@ -135,13 +138,25 @@ class CacheStats:
 class CachedGenerator:
     """A :class:`Generator` that consults a :class:`GenerationCache` before sampling.
 
-    Only the prompts without a valid entry go to the wrapped generator, in one call (a prompt
-    repeated within a call is sampled once); their samples are then stored.
+    A call's distinct prompts (a repeated prompt is sampled once) are cut into checkpoints of
+    ``checkpoint_prompts``; a checkpoint whose entries are all stored is served from the cache,
+    any other goes to the wrapped generator and is stored as soon as it is sampled. A process
+    killed mid-call loses at most one checkpoint; the next call samples only what is missing.
     """
 
-    def __init__(self, generator: Generator, cache: GenerationCache | None = None) -> None:
+    def __init__(
+        self,
+        generator: Generator,
+        cache: GenerationCache | None = None,
+        checkpoint_prompts: int = 64,
+        show_progress: bool = False,
+    ) -> None:
+        if checkpoint_prompts < 1:
+            raise ValueError(f"checkpoint_prompts must be at least 1, got {checkpoint_prompts}")
         self.generator = generator
         self.cache = cache if cache is not None else GenerationCache()
+        self.checkpoint_prompts = checkpoint_prompts
+        self.show_progress = show_progress
         self.stats = CacheStats()
 
     @property
@@ -151,6 +166,13 @@ class CachedGenerator:
     @property
     def settings(self) -> dict[str, object]:
         return self.generator.settings
+
+    @property
+    def context_length(self) -> int | None:
+        return self.generator.context_length
+
+    def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
+        return self.generator.count_prompt_tokens(prompts)
 
     def sample(
         self,
@@ -168,30 +190,38 @@ class CachedGenerator:
         prompts = check_texts(prompts, "prompts")
         settings = self.generator.settings
         keys = [GenerationCache.key(settings, p, params) for p in prompts]
+        # Checkpoints are fixed slices of the call's distinct prompts in a canonical order, so a
+        # resumed call batches every prompt with the same batch-mates as an uninterrupted one:
+        # batch composition moves float results in the last bits, and scores stay bit-identical.
+        distinct = sorted(dict(zip(keys, prompts)).items(), key=lambda kp: (len(kp[1]), kp[1]))
+        size = self.checkpoint_prompts
+        checkpoints = [distinct[i:i + size] for i in range(0, len(distinct), size)]
         found: dict[str, list[Sample]] = {}
-        todo: dict[str, str] = {}  # key → prompt, in first-seen order
-        for key, prompt in zip(keys, prompts, strict=True):
-            if key in found or key in todo:
-                continue
-            cached = self.cache.get(key, n)
-            if cached is None:
-                todo[key] = prompt
-            else:
-                found[key] = cached
-        self.stats.hits += len(found)
-        self.stats.misses += len(todo)
-        if todo:
-            fresh = self.generator.sample(
-                list(todo.values()),
-                n=n,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                max_new_tokens=max_new_tokens,
-                stop=tuple(stop),
-                seed=seed,
-            )
-            for key, samples in zip(todo, fresh, strict=True):
-                self.cache.put(key, samples)
-                found[key] = samples
+        with tqdm(total=len(distinct), desc="sampling", unit="prompt",
+                  disable=not self.show_progress or not distinct) as bar:
+            for checkpoint in checkpoints:
+                stored = {key: self.cache.get(key, n) for key, _ in checkpoint}
+                if all(samples is not None for samples in stored.values()):
+                    found.update(stored)
+                    self.stats.hits += len(checkpoint)
+                    bar.update(len(checkpoint))
+                    continue
+                # A checkpoint interrupted while its entries were being written is sampled again
+                # whole, for the same batch-mates.
+                fresh = self.generator.sample(
+                    [prompt for _, prompt in checkpoint],
+                    n=n,
+                    temperature=temperature,
+                    top_p=top_p,
+                    top_k=top_k,
+                    max_new_tokens=max_new_tokens,
+                    stop=tuple(stop),
+                    seed=seed,
+                )
+                for (key, _), samples in zip(checkpoint, fresh, strict=True):
+                    self.cache.put(key, samples)
+                    found[key] = samples
+                self.stats.misses += len(checkpoint)
+                bar.update(len(checkpoint))
+                failpoint("sampling")
         return [list(found[key]) for key in keys]

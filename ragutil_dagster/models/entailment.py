@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import (
@@ -209,6 +210,7 @@ class Entailment:
             fresh = dict(zip(missing, probs, strict=True))
             if self.cache is not None:
                 self.cache.put(self.cache_key, fresh.items())
+                failpoint("nli")
             known = {**known, **fresh}
         self.stats.pairs += len(keys)
         self.stats.unique_pairs += len(first)

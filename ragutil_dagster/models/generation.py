@@ -112,6 +112,15 @@ class Generator(Protocol):
         identity, dtype, prompt formatting): the generation cache's namespace."""
         ...
 
+    @property
+    def context_length(self) -> int | None:
+        """The most positions (prompt plus generated tokens) the model handles; None if unbounded."""
+        ...
+
+    def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
+        """Tokens of each prompt as this generator encodes it (chat template included)."""
+        ...
+
     def sample(
         self,
         prompts: Sequence[str],
@@ -242,6 +251,13 @@ class HFGenerator:
     def settings(self) -> dict[str, object]:
         return {"backend": self.backend, **self.lm.settings}
 
+    @property
+    def context_length(self) -> int | None:
+        return getattr(self.lm.model.config, "max_position_embeddings", None)
+
+    def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in self.lm.encode_prompts(prompts)]
+
     def sample(
         self,
         prompts: Sequence[str],
@@ -275,7 +291,7 @@ class HFGenerator:
         return results
 
     def _check_lengths(self, encoded: list[list[int]]) -> None:
-        limit = getattr(self.lm.model.config, "max_position_embeddings", None)
+        limit = self.context_length
         for i, ids in enumerate(encoded):
             if not ids:
                 raise ValueError(f"prompts[{i}] encodes to no tokens")

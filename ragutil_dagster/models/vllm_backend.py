@@ -107,6 +107,14 @@ class VLLMGenerator:
             "system_prompt": self.system_prompt,
         }
 
+    @property
+    def context_length(self) -> int | None:
+        return self.llm.model_config.max_model_len
+
+    def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
+        encoded = encode_prompts(self.tokenizer, prompts, self.use_chat_template, self.system_prompt)
+        return [len(ids) for ids in encoded]
+
     def sample(
         self,
         prompts: Sequence[str],

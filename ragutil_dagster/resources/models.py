@@ -34,12 +34,15 @@ class ModelRegistry(ConfigurableResource):
     ``nli_cache``: SQLite file caching NLI probabilities per (model identity, pair);
     ``generation_cache``: directory of the content-addressed generation cache (same model
     identity, prompt, sampling parameters, n and seed are never sampled twice). Empty: no cache.
+    ``checkpoint_prompts``: prompts sampled between two writes to the generation cache (the most
+    a killed worker re-samples); ``generation_batch_rows``: sequences per HF decoding batch.
     """
 
     device: str = ""
     nli_cache: str = ""
     generation_cache: str = ""
     generation_batch_rows: int = 256
+    checkpoint_prompts: int = 64
     show_progress: bool = True
 
     def _device(self) -> str | None:
@@ -57,13 +60,18 @@ class ModelRegistry(ConfigurableResource):
         if not self.generation_cache:
             return backend
         return _memo(
-            ("cached", id(backend), self.generation_cache),
-            lambda: CachedGenerator(backend, GenerationCache(self.generation_cache)),
+            ("cached", id(backend), self.generation_cache, self.checkpoint_prompts),
+            lambda: CachedGenerator(
+                backend, GenerationCache(self.generation_cache), self.checkpoint_prompts,
+                show_progress=self.show_progress,
+            ),
         )
 
     def _backend(self, spec: GeneratorConfig):
         from ragutil_dagster.models.generation import HFGenerator
 
+        # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
+        show_progress = self.show_progress and not self.generation_cache
         ref = resolve_model(resolve_model_path(spec.model), spec.revision)
         if spec.backend == "vllm":
             from ragutil_dagster.models.vllm_backend import VLLMGenerator
@@ -72,7 +80,7 @@ class ModelRegistry(ConfigurableResource):
                 ("vllm", ref.identity, str(ref.path), spec.use_chat_template),
                 lambda: VLLMGenerator(
                     ref, use_chat_template=spec.use_chat_template,
-                    trust_remote_code=spec.trust_remote_code, show_progress=self.show_progress,
+                    trust_remote_code=spec.trust_remote_code, show_progress=show_progress,
                 ),
             )
         return _memo(
@@ -80,7 +88,7 @@ class ModelRegistry(ConfigurableResource):
             lambda: HFGenerator(
                 ref, device=self._device(), use_chat_template=spec.use_chat_template,
                 trust_remote_code=spec.trust_remote_code, max_batch_rows=self.generation_batch_rows,
-                show_progress=self.show_progress,
+                show_progress=show_progress,
             ),
         )
 

@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 from dagster import ConfigurableResource
 
+from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.retrieval.io import atomic_write
 
 
@@ -35,7 +36,12 @@ class ArtifactStore(ConfigurableResource):
 
     def write_table(self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table") -> Path:
         path = self.table_path(asset, partition, name)
-        atomic_write(path, lambda temporary: frame.write_parquet(temporary))
+
+        def write(temporary: Path) -> None:
+            frame.write_parquet(temporary)
+            failpoint("parquet_write")
+
+        atomic_write(path, write)
         return path
 
     def read_table(self, asset: str, partition: str | None, name: str = "table") -> pl.DataFrame:

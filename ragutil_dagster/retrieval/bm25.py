@@ -132,7 +132,7 @@ class BM25Retriever:
                 f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}"
             )
         model = bm25s.BM25.load(
-            str(directory / "bm25s"), mmap=mmap, show_progress=False, verbosity=0
+            str(directory / "bm25s"), mmap=mmap, allow_pickle=False, show_progress=False, verbosity=0
         )
         # bm25s's saved parameters do not include the backend; restore the numba one.
         model.backend = "numba"

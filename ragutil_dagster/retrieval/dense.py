@@ -142,7 +142,7 @@ def embed_corpus(
         fill(mapped)
         mapped.flush()
         del mapped
-    return np.load(out_path, mmap_mode="r")
+    return np.load(out_path, mmap_mode="r", allow_pickle=False)
 
 
 def _vectors(array: Any, dim: int) -> np.ndarray:
@@ -401,7 +401,7 @@ class DenseRetriever:
                 )
         if corpus is not None:
             check_corpus(manifest, corpus, directory)
-        embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
+        embeddings = np.load(directory / "embeddings.npy", mmap_mode="r", allow_pickle=False)
         index = faiss.read_index(str(directory / "index.faiss"))
         ids = pl.read_parquet(directory / "ids.parquet")["id"]
         size, dim = manifest["size"], manifest["dim"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -19,18 +20,46 @@ from ragutil_dagster.retrieval.errors import IndexFormatError, IndexMismatchErro
 MANIFEST_NAME = "manifest.json"
 
 
+# Storage failures the user must act on (free space, fix permissions, pick another directory),
+# as opposed to bugs: reported as one ArtifactWriteError naming the file.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+class ArtifactWriteError(OSError):
+    """A file could not be written for lack of space or permission; names the file and the fix."""
+
+
+@contextmanager
+def _storage_errors(target: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in _STORAGE_ERRNOS or isinstance(err, ArtifactWriteError):
+            raise
+        fix = ("free disk space there or point RAGUTIL_HOME at a larger disk"
+               if err.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "check the directory's permissions or point RAGUTIL_HOME elsewhere")
+        raise ArtifactWriteError(
+            err.errno, f"cannot write {target}: {os.strerror(err.errno)} ({fix}); the previous "
+            "version, if any, is left intact"
+        ) from err
+
+
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it replaces ``target`` in one step,
-    on failure it is removed, so readers never see a half-written file."""
+    on failure it is removed, so readers never see a half-written file. Lack of space or
+    permission is an :class:`ArtifactWriteError` naming ``target``."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    with _storage_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(handle)
     temporary = Path(name)
     try:
-        yield temporary
-        os.replace(temporary, target)
+        with _storage_errors(target):
+            yield temporary
+            os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
 

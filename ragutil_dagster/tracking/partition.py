@@ -11,6 +11,7 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import ModelIdentities
@@ -153,6 +154,7 @@ def log_partition(
     (Parquet / JSON, under ``scores/``) and the plots (under ``plots/``); return the metrics."""
     metrics = {**summary, **interval_metrics(per_query, seed), **extra_metrics}
     run.log_params(params)
+    failpoint("mlflow")
     run.log_metrics(metrics)
     for path in tables:
         run.log_artifact(path, "scores")

@@ -41,7 +41,7 @@ def registered_model_dir(uri: str, home: Path) -> str:
         )
     except Exception as err:  # noqa: BLE001 — MLflow raises several types for "not found"
         raise ModelUnavailableError(
-            f"model {uri!r} is not in the MLflow registry at {tracking.uri} ({str(err).splitlines()[0]}); "
+            f"model {uri!r} is not in the MLflow registry at {tracking.display_uri} ({str(err).splitlines()[0]}); "
             "register it there or set MLFLOW_TRACKING_URI to the registry that has it"
         ) from None
     target = home / "cache" / "mlflow-models" / name / str(version.version)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from dagster import ConfigurableResource
 
 from ragutil_dagster.locks import exclusive_file_lock
+from ragutil_dagster.redaction import redact, redact_uri
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ class TrackedRun:
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(name, value) for name, value in params.items()]
+        # Parameters are shown to everyone with access to the store: no credentials in them.
+        items = [Param(name, redact(str(value))) for name, value in params.items()]
         for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
@@ -97,9 +99,15 @@ class MlflowTracking(ConfigurableResource):
 
     @property
     def uri(self) -> str:
+        """The tracking URI, credentials included: for connecting only, never for display."""
         if self.tracking_uri:
             return self.tracking_uri
         return f"sqlite:///{self._home() / 'mlflow.db'}"
+
+    @property
+    def display_uri(self) -> str:
+        """The tracking URI with any password or token masked: for messages and metadata."""
+        return redact_uri(self.uri)
 
     def _home(self) -> Path:
         return Path(self.home).expanduser().resolve()
@@ -120,7 +128,7 @@ class MlflowTracking(ConfigurableResource):
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 raise RuntimeError(
-                    f"MLflow experiment {name!r} is deleted in {self.uri}; restore it "
+                    f"MLflow experiment {name!r} is deleted in {self.display_uri}; restore it "
                     f"(mlflow experiments restore --experiment-id {found.experiment_id}) or remove it for good"
                 )
             return found.experiment_id
@@ -138,7 +146,7 @@ class MlflowTracking(ConfigurableResource):
 
     def run_url(self, experiment_id: str, run_id: str) -> str:
         """The run's page in the MLflow UI."""
-        base = self.uri if self.uri.startswith(("http://", "https://")) else self.ui_url
+        base = self.display_uri if self.uri.startswith(("http://", "https://")) else self.ui_url
         return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
     def find_run(self, experiment_id: str, key: str):

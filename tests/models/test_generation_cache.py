@@ -49,7 +49,8 @@ def cached(hf: HFGenerator, tmp_path: Path) -> CachedGenerator:
 
 def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerator) -> None:
     first = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
-    assert cached.generator.calls == [PROMPTS[:2]]  # the repeated prompt went once
+    # The repeated prompt went once; prompts go shortest first (the canonical checkpoint order).
+    assert cached.generator.calls == [[PROMPTS[1], PROMPTS[0]]]
     assert first[0] == first[2]
     direct = hf.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
     assert [[s.token_ids for s in per] for per in first] == [
@@ -122,3 +123,32 @@ def test_writes_leave_no_temporary_files(cached: CachedGenerator) -> None:
     cached.sample(PROMPTS, n=2, max_new_tokens=4)
     files = [p.name for p in cached.cache.root.rglob("*") if p.is_file()]
     assert len(files) == 2 and not any(name.startswith(".tmp") for name in files)
+
+
+class CrashingGenerator(CountingGenerator):
+    """Fails on its ``crash_on``-th call, as a worker killed mid-run."""
+
+    def __init__(self, inner: HFGenerator, crash_on: int) -> None:
+        super().__init__(inner)
+        self.crash_on = crash_on
+
+    def sample(self, prompts, **kwargs):
+        if len(self.calls) + 1 == self.crash_on:
+            raise RuntimeError("worker died")
+        return super().sample(prompts, **kwargs)
+
+
+def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_path: Path) -> None:
+    prompts = [f"Question: what is item {i}? Answer:" for i in range(7)]
+    cache = GenerationCache(tmp_path / "gen")
+    crashing = CachedGenerator(CrashingGenerator(hf, crash_on=3), cache, checkpoint_prompts=3)
+    with pytest.raises(RuntimeError, match="worker died"):
+        crashing.sample(prompts, n=2, max_new_tokens=4, seed=3)
+    assert crashing.generator.calls == [prompts[:3], prompts[3:6]]  # two checkpoints stored
+
+    resumed = CachedGenerator(CountingGenerator(hf), cache, checkpoint_prompts=3)
+    got = resumed.sample(prompts, n=2, max_new_tokens=4, seed=3)
+    assert resumed.generator.calls == [prompts[6:]]  # only what was missing
+    # Bit-identical to an uninterrupted run: the same checkpoints, batched with the same mates.
+    fresh = CachedGenerator(CountingGenerator(hf), GenerationCache(tmp_path / "other"), checkpoint_prompts=3)
+    assert got == fresh.sample(prompts, n=2, max_new_tokens=4, seed=3)

@@ -1,0 +1,36 @@
+"""Named crash points for fault-injection tests (the failpoint pattern of FreeBSD's ``fail(9)``
+and TiKV's ``fail-rs``).
+
+``RAGUTIL_FAILPOINT=<name>[:<n>]`` makes the process kill itself with SIGKILL the ``n``-th time
+(default: the first) execution passes ``failpoint(<name>)`` — no clean-up handler, ``finally``
+block or atexit hook runs, exactly as when the OOM killer or a scheduler pre-empts a worker.
+Unset, as always outside the tests, a failpoint costs one environment lookup.
+
+The points: ``sampling`` (after each checkpointed batch of generations), ``nli`` (after each
+cached batch of NLI probabilities), ``scoring`` (metrics computed, nothing written yet),
+``mlflow`` (run opened and parameters logged, metrics not yet), ``parquet_write`` (a table's
+temporary file written, not yet renamed into place).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "RAGUTIL_FAILPOINT"
+POINTS = ("sampling", "nli", "scoring", "mlflow", "parquet_write")
+
+_passes: dict[str, int] = {}
+
+
+def failpoint(name: str) -> None:
+    """Die by SIGKILL here if ``$RAGUTIL_FAILPOINT`` names this point and this is its n-th pass."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != name:
+        return
+    _passes[name] = _passes.get(name, 0) + 1
+    if _passes[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,112 @@
+"""Fault injection: ``ragutil run`` killed with SIGKILL at five points (during sampling, NLI,
+scoring, MLflow logging and a Parquet write) — no handler runs, as with the OOM killer — then run
+again. Each re-run must complete with scores identical to an uninterrupted run's, and MLflow must
+hold exactly one run per run key."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from ragutil_dagster.failpoints import ENV, POINTS
+from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
+
+# (point, pass): the pass is chosen so the kill lands mid-pipeline, after some work of the same
+# kind has completed — e.g. the second checkpoint of sampling, the third Parquet table.
+KILLS = [("sampling", 2), ("nli", 1), ("scoring", 2), ("mlflow", 1), ("parquet_write", 4)]
+
+
+def run_pipeline(config: Path, home: Path, failpoint: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "MLFLOW_TRACKING_URI", "DAGSTER_HOME")}
+    env["RAGUTIL_HOME"] = str(home)
+    if failpoint:
+        env[ENV] = failpoint
+    return subprocess.run(
+        [sys.executable, "-m", "ragutil_dagster.cli", "run", str(config), "--quiet"],
+        check=False, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def final_scores(home: Path) -> dict[str, object]:
+    """Every table and summary of metric_scores, by partition and name."""
+    out: dict[str, object] = {}
+    for path in sorted((home / "artifacts" / "metric_scores").glob("*/*")):
+        if path.suffix == ".parquet":
+            out[f"{path.parent.name}/{path.name}"] = pl.read_parquet(path)
+        elif path.name == "summary.json":
+            out[f"{path.parent.name}/{path.name}"] = json.loads(path.read_text())
+    return out
+
+
+def mlflow_runs(home: Path) -> Counter:
+    """Runs per (kind, name), after asserting every run FINISHED and no run key held twice.
+
+    Keys are compared within one store only: a comparison run's key holds the MLflow ids of the
+    runs it compares, which differ between stores.
+    """
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    keys: Counter = Counter()
+    names: Counter = Counter()
+    for experiment in client.search_experiments():
+        for run in client.search_runs([experiment.experiment_id], max_results=1000):
+            assert run.info.status == "FINISHED", (run.info.run_name, run.info.status)
+            keys[run.data.tags[RUN_KEY_TAG]] += 1
+            names[(run.data.tags[KIND_TAG], run.info.run_name)] += 1
+    assert set(keys.values()) == {1}, keys
+    return names
+
+
+@pytest.fixture(scope="module")
+def config(tiny_world, make_tiny_config, tmp_path_factory) -> Path:
+    _, world, models = tiny_world
+    spec = make_tiny_config(models, world)
+    spec["retrievers"] = spec["retrievers"][:1]
+    spec["datasets"][0]["max_queries"] = 4
+    path = tmp_path_factory.mktemp("fault-config") / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(config, tmp_path_factory) -> tuple[dict[str, object], Counter]:
+    home = tmp_path_factory.mktemp("uninterrupted")
+    done = run_pipeline(config, home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return final_scores(home), mlflow_runs(home)
+
+
+def test_every_failpoint_is_exercised() -> None:
+    assert sorted(point for point, _ in KILLS) == sorted(POINTS)
+
+
+@pytest.mark.parametrize(("point", "nth"), KILLS, ids=[point for point, _ in KILLS])
+def test_rerun_after_sigkill_gives_identical_scores_and_no_duplicate_runs(
+    point: str, nth: int, config: Path, uninterrupted, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    killed = run_pipeline(config, home, f"{point}:{nth}")
+    assert killed.returncode == -signal.SIGKILL, (point, killed.returncode, killed.stderr[-3000:])
+
+    resumed = run_pipeline(config, home)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected_scores, expected_runs = uninterrupted
+    scores = final_scores(home)
+    assert scores.keys() == expected_scores.keys()
+    for name, value in expected_scores.items():
+        if isinstance(value, pl.DataFrame):
+            assert scores[name].equals(value), name
+        else:
+            assert scores[name] == value, name
+    runs = mlflow_runs(home)
+    assert runs == expected_runs
+    assert set(runs.values()) == {1}
