@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         ensure_embedded_models(progress=not args.quiet)
     defs = build_definitions(experiment)
     parts, _ = build_assets(experiment)
-    outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet)
+    outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
+                              console_log_level="CRITICAL" if args.quiet else "WARNING")
     print()
     print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))

@@ -70,8 +70,12 @@ def materialize_all(
     parts: Partitions,
     instance: dg.DagsterInstance,
     progress: bool = True,
+    console_log_level: str = "WARNING",
 ) -> RunOutcome:
-    """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`."""
+    """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`.
+
+    ``console_log_level``: Dagster events at or above it are echoed to the terminal (all of them
+    are stored in the instance's event log either way)."""
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
     steps = [(names, key) for names, keys in plan(experiment, parts) for key in keys]
@@ -83,6 +87,8 @@ def materialize_all(
         result = dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
             raise_on_error=False, tags={"ragutil/experiment": experiment.name},
+            # The instance keeps every event; the terminal shows only what needs attention.
+            run_config={"loggers": {"console": {"config": {"log_level": console_log_level}}}},
         )
         if not result.success:
             failure = next((e for e in result.all_events if e.is_step_failure), None)

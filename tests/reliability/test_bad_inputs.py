@@ -477,10 +477,12 @@ def markdown_table() -> str:
         ),
         "",
         (
-            "Known gap: through `ragutil run` these errors are raised inside Dagster steps and "
-            "currently reach the user as the runner's `RuntimeError` with a traceback and exit "
-            "status 1, the message above embedded in it; `ragutil score` reports them as one line "
-            "with exit status 2 (below)."
+            "Through `ragutil run` these errors are raised inside a Dagster step: the run stops at "
+            "that step, which is marked failed in Dagster (with the full traceback in its log), and "
+            "the user sees one line naming the step and the error, with exit status 2 "
+            "(`test_ragutil_run_reports_a_bad_corpus_in_one_line` in tests/reliability/test_guards.py); "
+            "a failure during scoring also leaves the partition's MLflow run FAILED. "
+            "`ragutil score` reports them as one line with exit status 2 (below)."
         ),
         "",
         "| case | entry point | example input | what the user sees | where tested |",

@@ -166,3 +166,32 @@ def test_a_failed_step_names_the_user_error_under_dagsters_wrapping() -> None:
     assert str(err).startswith("corpus[world] failed: CorpusValidationError: corpus.jsonl:3: field 'text'")
     bug = StepFailedError("metric_scores[x]", "run-2", _Error("Wrapper", "w", _Error("ZeroDivisionError", "division by zero")))
     assert not bug.user_error and "ZeroDivisionError: division by zero" in str(bug)
+
+
+def test_ragutil_run_reports_a_bad_corpus_in_one_line(tiny_world, make_tiny_config, tmp_path, monkeypatch) -> None:
+    import contextlib
+    import io
+    import shutil
+
+    import yaml
+
+    from ragutil_dagster.cli import main
+
+    _, world, models = tiny_world
+    broken = tmp_path / "world"
+    shutil.copytree(world, broken)
+    lines = (broken / "corpus.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:25]  # a record cut off mid-way
+    (broken / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    config = tmp_path / "exp.yaml"
+    config.write_text(yaml.safe_dump(make_tiny_config(models, broken)))
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["run", str(config), "--quiet"])
+    message = err.getvalue()
+    assert status == 2, message
+    assert message.startswith("ragutil run: error: queries+corpus[world] failed: CorpusValidationError: ")
+    assert "corpus.jsonl:2: invalid JSON" in message and message.count("\n") == 1
+    assert not (tmp_path / "home" / "artifacts" / "corpus").exists()
