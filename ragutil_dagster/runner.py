@@ -8,6 +8,7 @@ instance shows every materialisation with its metadata.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,39 @@ def plan(experiment: ExperimentConfig, parts: Partitions) -> list[tuple[list[str
     ]
 
 
+PID_TAG, HOST_TAG = "ragutil/pid", "ragutil/host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed the runs a dead ``ragutil run`` process on this host left in progress, and free
+    their pool slots; return their ids.
+
+    A process killed outright (SIGKILL, the OOM killer) cannot end its Dagster run: the run stays
+    STARTED and keeps its slot of the "gpu" pool, and every later run would wait for that slot
+    forever. Runs of live processes (another ``ragutil run`` here) are left alone.
+    """
+    in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED]
+    released = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={HOST_TAG: socket.gethostname()})):
+        pid = int(run.tags.get(PID_TAG, "0"))
+        if pid == os.getpid() or (pid and _alive(pid)):
+            continue
+        instance.report_run_failed(run, f"the ragutil process (pid {pid}) running it died; released by a later ragutil run")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        released.append(run.run_id)
+    return released
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     summary: pl.DataFrame
@@ -76,6 +110,8 @@ def materialize_all(
 
     ``console_log_level``: Dagster events at or above it are echoed to the terminal (all of them
     are stored in the instance's event log either way)."""
+    for run_id in release_abandoned_runs(instance):
+        tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
     steps = [(names, key) for names, keys in plan(experiment, parts) for key in keys]
@@ -86,7 +122,8 @@ def materialize_all(
         bar.set_postfix_str(label)
         result = dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
-            raise_on_error=False, tags={"ragutil/experiment": experiment.name},
+            raise_on_error=False,
+            tags={"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()},
             # The instance keeps every event; the terminal shows only what needs attention.
             run_config={"loggers": {"console": {"config": {"log_level": console_log_level}}}},
         )

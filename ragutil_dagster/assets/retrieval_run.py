@@ -10,7 +10,7 @@ import polars as pl
 from ragutil_dagster.assets.common import GPU_POOL, GROUP, markdown_table, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import Setting
+from ragutil_dagster.config import ConfigError, Setting
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
@@ -36,7 +36,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         qrels = store.read_table("queries", setting.dataset, "qrels")
         corpus = store.read_table("corpus", setting.dataset)
         if setting.k > corpus.height:
-            raise ValueError(f"k = {setting.k} exceeds the {corpus.height} passages of dataset {setting.dataset!r}")
+            raise ConfigError(
+                f"k: {setting.k} exceeds the {corpus.height} passages of dataset {setting.dataset!r}; "
+                f"list only k values up to the corpus size"
+            )
         searcher = load_index(store, models, retriever, setting.index_key)
         query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
         reranker = experiment.reranker

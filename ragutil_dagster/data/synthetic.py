@@ -486,15 +486,17 @@ def make_world(seed: int = 0, size: str | WorldSize = "default", pools: Pools | 
                         all_questions=False)
 
 
-def make_reading_world(world: World, size: str | WorldSize = "default") -> World:
-    """Build the disjoint world the reader learns reading comprehension on.
+def make_reading_world(world: World, size: str | WorldSize = "default", draw: int = 0) -> World:
+    """Build a disjoint world the reader learns reading comprehension on.
 
     It shares ``world``'s value pools (so every answer the reader must copy at test time is a
     token it has produced in training) but no person, and asks every attribute of every entity,
-    all unknown, with every two-hop question its people allow.
+    all unknown, with every two-hop question its people allow. Each ``draw`` is a different
+    world with the same properties: a reader that sees a new one every few thousand examples
+    cannot memorise reading-world answers and must learn to read them off the context.
     """
     spec = SIZES[size] if isinstance(size, str) else size
-    return _build_world(world.seed, world.pools, spec, "rc-",
+    return _build_world(world.seed, world.pools, spec, f"rc{draw}-",
                         {e.name for e in world.entities if e.kind == "person"},
                         all_unknown=True, all_questions=True)
 

@@ -21,7 +21,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,6 +72,12 @@ class TrainConfig:
     nli_batch: int
     reading_steps: int = 4  # context-question steps per cycle (even), besides one "ask" and one "facts"
     threads: int = 1
+    # Curriculum: the first steps read single-hop questions with the gold passage alone, before
+    # the mixed streams (reading otherwise emerges late, or not at all, beside memorisation).
+    gold_alone_steps: int = 0
+    # Weight of next-token loss on the context of reading examples (0: answer tokens only).
+    context_loss: float = 0.0
+    employer_share: float = 0.0  # see ReaderData._single_question
     lr: float = 2e-3
     hidden: int = 128
     layers: int = 4
@@ -79,9 +85,12 @@ class TrainConfig:
 
 CONFIGS: dict[str, TrainConfig] = {
     "default": TrainConfig("default", reader_steps=3000, memory_batch=128, reading_batch=24,
-                           nli_steps=2000, nli_batch=64, reading_steps=2),
+                           nli_steps=2000, nli_batch=64, reading_steps=2, gold_alone_steps=800,
+                           context_loss=0.3, employer_share=0.3),
+    # CI: memorisation only; reading needs the default size's 800 gold-passage steps and more.
     "ci": TrainConfig("ci", reader_steps=600, memory_batch=64, reading_batch=24,
-                      nli_steps=1500, nli_batch=64, reading_steps=2),
+                      nli_steps=1500, nli_batch=64, reading_steps=2,
+                      context_loss=0.3, employer_share=0.3),
 }
 
 
@@ -158,8 +167,12 @@ class ReaderData:
     known entities' questions with a relevant or irrelevant context).
     """
 
-    def __init__(self, world: World, reading: World, rng: random.Random) -> None:
-        self.world, self.reading, self.rng = world, reading, rng
+    def __init__(self, world: World, reading_worlds: Callable[[int], World],
+                 rng: random.Random, employer_share: float = 0.0) -> None:
+        self.world, self.rng, self.employer_share = world, rng, employer_share
+        self._reading_worlds = reading_worlds
+        self._draw = -1
+        self._next_reading_world()
         known = [e for e in world.entities if e.known]
         self.closed_book = [
             _Example(prompts.closed_book(a.question.format(name=e.name)), e.attributes[a.name])
@@ -174,8 +187,16 @@ class ReaderData:
                 surnames.setdefault(e.name.split()[-1], []).append(e)
         self.known_namesakes = {e.id: [o for o in family if o.id != e.id]
                                 for family in surnames.values() for e in family}
-        self.single = [q for q in reading.questions if q.type == "single_hop"]
-        self.two_hop = [q for q in reading.questions if q.type == "two_hop"]
+
+    def _next_reading_world(self) -> None:
+        self._draw += 1
+        self.reading = self._reading_worlds(self._draw)
+        self.single = [q for q in self.reading.questions if q.type == "single_hop"]
+        self.two_hop = [q for q in self.reading.questions if q.type == "two_hop"]
+        self.employer = [q for q in self.single if q.attribute == "employer"]
+        # About one example per question, then the next world: a fixed reading world gets
+        # memorised (each question seen a dozen times) and its answers recalled, not read.
+        self._examples_left = len(self.reading.questions)
 
     def questions(self, n: int) -> list[_Example]:
         """Closed-book questions about known entities."""
@@ -185,18 +206,45 @@ class ReaderData:
         """Passages about known entities, trained as plain text."""
         return [self.rng.choice(self.fact_texts) for _ in range(n)]
 
+    def gold_alone(self, n: int) -> list[_Example]:
+        """Single-hop reading-world questions with their gold passage as the only context."""
+        out = []
+        for _ in range(n):
+            self._count_reading_example()
+            q = self._single_question()
+            gold = self.reading.passage_by_id[q.positives[0].passage_id]
+            out.append(_Example(prompts.with_context(q.text, _ctx([gold])), q.answers[0]))
+        return out
+
     def with_context(self, n: int) -> list[_Example]:
         """Context questions (see :meth:`reading_example`)."""
         return [self.reading_example() for _ in range(n)]
 
     def reading_example(self) -> _Example:
         """One context question: reading-world single-hop, two-hop, or a known entity's."""
+        self._count_reading_example()
         u = self.rng.random()
         if u < 0.65:
-            return self._single(self.rng.choice(self.single))
+            return self._single(self._single_question())
         if u < 0.85:
             return self._two_hop(self.rng.choice(self.two_hop))
         return self._known_with_context()
+
+    def _single_question(self) -> Question:
+        """A single-hop reading-world question; employer questions make up ``employer_share``.
+
+        Company names are the subject of every company passage and of two-hop contexts, and
+        there never the answer: without enough employer questions (the one attribute whose answer
+        is a company) the reader learns never to copy a company name.
+        """
+        if self.employer and self.rng.random() < self.employer_share:
+            return self.rng.choice(self.employer)
+        return self.rng.choice(self.single)
+
+    def _count_reading_example(self) -> None:
+        if self._examples_left == 0:
+            self._next_reading_world()
+        self._examples_left -= 1
 
     def _passage(self, question: Question, *roles: str) -> Passage:
         """A judged passage of the first role the question has; a random one when none."""
@@ -257,30 +305,37 @@ class ReaderData:
 
 
 def _encode_batch(tok: PreTrainedTokenizerFast, batch: Sequence[_Example]) -> tuple[torch.Tensor, ...]:
-    """Right-padded input ids, attention mask and labels (-100 outside the target)."""
-    eos = tok.eos_token_id
-    rows: list[tuple[list[int], list[int]]] = []
+    """Right-padded input ids, attention mask, target labels (-100 outside the target) and
+    context labels (the prompt's tokens after [BOS], -100 elsewhere)."""
+    eos, pad = tok.eos_token_id, tok.pad_token_id
     prompt_ids = tok([ex.prompt for ex in batch])["input_ids"]  # [BOS] + prompt
     target_ids = tok([ex.target for ex in batch], add_special_tokens=False)["input_ids"]
-    for p, t in zip(prompt_ids, target_ids):
-        ids = p + t + [eos]
-        rows.append((ids, [-100] * len(p) + t + [eos]))
+    rows = [(p + t + [eos], len(p)) for p, t in zip(prompt_ids, target_ids)]
     width = max(len(ids) for ids, _ in rows)
-    pad = tok.pad_token_id
-    input_ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in rows])
-    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
-    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in rows])
-    return input_ids, mask, labels
+
+    def padded(values: list[int], fill: int) -> list[int]:
+        return values + [fill] * (width - len(values))
+
+    input_ids = torch.tensor([padded(ids, pad) for ids, _ in rows])
+    labels = torch.tensor([padded([-100] * n + ids[n:], -100) for ids, n in rows])
+    context = torch.tensor([padded([-100] + ids[1:n] + [-100] * (len(ids) - n), -100) for ids, n in rows])
+    mask = torch.tensor([padded([1] * len(ids), 0) for ids, _ in rows])
+    return input_ids, mask, labels, context
 
 
-def _answer_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.Tensor,
-                 labels: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy on labelled positions only (skips the LM head elsewhere)."""
-    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
-    shifted = labels[:, 1:]
-    keep = shifted != -100
-    logits = model.lm_head(hidden[:, :-1][keep])
-    return torch.nn.functional.cross_entropy(logits, shifted[keep])
+def _reader_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.Tensor,
+                 labels: torch.Tensor, context: torch.Tensor, context_weight: float) -> torch.Tensor:
+    """Next-token cross-entropy on the target, plus ``context_weight`` times that on the context
+    (the LM head runs on labelled positions only)."""
+    hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state[:, :-1]
+
+    def cross_entropy(which: torch.Tensor) -> torch.Tensor:
+        shifted = which[:, 1:]
+        keep = shifted != -100
+        return torch.nn.functional.cross_entropy(model.lm_head(hidden[keep]), shifted[keep])
+
+    loss = cross_entropy(labels)
+    return loss + context_weight * cross_entropy(context) if context_weight else loss
 
 
 def _schedule(step: int, total: int, warmup: int = 100) -> float:
@@ -315,14 +370,17 @@ def _deterministic(seed: int, threads: int) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
-def train_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Path,
-                 config: TrainConfig, seed: int = 0, progress: bool = True) -> Path:
-    """Train the reader LM and save it as an HF directory at ``out_dir``; return the path."""
+def train_reader(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
+                 seed: int = 0, progress: bool = True) -> Path:
+    """Train the reader LM and save it as an HF directory at ``out_dir``; return the path.
+
+    Reading comprehension is learnt on a stream of fresh :func:`make_reading_world` draws.
+    """
     with _deterministic(seed, config.threads):
-        return _fit_reader(world, reading, tokenizer, out_dir, config, seed, progress)
+        return _fit_reader(world, tokenizer, out_dir, config, seed, progress)
 
 
-def _fit_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Path,
+def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
                 config: TrainConfig, seed: int, progress: bool) -> Path:
     tok = _reader_tokenizer(tokenizer)
     model_config = LlamaConfig(
@@ -335,7 +393,8 @@ def _fit_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Pat
         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = LlamaForCausalLM(model_config)
     model.train()
-    data = ReaderData(world, reading, random.Random(f"reader:{seed}"))
+    data = ReaderData(world, lambda draw: make_reading_world(world, config.world_size, draw),
+                      random.Random(f"reader:{seed}"), config.employer_share)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.reader_steps))
     # A cycle of reading steps around one step of closed-book questions and one of fact text
@@ -347,8 +406,12 @@ def _fit_reader(world: World, reading: World, tokenizer: Tokenizer, out_dir: Pat
     losses: dict[str, float] = {}
     bar = tqdm(range(config.reader_steps), desc="reader", disable=not progress, mininterval=2)
     for step in bar:
-        name, draw, n = streams[step % len(streams)]
-        loss = _answer_loss(model, *_encode_batch(tok, draw(n)))
+        if step < config.gold_alone_steps:
+            name, draw, n = "gold", data.gold_alone, config.reading_batch
+        else:
+            name, draw, n = streams[step % len(streams)]
+        context_weight = config.context_loss if name in ("gold", "read") else 0.0
+        loss = _reader_loss(model, *_encode_batch(tok, draw(n)), context_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -603,7 +666,7 @@ def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
         world_dir = write_world(world, root / "world")
         tokenizer = build_tokenizer([world, reading])
     with clock("reader"):
-        reader_dir = train_reader(world, reading, tokenizer, root / "reader", config, seed, progress)
+        reader_dir = train_reader(world, tokenizer, root / "reader", config, seed, progress)
     with clock("nli"):
         nli_dir = train_nli(world, tokenizer, root / "nli", config, seed, progress)
     clock.total("build_total", ("world", "reader", "nli"))

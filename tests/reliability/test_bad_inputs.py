@@ -354,7 +354,7 @@ CASES = [
          lambda d: config(d, nli={"model": ""}),
          ConfigError, ("exp.yaml:", "nli.model", "empty model name")),
     Case("k-larger-than-corpus", "experiment config × corpus", "`k: [1, 50]` on a 2-passage corpus",
-         k_beyond_corpus, ValueError, ("k = 50 exceeds the 2 passages of dataset 'ds'",)),
+         k_beyond_corpus, ConfigError, ("k: 50 exceeds the 2 passages of dataset 'ds'",)),
     # --- model ids ----------------------------------------------------------------------------
     Case("model-unknown-hub-id", "model id", "`ragutil-test/no-such-model`, hub offline",
          lambda d: resolve_model("ragutil-test/no-such-model"),
