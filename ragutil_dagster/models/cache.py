@@ -140,8 +140,10 @@ class CachedGenerator:
 
     A call's distinct prompts (a repeated prompt is sampled once) are cut into checkpoints of
     ``checkpoint_prompts``; a checkpoint whose entries are all stored is served from the cache,
-    any other goes to the wrapped generator and is stored as soon as it is sampled. A process
-    killed mid-call loses at most one checkpoint; the next call samples only what is missing.
+    any other goes to the wrapped generator and its new entries are stored as soon as it is
+    sampled. A process killed mid-call loses at most one checkpoint; the next call samples only
+    checkpoints with something missing. A stored entry always wins over a fresh sample of the
+    same request, so every reader of a request sees the same samples.
     """
 
     def __init__(
@@ -201,13 +203,17 @@ class CachedGenerator:
                   disable=not self.show_progress or not distinct) as bar:
             for checkpoint in checkpoints:
                 stored = {key: self.cache.get(key, n) for key, _ in checkpoint}
-                if all(samples is not None for samples in stored.values()):
+                missing = {key for key, samples in stored.items() if samples is None}
+                self.stats.hits += len(checkpoint) - len(missing)
+                self.stats.misses += len(missing)
+                if not missing:
                     found.update(stored)
-                    self.stats.hits += len(checkpoint)
                     bar.update(len(checkpoint))
                     continue
-                # A checkpoint interrupted while its entries were being written is sampled again
-                # whole, for the same batch-mates.
+                # A checkpoint with missing entries is sampled whole, for the same batch-mates as
+                # an uninterrupted run; entries already stored are kept, never replaced — another
+                # partition may have read them (prompts shared between settings), and a re-run
+                # must read the same values.
                 fresh = self.generator.sample(
                     [prompt for _, prompt in checkpoint],
                     n=n,
@@ -219,9 +225,9 @@ class CachedGenerator:
                     seed=seed,
                 )
                 for (key, _), samples in zip(checkpoint, fresh, strict=True):
-                    self.cache.put(key, samples)
-                    found[key] = samples
-                self.stats.misses += len(checkpoint)
+                    if key in missing:
+                        self.cache.put(key, samples)
+                    found[key] = stored[key] or samples
                 bar.update(len(checkpoint))
                 failpoint("sampling")
         return [list(found[key]) for key in keys]

@@ -152,3 +152,15 @@ def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_pa
     # Bit-identical to an uninterrupted run: the same checkpoints, batched with the same mates.
     fresh = CachedGenerator(CountingGenerator(hf), GenerationCache(tmp_path / "other"), checkpoint_prompts=3)
     assert got == fresh.sample(prompts, n=2, max_new_tokens=4, seed=3)
+
+
+def test_a_stored_entry_is_never_replaced(cached: CachedGenerator) -> None:
+    first = cached.sample(PROMPTS[:1], n=2, max_new_tokens=4, seed=5)
+    path = cached.cache.path(GenerationCache.key(cached.settings, PROMPTS[0], SamplingParams(2, 1.0, 1.0, 0, 4, (), 5)))
+    before = path.read_bytes()
+    # The checkpoint holding both prompts is sampled whole (other batch-mates than the first
+    # call's, so float results may differ in the last bits), but the stored entry wins.
+    both = cached.sample(PROMPTS[:2], n=2, max_new_tokens=4, seed=5)
+    assert cached.generator.calls[-1] == [PROMPTS[1], PROMPTS[0]]
+    assert both[0] == first[0] and path.read_bytes() == before
+    assert (cached.stats.hits, cached.stats.misses) == (1, 2)
