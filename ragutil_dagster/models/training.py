@@ -159,6 +159,11 @@ def _ctx(passages: Sequence[Passage]) -> list[tuple[str, str]]:
     return [(p.title, p.text) for p in passages]
 
 
+def _asked(q: Question, passages: Sequence[Passage]) -> _Example:
+    """``q`` over ``passages``, its canonical answer as the target."""
+    return _Example(prompts.with_context(q.text, _ctx(passages)), q.answers[0])
+
+
 class ReaderData:
     """Random training examples for the reader, drawn deterministically from ``rng``.
 
@@ -212,8 +217,7 @@ class ReaderData:
         for _ in range(n):
             self._count_reading_example()
             q = self._single_question()
-            gold = self.reading.passage_by_id[q.positives[0].passage_id]
-            out.append(_Example(prompts.with_context(q.text, _ctx([gold])), q.answers[0]))
+            out.append(_asked(q, [self._gold(q)]))
         return out
 
     def with_context(self, n: int) -> list[_Example]:
@@ -241,6 +245,10 @@ class ReaderData:
             return self.rng.choice(self.employer)
         return self.rng.choice(self.single)
 
+    def _gold(self, q: Question) -> Passage:
+        """The reading-world passage answering single-hop question ``q``."""
+        return self.reading.passage_by_id[q.positives[0].passage_id]
+
     def _count_reading_example(self) -> None:
         if self._examples_left == 0:
             self._next_reading_world()
@@ -263,7 +271,7 @@ class ReaderData:
         return out
 
     def _single(self, q: Question) -> _Example:
-        gold = self.reading.passage_by_id[q.positives[0].passage_id]
+        gold = self._gold(q)
         u = self.rng.random()
         # The gold passage alone teaches copying fastest; same-surname distractors are the
         # hardest case.
@@ -277,14 +285,14 @@ class ReaderData:
             extra = []
         ctx = [gold, *extra]
         self.rng.shuffle(ctx)
-        return _Example(prompts.with_context(q.text, _ctx(ctx)), q.answers[0])
+        return _asked(q, ctx)
 
     def _two_hop(self, q: Question) -> _Example:
         ctx = [self.reading.passage_by_id[j.passage_id] for j in q.positives]
         if self.rng.random() < 0.5:
             ctx.append(self._passage(q, "hard_negative_surname", "hard_negative_attribute"))
         self.rng.shuffle(ctx)
-        return _Example(prompts.with_context(q.text, _ctx(ctx)), q.answers[0])
+        return _asked(q, ctx)
 
     def _known_with_context(self) -> _Example:
         # Known facts stay known whatever the context: the answer comes from memory when the
