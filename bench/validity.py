@@ -6,6 +6,12 @@ in both conditions and its change Δ is correlated (Pearson) with the passage's 
 utility — 1 / 0 for single-hop positives of unknown / known facts, 0 for negatives, 1/2 for each
 positive of a two-hop question. Split into single-hop and two-hop questions.
 
+As in the paper, questions the reader already answers closed book are left out of the headline
+table ("we filter out those cases in which LLM has already succeeded … to eliminate the baseline
+effect"): here, those whose closed-book samples are mostly exact matches. That removes the known
+facts, whose passages have utility 0 by definition, so the table over *all* questions is reported
+too, with the mean ΔSePer_S of every passage role — the check of SePer's Property 2.
+
 Metrics, each averaged over the N samples as in the paper (Δ = with passage − closed book; for
 the uncertainty metrics Δ is the *reduction*, closed book − with passage, so that larger Δ means
 more utility for all of them):
@@ -65,6 +71,9 @@ class Case:
     passage_id: str | None
     utility: float
     prompt: str
+    known: bool
+    role: str | None = None  # the passage's role in utility.jsonl (None: closed book)
+    hop: int | None = None
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -87,12 +96,12 @@ def load_cases(world_dir: Path, max_per_type: int | None) -> list[Case]:
         taken[q["type"]] = taken.get(q["type"], 0) + 1
         answers = tuple(q["answers"])
         cases.append(Case(q["_id"], q["text"], answers, q["type"], None, 0.0,
-                          prompts.closed_book(q["text"])))
+                          prompts.closed_book(q["text"]), q["known"]))
         for u in judged[q["_id"]]:
             doc = corpus[u["corpus-id"]]
+            prompt = prompts.with_context(q["text"], [(doc["title"], doc["text"])])
             cases.append(Case(q["_id"], q["text"], answers, q["type"], u["corpus-id"],
-                              float(u["utility"]), prompts.with_context(
-                                  q["text"], [(doc["title"], doc["text"])])))
+                              float(u["utility"]), prompt, q["known"], u["role"], u["hop"]))
     return cases
 
 
@@ -131,11 +140,35 @@ def deltas(cases: Sequence[Case], scores: Sequence[dict[str, float]]) -> list[di
             continue
         base = closed[c.query_id]
         row = {"query_id": c.query_id, "passage_id": c.passage_id, "type": c.qtype,
-               "utility": c.utility}
+               "utility": c.utility, "role": c.role, "hop": c.hop, "known": c.known,
+               "closed_book_em": base["em"]}
         for m in METRICS:
             row[m] = base[m] - s[m] if m in REDUCTIONS else s[m] - base[m]
         rows.append(row)
     return rows
+
+
+def already_answered(rows: Sequence[dict]) -> set[str]:
+    """Questions the reader answers closed book: most of their closed-book samples match exactly."""
+    return {r["query_id"] for r in rows if r["closed_book_em"] > 0.5}
+
+
+def paper_protocol(rows: Sequence[dict]) -> list[dict]:
+    """The rows the paper's Table 2 keeps: questions the reader had not already answered."""
+    answered = already_answered(rows)
+    return [r for r in rows if r["query_id"] not in answered]
+
+
+def role_means(rows: Sequence[dict], metric: str = "seper_s") -> dict[str, dict[str, float]]:
+    """Mean Δ of ``metric`` and count per (question type, known / unknown, passage role)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        hop = f".hop{r['hop']}" if r["type"] == "two_hop" and r["role"] == "positive" else ""
+        key = f"{r['type']}.{'known' if r['known'] else 'unknown'}.{r['role']}{hop}"
+        groups.setdefault(key, []).append(r)
+    return {k: {"mean": float(np.mean([r[metric] for r in g])),
+                "utility": float(np.mean([r["utility"] for r in g])), "n": len(g)}
+            for k, g in sorted(groups.items())}
 
 
 def correlations(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
@@ -195,10 +228,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                temperature=args.temperature, max_new_tokens=8, seed=args.seed)
     entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
     rows = deltas(cases, score_cases(cases, samples, entail))
-    table = correlations(rows)
+    kept = paper_protocol(rows)
+    table, table_all, roles = correlations(kept), correlations(rows), role_means(rows)
     seconds = time.perf_counter() - t0
 
+    dropped = {t: len({r["query_id"] for r in rows if r["type"] == t})
+               - len({r["query_id"] for r in kept if r["type"] == t}) for t in ("single_hop", "two_hop")}
+    print("Paper protocol (questions the reader already answers closed book left out: "
+          f"{dropped['single_hop']} single-hop, {dropped['two_hop']} two-hop)")
     print(format_table(table))
+    print("\nAll questions (known facts' passages have utility 0)")
+    print(format_table(table_all))
+    print(f"\n{'mean ΔSePer_S by passage role':<44}{'Δ':>8}{'utility':>9}{'n':>6}")
+    for key, v in roles.items():
+        print(f"{key:<44}{v['mean']:>8.3f}{v['utility']:>9.2f}{v['n']:>6d}")
     print(f"\nbuild: {build_dir} (seed {build['seed']}, size {build['size']}); training wall "
           f"time {build['seconds']['build_total']:.0f} s for world + both models "
           f"({build['reader_steps']} reader steps); measuring took {seconds:.0f} s")
@@ -206,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     result.update({
         "pvalues": {key: v["p"] for key, v in table.items()},
         "pairs": {t: table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
+        "questions_already_answered": dropped,
+        "all_questions": {key: v["r"] for key, v in table_all.items()},
+        "all_questions_pairs": {t: table_all[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
+        "delta_seper_s_by_role": roles,
         "training_seconds": build["seconds"],
         "training_cpu_seconds": build.get("cpu_seconds"),
         "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
