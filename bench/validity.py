@@ -28,8 +28,9 @@ The reader is sampled through the project's ``HFGenerator``, answers are cluster
     python bench/validity.py                  # build the default world + models in the temp dir
     python bench/validity.py --build DIR      # reuse a `ragutil world build --out DIR`
 
-Prints the table and writes ``bench/results/validity.json`` (keys like
-``delta_seper_s.single_hop``, plus the build's training wall time).
+Prints both tables and writes ``bench/results/validity.json`` (keys like
+``delta_seper_s.single_hop`` for the paper's protocol, ``all_questions`` for every question, the
+per-role means, and the build's training wall time).
 """
 
 from __future__ import annotations
