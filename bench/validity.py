@@ -154,10 +154,13 @@ def already_answered(rows: Sequence[dict]) -> set[str]:
     return {r["query_id"] for r in rows if r["closed_book_em"] > 0.5}
 
 
-def paper_protocol(rows: Sequence[dict]) -> list[dict]:
-    """The rows the paper's Table 2 keeps: questions the reader had not already answered."""
+def paper_protocol(rows: Sequence[dict]) -> tuple[list[dict], dict[str, int]]:
+    """The rows the paper's Table 2 keeps (questions the reader had not already answered), and
+    how many questions of each type it leaves out."""
     answered = already_answered(rows)
-    return [r for r in rows if r["query_id"] not in answered]
+    qtype = {r["query_id"]: r["type"] for r in rows}
+    left_out = {t: sum(qtype[q] == t for q in answered) for t in ("single_hop", "two_hop")}
+    return [r for r in rows if r["query_id"] not in answered], left_out
 
 
 def role_means(rows: Sequence[dict], metric: str = "seper_s") -> dict[str, dict[str, float]]:
@@ -229,12 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                temperature=args.temperature, max_new_tokens=8, seed=args.seed)
     entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
     rows = deltas(cases, score_cases(cases, samples, entail))
-    kept = paper_protocol(rows)
+    kept, dropped = paper_protocol(rows)
     table, table_all, roles = correlations(kept), correlations(rows), role_means(rows)
     seconds = time.perf_counter() - t0
 
-    dropped = {t: len({r["query_id"] for r in rows if r["type"] == t})
-               - len({r["query_id"] for r in kept if r["type"] == t}) for t in ("single_hop", "two_hop")}
     print("Paper protocol (questions the reader already answers closed book left out: "
           f"{dropped['single_hop']} single-hop, {dropped['two_hop']} two-hop)")
     print(format_table(table))

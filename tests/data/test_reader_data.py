@@ -23,8 +23,7 @@ def _data(world: World, **options) -> ReaderData:
 
 def test_no_example_reveals_an_unknown_fact(world: World) -> None:
     """Unknown facts must reach the reader only through a test-time context: no training example,
-    in any stream, names an unknown person or quotes an unknown
-    entity's passage."""
+    in any stream, names an unknown person or quotes an unknown entity's passage."""
     data = _data(world, answer_shares=(("employer", 0.3), ("founded", 0.2)))
     examples = (data.gold_alone(300) + data.with_context(1500) + data.questions(600)
                 + data.facts(300))
