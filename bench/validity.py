@@ -207,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", type=Path, help="existing `ragutil world build` directory")
     parser.add_argument("--size", default="default", choices=("default", "ci"))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="sampling seed, and the world's seed when no --build is given")
     parser.add_argument("--n", type=int, default=10, help="samples per case (paper: 10)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-per-type", type=int, default=None,
@@ -259,8 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "training_cpu_seconds": build.get("cpu_seconds"),
         "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
         "reader_quality": build["quality"], "nli_accuracy": build["nli_accuracy"],
-        "n_samples": args.n, "temperature": args.temperature, "seed": args.seed,
-        "size": build["size"], "measure_seconds": seconds,
+        "n_samples": args.n, "temperature": args.temperature,
+        "sampling_seed": args.seed, "seed": build["seed"], "size": build["size"], "measure_seconds": seconds,
         "note": "measured on a 2-core CPU shared with other work",
     })
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,9 @@ class TrainConfig:
     # Weight of next-token loss on the context of reading examples (0: answer tokens only).
     context_loss: float = 0.0
     # Share of single-hop reading questions asked about each listed attribute (the rest at the
-    # reading world's own rates): see ReaderData._single_question.
+    # reading world's own rates): curriculum_shares in the gold-passage curriculum, answer_shares
+    # in the mixed phase after it. See ReaderData._single_question.
+    curriculum_shares: tuple[tuple[str, float], ...] = ()
     answer_shares: tuple[tuple[str, float], ...] = ()
     lr: float = 2e-3
     hidden: int = 128
@@ -86,13 +88,17 @@ class TrainConfig:
 
 
 # Answers the reader must be made to copy (see ReaderData._single_question): company names, and
-# founding years (161 values, ~5 % of reading questions at the world's own rates).
-ANSWER_SHARES = (("employer", 0.3), ("founded", 0.2))
+# the company attributes (~5 % of reading questions each at the world's own rates). Years (161
+# values) are learnt only in the curriculum; the smaller pools of industries and headquarters
+# are learnt in the mixed phase, and added to the curriculum they keep reading from emerging.
+CURRICULUM_SHARES = (("employer", 0.3), ("founded", 0.2))
+ANSWER_SHARES = (("employer", 0.25), ("founded", 0.2), ("industry", 0.1), ("headquarters", 0.05))
 
 CONFIGS: dict[str, TrainConfig] = {
-    "default": TrainConfig("default", reader_steps=3000, memory_batch=128, reading_batch=24,
+    "default": TrainConfig("default", reader_steps=3600, memory_batch=128, reading_batch=24,
                            nli_steps=2000, nli_batch=64, reading_steps=4, gold_alone_steps=800,
-                           context_loss=0.3, answer_shares=ANSWER_SHARES),
+                           context_loss=0.3, curriculum_shares=CURRICULUM_SHARES,
+                           answer_shares=ANSWER_SHARES),
     # CI: memorisation only; reading needs the default size's 800 gold-passage steps and more.
     "ci": TrainConfig("ci", reader_steps=600, memory_batch=64, reading_batch=24,
                       nli_steps=1500, nli_batch=64, reading_steps=2,
@@ -179,8 +185,10 @@ class ReaderData:
     """
 
     def __init__(self, world: World, reading_worlds: Callable[[int], World],
-                 rng: random.Random, answer_shares: Sequence[tuple[str, float]] = ()) -> None:
-        self.world, self.rng, self.answer_shares = world, rng, tuple(answer_shares)
+                 rng: random.Random, answer_shares: Sequence[tuple[str, float]] = (),
+                 curriculum_shares: Sequence[tuple[str, float]] = ()) -> None:
+        self.world, self.rng = world, rng
+        self.answer_shares, self.curriculum_shares = tuple(answer_shares), tuple(curriculum_shares)
         self._reading_worlds = reading_worlds
         self._draw = -1
         self._next_reading_world()
@@ -205,7 +213,7 @@ class ReaderData:
         self.single = [q for q in self.reading.questions if q.type == "single_hop"]
         self.two_hop = [q for q in self.reading.questions if q.type == "two_hop"]
         self.single_by_attribute = {a: [q for q in self.single if q.attribute == a]
-                                    for a, _ in self.answer_shares}
+                                    for a, _ in (*self.answer_shares, *self.curriculum_shares)}
         # About one example per question, then the next world: a fixed reading world gets
         # memorised (each question seen a dozen times) and its answers recalled, not read.
         self._examples_left = len(self.reading.questions)
@@ -223,7 +231,7 @@ class ReaderData:
         out = []
         for _ in range(n):
             self._count_reading_example()
-            q = self._single_question()
+            q = self._single_question(self.curriculum_shares)
             out.append(_asked(q, [self._gold(q)]))
         return out
 
@@ -236,13 +244,13 @@ class ReaderData:
         self._count_reading_example()
         u = self.rng.random()
         if u < 0.65:
-            return self._single(self._single_question())
+            return self._single(self._single_question(self.answer_shares))
         if u < 0.85:
             return self._two_hop(self.rng.choice(self.two_hop))
         return self._known_with_context()
 
-    def _single_question(self) -> Question:
-        """A single-hop reading-world question, the attributes of ``answer_shares`` at their share.
+    def _single_question(self, shares: Sequence[tuple[str, float]]) -> Question:
+        """A single-hop reading-world question, the attributes listed in ``shares`` at their share.
 
         The reader copies only answer words it has been trained to copy. Company names (the
         employer's answer) are the subject of every company passage and never its answer; a
@@ -251,7 +259,7 @@ class ReaderData:
         whether it learns years or industries depends on the seed.
         """
         u, bound = self.rng.random(), 0.0
-        for attribute, share in self.answer_shares:
+        for attribute, share in shares:
             bound += share
             if u < bound and self.single_by_attribute[attribute]:
                 return self.rng.choice(self.single_by_attribute[attribute])
@@ -414,7 +422,8 @@ def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
     model = LlamaForCausalLM(model_config)
     model.train()
     data = ReaderData(world, lambda draw: make_reading_world(world, config.world_size, draw),
-                      random.Random(f"reader:{seed}"), config.answer_shares)
+                      random.Random(f"reader:{seed}"), config.answer_shares,
+                      config.curriculum_shares)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.reader_steps))
     # A cycle of reading steps around one step of closed-book questions and one of fact text
