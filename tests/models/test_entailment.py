@@ -111,7 +111,9 @@ def test_cache_is_safe_for_concurrent_processes(tmp_path: Path) -> None:
     import multiprocessing
 
     path = str(tmp_path / "shared.sqlite")
-    with multiprocessing.get_context("fork").Pool(4) as pool:
+    # Spawned, not forked: a child forked from this multi-threaded process (torch's thread pool)
+    # can inherit a held lock and hang.
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
         seen = pool.starmap(_writer, [(path, w) for w in range(4)])
     assert all(100 <= s <= 400 for s in seen)
     from ragutil_dagster.models.entailment import NLICache
