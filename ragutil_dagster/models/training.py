@@ -213,7 +213,7 @@ class ReaderData:
         self.single = [q for q in self.reading.questions if q.type == "single_hop"]
         self.two_hop = [q for q in self.reading.questions if q.type == "two_hop"]
         self.single_by_attribute = {a: [q for q in self.single if q.attribute == a]
-                                    for a, _ in (*self.answer_shares, *self.curriculum_shares)}
+                                    for a in {a for a, _ in (*self.answer_shares, *self.curriculum_shares)}}
         # About one example per question, then the next world: a fixed reading world gets
         # memorised (each question seen a dozen times) and its answers recalled, not read.
         self._examples_left = len(self.reading.questions)

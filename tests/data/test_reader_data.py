@@ -10,6 +10,9 @@ import pytest
 from ragutil_dagster.data.synthetic import Question, World, make_reading_world, make_world
 from ragutil_dagster.models.training import ReaderData
 
+CURRICULUM = (("employer", 0.3), ("founded", 0.2))
+MIXED = (("industry", 0.25), ("headquarters", 0.1))
+
 
 @pytest.fixture(scope="module")
 def world() -> World:
@@ -24,8 +27,7 @@ def _data(world: World, **options) -> ReaderData:
 def test_no_example_reveals_an_unknown_fact(world: World) -> None:
     """Unknown facts must reach the reader only through a test-time context: no training example,
     in any stream, names an unknown person or quotes an unknown entity's passage."""
-    data = _data(world, curriculum_shares=(("employer", 0.3), ("founded", 0.2)),
-                 answer_shares=(("industry", 0.2), ("headquarters", 0.2)))
+    data = _data(world, curriculum_shares=CURRICULUM, answer_shares=MIXED)
     examples = (data.gold_alone(300) + data.with_context(1500) + data.questions(600)
                 + data.facts(300))
     known = {e.id for e in world.entities if e.known}
@@ -35,10 +37,6 @@ def test_no_example_reveals_an_unknown_fact(world: World) -> None:
         text = f"{ex.prompt} {ex.target}"
         assert not [n for n in unknown_people if n in text], ex
         assert not [p for p in unknown_passages if p in text], ex
-
-
-CURRICULUM = (("employer", 0.3), ("founded", 0.2))
-MIXED = (("industry", 0.25), ("headquarters", 0.1))
 
 
 @pytest.mark.parametrize(("stream", "shares"), [("curriculum", CURRICULUM), ("mixed", MIXED)])
