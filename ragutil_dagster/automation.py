@@ -86,11 +86,11 @@ def build_model_sensor(
     def current_identity(model: str, revision: str | None) -> str:
         if identity is not None:
             return identity(model, revision)
-        from ragutil_dagster.config import resolve_model_path
-        from ragutil_dagster.models.identity import ModelUnavailableError, resolve_model
+        from ragutil_dagster.errors import ModelUnavailableError
+        from ragutil_dagster.models.resolver import resolve
 
         try:
-            return resolve_model(resolve_model_path(model), revision).identity
+            return resolve(model, revision).identity
         except ModelUnavailableError as err:
             return f"unavailable: {err}"
 

@@ -61,24 +61,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     Errors in what the user supplied (config, records, corpus, model names) are printed as one
     message, without a traceback, and exit with status 2.
     """
-    from ragutil_dagster.config import ConfigError
-    from ragutil_dagster.errors import StepFailedError
-    from ragutil_dagster.models.identity import ModelUnavailableError
-    from ragutil_dagster.retrieval.errors import CorpusValidationError
-    from ragutil_dagster.retrieval.io import ArtifactWriteError
+    from ragutil_dagster.errors import StepFailedError, is_user_error
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CorpusValidationError, ModelUnavailableError, FileNotFoundError,
-            ArtifactWriteError) as err:
-        print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except StepFailedError as err:
         # The step's own traceback is in the Dagster run log; repeating the runner's adds nothing.
         print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
         return 2 if err.user_error else 1
-
+    except Exception as err:
+        if not is_user_error(err):
+            raise
+        print(f"ragutil {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 if __name__ == "__main__":
     sys.exit(main())

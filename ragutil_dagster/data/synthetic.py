@@ -21,14 +21,13 @@ documented in ``docs/synthetic_world.md``.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ragutil_dagster.files import write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
 QuestionType = Literal["single_hop", "two_hop"]
@@ -502,18 +501,8 @@ def make_reading_world(world: World, size: str | WorldSize = "default", draw: in
 
 
 # --- writing -----------------------------------------------------------------------------------
-def _atomic_write(path: Path, lines: Iterable[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-                f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    write_text_atomic(path, "".join(f"{line}\n" for line in lines))
 
 
 def _jsonl(rows: Iterable[dict]) -> Iterable[str]:
@@ -528,20 +517,20 @@ def write_world(world: World, out_dir: str | Path) -> Path:
     ``world.json``. Each file is written atomically.
     """
     out = Path(out_dir)
-    _atomic_write(out / "corpus.jsonl", _jsonl(
+    _write_lines(out / "corpus.jsonl", _jsonl(
         {"_id": p.id, "title": p.title, "text": p.text} for p in world.passages))
-    _atomic_write(out / "queries.jsonl", _jsonl(
+    _write_lines(out / "queries.jsonl", _jsonl(
         {"_id": q.id, "text": q.text} for q in world.questions))
-    _atomic_write(out / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", *(
+    _write_lines(out / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", *(
         f"{q.id}\t{j.passage_id}\t1" for q in world.questions for j in q.positives)])
-    _atomic_write(out / "questions.jsonl", _jsonl(
+    _write_lines(out / "questions.jsonl", _jsonl(
         {"_id": q.id, "text": q.text, "type": q.type, "attribute": q.attribute,
          "entity_id": q.entity_id, "answers": list(q.answers), "known": q.known,
          "n_hops": q.n_hops} for q in world.questions))
-    _atomic_write(out / "utility.jsonl", _jsonl(
+    _write_lines(out / "utility.jsonl", _jsonl(
         {"query-id": q.id, "corpus-id": j.passage_id, "role": j.role, "hop": j.hop,
          "utility": j.utility} for q in world.questions for j in q.judgements))
-    _atomic_write(out / "entities.jsonl", _jsonl(
+    _write_lines(out / "entities.jsonl", _jsonl(
         {"_id": e.id, "kind": e.kind, "name": e.name, "aliases": list(e.aliases),
          "attributes": e.attributes, "known": e.known} for e in world.entities))
     counts = {"entities": len(world.entities), "passages": len(world.passages),
@@ -549,6 +538,6 @@ def write_world(world: World, out_dir: str | Path) -> Path:
               "single_hop": sum(q.type == "single_hop" for q in world.questions),
               "two_hop": sum(q.type == "two_hop" for q in world.questions),
               "known_entities": sum(e.known for e in world.entities)}
-    _atomic_write(out / "world.json", [json.dumps(
+    _write_lines(out / "world.json", [json.dumps(
         {"schema_version": SCHEMA_VERSION, "seed": world.seed, "counts": counts}, indent=2)])
     return out

@@ -21,6 +21,7 @@ import polars as pl
 
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import PromptConfig
+from ragutil_dagster.errors import PromptTooLongError
 
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle")
 PROMPT_SCHEMA = {
@@ -32,10 +33,6 @@ PROMPT_SCHEMA = {
     "passages_dropped": pl.Int32,  # passages left out so the prompt fits the generator
     "last_passage_chars": pl.Int64,  # characters of the last passage kept when it was cut, else null
 }
-
-
-class PromptTooLongError(ValueError):
-    """A question does not fit the generator's context even without any passage."""
 
 
 @dataclass(frozen=True)

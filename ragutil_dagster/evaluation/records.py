@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
+from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.dataset import gold_answer_list
 from ragutil_dagster.evaluation.sampling import sample_prompts
@@ -26,7 +27,6 @@ from ragutil_dagster.evaluation.scoring import (
 )
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.retrieval.corpus import jsonl_records, record_id
-from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 
 @dataclass(frozen=True)

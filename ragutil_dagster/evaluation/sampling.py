@@ -41,16 +41,7 @@ def sample_prompts(
 ) -> pl.DataFrame:
     """Sample every distinct prompt ``sampling.n`` times; return the generation rows."""
     distinct = prompts["prompt"].unique(maintain_order=True).to_list()
-    samples = generator.sample(
-        distinct,
-        n=sampling.n,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        max_new_tokens=sampling.max_new_tokens,
-        stop=sampling.stop,
-        seed=seed,
-    )
+    samples = generator.sample(distinct, sampling.params(seed))
     by_prompt = dict(zip(distinct, samples))
     identity = generator.identity
     rows = []

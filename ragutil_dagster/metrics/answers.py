@@ -15,11 +15,9 @@ from collections.abc import Sequence
 
 import regex
 
+from ragutil_dagster.errors import EmptyGoldAnswerError
+
 Golds = str | Sequence[str]
-
-
-class EmptyGoldAnswerError(ValueError):
-    """A gold answer is empty (or has no tokens), so no prediction can be judged against it."""
 
 
 def gold_aliases(golds: Golds) -> tuple[str, ...]:

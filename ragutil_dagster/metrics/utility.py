@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import regex
 
+from ragutil_dagster.errors import UnparseableOutputError
 from ragutil_dagster.metrics.ranking import ir_measures, ranks_to_run
 
 
@@ -112,10 +113,6 @@ def rank_metrics(
         n_queries=len(qrels),
         per_query=per_query,
     )
-
-
-class UnparseableOutputError(ValueError):
-    """A verbalized utility judgment did not follow the requested output format."""
 
 
 _SELECTION_PREFIX = regex.compile(r"my\s*selection\s*[:：]?", regex.IGNORECASE)

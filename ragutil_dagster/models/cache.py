@@ -13,8 +13,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +20,16 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.models.generation import Generator, Sample, SamplingParams
-from ragutil_dagster.models.identity import cache_root
+from ragutil_dagster.files import atomic_write, cache_root, canonical_json
+from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.sampling import SamplingParams
 
 __all__ = ["CacheStats", "CachedGenerator", "GenerationCache"]
 
 log = logging.getLogger(__name__)
 _FORMAT = 1
 _FINISH = {"stop", "length"}
-
-
-def _canonical(obj: object) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class GenerationCache:
@@ -51,7 +46,7 @@ class GenerationCache:
             "prompt": prompt,
             "params": dataclasses.asdict(params),
         }
-        return hashlib.sha256(_canonical(request)).hexdigest()
+        return hashlib.sha256(canonical_json(request)).hexdigest()
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
@@ -78,18 +73,9 @@ class GenerationCache:
             "format": _FORMAT,
             "key": key,
             "samples": body,
-            "digest": hashlib.sha256(_canonical(body)).hexdigest(),
+            "digest": hashlib.sha256(canonical_json(body)).hexdigest(),
         }
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(_canonical(entry))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(self.path(key), lambda temporary: temporary.write_bytes(canonical_json(entry)))
 
 
 def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
@@ -103,7 +89,7 @@ def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
     body = entry.get("samples")
     if not isinstance(body, list) or len(body) != n:
         return None
-    if entry.get("digest") != hashlib.sha256(_canonical(body)).hexdigest():
+    if entry.get("digest") != hashlib.sha256(canonical_json(body)).hexdigest():
         return None
     samples = []
     for item in body:
@@ -176,19 +162,8 @@ class CachedGenerator:
     def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
         return self.generator.count_prompt_tokens(prompts)
 
-    def sample(
-        self,
-        prompts: Sequence[str],
-        n: int = 10,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 512,
-        stop: Sequence[str] = (),
-        seed: int = 0,
-    ) -> list[list[Sample]]:
+    def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         """As the wrapped generator's ``sample``, reusing every stored request."""
-        params = SamplingParams(n, temperature, top_p, top_k, max_new_tokens, tuple(stop), seed)
         prompts = check_texts(prompts, "prompts")
         settings = self.generator.settings
         keys = [GenerationCache.key(settings, p, params) for p in prompts]
@@ -202,7 +177,7 @@ class CachedGenerator:
         with tqdm(total=len(distinct), desc="sampling", unit="prompt",
                   disable=not self.show_progress or not distinct) as bar:
             for checkpoint in checkpoints:
-                stored = {key: self.cache.get(key, n) for key, _ in checkpoint}
+                stored = {key: self.cache.get(key, params.n) for key, _ in checkpoint}
                 missing = {key for key, samples in stored.items() if samples is None}
                 self.stats.hits += len(checkpoint) - len(missing)
                 self.stats.misses += len(missing)
@@ -214,16 +189,7 @@ class CachedGenerator:
                 # an uninterrupted run; entries already stored are kept, never replaced — another
                 # partition may have read them (prompts shared between settings), and a re-run
                 # must read the same values.
-                fresh = self.generator.sample(
-                    [prompt for _, prompt in checkpoint],
-                    n=n,
-                    temperature=temperature,
-                    top_p=top_p,
-                    top_k=top_k,
-                    max_new_tokens=max_new_tokens,
-                    stop=tuple(stop),
-                    seed=seed,
-                )
+                fresh = self.generator.sample([prompt for _, prompt in checkpoint], params)
                 for (key, _), samples in zip(checkpoint, fresh, strict=True):
                     if key in missing:
                         self.cache.put(key, samples)

@@ -7,13 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import (
-    ModelRef,
-    ModelUnavailableError,
-    error_summary,
-    resolve_model,
-)
+from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["CausalLM", "encode_prompts", "format_prompt", "left_pad", "load_causal_lm"]

@@ -7,13 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import resolve_device
-from ragutil_dagster.models.identity import (
-    ModelRef,
-    ModelUnavailableError,
-    error_summary,
-    resolve_model,
-)
+from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["Embedder", "load_sentence_transformers"]

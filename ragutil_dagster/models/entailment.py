@@ -21,16 +21,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.files import cache_root
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import (
-    ModelRef,
-    ModelUnavailableError,
-    cache_root,
-    error_summary,
-    resolve_model,
-)
+from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
 from ragutil_dagster.models.inputs import check_texts
 
 __all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]

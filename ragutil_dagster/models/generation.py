@@ -23,51 +23,18 @@ from tqdm.auto import tqdm
 from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
     "FinishReason",
     "Generator",
     "HFGenerator",
     "Sample",
-    "SamplingParams",
-    "build_generator",
     "row_seed",
     "truncate_at_stop",
 ]
 
 FinishReason = Literal["stop", "length"]
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to sample: ``n`` responses per prompt, drawn from the temperature-scaled, top-k and
-    top-p filtered distribution (``temperature == 0`` is greedy; ``top_k == 0`` and
-    ``top_p == 1`` disable those filters), at most ``max_new_tokens`` each, cut at the first of
-    the ``stop`` strings, reproducible from ``seed``."""
-
-    n: int = 10
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 512
-    stop: tuple[str, ...] = ()
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stop", tuple(self.stop))
-        if self.n < 1:
-            raise ValueError(f"n must be at least 1, got {self.n}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
-        for i, s in enumerate(self.stop):
-            if not isinstance(s, str) or not s:
-                raise ValueError(f"stop[{i}] must be a non-empty string, got {s!r}")
 
 
 @dataclass(frozen=True)
@@ -121,17 +88,7 @@ class Generator(Protocol):
         """Tokens of each prompt as this generator encodes it (chat template included)."""
         ...
 
-    def sample(
-        self,
-        prompts: Sequence[str],
-        n: int = 10,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 512,
-        stop: Sequence[str] = (),
-        seed: int = 0,
-    ) -> list[list[Sample]]: ...
+    def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]: ...
 
 
 def row_seed(seed: int, prompt: str, index: int) -> int:
@@ -258,19 +215,8 @@ class HFGenerator:
     def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.lm.encode_prompts(prompts)]
 
-    def sample(
-        self,
-        prompts: Sequence[str],
-        n: int = 10,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 512,
-        stop: Sequence[str] = (),
-        seed: int = 0,
-    ) -> list[list[Sample]]:
+    def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         """``n`` samples per prompt (see :class:`Generator`); log-probs from the raw logits."""
-        params = SamplingParams(n, temperature, top_p, top_k, max_new_tokens, tuple(stop), seed)
         prompts = check_texts(prompts, "prompts")
         if not prompts:
             return []
@@ -410,17 +356,3 @@ class HFGenerator:
             finish_reason=row.finish or "length",
             prompt_tokens=row.prompt_tokens,
         )
-
-
-def build_generator(backend: str, model: str | ModelRef, **options: object) -> Generator:
-    """A generator by backend name (``"hf"`` or ``"vllm"``), as an experiment config names it.
-
-    ``options`` go to :class:`HFGenerator` or ``VLLMGenerator``; vLLM is imported only here.
-    """
-    if backend == "hf":
-        return HFGenerator(model, **options)
-    if backend == "vllm":
-        from ragutil_dagster.models.vllm_backend import VLLMGenerator
-
-        return VLLMGenerator(model, **options)
-    raise ValueError(f"unknown generator backend {backend!r}; choose 'hf' or 'vllm'")

@@ -20,15 +20,16 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.files import atomic_write, cache_root
+
 __all__ = [
     "ModelRef",
     "ModelUnavailableError",
-    "cache_root",
     "error_summary",
     "fingerprint_directory",
     "resolve_model",
@@ -51,10 +52,6 @@ _IGNORED_HUB_FILES = [
 _CHUNK = 8 << 20
 _memo: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
 _memo_lock = threading.Lock()
-
-
-class ModelUnavailableError(RuntimeError):
-    """A model cannot be found locally and cannot be fetched; the message says how to provide it."""
 
 
 @dataclass(frozen=True)
@@ -261,15 +258,6 @@ def _hash_files(directory: Path, rel_paths: list[str]) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
-def cache_root() -> Path:
-    """Where ragutil keeps small per-user caches (``$RAGUTIL_CACHE_DIR`` or XDG cache)."""
-    base = os.environ.get("RAGUTIL_CACHE_DIR")
-    if base:
-        return Path(base).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "ragutil"
-
-
 def _fingerprint_store(directory: Path) -> Path:
     """One small JSON record per directory path."""
     tag = hashlib.sha256(str(directory).encode()).hexdigest()[:32]
@@ -294,14 +282,8 @@ def _read_stored(store: Path, stamp: tuple) -> str | None:
 
 def _write_stored(store: Path, stamp: tuple, digest: str) -> None:
     """Best effort (a read-only home must not break resolution); atomic via temp file + rename."""
+    record = json.dumps({"stamp": _stamp_digest(stamp), "identity": digest})
     try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=store.parent, prefix=".tmp-", suffix=".json")
+        atomic_write(store, lambda temporary: temporary.write_text(record))
     except OSError:
         return
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"stamp": _stamp_digest(stamp), "identity": digest}, fh)
-        os.replace(tmp, store)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)

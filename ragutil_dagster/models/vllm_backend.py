@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragutil_dagster.models.causal_lm import encode_prompts
-from ragutil_dagster.models.generation import Sample, SamplingParams, row_seed
+from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.sampling import SamplingParams
 
 __all__ = ["VLLMGenerator", "vllm_available"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from dagster import ConfigurableResource
 
-from ragutil_dagster.config import GeneratorConfig, ModelConfig, resolve_model_path
-from ragutil_dagster.models.identity import resolve_model
+from ragutil_dagster.config import GeneratorConfig, ModelConfig
+from ragutil_dagster.models.resolver import resolve
 
 _loaded: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -50,7 +50,7 @@ class ModelRegistry(ConfigurableResource):
 
     def identity(self, model: str, revision: str | None = None) -> str:
         """The current identity of a configured model (hub commit or directory fingerprint)."""
-        return resolve_model(resolve_model_path(model), revision).identity
+        return resolve(model, revision).identity
 
     def generator(self, spec: GeneratorConfig):
         """The configured generator, behind the generation cache when one is configured."""
@@ -72,7 +72,7 @@ class ModelRegistry(ConfigurableResource):
 
         # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
         show_progress = self.show_progress and not self.generation_cache
-        ref = resolve_model(resolve_model_path(spec.model), spec.revision)
+        ref = resolve(spec.model, spec.revision)
         if spec.backend == "vllm":
             from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
@@ -104,7 +104,7 @@ class ModelRegistry(ConfigurableResource):
     def entailment(self, spec: ModelConfig):
         from ragutil_dagster.models.entailment import Entailment
 
-        ref = resolve_model(resolve_model_path(spec.model), spec.revision)
+        ref = resolve(spec.model, spec.revision)
         cache: bool | str = self.nli_cache or False
         return _memo(
             ("nli", ref.identity, str(ref.path), self.device, cache),
@@ -117,7 +117,7 @@ class ModelRegistry(ConfigurableResource):
     def embedder(self, model: str, revision: str | None = None):
         from ragutil_dagster.models.embedding import Embedder
 
-        ref = resolve_model(resolve_model_path(model), revision)
+        ref = resolve(model, revision)
         return _memo(
             ("embedder", ref.identity, str(ref.path), self.device),
             lambda: Embedder(ref, device=self._device(), show_progress=self.show_progress),
@@ -126,7 +126,7 @@ class ModelRegistry(ConfigurableResource):
     def reranker(self, model: str, revision: str | None = None):
         from ragutil_dagster.models.rerank import CrossEncoderReranker
 
-        ref = resolve_model(resolve_model_path(model), revision)
+        ref = resolve(model, revision)
         return _memo(
             ("reranker", ref.identity, str(ref.path), self.device),
             lambda: CrossEncoderReranker(ref, device=self._device()),

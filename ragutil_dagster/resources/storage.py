@@ -11,7 +11,7 @@ import polars as pl
 from dagster import ConfigurableResource
 
 from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.retrieval.io import atomic_write
+from ragutil_dagster.files import atomic_write
 
 
 def _safe(part: str) -> str:

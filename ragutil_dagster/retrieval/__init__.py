@@ -10,5 +10,4 @@ Modules (imported one by one, so that reading a corpus does not load FAISS or nu
 - :mod:`~ragutil_dagster.retrieval.fusion` — reciprocal rank fusion.
 - :mod:`~ragutil_dagster.retrieval.rerank` — cross-encoder reranking, top-N → k.
 - :mod:`~ragutil_dagster.retrieval.runs` — run tables, TREC files, IR evaluation, answer recall.
-- :mod:`~ragutil_dagster.retrieval.errors` — the exceptions raised for bad input and mismatched indexes.
 """

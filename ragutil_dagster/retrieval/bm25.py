@@ -14,14 +14,10 @@ import bm25s
 import polars as pl
 import Stemmer
 
+from ragutil_dagster.errors import IndexFormatError
+from ragutil_dagster.files import atomic_directory
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
-from ragutil_dagster.retrieval.errors import IndexFormatError
-from ragutil_dagster.retrieval.io import (
-    atomic_directory,
-    check_corpus,
-    read_manifest,
-    write_manifest,
-)
+from ragutil_dagster.retrieval.io import check_corpus, read_manifest, write_manifest
 from ragutil_dagster.retrieval.runs import run_from_matrix
 
 FORMAT_VERSION = 1

@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from ragutil_dagster.retrieval.errors import CorpusValidationError
+from ragutil_dagster.errors import CorpusValidationError
 
 CORPUS_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.String(),

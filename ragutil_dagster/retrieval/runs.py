@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ragutil_dagster.errors import CorpusValidationError
+from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics.answers import Golds
 from ragutil_dagster.metrics.ranking import answer_hits_at_k, ir_measures, ranks_to_run
-from ragutil_dagster.retrieval.errors import CorpusValidationError
-from ragutil_dagster.retrieval.io import atomic_write
 
 RUN_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String(),

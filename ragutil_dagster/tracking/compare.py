@@ -19,12 +19,12 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster.config import Setting
+from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
     bootstrap_paired_diff_ci,
     paired_permutation_test,
 )
-from ragutil_dagster.retrieval.io import atomic_write
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import mlflow_experiment_name
 from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun

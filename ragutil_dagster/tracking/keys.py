@@ -8,12 +8,11 @@ starts a new run beside the old one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 
 from ragutil_dagster import __version__
 from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.files import stable_hash
 from ragutil_dagster.prompts import PROMPTS
 
 RUN_KEY_TAG = "ragutil.run_key"
@@ -23,17 +22,10 @@ DAGSTER_ASSET_TAG = "dagster.asset_key"
 DAGSTER_PARTITION_TAG = "dagster.partition"
 
 
-def stable_hash(data: object, length: int = 16) -> str:
-    """SHA-256 of the canonical JSON of ``data`` (sorted keys), hex, truncated."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[
-        :length
-    ]
-
-
 def prompt_template_hash(experiment: ExperimentConfig) -> str:
     """Hash of the texts of the two prompt templates the config names (not just their names)."""
     names = (experiment.prompts.closed_book, experiment.prompts.with_context)
-    return stable_hash({name: PROMPTS[name] for name in names})
+    return stable_hash({name: PROMPTS[name] for name in names}, 16)
 
 
 @dataclass(frozen=True)

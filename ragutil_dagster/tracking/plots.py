@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from ragutil_dagster.retrieval.io import atomic_write
+from ragutil_dagster.files import atomic_write
 
 MIRAGE = (
     ("mirage_noise_vulnerability", "noise vulnerability"),

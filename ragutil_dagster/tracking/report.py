@@ -11,6 +11,7 @@ import dagster as dg
 
 from ragutil_dagster import __version__
 from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.files import stable_hash
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking.compare import (
     Comparison,
@@ -19,7 +20,6 @@ from ragutil_dagster.tracking.compare import (
     log_comparison,
     write_comparison,
 )
-from ragutil_dagster.tracking.keys import stable_hash
 from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun
 
 
@@ -86,7 +86,7 @@ def compare_runs(
         directory = store.directory("reports", dataset)
         written = write_comparison(comparison, directory)
         compared = sorted(
-            (f"{m.setting.key}|{m.generator}", m.mlflow_run_id or stable_hash(m.summary))
+            (f"{m.setting.key}|{m.generator}", m.mlflow_run_id or stable_hash(m.summary, 16))
             for m in members
         )
         key = stable_hash(

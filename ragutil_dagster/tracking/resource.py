@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
+from ragutil_dagster.files import embedded_tracking_uri
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.redaction import redact, redact_uri
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
@@ -102,7 +103,7 @@ class MlflowTracking(ConfigurableResource):
         """The tracking URI, credentials included: for connecting only, never for display."""
         if self.tracking_uri:
             return self.tracking_uri
-        return f"sqlite:///{self._home() / 'mlflow.db'}"
+        return embedded_tracking_uri(self._home())
 
     @property
     def display_uri(self) -> str:

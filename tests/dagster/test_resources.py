@@ -7,6 +7,7 @@ import pytest
 
 from ragutil_dagster.config import GeneratorConfig, ModelConfig
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
+from ragutil_dagster.sampling import SamplingParams
 
 
 def test_models_are_loaded_once_per_process(tiny_world) -> None:
@@ -35,7 +36,7 @@ def test_generator_sits_behind_the_generation_cache(tiny_world, tmp_path) -> Non
     _, _, models = tiny_world
     registry = ModelRegistry(show_progress=False, generation_cache=str(tmp_path / "generations"))
     generator = registry.generator(GeneratorConfig(name="lm", model=str(models.causal_lm)))
-    first = generator.sample(["Question: who?\nAnswer:"], n=2, max_new_tokens=3, seed=1)
-    again = generator.sample(["Question: who?\nAnswer:"], n=2, max_new_tokens=3, seed=1)
+    first = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
+    again = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
     assert (generator.stats.misses, generator.stats.hits) == (1, 1)
     assert [s.text for s in first[0]] == [s.text for s in again[0]]

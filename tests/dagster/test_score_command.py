@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from ragutil_dagster.commands import add_commands
+from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.evaluation.records import read_records
-from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 
 def parse(argv):

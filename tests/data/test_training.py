@@ -24,6 +24,7 @@ from ragutil_dagster.models.training import (
     build_tokenizer,
     train_reader,
 )
+from ragutil_dagster.sampling import SamplingParams
 
 # The CI size (80 people, 20 companies, 600 reader steps) memorises its known facts but has not
 # yet learnt to read (that takes the default size's 800-step gold-passage curriculum and more);
@@ -83,8 +84,7 @@ def test_project_backends_load_the_models_and_seper_separates_known_facts(
     questions = [q for q in world.questions if q.type == "single_hop"][:60]
     generator = HFGenerator(str(ci_trained.reader_dir), device="cpu", show_progress=False)
     entail = Entailment(str(ci_trained.nli_dir), device="cpu", cache=False, show_progress=False)
-    samples = generator.sample([prompts.closed_book(q.text) for q in questions], n=10,
-                               temperature=1.0, max_new_tokens=6)
+    samples = generator.sample([prompts.closed_book(q.text) for q in questions], SamplingParams(n=10, temperature=1.0, max_new_tokens=6))
     results = seper_batch([SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
                                       q.answers, q.text) for q, ss in zip(questions, samples)],
                           entail)

@@ -2,8 +2,8 @@
 
 import pytest
 
+from ragutil_dagster.errors import EmptyGoldAnswerError
 from ragutil_dagster.metrics.answers import (
-    EmptyGoldAnswerError,
     dpr_tokens,
     exact_match,
     f1,

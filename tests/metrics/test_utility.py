@@ -2,8 +2,8 @@
 
 import pytest
 
+from ragutil_dagster.errors import UnparseableOutputError
 from ragutil_dagster.metrics.utility import (
-    UnparseableOutputError,
     gold_utility,
     is_known,
     parse_ranking,

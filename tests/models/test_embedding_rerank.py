@@ -76,7 +76,7 @@ def test_reranker_rejects_multi_label_models(tiny_models) -> None:
 
 
 def test_directories_without_a_model_fail_with_one_clear_error(tmp_path) -> None:
-    from ragutil_dagster.models.identity import ModelUnavailableError
+    from ragutil_dagster.errors import ModelUnavailableError
 
     (tmp_path / "notes.txt").write_text("not a model")
     with pytest.raises(

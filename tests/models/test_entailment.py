@@ -122,7 +122,7 @@ def test_cache_is_safe_for_concurrent_processes(tmp_path: Path) -> None:
 
 
 def test_directory_without_a_model_fails_clearly(tmp_path: Path) -> None:
-    from ragutil_dagster.models.identity import ModelUnavailableError
+    from ragutil_dagster.errors import ModelUnavailableError
 
     (tmp_path / "README").write_text("empty")
     with pytest.raises(ModelUnavailableError, match="could not be loaded as an NLI classifier"):

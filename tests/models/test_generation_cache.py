@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
-from ragutil_dagster.models.generation import HFGenerator, SamplingParams
+from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.sampling import SamplingParams
 
 PROMPTS = [
     "Question: who wrote Hamlet? Answer:",
@@ -32,9 +33,9 @@ class CountingGenerator:
     def settings(self) -> dict[str, object]:
         return self.inner.settings
 
-    def sample(self, prompts, **kwargs):
+    def sample(self, prompts, params):
         self.calls.append(list(prompts))
-        return self.inner.sample(prompts, **kwargs)
+        return self.inner.sample(prompts, params)
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +49,15 @@ def cached(hf: HFGenerator, tmp_path: Path) -> CachedGenerator:
 
 
 def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerator) -> None:
-    first = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    first = cached.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=6, seed=1))
     # The repeated prompt went once; prompts go shortest first (the canonical checkpoint order).
     assert cached.generator.calls == [[PROMPTS[1], PROMPTS[0]]]
     assert first[0] == first[2]
-    direct = hf.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    direct = hf.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=6, seed=1))
     assert [[s.token_ids for s in per] for per in first] == [
         [s.token_ids for s in per] for per in direct
     ]
-    again = cached.sample(PROMPTS, n=3, max_new_tokens=6, seed=1)
+    again = cached.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=6, seed=1))
     assert again == first and len(cached.generator.calls) == 1
     assert (cached.stats.hits, cached.stats.misses) == (2, 2)
 
@@ -75,8 +76,8 @@ def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerat
 )
 def test_any_parameter_change_is_a_new_request(cached: CachedGenerator, change: dict) -> None:
     base = {"n": 3, "max_new_tokens": 6, "seed": 1}
-    cached.sample(PROMPTS[:1], **base)
-    cached.sample(PROMPTS[:1], **{**base, **change})
+    cached.sample(PROMPTS[:1], SamplingParams(**base))
+    cached.sample(PROMPTS[:1], SamplingParams(**{**base, **change}))
     assert len(cached.generator.calls) == 2
 
 
@@ -96,7 +97,7 @@ def _entry(cached: CachedGenerator, prompt: str, **params) -> Path:
 @pytest.mark.parametrize("damage", ["truncate", "tamper", "drop_sample", "not_json", "empty"])
 def test_corrupt_or_partial_entries_are_recomputed(cached: CachedGenerator, damage: str) -> None:
     params = {"n": 2, "max_new_tokens": 5, "seed": 3}
-    good = cached.sample(PROMPTS[:1], **params)
+    good = cached.sample(PROMPTS[:1], SamplingParams(**params))
     path = _entry(cached, PROMPTS[0], **params)
     raw = path.read_bytes()
     if damage == "truncate":
@@ -114,13 +115,13 @@ def test_corrupt_or_partial_entries_are_recomputed(cached: CachedGenerator, dama
     else:
         path.write_bytes(b"")
     assert cached.cache.get(path.stem, 2) is None
-    redone = cached.sample(PROMPTS[:1], **params)
+    redone = cached.sample(PROMPTS[:1], SamplingParams(**params))
     assert redone == good and len(cached.generator.calls) == 2
     assert cached.cache.get(path.stem, 2) == good[0]  # the entry was rewritten whole
 
 
 def test_writes_leave_no_temporary_files(cached: CachedGenerator) -> None:
-    cached.sample(PROMPTS, n=2, max_new_tokens=4)
+    cached.sample(PROMPTS, SamplingParams(n=2, max_new_tokens=4))
     files = [p.name for p in cached.cache.root.rglob("*") if p.is_file()]
     assert len(files) == 2 and not any(name.startswith(".tmp") for name in files)
 
@@ -132,10 +133,10 @@ class CrashingGenerator(CountingGenerator):
         super().__init__(inner)
         self.crash_on = crash_on
 
-    def sample(self, prompts, **kwargs):
+    def sample(self, prompts, params):
         if len(self.calls) + 1 == self.crash_on:
             raise RuntimeError("worker died")
-        return super().sample(prompts, **kwargs)
+        return super().sample(prompts, params)
 
 
 def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_path: Path) -> None:
@@ -143,24 +144,24 @@ def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_pa
     cache = GenerationCache(tmp_path / "gen")
     crashing = CachedGenerator(CrashingGenerator(hf, crash_on=3), cache, checkpoint_prompts=3)
     with pytest.raises(RuntimeError, match="worker died"):
-        crashing.sample(prompts, n=2, max_new_tokens=4, seed=3)
+        crashing.sample(prompts, SamplingParams(n=2, max_new_tokens=4, seed=3))
     assert crashing.generator.calls == [prompts[:3], prompts[3:6]]  # two checkpoints stored
 
     resumed = CachedGenerator(CountingGenerator(hf), cache, checkpoint_prompts=3)
-    got = resumed.sample(prompts, n=2, max_new_tokens=4, seed=3)
+    got = resumed.sample(prompts, SamplingParams(n=2, max_new_tokens=4, seed=3))
     assert resumed.generator.calls == [prompts[6:]]  # only what was missing
     # Bit-identical to an uninterrupted run: the same checkpoints, batched with the same mates.
     fresh = CachedGenerator(CountingGenerator(hf), GenerationCache(tmp_path / "other"), checkpoint_prompts=3)
-    assert got == fresh.sample(prompts, n=2, max_new_tokens=4, seed=3)
+    assert got == fresh.sample(prompts, SamplingParams(n=2, max_new_tokens=4, seed=3))
 
 
 def test_a_stored_entry_is_never_replaced(cached: CachedGenerator) -> None:
-    first = cached.sample(PROMPTS[:1], n=2, max_new_tokens=4, seed=5)
+    first = cached.sample(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=4, seed=5))
     path = cached.cache.path(GenerationCache.key(cached.settings, PROMPTS[0], SamplingParams(2, 1.0, 1.0, 0, 4, (), 5)))
     before = path.read_bytes()
     # The checkpoint holding both prompts is sampled whole (other batch-mates than the first
     # call's, so float results may differ in the last bits), but the stored entry wins.
-    both = cached.sample(PROMPTS[:2], n=2, max_new_tokens=4, seed=5)
+    both = cached.sample(PROMPTS[:2], SamplingParams(n=2, max_new_tokens=4, seed=5))
     assert cached.generator.calls[-1] == [PROMPTS[1], PROMPTS[0]]
     assert both[0] == first[0] and path.read_bytes() == before
     assert (cached.stats.hits, cached.stats.misses) == (1, 2)

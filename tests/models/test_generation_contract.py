@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from ragutil_dagster.models.generation import Generator, HFGenerator, build_generator
-from ragutil_dagster.models.identity import ModelUnavailableError
+from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.models.backends import build_generator
+from ragutil_dagster.models.generation import Generator, HFGenerator
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import vllm_available
+from ragutil_dagster.sampling import SamplingParams
 
 PROMPTS = [
     "Question: who wrote Hamlet? Answer:",
@@ -70,7 +72,7 @@ def test_is_a_generator(backend) -> None:
 
 def test_shape_and_fields(backend) -> None:
     _, gen = backend
-    out = gen.sample(PROMPTS, n=3, max_new_tokens=6, seed=0)
+    out = gen.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=6, seed=0))
     assert [len(per) for per in out] == [3, 3, 3]
     for per in out:
         for s in per:
@@ -84,9 +86,9 @@ def test_shape_and_fields(backend) -> None:
 
 def test_same_seed_same_samples(backend) -> None:
     _, gen = backend
-    first = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=7)
-    again = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=7)
-    other = gen.sample(PROMPTS, n=4, max_new_tokens=8, seed=8)
+    first = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
+    again = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
+    other = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=8))
     assert first == again
     assert _ids(first) != _ids(other)
     # The n samples of a prompt are distinct draws, not copies of one.
@@ -95,7 +97,7 @@ def test_same_seed_same_samples(backend) -> None:
 
 def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> None:
     name, gen = backend
-    out = gen.sample(PROMPTS, n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9)
+    out = gen.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9))
     prompt_ids = scorer.lm.encode_prompts(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     forced = scorer.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
@@ -107,16 +109,15 @@ def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> Non
 
 def test_stop_strings_are_honoured(backend) -> None:
     _, gen = backend
-    free = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11)[0][0]
+    free = gen.sample([PROMPTS[0]], SamplingParams(n=1, max_new_tokens=16, seed=11))[0][0]
     text = free.text
     # A stop string taken from the middle of the unconstrained sample: the run with it must
     # follow the same draws and cut the text right before its first occurrence.
     stop = text[len(text) // 2 : len(text) // 2 + 2]
     assert stop, f"sample too short to take a stop string from: {text!r}"
     cut = text.find(stop)
-    stopped = gen.sample([PROMPTS[0]], n=1, max_new_tokens=16, seed=11, stop=[stop, "§never§"])[0][
-        0
-    ]
+    params = SamplingParams(n=1, max_new_tokens=16, seed=11, stop=(stop, "§never§"))
+    stopped = gen.sample([PROMPTS[0]], params)[0][0]
     assert stopped.finish_reason == "stop"
     assert stopped.text == text[:cut]
     assert stop not in stopped.text
@@ -126,8 +127,8 @@ def test_stop_strings_are_honoured(backend) -> None:
 
 def test_samples_do_not_depend_on_batch_mates(backend) -> None:
     _, gen = backend
-    alone = gen.sample([PROMPTS[2]], n=3, max_new_tokens=8, seed=5)[0]
-    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], n=3, max_new_tokens=8, seed=5)[1]
+    alone = gen.sample([PROMPTS[2]], SamplingParams(n=3, max_new_tokens=8, seed=5))[0]
+    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5))[1]
     assert [s.token_ids for s in alone] == [s.token_ids for s in crowd]
     assert [s.text for s in alone] == [s.text for s in crowd]
     for a, c in zip(alone, crowd, strict=True):
@@ -136,8 +137,8 @@ def test_samples_do_not_depend_on_batch_mates(backend) -> None:
 
 def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
     _, gen = backend
-    greedy = gen.sample([PROMPTS[1]], n=2, max_new_tokens=6, temperature=0.0)[0]
-    top1 = gen.sample([PROMPTS[1]], n=2, max_new_tokens=6, top_k=1, seed=99)[0]
+    greedy = gen.sample([PROMPTS[1]], SamplingParams(n=2, max_new_tokens=6, temperature=0.0))[0]
+    top1 = gen.sample([PROMPTS[1]], SamplingParams(n=2, max_new_tokens=6, top_k=1, seed=99))[0]
     assert greedy[0].token_ids == greedy[1].token_ids == top1[0].token_ids == top1[1].token_ids
     # Under the processed (top-1) distribution every log-prob would be 0; raw ones are not.
     assert all(lp < -1e-3 for lp in top1[0].token_logprobs)
@@ -152,7 +153,7 @@ def test_unknown_hub_model_fails_fast_offline(monkeypatch: pytest.MonkeyPatch) -
 def test_build_generator_names_backends(tiny_models) -> None:
     gen = build_generator("hf", str(tiny_models.causal_lm), device="cpu")
     assert isinstance(gen, HFGenerator)
-    with pytest.raises(ValueError, match="'hf' or 'vllm'"):
+    with pytest.raises(ValueError, match="choose one of hf, vllm"):
         build_generator("tgi", str(tiny_models.causal_lm))
     if not vllm_available():
         with pytest.raises(ImportError, match=r"\[vllm\] extra"):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from ragutil_dagster.models.causal_lm import load_causal_lm
-from ragutil_dagster.models.generation import HFGenerator, SamplingParams, truncate_at_stop
+from ragutil_dagster.models.generation import HFGenerator, truncate_at_stop
+from ragutil_dagster.sampling import SamplingParams
 
 PROMPT = "Question: where is Mount Everest? Answer:"
 
@@ -31,7 +32,7 @@ def test_first_token_frequencies_follow_the_filtered_distribution(gen: HFGenerat
     temperature, top_k, n = 0.7, 5, 3000
     gen.max_batch_rows = n
     try:
-        samples = gen.sample([PROMPT], n=n, max_new_tokens=1, temperature=temperature, top_k=top_k)[
+        samples = gen.sample([PROMPT], SamplingParams(n=n, max_new_tokens=1, temperature=temperature, top_k=top_k))[
             0
         ]
     finally:
@@ -56,14 +57,14 @@ def test_top_p_keeps_to_the_nucleus(gen: HFGenerator) -> None:
     top_p = 0.5
     size = int((torch.cumsum(probs, 0) - probs < top_p).sum())
     nucleus = {int(t) for t in order[:size]}
-    drawn = {s.token_ids[0] for s in gen.sample([PROMPT], n=64, max_new_tokens=1, top_p=top_p)[0]}
+    drawn = {s.token_ids[0] for s in gen.sample([PROMPT], SamplingParams(n=64, max_new_tokens=1, top_p=top_p))[0]}
     assert drawn <= nucleus
     assert len(drawn) > 1 or size == 1
 
 
 def test_more_samples_extend_fewer(gen: HFGenerator) -> None:
-    few = gen.sample([PROMPT], n=2, max_new_tokens=5, seed=4)[0]
-    many = gen.sample([PROMPT], n=5, max_new_tokens=5, seed=4)[0]
+    few = gen.sample([PROMPT], SamplingParams(n=2, max_new_tokens=5, seed=4))[0]
+    many = gen.sample([PROMPT], SamplingParams(n=5, max_new_tokens=5, seed=4))[0]
     assert [s.token_ids for s in many[:2]] == [s.token_ids for s in few]
     for a, b in zip(many[:2], few, strict=True):
         assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
@@ -71,17 +72,17 @@ def test_more_samples_extend_fewer(gen: HFGenerator) -> None:
 
 def test_grouping_does_not_change_results(gen: HFGenerator, tiny_models) -> None:
     prompts = [PROMPT, "The Eiffel Tower is", "Water boils at", "Shakespeare wrote"]
-    big = gen.sample(prompts, n=3, max_new_tokens=6, seed=2)
+    big = gen.sample(prompts, SamplingParams(n=3, max_new_tokens=6, seed=2))
     small = HFGenerator(gen.lm, max_batch_rows=3, max_prefill_tokens=16, show_progress=False)
-    for a, b in zip(big, small.sample(prompts, n=3, max_new_tokens=6, seed=2), strict=True):
+    for a, b in zip(big, small.sample(prompts, SamplingParams(n=3, max_new_tokens=6, seed=2)), strict=True):
         assert [s.token_ids for s in a] == [s.token_ids for s in b]
 
 
 def test_eos_ends_a_sample_and_is_scored(gen: HFGenerator) -> None:
-    free = gen.sample([PROMPT], n=1, max_new_tokens=12, seed=6)[0][0]
+    free = gen.sample([PROMPT], SamplingParams(n=1, max_new_tokens=12, seed=6))[0][0]
     eos = free.token_ids[3]  # pretend the 4th sampled token is end-of-sequence
     lm = dataclasses.replace(gen.lm, eos_ids=frozenset({eos}))
-    ended = HFGenerator(lm, show_progress=False).sample([PROMPT], n=1, max_new_tokens=12, seed=6)[
+    ended = HFGenerator(lm, show_progress=False).sample([PROMPT], SamplingParams(n=1, max_new_tokens=12, seed=6))[
         0
     ][0]
     first = free.token_ids.index(eos)
@@ -96,23 +97,23 @@ def test_chat_template_formats_prompts(tiny_models) -> None:
     )
     text = chat.format_prompt("hi")
     assert text == "<|system|>Be brief.\n<|user|>hi\n<|assistant|>"
-    sample = HFGenerator(chat, show_progress=False).sample(["hi"], n=1, max_new_tokens=2)[0][0]
+    sample = HFGenerator(chat, show_progress=False).sample(["hi"], SamplingParams(n=1, max_new_tokens=2))[0][0]
     assert sample.prompt_tokens == len(chat.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert HFGenerator(chat).settings["chat_template"] is True
 
 
 def test_invalid_requests_say_what_is_wrong(gen: HFGenerator) -> None:
     with pytest.raises(ValueError, match="top_p"):
-        gen.sample([PROMPT], top_p=0)
+        gen.sample([PROMPT], SamplingParams(top_p=0))
     with pytest.raises(ValueError, match="n must be"):
-        gen.sample([PROMPT], n=0)
+        gen.sample([PROMPT], SamplingParams(n=0))
     with pytest.raises(ValueError, match=r"stop\[0\]"):
-        gen.sample([PROMPT], stop=[""])
+        gen.sample([PROMPT], SamplingParams(stop=[""]))
     with pytest.raises(TypeError, match=r"prompts\[1\]"):
         gen.sample([PROMPT, None])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"prompts\[0\] has \d+ tokens"):
-        gen.sample(["word " * 3000], n=1, max_new_tokens=1)
-    assert gen.sample([], n=2) == []
+        gen.sample(["word " * 3000], SamplingParams(n=1, max_new_tokens=1))
+    assert gen.sample([], SamplingParams(n=2)) == []
 
 
 def test_truncate_at_stop_takes_the_earliest() -> None:
@@ -122,7 +123,7 @@ def test_truncate_at_stop_takes_the_earliest() -> None:
 
 
 def test_directory_without_a_model_fails_clearly(tmp_path) -> None:
-    from ragutil_dagster.models.identity import ModelUnavailableError
+    from ragutil_dagster.errors import ModelUnavailableError
 
     (tmp_path / "README").write_text("empty")
     with pytest.raises(ModelUnavailableError, match="could not be loaded as a causal LM"):

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models import identity
-from ragutil_dagster.models.identity import ModelUnavailableError, resolve_model
+from ragutil_dagster.models.identity import resolve_model
 
 
 def _write_model_dir(path: Path, weights: bytes = b"\x00\x01weights") -> Path:

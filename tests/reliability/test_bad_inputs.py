@@ -26,10 +26,12 @@ import polars as pl
 import pytest
 import yaml
 
-from ragutil_dagster.config import ConfigError, DatasetConfig, load_config, resolve_model_path
+from ragutil_dagster.config import DatasetConfig, load_config
+from ragutil_dagster.errors import ConfigError, CorpusValidationError, ModelUnavailableError
 from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
 from ragutil_dagster.evaluation.records import read_records
-from ragutil_dagster.models.identity import ModelUnavailableError, resolve_model
+from ragutil_dagster.models.identity import resolve_model
+from ragutil_dagster.models.resolver import model_location, resolve
 from ragutil_dagster.retrieval.chunking import chunk_words
 from ragutil_dagster.retrieval.corpus import (
     read_beir,
@@ -37,7 +39,6 @@ from ragutil_dagster.retrieval.corpus import (
     read_jsonl_queries,
     read_qrels,
 )
-from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 Content = str | bytes | list
 
@@ -328,7 +329,7 @@ CASES = [
          ConfigError, ("exp.yaml:", "empty experiment config")),
     Case("config-zero-n", "experiment config", "`sampling: {n: 0}`",
          lambda d: config(d, sampling={"n": 0}),
-         ConfigError, ("exp.yaml:", "sampling.n", "greater than or equal to 1 (got 0)")),
+         ConfigError, ("exp.yaml:", "sampling.n", "must be at least 1 (got 0)")),
     Case("config-negative-temperature", "experiment config", "`sampling: {temperature: -0.5}`",
          lambda d: config(d, sampling={"temperature": -0.5}),
          ConfigError, ("exp.yaml:", "sampling.temperature", "(got -0.5)")),
@@ -363,14 +364,14 @@ CASES = [
          lambda d: resolve_model(str(d / "models" / "reader")),
          ModelUnavailableError, ("models/reader", "no such directory")),
     Case("model-unknown-embedded", "model id", "`embedded:nope`",
-         lambda d: resolve_model(resolve_model_path("embedded:nope")),
+         lambda d: resolve(("embedded:nope")),
          ModelUnavailableError, ("embedded/nope", "no such directory")),
     Case("model-bad-registry-uri", "model id", "`models:/reader` (no version or alias)",
-         lambda d: resolve_model_path("models:/reader"),
+         lambda d: model_location("models:/reader"),
          ModelUnavailableError, ("models:/reader", "expected models:/<name>/<version>")),
     Case("model-missing-package", "model id", "`package:no_such_module`",
-         lambda d: resolve_model_path("package:no_such_module"),
-         ConfigError, ("package:no_such_module", "not installed")),
+         lambda d: model_location("package:no_such_module"),
+         ModelUnavailableError, ("package:no_such_module", "not installed")),
     Case("model-without-tokenizer", "model id", "an NLI model directory without its tokenizer files",
          nli_without_tokenizer, ModelUnavailableError, ("nli-model", "has no tokenizer", "save_pretrained")),
 ]

@@ -13,10 +13,9 @@ import pytest
 
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import PromptConfig
-from ragutil_dagster.errors import StepFailedError
+from ragutil_dagster.errors import ArtifactWriteError, PromptTooLongError, StepFailedError
 from ragutil_dagster.evaluation.conditions import (
     PromptBudget,
-    PromptTooLongError,
     closed_book_prompts,
     context_prompts,
     fit_context_prompt,
@@ -26,7 +25,7 @@ from ragutil_dagster.evaluation.signals import passage_spans
 from ragutil_dagster.models.generation import HFGenerator
 from ragutil_dagster.redaction import redact, redact_uri
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.retrieval.io import ArtifactWriteError
+from ragutil_dagster.sampling import SamplingParams
 
 TEMPLATE = PromptConfig().with_context
 
@@ -90,7 +89,7 @@ def test_a_10_mb_passage_is_cut_to_the_real_generators_context(tiny_world) -> No
     assert rag["doc_ids"] == ["big"] and rag["passages_dropped"] == 1 and rag["last_passage_chars"] > 0
     lengths = generator.count_prompt_tokens(table["prompt"].to_list())
     assert max(lengths) <= budget.max_tokens
-    samples = generator.sample(table["prompt"].to_list(), n=1, max_new_tokens=8)
+    samples = generator.sample(table["prompt"].to_list(), SamplingParams(n=1, max_new_tokens=8))
     assert all(len(s[0].token_ids) <= 8 for s in samples)
 
 

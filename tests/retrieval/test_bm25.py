@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ragutil_dagster.errors import IndexFormatError, IndexMismatchError
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
-from ragutil_dagster.retrieval.errors import IndexFormatError, IndexMismatchError
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.retrieval.corpus import (
     CORPUS_SCHEMA,
     corpus_fingerprint,
@@ -19,7 +20,6 @@ from ragutil_dagster.retrieval.corpus import (
     read_qrels,
     validate_corpus,
 )
-from ragutil_dagster.retrieval.errors import CorpusValidationError
 
 
 def _jsonl(path: Path, records: list[object]) -> Path:

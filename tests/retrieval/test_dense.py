@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from ragutil_dagster.errors import IndexMismatchError
 from ragutil_dagster.retrieval.corpus import corpus_fingerprint
 from ragutil_dagster.retrieval.dense import (
     DenseConfig,
@@ -17,7 +18,6 @@ from ragutil_dagster.retrieval.dense import (
     embed_corpus,
     gpu_available,
 )
-from ragutil_dagster.retrieval.errors import IndexMismatchError
 from ragutil_dagster.retrieval.runs import evaluate_run
 
 from .conftest import HashEncoder

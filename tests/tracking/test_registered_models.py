@@ -12,8 +12,10 @@ from safetensors.torch import load_file, save_file
 
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_model_sensor
-from ragutil_dagster.config import parse_config, resolve_model_path
-from ragutil_dagster.models.identity import ModelUnavailableError, resolve_model
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.models.identity import resolve_model
+from ragutil_dagster.models.resolver import model_location
 from ragutil_dagster.models.tiny import build_causal_lm
 
 
@@ -42,9 +44,9 @@ def test_alias_resolves_downloads_once_and_moves_identity(registry) -> None:
     first_dir = build_causal_lm(tmp_path / "v1", seed=0)
     v1 = register(first_dir)
     client.set_registered_model_alias("reader", "champion", v1)
-    path = resolve_model_path("models:/reader@champion")
+    path = model_location("models:/reader@champion")
     assert resolve_model(path).identity == resolve_model(str(first_dir)).identity
-    assert resolve_model_path("models:/reader/1") == path  # cached, same directory
+    assert model_location("models:/reader/1") == path  # cached, same directory
 
     second_dir = tmp_path / "v2"
     shutil.copytree(first_dir, second_dir)
@@ -54,7 +56,7 @@ def test_alias_resolves_downloads_once_and_moves_identity(registry) -> None:
     tensors[name] = tensors[name] * 1.5
     save_file(tensors, weights, metadata={"format": "pt"})
     client.set_registered_model_alias("reader", "champion", register(second_dir))
-    moved = resolve_model_path("models:/reader@champion")
+    moved = model_location("models:/reader@champion")
     assert moved != path and resolve_model(moved).identity == resolve_model(str(second_dir)).identity
 
 
@@ -82,7 +84,7 @@ def test_sensor_observes_a_moved_alias(registry, tiny_world) -> None:
 
 def test_unknown_registered_model_is_a_clear_error(registry) -> None:
     with pytest.raises(ModelUnavailableError, match="not in the MLflow registry"):
-        resolve_model_path("models:/nothing@champion")
+        model_location("models:/nothing@champion")
     with pytest.raises(ModelUnavailableError, match="expected models:/<name>/<version>"):
-        resolve_model_path("models:/reader/latest/extra")
+        model_location("models:/reader/latest/extra")
     assert mlflow.get_tracking_uri()

