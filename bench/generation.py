@@ -15,7 +15,7 @@ without deduplication queries — for every question and condition, every ordere
 responses for clustering plus both directions between each response and each gold answer —
 and "dedup" the distinct pairs ``Entailment`` actually ran through the model for the whole run.
 Realistic samples need a trained reader: pass ``--reader`` and ``--nli`` (e.g. the ``reader/``
-and ``nli/`` of ``ragutil_dagster.models.training.train_all``) and the world's seed and size.
+and ``nli/`` of ``ragutil_dagster.embedded.training.train_all``) and the world's seed and size.
 Without them the random bench model answers, which has far fewer duplicates than a real LM.
 
     python bench/generation.py [--prompts 8] [--n 10] [--prompt-tokens 512] [--new-tokens 16]
@@ -40,15 +40,15 @@ from pathlib import Path
 
 import torch
 
-from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
-from ragutil_dagster.models.generation import HFGenerator
-from ragutil_dagster.models.tiny import (
+from ragutil_dagster.embedded.tiny import (
     build_causal_lm,
     build_nli_classifier,
     build_random_qwen,
     corpus_lines,
     train_bpe_tokenizer,
 )
+from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
+from ragutil_dagster.models.generation import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).parent / "results" / "generation.json"
@@ -176,7 +176,7 @@ def speed(args: argparse.Namespace, model_dir: Path) -> dict[str, object]:
 def nli_pairs(args: argparse.Namespace, bench_model: Path, root: Path) -> dict[str, object]:
     """Sample SePer-shaped requests and count NLI pairs before and after deduplication."""
     from ragutil_dagster import prompts as templates
-    from ragutil_dagster.data.synthetic import make_world
+    from ragutil_dagster.embedded.world import make_world
     from ragutil_dagster.metrics.seper import SePerInput, seper_batch
     from ragutil_dagster.models.entailment import Entailment
 

@@ -59,8 +59,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig
+from ragutil_dagster.data.qa import QADataset, load_dataset
+from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
 from ragutil_dagster.evaluation.sampling import sample_prompts
 from ragutil_dagster.evaluation.scoring import (
     compute_nli,
@@ -74,7 +75,6 @@ from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import HFGenerator, Sample, truncate_at_stop
-from ragutil_dagster.models.tiny import build_random_qwen
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"

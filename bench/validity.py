@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Models are kept out of the repository: only JSON results go to bench/results/.
     build_dir = args.build or Path(tempfile.gettempdir()) / f"ragutil_world_{args.size}_seed{args.seed}"
     if args.build is None:
-        from ragutil_dagster.models.training import train_all
+        from ragutil_dagster.embedded.training import train_all
 
         train_all(build_dir, size=args.size, seed=args.seed)
     build = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))

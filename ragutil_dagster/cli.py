@@ -16,7 +16,7 @@ from ragutil_dagster.commands import add_commands
 
 def _world_build(args: argparse.Namespace) -> int:
     # Imported here: torch and transformers load only for commands that need them.
-    from ragutil_dagster.models.training import format_quality, train_all
+    from ragutil_dagster.embedded.training import format_quality, train_all
 
     trained = train_all(args.out, size=args.size, seed=args.seed, progress=not args.quiet)
     print(f"world:  {trained.world_dir}")

@@ -35,7 +35,7 @@ def ensure_embedded_models(size: str = "default", progress: bool = True) -> None
     target = embedded_dir()
     if (target / "build.json").is_file():
         return
-    from ragutil_dagster.models.training import format_quality, train_all
+    from ragutil_dagster.embedded.training import format_quality, train_all
 
     print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
     trained = train_all(target, size=size, progress=progress)
@@ -86,7 +86,8 @@ def _score_generator(experiment: ExperimentConfig, config: str, name: str | None
 
 
 def _score(args: argparse.Namespace) -> int:
-    from ragutil_dagster.evaluation.records import read_records, score_records
+    from ragutil_dagster.data.records import read_records
+    from ragutil_dagster.evaluation.records import score_records
     from ragutil_dagster.files import atomic_write
     from ragutil_dagster.resources.models import ModelRegistry
 

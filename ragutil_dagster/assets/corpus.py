@@ -5,9 +5,9 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.evaluation.dataset import load_dataset
+from ragutil_dagster.data.corpus import corpus_fingerprint
+from ragutil_dagster.data.qa import load_dataset
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.retrieval.corpus import corpus_fingerprint
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:

@@ -5,7 +5,7 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.evaluation.dataset import load_dataset
+from ragutil_dagster.data.qa import load_dataset
 from ragutil_dagster.resources.storage import ArtifactStore
 
 

@@ -14,9 +14,9 @@ import bm25s
 import polars as pl
 import Stemmer
 
+from ragutil_dagster.data.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.errors import IndexFormatError
 from ragutil_dagster.files import atomic_directory
-from ragutil_dagster.retrieval.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.retrieval.io import check_corpus, read_manifest, write_manifest
 from ragutil_dagster.retrieval.runs import run_from_matrix
 
@@ -62,7 +62,7 @@ class BM25Retriever:
 
     @classmethod
     def build(cls, corpus: pl.DataFrame, config: BM25Config | None = None) -> BM25Retriever:
-        """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.retrieval.corpus`)."""
+        """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.data.corpus`)."""
         config = config or BM25Config()
         model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
         retriever = cls(model, corpus["id"], config, corpus_fingerprint(corpus))

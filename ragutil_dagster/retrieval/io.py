@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 
+from ragutil_dagster.data.corpus import corpus_fingerprint
 from ragutil_dagster.errors import IndexFormatError, IndexMismatchError
 from ragutil_dagster.files import atomic_write
-from ragutil_dagster.retrieval.corpus import corpus_fingerprint
 
 MANIFEST_NAME = "manifest.json"
 

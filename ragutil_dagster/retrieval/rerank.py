@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.retrieval.corpus import indexed_texts
+from ragutil_dagster.data.corpus import indexed_texts
 from ragutil_dagster.retrieval.runs import RUN_SCHEMA, validate_run
 
 

@@ -281,7 +281,7 @@ def read_trec(path: str | Path) -> pl.DataFrame:
 def passages_to_documents(run: pl.DataFrame, passages: pl.DataFrame) -> pl.DataFrame:
     """Turn a passage-level run into a document-level one (MaxP: a document takes the score and
     position of its best passage), for judging chunked corpora against document-level qrels such
-    as BEIR's. ``passages`` must carry ``doc_id`` (see :mod:`~ragutil_dagster.retrieval.chunking`).
+    as BEIR's. ``passages`` must carry ``doc_id`` (see :mod:`~ragutil_dagster.data.chunking`).
     """
     if "doc_id" not in passages.columns:
         raise ValueError("passages lack a doc_id column: only chunked corpora map to documents")

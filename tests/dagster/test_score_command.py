@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from ragutil_dagster.commands import add_commands
+from ragutil_dagster.data.records import read_records
 from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.evaluation.records import read_records
 
 
 def parse(argv):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragutil_dagster.models.training import TrainedWorld, train_all
+from ragutil_dagster.embedded.training import TrainedWorld, train_all
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from ragutil_dagster.data.synthetic import Question, World, make_reading_world, make_world
-from ragutil_dagster.models.training import ReaderData
+from ragutil_dagster.embedded.training import ReaderData
+from ragutil_dagster.embedded.world import Question, World, make_reading_world, make_world
 
 CURRICULUM = (("employer", 0.3), ("founded", 0.2))
 MIXED = (("industry", 0.25), ("headquarters", 0.1))

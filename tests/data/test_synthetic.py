@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragutil_dagster.data.synthetic import (
+from ragutil_dagster.embedded.world import (
     ATTRIBUTE_BY_NAME,
     World,
     make_reading_world,

@@ -27,18 +27,18 @@ import pytest
 import yaml
 
 from ragutil_dagster.config import DatasetConfig, load_config
-from ragutil_dagster.errors import ConfigError, CorpusValidationError, ModelUnavailableError
-from ragutil_dagster.evaluation.dataset import QADataset, load_dataset
-from ragutil_dagster.evaluation.records import read_records
-from ragutil_dagster.models.identity import resolve_model
-from ragutil_dagster.models.resolver import model_location, resolve
-from ragutil_dagster.retrieval.chunking import chunk_words
-from ragutil_dagster.retrieval.corpus import (
+from ragutil_dagster.data.chunking import chunk_words
+from ragutil_dagster.data.corpus import (
     read_beir,
     read_corpus,
     read_jsonl_queries,
     read_qrels,
 )
+from ragutil_dagster.data.qa import QADataset, load_dataset
+from ragutil_dagster.data.records import read_records
+from ragutil_dagster.errors import ConfigError, CorpusValidationError, ModelUnavailableError
+from ragutil_dagster.models.identity import resolve_model
+from ragutil_dagster.models.resolver import model_location, resolve
 
 Content = str | bytes | list
 
@@ -128,8 +128,8 @@ def config(folder: Path, text: str | None = None, **changes: object) -> object:
 
 def nli_without_tokenizer(folder: Path) -> object:
     """A real (tiny) NLI classifier whose tokenizer files were not copied along."""
+    from ragutil_dagster.embedded.tiny import build_nli_classifier
     from ragutil_dagster.models.entailment import Entailment
-    from ragutil_dagster.models.tiny import build_nli_classifier
 
     model = build_nli_classifier(folder / "nli-model")
     for file in model.iterdir():

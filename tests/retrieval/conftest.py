@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ragutil_dagster.retrieval.corpus import CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
+from ragutil_dagster.data.corpus import CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
 
 # FAISS's OpenMP threads spin-wait; on this shared 2-core machine two of them training k-means
 # run several times slower than one. Single-threaded FAISS keeps these tests fast everywhere.

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragutil_dagster.retrieval.chunking import (
+from ragutil_dagster.data.chunking import (
     chunk_tokens,
     chunk_words,
     minilm_token_counter,
     split_sentences,
 )
-from ragutil_dagster.retrieval.corpus import PASSAGE_SCHEMA
+from ragutil_dagster.data.corpus import PASSAGE_SCHEMA
 
 
 def _corpus(*texts: str) -> pl.DataFrame:

@@ -8,8 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.retrieval.corpus import (
+from ragutil_dagster.data.corpus import (
     CORPUS_SCHEMA,
     corpus_fingerprint,
     indexed_texts,
@@ -20,6 +19,7 @@ from ragutil_dagster.retrieval.corpus import (
     read_qrels,
     validate_corpus,
 )
+from ragutil_dagster.errors import CorpusValidationError
 
 
 def _jsonl(path: Path, records: list[object]) -> Path:

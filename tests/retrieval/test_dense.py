@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from ragutil_dagster.data.corpus import corpus_fingerprint
 from ragutil_dagster.errors import IndexMismatchError
-from ragutil_dagster.retrieval.corpus import corpus_fingerprint
 from ragutil_dagster.retrieval.dense import (
     DenseConfig,
     DenseRetriever,

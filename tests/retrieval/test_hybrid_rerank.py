@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ragutil_dagster.retrieval.corpus import indexed_texts
+from ragutil_dagster.data.corpus import indexed_texts
 from ragutil_dagster.retrieval.fusion import reciprocal_rank_fusion
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import evaluate_run
@@ -35,8 +35,8 @@ def test_hybrid_run_keeps_the_source_passage_on_top(bm25_run, dense_run, world) 
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory: pytest.TempPathFactory):
+    from ragutil_dagster.embedded.tiny import build_cross_encoder
     from ragutil_dagster.models.rerank import CrossEncoderReranker
-    from ragutil_dagster.models.tiny import build_cross_encoder
 
     directory: Path = build_cross_encoder(tmp_path_factory.mktemp("models") / "cross-encoder")
     return CrossEncoderReranker(str(directory), device="cpu", show_progress=False)

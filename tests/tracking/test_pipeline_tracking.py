@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
+from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
-from ragutil_dagster.models.tiny import build_causal_lm
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.keys import (

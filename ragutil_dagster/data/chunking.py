@@ -8,7 +8,7 @@ Two strategies, one per reference setting:
   (330 BERT-base-uncased tokens, "recursive, sentence-level"): sentences are packed greedily
   up to the budget; a sentence longer than the budget is split at word boundaries.
 
-Both return the passage schema of :mod:`ragutil_dagster.retrieval.corpus`: ``id``, ``text``,
+Both return the passage schema of :mod:`ragutil_dagster.data.corpus`: ``id``, ``text``,
 ``title`` (copied from the document) and ``doc_id``. Passage ids are ``<doc_id>#<n>`` with
 ``n`` counting from 0 within the document, so they are stable across runs and name their source.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 from tqdm.auto import tqdm
 
-from ragutil_dagster.retrieval.corpus import PASSAGE_SCHEMA
+from ragutil_dagster.data.corpus import PASSAGE_SCHEMA
 
 TokenCounter = Callable[[Sequence[str]], Sequence[int]]
 """Maps texts to their token counts (without special tokens)."""

@@ -15,9 +15,9 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster.config import DatasetConfig
+from ragutil_dagster.data.corpus import jsonl_records, read_beir, record_id
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.files import embedded_dir
-from ragutil_dagster.retrieval.corpus import jsonl_records, read_beir, record_id
 
 QUERY_COLUMNS = ("query_id", "question", "answers")
 _OPTIONAL_FIELDS = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}

@@ -5,7 +5,7 @@ Table schemas (polars; every id is a string):
 - corpus / passages: ``id`` (String, unique, non-empty), ``text`` (String, non-empty after
   stripping whitespace), ``title`` (String, nullable; an empty title is stored as null),
   and for passages cut from longer documents ``doc_id`` (String, the source document's id;
-  see :mod:`ragutil_dagster.retrieval.chunking`).
+  see :mod:`ragutil_dagster.data.chunking`).
 - queries: ``id`` (String, unique), ``text`` (String, non-empty).
 - qrels: ``query_id`` (String), ``doc_id`` (String), ``relevance`` (Int64).
 

@@ -39,7 +39,7 @@ from transformers import (
 )
 
 from ragutil_dagster import prompts
-from ragutil_dagster.data.synthetic import (
+from ragutil_dagster.embedded.world import (
     ATTRIBUTE_BY_NAME,
     ATTRIBUTES,
     INDUSTRIES,

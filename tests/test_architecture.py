@@ -1,0 +1,113 @@
+"""The import graph follows the layer order of docs/architecture.md: every module imports only
+from its own layer or the layers above it (imports inside functions included), and no two modules
+import each other, directly or through others."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ragutil_dagster
+
+PACKAGE = Path(ragutil_dagster.__file__).parent
+
+# Top to bottom; a layer may import the layers before it. The ground floor is one layer.
+LAYERS: list[set[str]] = [
+    {"", "errors", "files", "sampling", "prompts", "tables", "locks", "redaction", "failpoints",
+     "processes"},
+    {"metrics"},
+    {"config"},
+    {"data"},
+    {"embedded"},
+    {"models"},
+    {"retrieval"},
+    {"evaluation"},
+    {"resources"},
+    {"tracking"},
+    {"assets"},
+    {"automation"},
+    {"definitions"},
+    {"runner"},
+    {"commands"},
+    {"cli"},
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every ragutil_dagster module ``path`` imports (``from pkg import module`` counts as the module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "ragutil_dagster":
+                continue
+            found.add(node.module)
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                relative = Path(*candidate.split(".")[1:])
+                if (PACKAGE / relative).with_suffix(".py").is_file() or (PACKAGE / relative).is_dir():
+                    found.add(candidate)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "ragutil_dagster"}
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    for index, members in enumerate(LAYERS):
+        if top in members:
+            return index
+    raise AssertionError(f"{module} is in no layer; add {top!r} to LAYERS and docs/architecture.md")
+
+
+def test_every_import_points_up_the_layer_order() -> None:
+    upward = sorted(
+        f"{module} (layer {_layer(module)}) imports {target} (layer {_layer(target)})"
+        for module, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    )
+    assert not upward, "\n".join(upward)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle between modules, or None (depth-first search)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        # A package's __init__ importing its own modules is not a cycle through the package.
+        for nxt in sorted(t for t in graph.get(node, ()) if t in graph and t != node and not node.startswith(f"{t}.")):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_checks_catch_what_they_look_for() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert _layer("ragutil_dagster.metrics.seper") < _layer("ragutil_dagster.models.generation")
