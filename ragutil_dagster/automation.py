@@ -15,15 +15,17 @@ come from the same model identity, so a scoring run never mixes an old and a new
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
-from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import ExperimentConfig
-
-SCORING = ["entailment_clusters", "metric_scores"]
-SETTING_GENERATOR_STEPS = ["generations", *SCORING]
+from ragutil_dagster.assets.common import READS_MODEL
+from ragutil_dagster.config import (
+    KEY_SEPARATOR,
+    ExperimentConfig,
+    Setting,
+    parse_index_partition_key,
+)
 
 
 def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | None]]:
@@ -41,47 +43,66 @@ def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | 
     return models
 
 
-def _requests(assets: list[str], keys: Iterable[str], reason: str) -> list[dg.RunRequest]:
+def _partition_matches(role: str, key: str | dg.MultiPartitionKey) -> bool:
+    """Whether an asset partition depends on the model of inventory key ``role``."""
+    kind, _, name = role.partition(":")
+    dims = key.keys_by_dimension if isinstance(key, dg.MultiPartitionKey) else _static_dimension(key)
+    if kind == "generator":
+        return dims.get("generator") == name
+    if kind == "retriever":
+        if "setting" in dims:
+            return Setting.parse(dims["setting"]).retriever == name
+        if "index" in dims:
+            return parse_index_partition_key(dims["index"])[1] == name
+    return True  # the NLI model and the reranker serve every partition that reads them
+
+
+def _static_dimension(key: str) -> dict[str, str]:
+    """A single partition key by what it names: a setting, an index or a dataset (names never
+    contain the separator, so the number of parts tells them apart)."""
+    parts = key.count(KEY_SEPARATOR) + 1
+    return {"setting": key} if parts >= 3 else {"index": key} if parts == 2 else {"dataset": key}
+
+
+def affected_runs(changed: Iterable[str], assets: Sequence[dg.AssetsDefinition]) -> list[dg.RunRequest]:
+    """The runs a change of the models in ``changed`` (inventory keys) calls for, read off the
+    asset graph: the assets tagged as reading that kind of model and everything downstream of
+    them, in the partitions that depend on that model — one run per partition key for the assets
+    sharing a partitioning. Unpartitioned assets (reports) are left to the next full run: they
+    would race the partition runs they summarise."""
+    by_key = {key: asset for asset in assets for key in asset.keys}
+    requests: dict[tuple[tuple[str, ...], str], set[str]] = {}
+    for role in sorted(set(changed)):
+        readers = [
+            key for key, asset in by_key.items()
+            if asset.tags_by_key.get(key, {}).get(READS_MODEL) == role.partition(":")[0]
+        ]
+        if not readers:
+            continue
+        affected = dg.AssetSelection.assets(*readers).downstream().resolve(list(assets))
+        groups: dict[object, list[dg.AssetKey]] = {}
+        for key in sorted(affected, key=lambda k: k.to_user_string()):
+            partitions = by_key[key].partitions_def
+            if partitions is not None:
+                groups.setdefault(id(partitions), []).append(key)
+        for keys in groups.values():
+            names = tuple(k.to_user_string() for k in keys)
+            for partition in by_key[keys[0]].partitions_def.get_partition_keys():
+                if _partition_matches(role, partition):
+                    requests.setdefault((names, str(partition)), set()).add(role)
     return [
-        dg.RunRequest(asset_selection=[dg.AssetKey(a) for a in assets], partition_key=key, tags={"ragutil/reason": reason})
-        for key in keys
+        dg.RunRequest(
+            asset_selection=[dg.AssetKey(name) for name in names], partition_key=partition,
+            tags={"ragutil/reason": ",".join(sorted(roles))},
+        )
+        for (names, partition), roles in requests.items()
     ]
 
 
-def affected_runs(changed: Iterable[str], experiment: ExperimentConfig, parts: Partitions) -> list[dg.RunRequest]:
-    """The runs a change of the models in ``changed`` (inventory keys) calls for, without repeats."""
-    changed = set(changed)
-    sg_keys = parts.setting_generator.get_partition_keys()
-    requests: dict[tuple, dg.RunRequest] = {}
-
-    def add(batch: list[dg.RunRequest]) -> None:
-        for request in batch:
-            requests.setdefault((tuple(k.to_user_string() for k in request.asset_selection), request.partition_key), request)
-
-    retrieval_changed = {r.name for r in experiment.retrievers if f"retriever:{r.name}" in changed}
-    if "reranker" in changed:
-        retrieval_changed = {r.name for r in experiment.retrievers}
-    for key in sorted(changed):
-        if key.startswith("generator:"):
-            name = key.removeprefix("generator:")
-            add(_requests(["closed_book_generations"],
-                          [str(k) for k in parts.dataset_generator.get_partition_keys() if k.keys_by_dimension["generator"] == name], key))
-            add(_requests(SETTING_GENERATOR_STEPS,
-                          [str(k) for k in sg_keys if k.keys_by_dimension["generator"] == name], key))
-    if retrieval_changed:
-        reason = ",".join(sorted(changed & ({f"retriever:{r}" for r in retrieval_changed} | {"reranker"})))
-        if "reranker" not in changed:
-            add(_requests(["index"], [f"{d.name}__{r}" for d in experiment.datasets for r in sorted(retrieval_changed)], reason))
-        settings = [s.key for s in experiment.settings() if s.retriever in retrieval_changed]
-        add(_requests(["retrieval_run"], settings, reason))
-        add(_requests(SETTING_GENERATOR_STEPS, [str(k) for k in sg_keys if k.keys_by_dimension["setting"] in settings], reason))
-    if "nli" in changed:
-        add(_requests(SCORING, [str(k) for k in sg_keys], "nli"))
-    return list(requests.values())
-
-
 def build_model_sensor(
-    experiment: ExperimentConfig, parts: Partitions, identity: Callable[[str, str | None], str] | None = None
+    experiment: ExperimentConfig,
+    assets: Sequence[dg.AssetsDefinition],
+    identity: Callable[[str, str | None], str] | None = None,
 ) -> dg.SensorDefinition:
     def current_identity(model: str, revision: str | None) -> str:
         if identity is not None:
@@ -107,7 +128,7 @@ def build_model_sensor(
         changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]
         for role in changed:
             context.log.info(f"{role}: identity {seen.get(role)} → {now[role]}")
-        return dg.SensorResult(run_requests=affected_runs(changed, experiment, parts), cursor=json.dumps(now, sort_keys=True))
+        return dg.SensorResult(run_requests=affected_runs(changed, assets), cursor=json.dumps(now, sort_keys=True))
 
     return model_identity_sensor
 
@@ -124,10 +145,12 @@ def with_weekly_reevaluation(assets: list[dg.AssetsDefinition]) -> list[dg.Asset
     return [a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=WEEKLY)) for a in assets]
 
 
-def build_automation(experiment: ExperimentConfig, parts: Partitions) -> list[dg.SensorDefinition]:
+def build_automation(
+    experiment: ExperimentConfig, assets: Sequence[dg.AssetsDefinition]
+) -> list[dg.SensorDefinition]:
     """The model-identity sensor and the sensor evaluating the weekly automation conditions."""
     return [
-        build_model_sensor(experiment, parts),
+        build_model_sensor(experiment, assets),
         dg.AutomationConditionSensorDefinition(
             "weekly_reevaluation", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.STOPPED,
             description=f"Re-evaluates every asset partition weekly (cron {WEEKLY_CRON!r}), in dependency order.",

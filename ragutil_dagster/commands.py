@@ -12,14 +12,10 @@ from pathlib import Path
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import embedded_dir, ragutil_home
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 
-SUMMARY_COLUMNS = (
-    ("delta_seper_s", "ΔSePer_S"), ("delta_seper_h", "ΔSePer_H"), ("seper_s_closed", "SePer_S cb"),
-    ("seper_s_rag", "SePer_S rag"), ("em_rag", "EM rag"), ("mirage_context_acceptability", "MIRAGE CA"),
-    ("mirage_noise_vulnerability", "MIRAGE NV"), ("erag_map", "eRAG MAP"), ("consens", "ConSens"),
-    ("utility_likelihood_f1", "util-lik F1"), ("pearson_delta_seper_s_true_utility", "r(ΔSePer_S, truth)"),
-)
+SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
 
 
 def needs_embedded_models(experiment: ExperimentConfig) -> bool:

@@ -32,7 +32,8 @@ from ragutil_dagster.files import stable_hash
 from ragutil_dagster.prompts import PROMPTS
 from ragutil_dagster.sampling import SamplingParams, check_sampling_field
 
-SLUG = r"^[a-z0-9][a-z0-9_-]*$"
+# Names join into partition keys with KEY_SEPARATOR ("__"), so a name never contains it.
+SLUG = r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$"
 Slug = Annotated[str, Field(pattern=SLUG, max_length=40)]
 
 
@@ -234,6 +235,21 @@ def _by_name(items: list, name: str, what: str):
     raise KeyError(f"no {what} named {name!r}; configured: {[i.name for i in items]}")
 
 
+KEY_SEPARATOR = "__"
+"""Joins the parts of a partition key (``dataset__retriever``, ``dataset__retriever__k5``)."""
+
+
+def index_partition_key(dataset: str, retriever: str) -> str:
+    """The dataset × retriever partition key of an index."""
+    return f"{dataset}{KEY_SEPARATOR}{retriever}"
+
+
+def parse_index_partition_key(key: str) -> tuple[str, str]:
+    """(dataset, retriever) of an index partition key."""
+    dataset, retriever = key.split(KEY_SEPARATOR)
+    return dataset, retriever
+
+
 @dataclass(frozen=True)
 class Setting:
     """dataset × retriever × k (× reranker): one static partition key."""
@@ -246,16 +262,16 @@ class Setting:
     @property
     def key(self) -> str:
         parts = [self.dataset, self.retriever, f"k{self.k}"]
-        return "__".join(parts + ([self.reranker] if self.reranker else []))
+        return KEY_SEPARATOR.join(parts + ([self.reranker] if self.reranker else []))
 
     @property
     def index_key(self) -> str:
         """The dataset × retriever partition of the index this setting searches."""
-        return f"{self.dataset}__{self.retriever}"
+        return index_partition_key(self.dataset, self.retriever)
 
     @classmethod
     def parse(cls, key: str) -> Setting:
-        parts = key.split("__")
+        parts = key.split(KEY_SEPARATOR)
         if len(parts) not in (3, 4) or not re.fullmatch(r"k\d+", parts[2]):
             raise ValueError(f"not a setting key: {key!r} (expected dataset__retriever__k<N>[__reranker])")
         return cls(parts[0], parts[1], int(parts[2][1:]), parts[3] if len(parts) == 4 else None)

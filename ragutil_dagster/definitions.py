@@ -40,11 +40,11 @@ def build_resources(home: str | None = None) -> dict[str, dg.ConfigurableResourc
 
 
 def build_definitions(experiment: ExperimentConfig, home: str | None = None) -> dg.Definitions:
-    parts, assets = build_assets(experiment)
+    _, assets = build_assets(experiment)
     return dg.Definitions(
         assets=with_weekly_reevaluation(assets),
         resources=build_resources(home),
-        sensors=build_automation(experiment, parts),
+        sensors=build_automation(experiment, assets),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,17 +47,37 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(directory)))
 
 
-def plan(experiment: ExperimentConfig, parts: Partitions) -> list[tuple[list[str], list[str | None]]]:
-    """The steps of a full evaluation in dependency order: (assets, partition keys)."""
-    settings_by_generator = [str(k) for k in parts.setting_generator.get_partition_keys()]
-    return [
-        (["queries", "corpus"], [d.name for d in experiment.datasets]),
-        (["index"], list(parts.index.get_partition_keys())),
-        (["retrieval_run"], [s.key for s in experiment.settings()]),
-        (["closed_book_generations"], [str(k) for k in parts.dataset_generator.get_partition_keys()]),
-        (["generations", "entailment_clusters", "metric_scores"], settings_by_generator),
-        (["reports"], [None]),
-    ]
+def plan(assets: Sequence[dg.AssetsDefinition]) -> list[tuple[list[str], list[str | None]]]:
+    """The steps of a full evaluation, read off the asset graph: (assets, partition keys).
+
+    Assets in topological order; consecutive assets with the same partitioning are one step per
+    partition key (one Dagster run materialises, e.g., a setting's generations, NLI clusters and
+    scores together). Among assets that are ready at the same time, one sharing the previous
+    step's partitioning goes first, so such chains stay together."""
+    by_key = {key: asset for asset in assets for key in asset.keys}
+    deps = {
+        key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps} & set(by_key)
+        for key, asset in by_key.items()
+    }
+    ordered: list[dg.AssetKey] = []
+    remaining = dict(deps)
+    while remaining:
+        ready = [key for key, needs in remaining.items() if needs <= set(ordered)]
+        if not ready:
+            raise ValueError(f"the asset graph has a cycle among {sorted(k.to_user_string() for k in remaining)}")
+        last = by_key[ordered[-1]].partitions_def if ordered else None
+        ready.sort(key=lambda k: (by_key[k].partitions_def != last, list(by_key).index(k)))
+        ordered.append(ready[0])
+        del remaining[ready[0]]
+    steps: list[tuple[list[str], list[str | None]]] = []
+    for key in ordered:
+        partitions = by_key[key].partitions_def
+        if steps and by_key[dg.AssetKey(steps[-1][0][-1])].partitions_def == partitions:
+            steps[-1][0].append(key.to_user_string())
+            continue
+        keys = [str(k) for k in partitions.get_partition_keys()] if partitions else [None]
+        steps.append(([key.to_user_string()], keys))
+    return steps
 
 
 PID_TAG, HOST_TAG = "ragutil/pid", "ragutil/host"
@@ -115,7 +136,7 @@ def materialize_all(
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
-    steps = [(names, key) for names, keys in plan(experiment, parts) for key in keys]
+    steps = [(names, key) for names, keys in plan(assets) for key in keys]
     start = time.perf_counter()
     bar = tqdm(steps, desc="ragutil run", unit="step", disable=not progress)
     for names, key in bar:

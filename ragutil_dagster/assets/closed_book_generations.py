@@ -7,7 +7,7 @@ subtracts the same closed-book SePer.
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL
 from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
@@ -20,7 +20,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="closed_book_generations", partitions_def=parts.dataset_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "generator"},
         deps=[dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset"))],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="closed_book_generations")],
         description="N sampled answers per question without retrieval, with token log-probs.",

@@ -1,28 +1,18 @@
 """Shared pieces of the asset modules: asset group, metadata helpers."""
 
 
-from collections.abc import Mapping
 
 import dagster as dg
 import polars as pl
 
+from ragutil_dagster.tables import markdown_table
+
 GROUP = "ragutil"
 GPU_POOL = "gpu"
+READS_MODEL = "ragutil/reads_model"
+"""Asset tag naming the kind of configured model an asset loads (generator, nli, retriever,
+reranker): the model-identity sensor re-runs these assets and everything downstream of them."""
 """Assets running a model sit in this pool; the instance limits it to one run per card."""
-
-
-def markdown_table(rows: list[Mapping[str, object]], digits: int = 3) -> str:
-    """A Markdown table of dict rows (shared keys as columns), floats rounded."""
-    if not rows:
-        return "(empty)"
-    columns = list(rows[0])
-
-    def cell(value: object) -> str:
-        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:

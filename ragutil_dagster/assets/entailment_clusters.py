@@ -8,7 +8,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
@@ -39,7 +39,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="entailment_clusters", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "nli"},
         deps=[
             "generations",
             dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),

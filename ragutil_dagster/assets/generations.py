@@ -9,13 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import (
-    GPU_POOL,
-    GROUP,
-    check_result,
-    markdown_table,
-    table_metadata,
-)
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, check_result, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
@@ -23,6 +17,7 @@ from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompt
 from ragutil_dagster.evaluation.signals import utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tables import markdown_table
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -94,7 +89,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="generations", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "generator"},
         # Queries and corpus reach this asset through retrieval_run: Dagster has no valid mapping
         # from a dataset partition onto a setting × generator partition.
         deps=[dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))],

@@ -5,9 +5,9 @@ import time
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, check_result
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import ExperimentConfig, RetrieverConfig
+from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
@@ -15,13 +15,13 @@ from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIn
 
 
 def split_index_key(experiment: ExperimentConfig, key: str) -> tuple[str, RetrieverConfig]:
-    dataset, retriever = key.split("__")
+    dataset, retriever = parse_index_partition_key(key)
     return dataset, experiment.retriever(retriever)
 
 
 def load_index(store: ArtifactStore, models: ModelRegistry, retriever: RetrieverConfig, key: str):
     """Load a saved index, checked against the corpus and (dense) the embedder it was built with."""
-    dataset = key.split("__")[0]
+    dataset, _ = parse_index_partition_key(key)
     corpus = store.read_table("corpus", dataset)
     directory = store.directory("index", key)
     if retriever.kind == "bm25":
@@ -33,7 +33,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
     @dg.asset(
-        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL,
+        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL, tags={READS_MODEL: "retriever"},
         deps=[dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index())],
         check_specs=[dg.AssetCheckSpec("index_size_equals_corpus_size", asset="index")],
         description="Retrieval index (bm25s, or sentence-transformers + FAISS) with a manifest "

@@ -9,7 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GROUP, check_result, markdown_table
+from ragutil_dagster.assets.common import GROUP, check_result
 from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
@@ -20,16 +20,12 @@ from ragutil_dagster.evaluation.scoring import (
     summarize,
 )
 from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tables import markdown_table
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
-
-HEADLINE = (
-    "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_closed", "em_rag",
-    "has_answer_rag", "consens", "mirage_context_acceptability", "mirage_noise_vulnerability",
-    "erag_map", "utility_likelihood_f1", "utility_attention_f1",
-)
 
 
 def score_checks(
@@ -38,11 +34,7 @@ def score_checks(
     """Every query scored; every score inside its range; MIRAGE's four metrics sum to 1 (eq. 6)."""
     unscored = per_query.filter(pl.col("delta_seper_s").is_null() | pl.col("delta_seper_h").is_null())
     missing = queries.height - per_query.height
-    bounds = {
-        "seper_s_closed": (0, 1), "seper_s_rag": (0, 1), "seper_h_closed": (0, 1), "seper_h_rag": (0, 1),
-        "delta_seper_s": (-1, 1), "delta_seper_h": (-1, 1), "consens": (-1, 1),
-        "em_rag": (0, 1), "f1_rag": (0, 1), "has_answer_rag": (0, 1),
-    }
+    bounds = catalog.per_query_bounds()
     eps = 1e-9
     out_of_range = {
         column: int(per_query.filter((pl.col(column) < low - eps) | (pl.col(column) > high + eps)).height)
@@ -50,7 +42,7 @@ def score_checks(
         if column in per_query.columns
     }
     out_of_range["document_delta_seper_s"] = int(documents.filter(pl.col("delta_seper_s").abs() > 1 + eps).height)
-    mirage = [summary[k] for k in summary if k.startswith("mirage_")]
+    mirage = [summary[m.name] for m in catalog.mirage() if m.name in summary]
     mirage_total = sum(mirage)
     return [
         check_result("every_query_has_scores", missing == 0 and unscored.height == 0,
@@ -119,7 +111,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 "run_id": run.run_id, "experiment_id": run.experiment_id, "run_key": tracked.key, "url": run.url,
                 "tracking_uri": tracking.display_uri,
             })
-        headline = {name: summary[name] for name in HEADLINE if name in summary}
+        headline = {m.name: summary[m.name] for m in catalog.headline() if m.name in summary}
         metadata: dict[str, dg.MetadataValue] = {
             "dagster/row_count": dg.MetadataValue.int(per_query.height),
             "path": dg.MetadataValue.path(str(path)),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import ExperimentConfig, index_partition_key
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Partitions:
 
     def dataset_to_index(self) -> dg.StaticPartitionMapping:
         return dg.StaticPartitionMapping(
-            {d.name: [f"{d.name}__{r.name}" for r in self.experiment.retrievers] for d in self.experiment.datasets}
+            {d.name: [index_partition_key(d.name, r.name) for r in self.experiment.retrievers] for d in self.experiment.datasets}
         )
 
     def index_to_setting(self) -> dg.StaticPartitionMapping:
@@ -59,7 +59,7 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
     setting = dg.StaticPartitionsDefinition([s.key for s in experiment.settings()])
     return Partitions(
         dataset=dataset,
-        index=dg.StaticPartitionsDefinition([f"{d}__{r.name}" for d in datasets for r in experiment.retrievers]),
+        index=dg.StaticPartitionsDefinition([index_partition_key(d, r.name) for d in datasets for r in experiment.retrievers]),
         setting=setting,
         generator=generator,
         dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),

@@ -5,21 +5,18 @@ and the comparison run in MLflow (the papers' tables, paired tests between retri
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GROUP, markdown_table
+from ragutil_dagster.assets.common import GROUP
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
 from ragutil_dagster.files import atomic_write
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tables import markdown_table
 from ragutil_dagster.tracking import MlflowTracking, dagster_tags
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
 from ragutil_dagster.tracking.report import compare_runs
 
-COLUMNS = (
-    "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "em_rag", "has_answer_rag",
-    "mirage_noise_vulnerability", "mirage_context_acceptability", "mirage_context_insensitivity",
-    "mirage_context_misinterpretation", "erag_map", "erag_recip_rank", "consens",
-    "utility_likelihood_f1", "utility_attention_f1", "pearson_delta_seper_s_true_utility",
-)
+COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
 
 
 def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:

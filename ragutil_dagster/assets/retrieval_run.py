@@ -7,7 +7,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, markdown_table, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
@@ -16,6 +16,7 @@ from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, write_trec
+from ragutil_dagster.tables import markdown_table
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -23,7 +24,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="retrieval_run", partitions_def=parts.setting, group_name=GROUP, kinds={"polars", "parquet"},
-        pool=GPU_POOL,
+        pool=GPU_POOL, tags={READS_MODEL: "reranker"},
         deps=[
             dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
             dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),

@@ -22,7 +22,7 @@ from typing import Any
 import polars as pl
 from tqdm.auto import tqdm
 
-from ragutil_dagster.data.corpus import PASSAGE_SCHEMA
+from ragutil_dagster.tables import PASSAGE_SCHEMA
 
 TokenCounter = Callable[[Sequence[str]], Sequence[int]]
 """Maps texts to their token counts (without special tokens)."""

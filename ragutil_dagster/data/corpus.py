@@ -29,19 +29,7 @@ from typing import Any
 import polars as pl
 
 from ragutil_dagster.errors import CorpusValidationError
-
-CORPUS_SCHEMA: dict[str, pl.DataType] = {
-    "id": pl.String(),
-    "text": pl.String(),
-    "title": pl.String(),
-}
-PASSAGE_SCHEMA: dict[str, pl.DataType] = {**CORPUS_SCHEMA, "doc_id": pl.String()}
-QUERY_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String()}
-QRELS_SCHEMA: dict[str, pl.DataType] = {
-    "query_id": pl.String(),
-    "doc_id": pl.String(),
-    "relevance": pl.Int64(),
-}
+from ragutil_dagster.tables import BEIR_QUERY_SCHEMA, CORPUS_SCHEMA, PASSAGE_SCHEMA, QRELS_SCHEMA
 
 # DPR's passage file stores one passage per line, but a text field may legally be long.
 csv.field_size_limit(1 << 30)
@@ -124,7 +112,7 @@ class _RecordCollector:
         if not self.ids:
             raise CorpusValidationError(self.path, None, None, "no records")
         columns: dict[str, list[Any]] = {"id": self.ids, "text": self.texts}
-        schema = QUERY_SCHEMA
+        schema = BEIR_QUERY_SCHEMA
         if self.with_title:
             columns["title"] = self.titles
             schema = CORPUS_SCHEMA

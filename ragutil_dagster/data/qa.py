@@ -18,8 +18,9 @@ from ragutil_dagster.config import DatasetConfig
 from ragutil_dagster.data.corpus import jsonl_records, read_beir, record_id
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.tables import QA_QUERY_SCHEMA
 
-QUERY_COLUMNS = ("query_id", "question", "answers")
+QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)
 _OPTIONAL_FIELDS = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}
 _UTILITY_OPTIONAL_FIELDS = {"role": pl.String, "hop": pl.Int64}
 # What a JSON value must be to fill a column of each type (bool is not an integer here).

@@ -12,6 +12,7 @@ import polars as pl
 from ragutil_dagster.data.corpus import jsonl_records, record_id
 from ragutil_dagster.data.qa import gold_answer_list
 from ragutil_dagster.errors import CorpusValidationError
+from ragutil_dagster.tables import CORPUS_SCHEMA, QA_QUERY_SCHEMA, RUN_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,9 @@ def read_records(path: str | Path) -> Records:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    queries: list[tuple] = []
-    contexts: list[tuple[str, str, str]] = []
-    run: list[tuple] = []
+    queries: list[dict] = []
+    contexts: list[dict] = []
+    run: list[dict] = []
     context_text: dict[str, tuple[str, int]] = {}  # context id → (text, line it first came on)
     first_line: dict[str, int] = {}
     for line, record in jsonl_records(path):
@@ -77,19 +78,20 @@ def read_records(path: str | Path) -> Records:
             in_record.add(cid)
             if cid not in context_text:
                 context_text[cid] = (text, line)
-                contexts.append((cid, "", text))
+                contexts.append({"id": cid, "text": text, "title": ""})
             elif context_text[cid][0] != text:
                 raise CorpusValidationError(
                     path, line, f"{field}.text",
                     f"context id {cid!r} has a different text on line {context_text[cid][1]}",
                 )
-            run.append((rid, rank, cid, float(len(items) - rank + 1), "given"))
-        queries.append((rid, question, answers))
+            run.append({"query_id": rid, "rank": rank, "doc_id": cid,
+                        "score": float(len(items) - rank + 1), "retriever": "given"})
+        queries.append({"query_id": rid, "question": question, "answers": answers})
     if not queries:
         raise CorpusValidationError(path, None, None, "no records")
     return Records(
-        queries=pl.DataFrame(queries, schema={"query_id": pl.String, "question": pl.String, "answers": pl.List(pl.String)}, orient="row"),
-        corpus=pl.DataFrame(contexts, schema={"id": pl.String, "title": pl.String, "text": pl.String}, orient="row"),
-        run=pl.DataFrame(run, schema={"query_id": pl.String, "rank": pl.Int32, "doc_id": pl.String, "score": pl.Float64, "retriever": pl.String}, orient="row"),
-        max_contexts=max(rank for _, rank, *_ in run),
+        queries=pl.DataFrame(queries, schema=QA_QUERY_SCHEMA),
+        corpus=pl.DataFrame(contexts, schema=CORPUS_SCHEMA),
+        run=pl.DataFrame(run, schema=RUN_SCHEMA),
+        max_contexts=max(row["rank"] for row in run),
     )

@@ -22,17 +22,9 @@ import polars as pl
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import PromptConfig
 from ragutil_dagster.errors import PromptTooLongError
+from ragutil_dagster.tables import PROMPT_SCHEMA
 
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle")
-PROMPT_SCHEMA = {
-    "query_id": pl.String,
-    "condition": pl.String,
-    "doc_id": pl.String,
-    "doc_ids": pl.List(pl.String),  # the passages in the prompt, in order (after any dropping)
-    "prompt": pl.String,
-    "passages_dropped": pl.Int32,  # passages left out so the prompt fits the generator
-    "last_passage_chars": pl.Int64,  # characters of the last passage kept when it was cut, else null
-}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ragutil_dagster.evaluation.scoring import (
     query_scores,
 )
 from ragutil_dagster.evaluation.signals import consens_scores
+from ragutil_dagster.tables import QRELS_SCHEMA
 
 
 def score_records(
@@ -36,7 +37,7 @@ def score_records(
 ) -> list[dict[str, Any]]:
     """Score every record; one dict per record, in input order."""
     prompts = prompts or experiment.prompts
-    no_qrels = pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
+    no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
     budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
     prompt_table = pl.concat([
         closed_book_prompts(records.queries, prompts, budget),

@@ -10,26 +10,7 @@ import polars as pl
 
 from ragutil_dagster.config import SamplingConfig
 from ragutil_dagster.models.generation import Generator
-
-GENERATION_SCHEMA = {
-    "query_id": pl.String,
-    "condition": pl.String,
-    "doc_id": pl.String,
-    "sample_index": pl.Int32,
-    "text": pl.String,
-    "token_logprobs": pl.List(pl.Float64),
-    "n_tokens": pl.Int32,
-    "finish_reason": pl.String,
-    "prompt_tokens": pl.Int32,
-    "generator": pl.String,
-    "model_identity": pl.String,
-    "seed": pl.Int64,
-    "temperature": pl.Float64,
-    "top_p": pl.Float64,
-    "top_k": pl.Int32,
-    "max_new_tokens": pl.Int32,
-}
-GROUP_KEYS = ("query_id", "condition", "doc_id")
+from ragutil_dagster.tables import GENERATION_SCHEMA
 
 
 def sample_prompts(

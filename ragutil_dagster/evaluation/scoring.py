@@ -15,20 +15,13 @@ import numpy as np
 import polars as pl
 
 from ragutil_dagster.metrics import answers as answer_metrics
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.erag import erag_scores
 from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import EntailFn, SePerInput, nli_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
-
-GROUP_KEYS = ["query_id", "condition", "doc_id"]
-NLI_SCHEMA = {
-    "premise": pl.String,
-    "hypothesis": pl.String,
-    "p_contradiction": pl.Float64,
-    "p_neutral": pl.Float64,
-    "p_entailment": pl.Float64,
-}
+from ragutil_dagster.tables import GROUP_KEYS, NLI_SCHEMA
 
 
 def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tuple], list[SePerInput]]:
@@ -233,11 +226,7 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
     eRAG aggregates, LLM-specific-utility set / rank metrics, ConSens, and the Pearson
     correlation of per-document ΔSePer with ground-truth utility when the dataset has it."""
     summary: dict[str, float] = {"queries": float(queries_table.height), "documents": float(documents.height)}
-    for column in (
-        "delta_seper_s", "delta_seper_h", "seper_s_closed", "seper_s_rag", "seper_h_closed", "seper_h_rag",
-        "semantic_entropy_closed", "semantic_entropy_rag", "em_closed", "em_rag", "f1_closed", "f1_rag",
-        "has_answer_closed", "has_answer_rag", "consens",
-    ):
+    for column in catalog.per_query_means():
         if column in queries_table.columns:
             value = _mean(queries_table[column])
             if value is not None:

@@ -15,12 +15,7 @@ import polars as pl
 from ragutil_dagster.evaluation.scoring import top_answers
 from ragutil_dagster.metrics.consens import consens, content_token_mask
 from ragutil_dagster.models.scoring import TokenScorer
-
-CONSENS_SCHEMA = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
-SIGNAL_SCHEMA = {
-    "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
-    "attention": pl.Float64, "attention_selected": pl.Boolean,
-}
+from ragutil_dagster.tables import CONSENS_SCHEMA, SIGNAL_SCHEMA
 
 
 def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:

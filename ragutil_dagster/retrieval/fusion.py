@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from ragutil_dagster.retrieval.runs import RUN_SCHEMA, validate_run
+from ragutil_dagster.retrieval.runs import validate_run
+from ragutil_dagster.tables import RUN_SCHEMA
 
 
 def reciprocal_rank_fusion(

@@ -13,7 +13,8 @@ import numpy as np
 import polars as pl
 
 from ragutil_dagster.data.corpus import indexed_texts
-from ragutil_dagster.retrieval.runs import RUN_SCHEMA, validate_run
+from ragutil_dagster.retrieval.runs import validate_run
+from ragutil_dagster.tables import RUN_SCHEMA
 
 
 class PassageReranker(Protocol):

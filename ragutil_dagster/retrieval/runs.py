@@ -21,14 +21,7 @@ from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics.answers import Golds
 from ragutil_dagster.metrics.ranking import answer_hits_at_k, ir_measures, ranks_to_run
-
-RUN_SCHEMA: dict[str, pl.DataType] = {
-    "query_id": pl.String(),
-    "rank": pl.Int32(),
-    "doc_id": pl.String(),
-    "score": pl.Float64(),
-    "retriever": pl.String(),
-}
+from ragutil_dagster.tables import RUN_SCHEMA
 
 DEFAULT_MEASURES: tuple[str, ...] = (
     "recall_1",

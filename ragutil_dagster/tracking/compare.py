@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +19,13 @@ import polars as pl
 
 from ragutil_dagster.config import Setting
 from ragutil_dagster.files import atomic_write
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
     bootstrap_paired_diff_ci,
     paired_permutation_test,
 )
+from ragutil_dagster.tables import markdown_table
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import mlflow_experiment_name
 from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun
@@ -34,15 +35,7 @@ WIDE_TABLES = {
     "delta_seper_h": "ΔSePer_H by retriever × k × generator (SePer Table 11 layout)",
     "seper_s_rag": "SePer_S with context by retriever × k × generator (SePer Table 10 layout)",
 }
-MIRAGE_COLUMNS = {
-    "mirage_noise_vulnerability": "NV",
-    "mirage_context_acceptability": "CA",
-    "mirage_context_insensitivity": "CI",
-    "mirage_context_misinterpretation": "CM",
-}
-# eRAG / utility names carry the cut-off (``erag_P_5``, ``utility_likelihood_ndcg_5``); in a
-# table over several k they share one column.
-_CUTOFF = re.compile(r"^(erag_(?:P|success|ndcg_cut)|utility_\w+_(?:ndcg|recall))_\d+$")
+MIRAGE_COLUMNS = {m.name: m.symbol for m in catalog.mirage()}
 
 
 @dataclass(frozen=True)
@@ -71,38 +64,18 @@ class Comparison:
 
     def markdown(self) -> str:
         return "\n\n".join(
-            f"### {self.titles.get(name, name)}\n\n{to_markdown(table)}"
+            f"### {self.titles.get(name, name)}\n\n{markdown_table(table)}"
             for name, table in self.tables.items()
         )
 
 
-def to_markdown(table: pl.DataFrame, digits: int = 3) -> str:
-    """A Markdown table of every row and column, floats rounded to ``digits``."""
-    if table.is_empty():
-        return "(no rows)"
-    with pl.Config(
-        tbl_formatting="MARKDOWN",
-        tbl_hide_column_data_types=True,
-        tbl_hide_dataframe_shape=True,
-        tbl_rows=-1,
-        tbl_cols=-1,
-        float_precision=digits,
-        fmt_str_lengths=200,
-        tbl_width_chars=65_000,
-    ):
-        return str(table)
-
-
 def _normalised(summary: dict[str, float]) -> dict[str, float]:
-    return {
-        (m.group(1) if (m := _CUTOFF.match(name)) else name): value
-        for name, value in summary.items()
-    }
+    return {catalog.generic_name(name): value for name, value in summary.items()}
 
 
 def long_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     """One row per partition: dataset, retriever, k, generator, MLflow run id and every summary
-    number (cut-off suffixes of eRAG / utility names dropped, so k values share columns)."""
+    number (cut-off suffixes of eRAG / utility names read ``at_k``, so k values share columns)."""
     rows = [
         {
             "dataset": p.setting.dataset,
@@ -293,7 +266,7 @@ def write_comparison(comparison: Comparison, directory: Path) -> list[Path]:
         atomic_write(
             md,
             lambda temporary, t=table: temporary.write_text(
-                to_markdown(t) + "\n", encoding="utf-8"
+                markdown_table(t) + "\n", encoding="utf-8"
             ),
         )
         written += [csv, md]

@@ -12,23 +12,13 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import ModelIdentities
 from ragutil_dagster.tracking.resource import TrackedRun
 
-CI_COLUMNS = (
-    "delta_seper_s",
-    "delta_seper_h",
-    "seper_s_closed",
-    "seper_s_rag",
-    "seper_h_closed",
-    "seper_h_rag",
-    "em_rag",
-    "f1_rag",
-    "has_answer_rag",
-    "consens",
-)
+CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 
 UPSTREAM_FIGURES = {

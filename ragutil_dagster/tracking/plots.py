@@ -15,13 +15,9 @@ import polars as pl
 from matplotlib.figure import Figure
 
 from ragutil_dagster.files import atomic_write
+from ragutil_dagster.metrics import catalog
 
-MIRAGE = (
-    ("mirage_noise_vulnerability", "noise vulnerability"),
-    ("mirage_context_acceptability", "context acceptability"),
-    ("mirage_context_insensitivity", "context insensitivity"),
-    ("mirage_context_misinterpretation", "context misinterpretation"),
-)
+MIRAGE = tuple((m.name, m.name.removeprefix("mirage_").replace("_", " ")) for m in catalog.mirage())
 
 
 def _save(path: Path, draw: Callable[[], Figure]) -> Path:

@@ -40,8 +40,8 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
     config = make_tiny_config(models, world, generators=2)
     config["generators"][1]["model"] = str(second)
     experiment = parse_config(config)
-    parts, _ = build_assets(experiment)
-    sensor = build_model_sensor(experiment, parts)
+    _, assets = build_assets(experiment)
+    sensor = build_model_sensor(experiment, assets)
 
     first = sensor(dg.build_sensor_context())
     assert not first.run_requests  # the first evaluation only records identities
@@ -59,12 +59,12 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
 
 
 def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
-    parts, _ = build_assets(tiny_experiment)
+    parts, assets = build_assets(tiny_experiment)
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
-           for r in affected_runs(["nli"], tiny_experiment, parts)}
+           for r in affected_runs(["nli"], assets)}
     assert nli == {(("entailment_clusters", "metric_scores"), str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
-             for r in affected_runs(["retriever:dense"], tiny_experiment, parts)}
+             for r in affected_runs(["retriever:dense"], assets)}
     assert (("index",), "world__dense") in dense
     assert {key for (assets, key) in dense if assets == ("retrieval_run",)} == {"world__dense__k1", "world__dense__k2"}
     assert not any("bm25" in key for _, key in dense)

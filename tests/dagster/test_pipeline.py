@@ -113,6 +113,13 @@ def test_asset_checks_passed(materialized) -> None:
 
 
 def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
-    parts, _ = build_assets(tiny_experiment)
-    order = [names[0] for names, _ in plan(tiny_experiment, parts)]
-    assert order == ["queries", "index", "retrieval_run", "closed_book_generations", "generations", "reports"]
+    parts, assets = build_assets(tiny_experiment)
+    steps = plan(assets)
+    assert [names for names, _ in steps] == [
+        ["queries", "corpus"], ["index"], ["retrieval_run"], ["closed_book_generations"],
+        ["generations", "entailment_clusters", "metric_scores"], ["reports"],
+    ]
+    keys = dict((names[0], keys) for names, keys in steps)
+    assert keys["retrieval_run"] == [s.key for s in tiny_experiment.settings()]
+    assert keys["generations"] == [str(k) for k in parts.setting_generator.get_partition_keys()]
+    assert keys["reports"] == [None]

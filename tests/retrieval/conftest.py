@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ragutil_dagster.data.corpus import CORPUS_SCHEMA, QRELS_SCHEMA, QUERY_SCHEMA
+from ragutil_dagster.tables import BEIR_QUERY_SCHEMA, CORPUS_SCHEMA, QRELS_SCHEMA
 
 # FAISS's OpenMP threads spin-wait; on this shared 2-core machine two of them training k-means
 # run several times slower than one. Single-threaded FAISS keeps these tests fast everywhere.
@@ -152,7 +152,7 @@ def build_world(towns: int = 100, seed: int = 7) -> World:
         answers[query_id] = gold
     return World(
         corpus=pl.DataFrame(passages, schema=CORPUS_SCHEMA),
-        queries=pl.DataFrame(queries, schema=QUERY_SCHEMA),
+        queries=pl.DataFrame(queries, schema=BEIR_QUERY_SCHEMA),
         qrels=pl.DataFrame(qrels, schema=QRELS_SCHEMA),
         answers=answers,
     )

@@ -15,7 +15,7 @@ from ragutil_dagster.data.chunking import (
     minilm_token_counter,
     split_sentences,
 )
-from ragutil_dagster.data.corpus import PASSAGE_SCHEMA
+from ragutil_dagster.tables import PASSAGE_SCHEMA
 
 
 def _corpus(*texts: str) -> pl.DataFrame:

@@ -9,7 +9,6 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.data.corpus import (
-    CORPUS_SCHEMA,
     corpus_fingerprint,
     indexed_texts,
     read_beir,
@@ -20,6 +19,7 @@ from ragutil_dagster.data.corpus import (
     validate_corpus,
 )
 from ragutil_dagster.errors import CorpusValidationError
+from ragutil_dagster.tables import CORPUS_SCHEMA
 
 
 def _jsonl(path: Path, records: list[object]) -> Path:

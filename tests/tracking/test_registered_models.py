@@ -71,8 +71,8 @@ def test_sensor_observes_a_moved_alias(registry, tiny_world) -> None:
         "nli": {"model": str(models.nli)},
     }
     experiment = parse_config(config)
-    parts, _ = build_assets(experiment)
-    sensor = build_model_sensor(experiment, parts)
+    _, assets = build_assets(experiment)
+    sensor = build_model_sensor(experiment, assets)
     baseline = sensor(dg.build_sensor_context())
     changed_dir = tmp_path / "changed"
     shutil.copytree(models.causal_lm, changed_dir)

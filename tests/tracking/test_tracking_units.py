@@ -164,7 +164,7 @@ def test_comparison_tables_follow_the_papers_layouts_and_test_pairs() -> None:
         dense_k5_b.summary["delta_seper_s"]
     )
     assert (
-        "erag_P" in comparison.tables["erag_utility"].columns
+        "erag_P_at_k" in comparison.tables["erag_utility"].columns
     )  # erag_P_1 and erag_P_5 share a column
     mirage = comparison.tables["mirage"]
     assert mirage.columns == ["dataset", "k", "generator", "retriever", "NV", "CA", "CI", "CM"]

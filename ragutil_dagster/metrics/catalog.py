@@ -1,0 +1,155 @@
+"""The metric catalogue: one entry per metric ragutil reports, carrying what every consumer needs —
+the asset checks (bounds), the summary (which per-query columns are averaged), the reports and the
+``ragutil run`` table (labels, headline), MLflow logging (bootstrap CIs), the comparison tables and
+plots (MIRAGE's symbols, cut-off names). Adding a metric = its function, its row in
+``evaluation/scoring``, one entry here.
+
+Names are the keys of a partition's summary and, for per-query metrics, the columns of its
+per-query table. A name with ``{k}`` is a template: the summary key carries the cut-off
+(``erag_P_5``) and cross-run tables name it ``erag_P_at_k`` so that settings with different k
+share a column.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported metric.
+
+    Attributes:
+        name: summary key (and per-query column when ``per_query``); ``{k}`` marks a cut-off.
+        label: short column header in printed tables.
+        paper: the paper it comes from, with the equation / section that defines it.
+        bounds: the closed interval every value lies in (checked per query), or None.
+        higher_is_better: the direction of "better" (plots and comparisons).
+        per_query: a per-query column whose mean over queries is the summary value.
+        headline: shown in Dagster metadata, reports and the ``ragutil run`` table.
+        ci: its mean is logged with a bootstrap 95 % interval over queries.
+        symbol: the paper's own symbol (MIRAGE's NV / CA / CI / CM), when tables use it.
+    """
+
+    name: str
+    label: str
+    paper: str
+    bounds: tuple[float, float] | None = None
+    higher_is_better: bool = True
+    per_query: bool = False
+    headline: bool = False
+    ci: bool = False
+    symbol: str = ""
+
+
+_SEPER = "SePer (Dai et al., ICLR 2025)"
+_MIRAGE = "MIRAGE (Park et al.) §4.2 eqs. 2–5"
+_ERAG = "eRAG (Salemi & Zamani, SIGIR 2024) eq. 1 aggregated"
+_UTILITY = "LLM-specific utility (Zhang et al., 2025) §3.4"
+_CONSENS = "ConSens (Vankov et al.) §2"
+_QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
+
+CATALOG: tuple[Metric, ...] = (
+    Metric("delta_seper_s", "ΔSePer_S", f"{_SEPER} eq. 11, soft kernel", (-1, 1), per_query=True,
+           headline=True, ci=True),
+    Metric("delta_seper_h", "ΔSePer_H", f"{_SEPER} eq. 11, hard kernel", (-1, 1), per_query=True,
+           headline=True, ci=True),
+    Metric("seper_s_closed", "SePer_S cb", f"{_SEPER} eq. 9, closed book", (0, 1), per_query=True,
+           headline=True, ci=True),
+    Metric("seper_s_rag", "SePer_S rag", f"{_SEPER} eq. 9, with context", (0, 1), per_query=True,
+           headline=True, ci=True),
+    Metric("seper_h_closed", "SePer_H cb", f"{_SEPER} eq. 9, hard kernel, closed book", (0, 1),
+           per_query=True, ci=True),
+    Metric("seper_h_rag", "SePer_H rag", f"{_SEPER} eq. 9, hard kernel, with context", (0, 1),
+           per_query=True, ci=True),
+    Metric("semantic_entropy_closed", "SE cb", f"{_SEPER} Table 2 baseline (Kuhn et al.)",
+           higher_is_better=False, per_query=True),
+    Metric("semantic_entropy_rag", "SE rag", f"{_SEPER} Table 2 baseline (Kuhn et al.)",
+           higher_is_better=False, per_query=True),
+    Metric("em_closed", "EM cb", _QA, (0, 1), per_query=True),
+    Metric("em_rag", "EM rag", _QA, (0, 1), per_query=True, headline=True, ci=True),
+    Metric("f1_closed", "F1 cb", _QA, (0, 1), per_query=True),
+    Metric("f1_rag", "F1 rag", _QA, (0, 1), per_query=True, ci=True),
+    Metric("has_answer_closed", "has cb", _QA, (0, 1), per_query=True),
+    Metric("has_answer_rag", "has rag", _QA, (0, 1), per_query=True, ci=True),
+    Metric("mirage_context_acceptability", "MIRAGE CA", _MIRAGE, (0, 1), headline=True,
+           symbol="CA"),
+    Metric("mirage_noise_vulnerability", "MIRAGE NV", _MIRAGE, (0, 1), higher_is_better=False,
+           headline=True, symbol="NV"),
+    Metric("mirage_context_insensitivity", "MIRAGE CI", _MIRAGE, (0, 1), higher_is_better=False,
+           symbol="CI"),
+    Metric("mirage_context_misinterpretation", "MIRAGE CM", _MIRAGE, (0, 1),
+           higher_is_better=False, symbol="CM"),
+    Metric("erag_P_{k}", "eRAG P@k", _ERAG, (0, 1)),
+    Metric("erag_success_{k}", "eRAG Hit@k", _ERAG, (0, 1)),
+    Metric("erag_map", "eRAG MAP", _ERAG, (0, 1), headline=True),
+    Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
+    Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
+    Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
+    *(
+        Metric(f"utility_{signal}_{part}", f"util-{signal[:3]} {label}", _UTILITY, (0, 1),
+               headline=(signal, part) == ("likelihood", "f1"))
+        for signal in ("likelihood", "attention")
+        for part, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"),
+                            ("accuracy_empty", "acc∅"))
+    ),
+    *(
+        Metric(f"utility_{signal}_{part}_{{k}}", f"util-{signal[:3]} {label}@k", _UTILITY, (0, 1))
+        for signal in ("likelihood", "attention")
+        for part, label in (("ndcg", "NDCG"), ("recall", "Recall"))
+    ),
+    Metric("pearson_delta_seper_s_true_utility", "r(ΔSePer_S, truth)",
+           f"{_SEPER} Table 2 (Pearson r with ground-truth utility)", (-1, 1), headline=True),
+    Metric("pearson_delta_seper_h_true_utility", "r(ΔSePer_H, truth)",
+           f"{_SEPER} Table 2 (Pearson r with ground-truth utility)", (-1, 1)),
+)
+
+_BY_NAME = {metric.name: metric for metric in CATALOG}
+assert len(_BY_NAME) == len(CATALOG), "metric names must be unique"
+_TEMPLATES = {
+    re.compile("^" + re.escape(m.name).replace(re.escape("{k}"), r"\d+") + "$"): m
+    for m in CATALOG if "{k}" in m.name
+}
+
+
+def metric(name: str) -> Metric | None:
+    """The catalogue entry of a summary key (cut-off names such as ``erag_P_5`` included)."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    return next((m for pattern, m in _TEMPLATES.items() if pattern.match(name)), None)
+
+
+def generic_name(name: str) -> str:
+    """``name`` with its cut-off replaced by ``at_k``, so settings with different k share a
+    column in cross-run tables (``erag_P_5`` → ``erag_P_at_k``) without taking the name of
+    another metric (``utility_likelihood_recall_5`` is ranking Recall@k, not the set recall
+    ``utility_likelihood_recall``); names without a cut-off are returned unchanged."""
+    entry = metric(name)
+    return entry.name.replace("{k}", "at_k") if entry is not None and "{k}" in entry.name else name
+
+
+def per_query_means() -> tuple[str, ...]:
+    """Per-query columns whose mean over queries is a summary value."""
+    return tuple(m.name for m in CATALOG if m.per_query)
+
+
+def headline() -> tuple[Metric, ...]:
+    """The metrics shown first everywhere (metadata, reports, the ``ragutil run`` table)."""
+    return tuple(m for m in CATALOG if m.headline)
+
+
+def with_ci() -> tuple[str, ...]:
+    """Per-query columns logged with a bootstrap 95 % interval."""
+    return tuple(m.name for m in CATALOG if m.ci)
+
+
+def per_query_bounds() -> dict[str, tuple[float, float]]:
+    """The range every per-query value of a bounded metric must lie in."""
+    return {m.name: m.bounds for m in CATALOG if m.per_query and m.bounds is not None}
+
+
+def mirage() -> tuple[Metric, ...]:
+    """MIRAGE's four RAG-adaptability metrics, in the paper's order (they sum to 1, eq. 6)."""
+    order = ("NV", "CA", "CI", "CM")
+    return tuple(sorted((m for m in CATALOG if m.symbol in order), key=lambda m: order.index(m.symbol)))

@@ -1,0 +1,112 @@
+"""Table contracts: every table's schema, its key columns and the names of the side tables an
+asset writes beside its main one — in one place, read by the readers, the evaluation, the assets
+(Dagster column-schema metadata) and the tests. Also the one Markdown rendering of a table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+# --- inputs: corpora, queries, qrels (data/) ---------------------------------------------------
+CORPUS_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.String(),
+    "text": pl.String(),
+    "title": pl.String(),
+}
+PASSAGE_SCHEMA: dict[str, pl.DataType] = {**CORPUS_SCHEMA, "doc_id": pl.String()}
+BEIR_QUERY_SCHEMA: dict[str, pl.DataType] = {"id": pl.String(), "text": pl.String()}
+QRELS_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "doc_id": pl.String(),
+    "relevance": pl.Int64(),
+}
+# The evaluation's queries: one row per question with its gold answers.
+QA_QUERY_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "question": pl.String(),
+    "answers": pl.List(pl.String()),
+}
+
+# --- retrieval runs (retrieval/) ---------------------------------------------------------------
+RUN_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String(),
+    "rank": pl.Int32(),
+    "doc_id": pl.String(),
+    "score": pl.Float64(),
+    "retriever": pl.String(),
+}
+
+# --- prompts, generations and their side tables (evaluation/) ------------------------------------
+PROMPT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String,
+    "condition": pl.String,
+    "doc_id": pl.String,
+    "doc_ids": pl.List(pl.String),  # the passages in the prompt, in order (after any dropping)
+    "prompt": pl.String,
+    "passages_dropped": pl.Int32,  # passages left out so the prompt fits the generator
+    "last_passage_chars": pl.Int64,  # characters of the last passage kept when it was cut, else null
+}
+GENERATION_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String,
+    "condition": pl.String,
+    "doc_id": pl.String,
+    "sample_index": pl.Int32,
+    "text": pl.String,
+    "token_logprobs": pl.List(pl.Float64),
+    "n_tokens": pl.Int32,
+    "finish_reason": pl.String,
+    "prompt_tokens": pl.Int32,
+    "generator": pl.String,
+    "model_identity": pl.String,
+    "seed": pl.Int64,
+    "temperature": pl.Float64,
+    "top_p": pl.Float64,
+    "top_k": pl.Int32,
+    "max_new_tokens": pl.Int32,
+}
+# One SePer group: the samples of one prompt (doc_id is set for per-document prompts only).
+GROUP_KEYS = ("query_id", "condition", "doc_id")
+
+CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
+SIGNAL_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
+    "attention": pl.Float64, "attention_selected": pl.Boolean,
+}
+NLI_SCHEMA: dict[str, pl.DataType] = {
+    "premise": pl.String,
+    "hypothesis": pl.String,
+    "p_contradiction": pl.Float64,
+    "p_neutral": pl.Float64,
+    "p_entailment": pl.Float64,
+}
+
+# --- side tables: written beside an asset's main table, read by name ---------------------------
+QRELS = "qrels"  # queries
+UTILITY = "utility"  # queries: ground-truth utility of the synthetic world
+PROMPTS = "prompts"  # closed_book_generations, generations
+ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
+CONSENS = "consens"  # generations
+UTILITY_SIGNALS = "utility_signals"  # generations
+NLI = "nli"  # entailment_clusters: NLI probabilities of every judged pair
+GROUPS = "groups"  # metric_scores: scores per SePer group
+DOCUMENTS = "documents"  # metric_scores: scores per retrieved document
+
+
+def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:
+    """A Markdown table of every row and column (a frame, or dict rows sharing their keys),
+    floats rounded to ``digits``."""
+    frame = table if isinstance(table, pl.DataFrame) else pl.DataFrame(list(table))
+    if frame.is_empty():
+        return "(no rows)"
+    with pl.Config(
+        tbl_formatting="MARKDOWN",
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+        tbl_rows=-1,
+        tbl_cols=-1,
+        float_precision=digits,
+        fmt_str_lengths=200,
+        tbl_width_chars=65_000,
+    ):
+        return str(frame)
