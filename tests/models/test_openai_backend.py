@@ -1,0 +1,377 @@
+"""The ``openai`` backend against a real vLLM server of SmolLM2 (``vllm_server``) and, for bad
+input, against tiny fake servers on 127.0.0.1 (down, failing then recovering, answering without
+log-probs or with malformed JSON, dropping the connection mid-run).
+
+The real-server tests compare the server's log-probs with a teacher-forced HF float32 pass over
+the same token ids. Measured on a 2-core AVX-512 CPU (float32 both sides): sampled tokens, 286
+over seeds 7-9, largest |server - HF| 3.6e-5 (mean 5.5e-6); prompt log-probs, 12 answer tokens,
+largest 2.1e-5. LOGPROB_TOLERANCE keeps ~3x headroom for other CPUs' kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from ragutil_dagster.errors import UserError
+from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+from ragutil_dagster.models.generation import Generator, Sample
+from ragutil_dagster.models.openai_backend import (
+    CapabilityMissingError,
+    MissingAPIKeyError,
+    MissingLogprobsError,
+    OpenAIGenerator,
+    OpenAITokenScorer,
+    ServerResponseError,
+    ServerUnavailableError,
+)
+from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.processes import free_port
+from ragutil_dagster.sampling import SamplingParams
+
+LOGPROB_TOLERANCE = 1e-4
+PROMPTS = [
+    "What is the capital of France?",
+    "Name a primary colour.",
+    "Who wrote Romeo and Juliet?",
+    "How many legs does a spider have?",
+]
+PARAMS = SamplingParams(n=3, temperature=1.0, max_new_tokens=8, stop=("\n",), seed=7)
+FAST_RETRIES = {"max_retries": 2, "retry_backoff": 0.01, "timeout": 30.0}
+
+
+# ---------------------------------------------------------------- against the real vLLM server
+
+
+@pytest.fixture(scope="module")
+def served(vllm_server) -> OpenAIGenerator:
+    """SmolLM2 on the session's vLLM server, prompts tokenised locally with its chat template."""
+    return OpenAIGenerator(
+        vllm_server.base_url, vllm_server.model, tokenizer=str(vllm_server.model_dir),
+        use_chat_template=True, prompt_logprob_metrics=("consens",), show_progress=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_reference(vllm_server) -> TokenScorer:
+    """The same weights in HF float32 on CPU, same prompt formatting: the teacher-forced pass."""
+    return TokenScorer(str(vllm_server.model_dir), device="cpu", dtype="float32",
+                       use_chat_template=True, show_progress=False)
+
+
+def test_contract(served: OpenAIGenerator, vllm_server) -> None:
+    out = served.sample(PROMPTS[:3], PARAMS)
+    assert isinstance(served, Generator)
+    assert served.context_length == vllm_server.max_model_len
+    assert [len(per) for per in out] == [PARAMS.n] * 3
+    for per, tokens in zip(out, served.count_prompt_tokens(PROMPTS[:3]), strict=True):
+        for s in per:
+            assert 1 <= len(s.token_ids) == len(s.token_logprobs) <= PARAMS.max_new_tokens
+            assert all(lp <= 0 for lp in s.token_logprobs)
+            assert s.finish_reason == "stop" or len(s.token_ids) == PARAMS.max_new_tokens
+            assert "\n" not in s.text and s.prompt_tokens == tokens
+    assert_same_samples(served.sample(PROMPTS[:3], PARAMS), out)  # same seed
+    assert_same_samples(served.sample(PROMPTS[1:2], PARAMS), out[1:2])  # batch-mates don't matter
+    other_seed = served.sample(PROMPTS[:3], dataclasses.replace(PARAMS, seed=PARAMS.seed + 1))
+    assert [s.token_ids for per in other_seed for s in per] != [s.token_ids for per in out for s in per]
+
+
+def assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]]) -> None:
+    """Same tokens, text and finish; log-probs equal up to LOGPROB_TOLERANCE. A server batches
+    concurrent requests as they arrive, and batch shapes move float results in the last bits."""
+    assert [[(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in got] == [
+        [(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in expected]
+    gaps = [abs(a - b) for g, e in zip(got, expected, strict=True) for x, y in zip(g, e, strict=True)
+            for a, b in zip(x.token_logprobs, y.token_logprobs, strict=True)]
+    assert max(gaps) <= LOGPROB_TOLERANCE
+
+
+def test_settings_are_stable_and_secret_free(served: OpenAIGenerator, vllm_server) -> None:
+    assert served.settings == {
+        "backend": "openai", "identity": served.identity, "prompt_format": "token_ids",
+        "chat_template": True, "system_prompt": None,
+    }
+    assert vllm_server.model in served.identity and str(vllm_server.model_dir) in served.identity
+    pinned = OpenAIGenerator(vllm_server.base_url, vllm_server.model, identity="sha256:pinned",
+                             show_progress=False)
+    assert pinned.identity == pinned.settings["identity"] == "sha256:pinned"
+
+
+def test_sampled_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: TokenScorer) -> None:
+    out = served.sample(PROMPTS, PARAMS)
+    prompt_ids = served.encode(PROMPTS)
+    pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
+    reference = hf_reference.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
+    gaps = [np.abs(np.asarray(s.token_logprobs) - ref).max() for (_, s), ref in zip(pairs, reference, strict=True)]
+    assert max(gaps) <= LOGPROB_TOLERANCE, f"largest |server - HF| = {max(gaps):.2e}"
+
+
+def test_prompt_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: TokenScorer) -> None:
+    answers = [" Paris.", " Red.", " William Shakespeare wrote it.", " Eight legs."]
+    scorer = OpenAITokenScorer(served)
+    got = scorer.score(PROMPTS, answers)
+    expected = hf_reference.score(PROMPTS, answers)
+    for g, e in zip(got, expected, strict=True):
+        assert (g.token_ids, g.tokens, g.word_ids, g.prompt_tokens) == (
+            e.token_ids, e.tokens, e.word_ids, e.prompt_tokens)
+        assert np.abs(np.asarray(g.token_logprobs) - e.token_logprobs).max() <= LOGPROB_TOLERANCE
+    assert scorer.score_ids([[1]], [[]])[0].size == 0
+
+
+def test_attention_utility_is_reported_unavailable(served: OpenAIGenerator) -> None:
+    scorer = OpenAITokenScorer(served)
+    assert "attention" in scorer.attention_unavailable
+    with pytest.raises(CapabilityMissingError, match="attention_utility"):
+        scorer.passage_attention(PROMPTS[:1], [" Paris."], [[(0, 4)]])
+
+
+def test_resume_after_the_server_died(served: OpenAIGenerator, vllm_server, tmp_path) -> None:
+    """The server dies after the first checkpoint: its samples stay stored, nothing of the
+    second is stored, and a resumed run samples only the second, giving an uninterrupted run's
+    samples."""
+    proxy = Forwarding(vllm_server.base_url, completions_budget=3)  # probe + first checkpoint
+    cache = GenerationCache(tmp_path / "generations")
+    with fake_server(proxy.respond) as url:
+        dying = OpenAIGenerator(url, vllm_server.model, tokenizer=str(vllm_server.model_dir),
+                                use_chat_template=True, show_progress=False, **FAST_RETRIES)
+        with pytest.raises(ServerUnavailableError, match=r"prompt \d"):
+            CachedGenerator(dying, cache, checkpoint_prompts=2).sample(PROMPTS, PARAMS)
+    assert len(list(cache.root.rglob("*.json"))) == 2
+    resumed = CachedGenerator(served, cache, checkpoint_prompts=2)
+    assert resumed.settings == dying.settings, "the server's address is not part of the cache key"
+    assert_same_samples(resumed.sample(PROMPTS, PARAMS), served.sample(PROMPTS, PARAMS))
+    assert (resumed.stats.hits, resumed.stats.misses) == (2, 2)
+
+
+# ------------------------------------------------------------------ fake servers for bad input
+
+
+Responder = Callable[[str, str, dict, dict], "tuple[int, bytes] | None"]
+
+
+@contextmanager
+def fake_server(respond: Responder) -> Iterator[str]:
+    """An HTTP server on a free 127.0.0.1 port answering with ``respond(method, path, body,
+    headers) -> (status, body bytes)``; None stops the server, then drops the connection (a
+    server dying mid-request: later requests are refused). Yields the base URL."""
+    stopped, lock = [], threading.Lock()
+
+    def stop() -> None:
+        with lock:
+            if not stopped:
+                stopped.append(True)
+                server.shutdown()
+                server.server_close()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(respond, stop))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop()
+        thread.join()
+
+
+def _handler(respond: Responder, stop: Callable[[], None]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else {}
+            answer = respond(method, self.path, body, dict(self.headers))
+            if answer is None:
+                stop()  # from a request thread, not the serving one: shutdown() can return
+                self.close_connection = True
+                return
+            status, payload = answer
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:
+            self._answer("GET")
+
+        def do_POST(self) -> None:
+            self._answer("POST")
+
+        def log_message(self, *_args: object) -> None:
+            """Quiet: the tests assert on what the client reports."""
+
+    return Handler
+
+
+@dataclass
+class Forwarding:
+    """Relays requests to a real server until ``completions_budget`` completions were relayed;
+    the next one kills the relay, as a server dying mid-run."""
+
+    upstream: str
+    completions_budget: int
+    relayed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def respond(self, method: str, path: str, body: dict, _headers: dict) -> tuple[int, bytes] | None:
+        if path == "/v1/completions":
+            with self.lock:
+                if self.relayed == self.completions_budget:
+                    return None
+                self.relayed += 1
+        data = json.dumps(body).encode() if method == "POST" else None
+        request = urllib.request.Request(self.upstream + path, data=data,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+
+MODELS_ANSWER = {"object": "list", "data": [{"id": "fake", "root": "/models/fake", "max_model_len": 64}]}
+
+
+def completion(body: dict, with_logprobs: bool = True) -> dict:
+    """A well-formed vLLM-style answer: every sample is ``max_tokens`` copies of token 7 with
+    log-prob -0.5 (the prompt echoed with log-probs first when asked)."""
+    tokens, values = ["token_id:7"] * body["max_tokens"], [-0.5] * body["max_tokens"]
+    if body.get("echo"):
+        prompt = body["prompt"] if isinstance(body["prompt"], list) else [3] * 4
+        tokens = [f"token_id:{t}" for t in prompt] + tokens
+        values = [None] + [-1.0] * (len(prompt) - 1) + values
+    logprobs = {"tokens": tokens, "token_logprobs": values} if with_logprobs else None
+    choices = [{"index": i, "text": "x" * body["max_tokens"], "logprobs": logprobs,
+                "finish_reason": "length"} for i in range(body["n"])]
+    return {"choices": choices, "usage": {"prompt_tokens": 4}}
+
+
+@dataclass
+class Scripted:
+    """A fake OpenAI-compatible server: ``/v1/models`` answers MODELS_ANSWER; completion
+    number k (counting from 0, the probe first) is answered by ``script(k, body)``."""
+
+    script: Callable[[int, dict], tuple[int, bytes]]
+    seen: list[dict] = field(default_factory=list)
+    headers: list[dict] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def respond(self, method: str, path: str, body: dict, headers: dict) -> tuple[int, bytes]:
+        if path == "/v1/models":
+            return 200, json.dumps(MODELS_ANSWER).encode()
+        with self.lock:
+            k = len(self.seen)
+            self.seen.append(body)
+            self.headers.append(headers)
+        return self.script(k, body)
+
+
+def ok(_k: int, body: dict) -> tuple[int, bytes]:
+    return 200, json.dumps(completion(body)).encode()
+
+
+def fake_generator(url: str | list[str], **options: object) -> OpenAIGenerator:
+    return OpenAIGenerator(url, "fake", show_progress=False, **{**FAST_RETRIES, **options})
+
+
+def test_server_down_is_one_clear_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ServerUnavailableError, match=r"GET /v1/models: no answer .* after 3 attempts") as err:
+        fake_generator(url)
+    assert url in str(err.value) and isinstance(err.value, UserError)
+
+
+def test_server_errors_are_retried_then_recover(tmp_path) -> None:
+    def two_failures(k: int, body: dict) -> tuple[int, bytes]:
+        return (500, b"engine busy") if k in (1, 2) else ok(k, body)
+
+    server = Scripted(two_failures)
+    with fake_server(server.respond) as url:
+        gen = CachedGenerator(fake_generator(url, max_concurrency=1), GenerationCache(tmp_path))
+        out = gen.sample(["a question"], SamplingParams(n=2, max_new_tokens=3))
+    assert len(server.seen) == 4  # probe, two failures, the success
+    assert [s.token_ids for s in out[0]] == [(7, 7, 7)] * 2
+
+
+def test_persistent_failure_names_server_and_prompt_and_caches_nothing(tmp_path) -> None:
+    server = Scripted(lambda k, body: ok(k, body) if k == 0 or "good" in body["prompt"] else (503, b"down"))
+    cache = GenerationCache(tmp_path)
+    with fake_server(server.respond) as url:
+        gen = CachedGenerator(fake_generator(url), cache)
+        with pytest.raises(ServerUnavailableError, match=r"prompt \d \('bad prompt'\): no answer .* after 3 attempts") as err:
+            gen.sample(["good prompt", "bad prompt"], SamplingParams(n=1, max_new_tokens=2))
+    assert url in str(err.value) and "HTTP 503" in str(err.value)
+    assert not list(cache.root.rglob("*.json"))
+
+
+def test_answers_without_logprobs_are_refused() -> None:
+    server = Scripted(lambda _k, body: (200, json.dumps(completion(body, with_logprobs=False)).encode()))
+    with fake_server(server.respond) as url, pytest.raises(MissingLogprobsError, match="probe: .* no token log-probs"):
+        fake_generator(url)
+
+
+def test_malformed_json_is_one_clear_error_and_caches_nothing(tmp_path) -> None:
+    server = Scripted(lambda k, body: (200, b'{"choices": [') if "broken" in str(body["prompt"]) else ok(k, body))
+    cache = GenerationCache(tmp_path)
+    with fake_server(server.respond) as url:
+        gen = CachedGenerator(fake_generator(url), cache)
+        with pytest.raises(ServerResponseError, match=r"prompt \d \('broken'\): .* malformed JSON"):
+            gen.sample(["fine", "broken"], SamplingParams(n=1, max_new_tokens=2))
+    assert not list(cache.root.rglob("*.json"))
+
+
+def test_missing_prompt_logprobs_name_the_metric() -> None:
+    def no_echo(k: int, body: dict) -> tuple[int, bytes]:
+        return ok(k, {**body, "echo": False})
+
+    server = Scripted(no_echo)
+    with fake_server(server.respond) as url:
+        assert fake_generator(url).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
+        with pytest.raises(CapabilityMissingError, match="consens, likelihood_utility need prompt log-probs"):
+            fake_generator(url, prompt_logprob_metrics=("consens", "likelihood_utility"))
+
+
+def test_missing_api_key_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAGUTIL_TEST_KEY", raising=False)
+    with pytest.raises(MissingAPIKeyError, match="RAGUTIL_TEST_KEY"):
+        fake_generator(f"http://127.0.0.1:{free_port()}", api_key_env="RAGUTIL_TEST_KEY")
+
+
+def test_api_key_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-0123456789"
+    monkeypatch.setenv("RAGUTIL_TEST_KEY", secret)
+
+    def echo_auth_on_sampling(k: int, body: dict) -> tuple[int, bytes]:
+        # A careless server quoting the request's credentials in its error.
+        return ok(k, body) if k == 0 else (401, f"bad token {server.headers[k]['Authorization']}".encode())
+
+    server = Scripted(echo_auth_on_sampling)
+    with fake_server(server.respond) as url:
+        gen = fake_generator(url, api_key_env="RAGUTIL_TEST_KEY")
+        with pytest.raises(ServerResponseError, match="HTTP 401") as err:
+            gen.sample(["q"], SamplingParams(n=1, max_new_tokens=1))
+    assert server.headers[0]["Authorization"] == f"Bearer {secret}"
+    for shown in (str(err.value), repr(gen), repr(gen.client), json.dumps(gen.settings)):
+        assert secret not in shown
+    assert "bad token Bearer ***" in str(err.value)
+
+
+def test_replicas_share_the_load_and_cover_a_dead_one() -> None:
+    first, second = Scripted(ok), Scripted(ok)
+    params = SamplingParams(n=1, max_new_tokens=1)
+    with fake_server(first.respond) as a, fake_server(second.respond) as b:
+        fake_generator([a, b]).sample(["p0", "p1", "p2", "p3"], params)
+        assert len(first.seen) == 1 + 2 and len(second.seen) == 2  # the probe went to the first
+        dead = f"http://127.0.0.1:{free_port()}"
+        out = fake_generator([a, dead]).sample(["p0", "p1", "p2", "p3"], params)
+    assert len(out) == 4 and len(first.seen) == 3 + 1 + 4
