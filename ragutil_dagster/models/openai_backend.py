@@ -79,6 +79,9 @@ ATTENTION_UNAVAILABLE = (
     "does not return; score it with the hf backend"
 )
 _TOKEN_ID_PREFIX = "token_id:"
+# vLLM seeds sample j of a request with seed + j, as a signed 32-bit integer on some paths: the
+# in-process backend's range, so a server and the in-process engine draw the same samples.
+_SEED_RANGE = 2**31 - 2**16
 _FINISH_REASONS = ("stop", "length")
 
 
@@ -470,7 +473,7 @@ class OpenAIGenerator:
             what = f"prompt {index} ({_excerpt(prompts[index])})"
             answer = self.complete(
                 prompt, index, what, max_tokens=params.max_new_tokens, params=params,
-                seed=row_seed(params.seed, prompts[index], 0) % 2**31, cancelled=cancelled,
+                seed=row_seed(params.seed, prompts[index], 0) % _SEED_RANGE, cancelled=cancelled,
             )
             return self._samples(answer, params.n, what, prompt)
 

@@ -5,7 +5,8 @@ log-probs or with malformed JSON, dropping the connection mid-run).
 The real-server tests compare the server's log-probs with a teacher-forced HF float32 pass over
 the same token ids. Measured on a 2-core AVX-512 CPU (float32 both sides): sampled tokens, 286
 over seeds 7-9, largest |server - HF| 3.6e-5 (mean 5.5e-6); prompt log-probs, 12 answer tokens,
-largest 2.1e-5. LOGPROB_TOLERANCE keeps ~3x headroom for other CPUs' kernels.
+largest 2.1e-5; against the in-process vLLM engine, same tokens and largest 2.4e-5.
+LOGPROB_TOLERANCE keeps ~3x headroom for other CPUs' kernels.
 """
 
 from __future__ import annotations
@@ -94,6 +95,14 @@ def assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]]) -
     gaps = [abs(a - b) for g, e in zip(got, expected, strict=True) for x, y in zip(g, e, strict=True)
             for a, b in zip(x.token_logprobs, y.token_logprobs, strict=True)]
     assert max(gaps) <= LOGPROB_TOLERANCE
+
+
+def test_server_agrees_with_the_in_process_engine(vllm_server, vllm_engine) -> None:
+    """Same weights, prompts as token ids and seeds: the server and the in-process vLLM engine
+    (eager, float32) draw the same tokens, with log-probs equal up to LOGPROB_TOLERANCE."""
+    plain = OpenAIGenerator(vllm_server.base_url, vllm_server.model,
+                            tokenizer=str(vllm_server.model_dir), show_progress=False)
+    assert_same_samples(plain.sample(PROMPTS, PARAMS), vllm_engine.sample(PROMPTS, PARAMS))
 
 
 def test_settings_are_stable_and_secret_free(served: OpenAIGenerator, vllm_server) -> None:
