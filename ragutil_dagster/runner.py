@@ -42,9 +42,7 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
     settings = directory / "dagster.yaml"
     if not settings.exists():
         settings.write_text(INSTANCE_SETTINGS)
-    from dagster._core.instance.ref import InstanceRef
-
-    return dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(directory)))
+    return dg.DagsterInstance.from_config(str(directory))
 
 
 def plan(assets: Sequence[dg.AssetsDefinition]) -> list[tuple[list[str], list[str | None]]]:

@@ -28,7 +28,6 @@ LAYERS: list[set[str]] = [
     {"automation"},
     {"definitions"},
     {"runner"},
-    {"commands"},
     {"cli"},
 ]
 

@@ -21,8 +21,11 @@ Decisions, and why:
   give ``identity`` (e.g. the ``sha256:`` identity ragutil computes for the served directory).
   Without it the identity is ``openai:<served id>@<root>`` from ``/v1/models`` — as stable as the
   server's naming of its weights, no more.
-* **Settings** (the generation cache's namespace) hold the identity and prompt formatting, never
-  the URLs (replicas of one model share entries; a moved server keeps them) nor the API key.
+* **Settings** (the generation cache's namespace) hold the identity, the prompt formatting and
+  the server's ``system_fingerprint`` (vLLM: its version and a hash of its engine configuration —
+  dtype, quantisation, model…), never the URLs (replicas of one model share entries; a moved
+  server keeps them) nor the API key. An answer with another fingerprint than the probe's (a
+  server restarted differently mid-run, a replica configured otherwise) is refused.
 * **Several base URLs** form a fleet: prompt ``i`` goes first to replica ``i mod R``, and each
   retry of a failed request to the next replica.
 * **Retries**: HTTP 429 and 5xx, timeouts and connection errors are retried with exponential
@@ -181,7 +184,7 @@ class CompletionsClient:
                     break
                 delay = self.retry_backoff * 2**attempt
                 log.warning("%s failed (%s); retry %d/%d in %.1f s",
-                            what, failures[-1], attempt + 1, self.max_retries, delay)
+                            what, self.mask(failures[-1]), attempt + 1, self.max_retries, delay)
                 time.sleep(delay)
         raise ServerUnavailableError(self.mask(
             f"{what}: no answer from the OpenAI-compatible server after {len(failures)} attempts "
@@ -366,7 +369,8 @@ class OpenAIGenerator:
         self.show_progress = show_progress
         self.served = find_served_model(self.client, model)
         self._identity = identity or f"openai:{self.served.id}@{self.served.root or self.served.id}"
-        self.probe_sampling()
+        self.server_fingerprint: str | None = None
+        self.server_fingerprint = self.probe_sampling()
         if prompt_logprob_metrics and not self.probe_prompt_logprobs():
             raise CapabilityMissingError(
                 f"metric(s) {', '.join(prompt_logprob_metrics)} need prompt log-probs (token "
@@ -390,6 +394,7 @@ class OpenAIGenerator:
             "prompt_format": "token_ids" if self.tokenizer is not None else "text",
             "chat_template": self.use_chat_template,
             "system_prompt": self.system_prompt,
+            "server": self.server_fingerprint,
         }
 
     @property
@@ -426,7 +431,8 @@ class OpenAIGenerator:
         cancelled: threading.Event | None = None,
     ) -> dict:
         """One ``/v1/completions`` request asking for sampled-token log-probs named by token id
-        (greedy when no sampling ``params`` are given); the answer as parsed JSON."""
+        (greedy when no sampling ``params`` are given); the answer as parsed JSON, refused when
+        it comes from a server configured otherwise than the probed one."""
         body: dict[str, Any] = {
             "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "n": 1,
             "temperature": 0.0, "seed": seed, "logprobs": 0, "echo": echo,
@@ -440,13 +446,25 @@ class OpenAIGenerator:
                 body["top_k"] = params.top_k
             if params.stop:
                 body["stop"] = list(params.stop)
-        return self.client.post("/v1/completions", body, index, what, cancelled)
+        answer = self.client.post("/v1/completions", body, index, what, cancelled)
+        fingerprint = answer.get("system_fingerprint")
+        if self.server_fingerprint is not None and fingerprint != self.server_fingerprint:
+            raise ServerResponseError(
+                f"{what}: the server now reports system_fingerprint {fingerprint!r}, not "
+                f"{self.server_fingerprint!r} as at start (restarted with another version or "
+                "configuration, or a replica configured otherwise); re-run to sample under the "
+                "new configuration"
+            )
+        return answer
 
-    def probe_sampling(self) -> None:
+    def probe_sampling(self) -> str | None:
         """One greedy token, checking the server returns its log-prob and id: SePer weighs
-        every sample by p(r | q), so a server without them is refused before any sampling."""
+        every sample by p(r | q), so a server without them is refused before any sampling.
+        Returns the server's ``system_fingerprint`` (None when it gives none)."""
         answer = self.complete(self.encode(["Hello"])[0], 0, "probe", max_tokens=1)
         self._samples(answer, 1, "probe")
+        fingerprint = answer.get("system_fingerprint")
+        return fingerprint if isinstance(fingerprint, str) else None
 
     def probe_prompt_logprobs(self) -> bool:
         """Whether the server returns prompt tokens' log-probs (``echo`` with ``logprobs``),

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 import yaml
 
-from ragutil_dagster.commands import add_commands
+from ragutil_dagster.cli import build_parser
 from ragutil_dagster.data.records import read_records
 from ragutil_dagster.errors import CorpusValidationError
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="ragutil")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
 def write_lines(path, lines):

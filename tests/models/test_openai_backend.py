@@ -108,8 +108,9 @@ def test_server_agrees_with_the_in_process_engine(vllm_server, vllm_engine) -> N
 def test_settings_are_stable_and_secret_free(served: OpenAIGenerator, vllm_server) -> None:
     assert served.settings == {
         "backend": "openai", "identity": served.identity, "prompt_format": "token_ids",
-        "chat_template": True, "system_prompt": None,
+        "chat_template": True, "system_prompt": None, "server": served.server_fingerprint,
     }
+    assert served.server_fingerprint.startswith("vllm-")  # vLLM's version and config hash
     assert vllm_server.model in served.identity and str(vllm_server.model_dir) in served.identity
     pinned = OpenAIGenerator(vllm_server.base_url, vllm_server.model, identity="sha256:pinned",
                              show_progress=False)
@@ -262,7 +263,7 @@ def completion(body: dict, with_logprobs: bool = True) -> dict:
     logprobs = {"tokens": tokens, "token_logprobs": values} if with_logprobs else None
     choices = [{"index": i, "text": "x" * body["max_tokens"], "logprobs": logprobs,
                 "finish_reason": "length"} for i in range(body["n"])]
-    return {"choices": choices, "usage": {"prompt_tokens": 4}}
+    return {"choices": choices, "usage": {"prompt_tokens": 4}, "system_fingerprint": "fake-1"}
 
 
 @dataclass
@@ -348,6 +349,20 @@ def test_missing_prompt_logprobs_name_the_metric() -> None:
         assert fake_generator(url).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
         with pytest.raises(CapabilityMissingError, match="consens, likelihood_utility need prompt log-probs"):
             fake_generator(url, prompt_logprob_metrics=("consens", "likelihood_utility"))
+
+
+def test_a_server_reconfigured_mid_run_is_refused(tmp_path) -> None:
+    def restarted_after_probe(k: int, body: dict) -> tuple[int, bytes]:
+        answer = completion(body)
+        return 200, json.dumps({**answer, "system_fingerprint": "fake-1" if k == 0 else "fake-2"}).encode()
+
+    cache = GenerationCache(tmp_path)
+    with fake_server(Scripted(restarted_after_probe).respond) as url:
+        gen = fake_generator(url)
+        assert gen.settings["server"] == "fake-1"
+        with pytest.raises(ServerResponseError, match="'fake-2', not 'fake-1'"):
+            CachedGenerator(gen, cache).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
+    assert not list(cache.root.rglob("*.json"))
 
 
 def test_missing_api_key_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

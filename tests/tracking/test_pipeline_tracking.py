@@ -291,11 +291,10 @@ def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(
 def test_compare_command_prints_the_tables_and_reuses_the_comparison_run(
     experiment, embedded, tmp_path, monkeypatch, capsys
 ) -> None:
-    import argparse
 
     import yaml
 
-    from ragutil_dagster.commands import add_commands
+    from ragutil_dagster.cli import build_parser
 
     config = tmp_path / "experiment.yaml"
     config.write_text(yaml.safe_dump(experiment.config.model_dump(mode="json")))
@@ -305,9 +304,7 @@ def test_compare_command_prints_the_tables_and_reuses_the_comparison_run(
     eid = client.get_experiment_by_name("ragutil/world").experiment_id
     comparisons = f"tags.`{KIND_TAG}` = 'comparison'"
     before = {run.info.run_id for run in client.search_runs([eid], filter_string=comparisons)}
-    parser = argparse.ArgumentParser(prog="ragutil")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["compare", str(config)])
+    args = build_parser().parse_args(["compare", str(config)])
     assert args.func(args) == 0
     printed = capsys.readouterr().out
     assert (

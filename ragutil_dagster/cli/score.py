@@ -1,0 +1,61 @@
+"""``ragutil score``: score a user's own JSONL records without Dagster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ragutil_dagster.cli.run import ensure_embedded_models, needs_embedded_models
+from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
+from ragutil_dagster.errors import ConfigError
+
+
+def _score_generator(experiment: ExperimentConfig, config: str, name: str | None) -> GeneratorConfig:
+    """The generator ``--generator`` names (the config's first when not given)."""
+    if name is None:
+        return experiment.generators[0]
+    names = [g.name for g in experiment.generators]
+    if name not in names:
+        raise ConfigError(f"{config}: --generator {name!r} is not a generator of the config; it has: {', '.join(names)}")
+    return experiment.generator(name)
+
+
+def _score(args: argparse.Namespace) -> int:
+    from ragutil_dagster.data.records import read_records
+    from ragutil_dagster.definitions import build_resources
+    from ragutil_dagster.evaluation.records import score_records
+    from ragutil_dagster.files import atomic_write
+
+    experiment = load_config(args.config)
+    records = read_records(args.file)
+    spec = _score_generator(experiment, args.config, args.generator)
+    if args.out and Path(args.out).is_dir():
+        # Checked before the models load and sample, not after minutes of scoring.
+        raise ConfigError(f"--out {args.out}: is a directory; name the JSONL file to write")
+    if needs_embedded_models(experiment):
+        ensure_embedded_models(progress=not args.quiet)
+    models = build_resources(show_progress=not args.quiet, for_dagster=False)["models"]
+    scores = score_records(
+        records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)
+    )
+    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in scores)
+    if args.out:
+        atomic_write(args.out, lambda temporary: temporary.write_text(lines, encoding="utf-8"))
+        print(f"wrote {len(scores)} scored records to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(lines)
+    return 0
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    score = sub.add_parser("score", help="score your own JSONL records without Dagster",
+                           description='Each line: {"id", "question", "answers": [...], "contexts": [text or {"id", "text"}, ...]}. '
+                           "Writes one JSON line of scores per record.")
+    score.add_argument("file", help="records JSONL")
+    score.add_argument("--config", required=True, help="experiment YAML naming the generator, NLI model and sampling")
+    score.add_argument("--generator", help="generator name from the config (default: the first)")
+    score.add_argument("--out", help="output JSONL (default: standard output)")
+    score.add_argument("--quiet", action="store_true", help="no progress bars")
+    score.set_defaults(func=_score)
