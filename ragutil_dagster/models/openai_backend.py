@@ -54,8 +54,8 @@ from tqdm.auto import tqdm
 from ragutil_dagster.errors import UserError
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
-from ragutil_dagster.models.identity import resolve_model
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.models.scoring import ScoredContinuation
 from ragutil_dagster.redaction import MASK, redact, redact_uri
 from ragutil_dagster.sampling import SamplingParams
@@ -527,7 +527,7 @@ class OpenAIGenerator:
 def _load_tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model(name).path)
+    return AutoTokenizer.from_pretrained(resolve(name).path)
 
 
 def _excerpt(text: str, width: int = 40) -> str:
