@@ -587,9 +587,11 @@ class OpenAITokenScorer:
     server: each (prompt, continuation) pair is sent as one token-id prompt with ``echo`` and
     ``logprobs: 0``, and the continuation's entries of the echoed log-probs are its scores —
     no local copy of the model. The echoed token ids are checked against the sent ones.
-    Attention utility is unavailable (``attention_unavailable`` says why).
+    Attention utility is unavailable (``supports_attention`` is False, ``attention_unavailable``
+    says why: the capability flag the pipeline reads for every scorer).
     """
 
+    supports_attention = False
     attention_unavailable = ATTENTION_UNAVAILABLE
 
     def __init__(self, generator: OpenAIGenerator) -> None:

@@ -140,7 +140,7 @@ def test_prompt_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: To
 
 def test_attention_utility_is_reported_unavailable(served: OpenAIGenerator) -> None:
     scorer = OpenAITokenScorer(served)
-    assert "attention" in scorer.attention_unavailable
+    assert not scorer.supports_attention and "attention" in scorer.attention_unavailable
     with pytest.raises(CapabilityMissingError, match="attention_utility"):
         scorer.passage_attention(PROMPTS[:1], [" Paris."], [[(0, 4)]])
 
