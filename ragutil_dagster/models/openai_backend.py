@@ -324,8 +324,9 @@ class OpenAIGenerator:
             ``tokenizer``).
         api_key_env: NAME of the environment variable holding the API key (sent as a bearer
             token; never stored in settings, messages or logs).
-        prompt_logprob_metrics: configured metrics that need prompt log-probs (token scoring):
-            when non-empty the server must return them, or the constructor names these metrics.
+        prompt_logprob_metrics: configured metrics that need token scoring: when non-empty a
+            ``tokenizer`` must be given and the server must return prompt log-probs, or the
+            constructor refuses, naming these metrics.
         max_concurrency: requests in flight at once.
         timeout, max_retries, retry_backoff: per-request timeout (s) and retry policy.
     """
@@ -355,6 +356,12 @@ class OpenAIGenerator:
             raise UserError(
                 "use_chat_template needs the served model's `tokenizer` (hub id or directory): "
                 "the chat template is applied locally"
+            )
+        if prompt_logprob_metrics and tokenizer is None:
+            raise CapabilityMissingError(
+                f"metric(s) {', '.join(prompt_logprob_metrics)} score answers token by token "
+                "through the server, which needs the served model's `tokenizer` here (a local "
+                "copy of the model, or its hub id); give one, or drop these metrics"
             )
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.client = CompletionsClient(

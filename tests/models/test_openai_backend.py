@@ -340,15 +340,21 @@ def test_malformed_json_is_one_clear_error_and_caches_nothing(tmp_path) -> None:
     assert not list(cache.root.rglob("*.json"))
 
 
-def test_missing_prompt_logprobs_name_the_metric() -> None:
+def test_missing_prompt_logprobs_name_the_metric(tiny_models) -> None:
     def no_echo(k: int, body: dict) -> tuple[int, bytes]:
         return ok(k, {**body, "echo": False})
 
     server = Scripted(no_echo)
+    tokenizer = str(tiny_models.causal_lm)
     with fake_server(server.respond) as url:
-        assert fake_generator(url).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
+        assert fake_generator(url, tokenizer=tokenizer).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
         with pytest.raises(CapabilityMissingError, match="consens, likelihood_utility need prompt log-probs"):
-            fake_generator(url, prompt_logprob_metrics=("consens", "likelihood_utility"))
+            fake_generator(url, tokenizer=tokenizer, prompt_logprob_metrics=("consens", "likelihood_utility"))
+
+
+def test_token_scored_metrics_without_a_tokenizer_are_named() -> None:
+    with pytest.raises(CapabilityMissingError, match="consens .* needs the served model's `tokenizer`"):
+        fake_generator(f"http://127.0.0.1:{free_port()}", prompt_logprob_metrics=("consens",))
 
 
 def test_a_server_reconfigured_mid_run_is_refused(tmp_path) -> None:
