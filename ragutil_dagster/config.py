@@ -108,10 +108,56 @@ class ModelConfig(_Strict):
     trust_remote_code: bool = False
 
 
+class EngineConfig(_Strict):
+    """vLLM engine settings (``backend: vllm``); one engine per process serves every partition."""
+
+    dtype: str = "auto"
+    max_model_len: int | None = Field(default=None, ge=16)
+    gpu_memory_utilization: float = Field(default=0.85, gt=0, le=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    enable_prefix_caching: bool = True
+    kv_cache_space_gib: float | None = Field(default=None, gt=0)
+    enforce_eager: bool = False
+
+
+class ServerConfig(_Strict):
+    """OpenAI-compatible completions servers (``backend: openai``), e.g. ``vllm serve`` replicas.
+
+    ``served_model`` is the model name the servers serve (default: the generator's ``model``);
+    ``api_key_env`` the NAME of the environment variable holding the API key."""
+
+    base_url: Annotated[list[str], Field(min_length=1)]
+    served_model: str | None = None
+    api_key_env: str | None = None
+    max_concurrency: int = Field(default=8, ge=1)
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
 class GeneratorConfig(ModelConfig):
+    """A generator: the model, the backend that runs it and how prompts are formatted.
+
+    ``model`` names the weights (any form the resolver takes); with ``backend: openai`` it is the
+    local copy giving the tokenizer and the identity, or, when none resolves here, the served name."""
+
     name: Slug
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["hf", "vllm", "openai"] = "hf"
     use_chat_template: bool = False
+    engine: EngineConfig = EngineConfig()
+    server: ServerConfig | None = None
+
+    @model_validator(mode="after")
+    def _server_for_openai(self) -> GeneratorConfig:
+        if self.backend == "openai" and self.server is None:
+            raise ValueError("backend openai needs `server: {base_url: ...}`")
+        if self.backend != "openai" and self.server is not None:
+            raise ValueError(f"`server` is for backend openai; this generator's backend is {self.backend}")
+        return self
 
 
 class SamplingConfig(_Strict):

@@ -14,7 +14,7 @@ from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts
-from ragutil_dagster.evaluation.signals import utility_signals
+from ragutil_dagster.evaluation.signals import attention_available, utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import markdown_table
@@ -110,12 +110,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         samples = store.read_table("generations", context.partition_key)
         all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts, budget), prompts])
-        consens, signals = utility_signals(all_prompts, samples, queries, corpus, models.scorer(spec))
+        scorer = models.scorer(spec)
+        consens, signals = utility_signals(all_prompts, samples, queries, corpus, scorer)
         store.write_table("generations", context.partition_key, consens, "consens")
         store.write_table("generations", context.partition_key, signals, "utility_signals")
         metadata = dict(result.metadata or {})
         metadata["signals_seconds"] = dg.MetadataValue.float(time.perf_counter() - start)
         metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))
+        if not attention_available(scorer):
+            metadata["attention_utility"] = dg.MetadataValue.text(f"unavailable: {scorer.attention_unavailable}")
         return dg.MaterializeResult(metadata=metadata, check_results=result.check_results)
 
     return generations

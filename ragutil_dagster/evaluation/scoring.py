@@ -249,8 +249,8 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
     for qid, doc in documents.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
         gold[qid].add(doc)
     for signal in ("likelihood", "attention"):
-        if signal not in documents.columns:
-            continue
+        if signal not in documents.columns or documents[signal].is_null().all():
+            continue  # e.g. attention on a backend that has no attention weights
         order = {
             qid: docs
             for qid, docs in documents.sort(signal, descending=True)

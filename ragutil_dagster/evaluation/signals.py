@@ -91,20 +91,38 @@ def passage_utility(
             shown[-1] = shown[-1][:cut]
         return shown
 
-    attention_raw = scorer.passage_attention(
-        [rag[q][0] for q in qids],
-        [answers[q] for q in qids],
-        [passage_spans(rag[q][0], passages_in_prompt(q)) for q in qids],
+    # A backend without attention weights (vLLM, servers) leaves the attention columns null;
+    # the summary then reports no attention metric rather than a made-up one.
+    attention_raw = (
+        scorer.passage_attention(
+            [rag[q][0] for q in qids],
+            [answers[q] for q in qids],
+            [passage_spans(rag[q][0], passages_in_prompt(q)) for q in qids],
+        )
+        if attention_available(scorer)
+        else [None] * len(qids)
     )
     rows = []
     for qid, masses in zip(qids, attention_raw):
         docs = rag[qid][1]
-        total = float(np.sum(masses))
-        shares = masses / total if total > 0 else np.full(len(docs), 1 / len(docs))
+        shares: list[float | None] = [None] * len(docs)
+        if masses is not None:
+            total = float(np.sum(masses))
+            shares = list(masses / total if total > 0 else np.full(len(docs), 1 / len(docs)))
         for doc, share in zip(docs, shares):
             lp = likelihoods[(qid, doc)]
-            rows.append((qid, doc, lp, lp > closed_logprob[qid], float(share), bool(share >= 1 / len(docs))))
-    return pl.DataFrame(rows, schema=SIGNAL_SCHEMA, orient="row")
+            rows.append({
+                "query_id": qid, "doc_id": doc, "likelihood": lp,
+                "likelihood_selected": lp > closed_logprob[qid],
+                "attention": None if share is None else float(share),
+                "attention_selected": None if share is None else bool(share >= 1 / len(docs)),
+            })
+    return pl.DataFrame(rows, schema=SIGNAL_SCHEMA)
+
+
+def attention_available(scorer: TokenScorer) -> bool:
+    """Whether the scorer can give attention weights (the HF scorer can; engines cannot)."""
+    return getattr(scorer, "supports_attention", True)
 
 
 def utility_signals(

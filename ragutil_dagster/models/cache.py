@@ -24,6 +24,7 @@ from ragutil_dagster.files import atomic_write, cache_root, canonical_json
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.sampling import SamplingParams
+from ragutil_dagster.versions import library_versions
 
 __all__ = ["CacheStats", "CachedGenerator", "GenerationCache"]
 
@@ -40,9 +41,11 @@ class GenerationCache:
 
     @staticmethod
     def key(settings: Mapping[str, object], prompt: str, params: SamplingParams) -> str:
-        """sha256 hex address of a request."""
+        """sha256 hex address of a request (library versions included: a new torch, transformers
+        or vLLM samples anew)."""
         request = {
             "settings": dict(settings),
+            "versions": library_versions(),
             "prompt": prompt,
             "params": dataclasses.asdict(params),
         }

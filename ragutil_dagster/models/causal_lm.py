@@ -9,8 +9,9 @@ import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
+from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.resolver import resolve
 
 __all__ = ["CausalLM", "encode_prompts", "format_prompt", "left_pad", "load_causal_lm"]
 
@@ -128,7 +129,7 @@ def load_causal_lm(
         return model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+    ref = model if isinstance(model, ModelRef) else resolve(model, revision)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     try:

