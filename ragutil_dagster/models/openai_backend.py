@@ -161,7 +161,11 @@ class CompletionsClient:
         return self._with_retries(path, None, 0, f"GET {path}", None)
 
     def post(
-        self, path: str, body: dict, replica: int, what: str,
+        self,
+        path: str,
+        body: dict,
+        replica: int,
+        what: str,
         cancelled: threading.Event | None = None,
     ) -> dict:
         """POST ``body`` to ``path``, first on replica ``replica`` (mod R); ``what`` names the
@@ -170,7 +174,11 @@ class CompletionsClient:
         return self._with_retries(path, body, replica, what, cancelled)
 
     def _with_retries(
-        self, path: str, body: dict | None, replica: int, what: str,
+        self,
+        path: str,
+        body: dict | None,
+        replica: int,
+        what: str,
         cancelled: threading.Event | None,
     ) -> dict:
         failures: list[str] = []
@@ -183,14 +191,22 @@ class CompletionsClient:
                 if attempt == self.max_retries or (cancelled is not None and cancelled.is_set()):
                     break
                 delay = self.retry_backoff * 2**attempt
-                log.warning("%s failed (%s); retry %d/%d in %.1f s",
-                            what, self.mask(failures[-1]), attempt + 1, self.max_retries, delay)
+                log.warning(
+                    "%s failed (%s); retry %d/%d in %.1f s",
+                    what,
+                    self.mask(failures[-1]),
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
                 time.sleep(delay)
-        raise ServerUnavailableError(self.mask(
-            f"{what}: no answer from the OpenAI-compatible server after {len(failures)} attempts "
-            f"({'; '.join(failures[-2:])}); check that it is running, then re-run: stored "
-            "samples are kept"
-        ))
+        raise ServerUnavailableError(
+            self.mask(
+                f"{what}: no answer from the OpenAI-compatible server after {len(failures)} "
+                f"attempts ({'; '.join(failures[-2:])}); check that it is running, then re-run: "
+                "stored samples are kept"
+            )
+        )
 
     def _request(self, url: str, body: dict | None, what: str) -> dict:
         """One HTTP exchange; transient failures raise :class:`_RetryableError`."""
@@ -206,21 +222,25 @@ class CompletionsClient:
             detail = _error_detail(err)
             if err.code == 429 or err.code >= 500:
                 raise _RetryableError(f"HTTP {err.code} {detail}") from None
-            raise ServerResponseError(self.mask(
-                f"{what}: {redact_uri(url)} refused the request with HTTP {err.code}: {detail}"
-            )) from None
+            raise ServerResponseError(
+                self.mask(
+                    f"{what}: {redact_uri(url)} refused the request with HTTP {err.code}: {detail}"
+                )
+            ) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
             reason = getattr(err, "reason", err)
             raise _RetryableError(f"{type(reason).__name__}: {reason}") from None
         try:
             answer = json.loads(raw)
         except ValueError:
-            raise ServerResponseError(self.mask(
-                f"{what}: {redact_uri(url)} answered with malformed JSON: {raw[:200]!r}"
-            )) from None
+            raise ServerResponseError(
+                self.mask(f"{what}: {redact_uri(url)} answered with malformed JSON: {raw[:200]!r}")
+            ) from None
         if not isinstance(answer, dict):
             raise ServerResponseError(
-                self.mask(f"{what}: {redact_uri(url)} answered {type(answer).__name__}, not a JSON object")
+                self.mask(
+                    f"{what}: {redact_uri(url)} answered {type(answer).__name__}, not a JSON object"
+                )
             )
         return answer
 
@@ -248,7 +268,9 @@ def _error_detail(err: urllib.error.HTTPError) -> str:
 
 
 def map_concurrently(
-    fn: Callable[[int, T, threading.Event], R], items: Sequence[T], max_concurrency: int,
+    fn: Callable[[int, T, threading.Event], R],
+    items: Sequence[T],
+    max_concurrency: int,
     progress: tqdm | None = None,
 ) -> list[R]:
     """``[fn(i, item, cancelled) ...]`` in order, at most ``max_concurrency`` at a time.
@@ -296,7 +318,9 @@ def find_served_model(client: CompletionsClient, model: str) -> ServedModel:
     for entry in entries:
         if isinstance(entry, dict) and entry.get("id") == model:
             length = entry.get("max_model_len")
-            return ServedModel(model, entry.get("root"), length if isinstance(length, int) else None)
+            return ServedModel(
+                model, entry.get("root"), length if isinstance(length, int) else None
+            )
     served = ", ".join(str(e.get("id")) for e in entries if isinstance(e, dict)) or "nothing"
     raise ServerResponseError(
         f"{client.shown_urls[0]} does not serve model {model!r} (it serves: {served}); "
@@ -365,7 +389,10 @@ class OpenAIGenerator:
             )
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.client = CompletionsClient(
-            urls, api_key_env=api_key_env, timeout=timeout, max_retries=max_retries,
+            urls,
+            api_key_env=api_key_env,
+            timeout=timeout,
+            max_retries=max_retries,
             retry_backoff=retry_backoff,
         )
         self.model = model
@@ -386,8 +413,10 @@ class OpenAIGenerator:
             )
 
     def __repr__(self) -> str:
-        return (f"OpenAIGenerator(base_url={self.client.shown_urls!r}, model={self.model!r}, "
-                f"identity={self._identity!r})")
+        return (
+            f"OpenAIGenerator(base_url={self.client.shown_urls!r}, model={self.model!r}, "
+            f"identity={self._identity!r})"
+        )
 
     @property
     def identity(self) -> str:
@@ -422,8 +451,13 @@ class OpenAIGenerator:
         return map_concurrently(self._count_on_server, encoded, self.max_concurrency)
 
     def _count_on_server(self, index: int, text: str, cancelled: threading.Event) -> int:
-        answer = self.client.post("/tokenize", {"model": self.model, "prompt": text}, index,
-                                  f"counting the tokens of prompt {index}", cancelled)
+        answer = self.client.post(
+            "/tokenize",
+            {"model": self.model, "prompt": text},
+            index,
+            f"counting the tokens of prompt {index}",
+            cancelled,
+        )
         count = answer.get("count")
         if not isinstance(count, int):
             raise ServerResponseError(
@@ -433,16 +467,29 @@ class OpenAIGenerator:
         return count
 
     def complete(
-        self, prompt: list[int] | str, index: int, what: str, *, max_tokens: int,
-        params: SamplingParams | None = None, seed: int = 0, echo: bool = False,
+        self,
+        prompt: list[int] | str,
+        index: int,
+        what: str,
+        *,
+        max_tokens: int,
+        params: SamplingParams | None = None,
+        seed: int = 0,
+        echo: bool = False,
         cancelled: threading.Event | None = None,
     ) -> dict:
         """One ``/v1/completions`` request asking for sampled-token log-probs named by token id
         (greedy when no sampling ``params`` are given); the answer as parsed JSON, refused when
         it comes from a server configured otherwise than the probed one."""
         body: dict[str, Any] = {
-            "model": self.model, "prompt": prompt, "max_tokens": max_tokens, "n": 1,
-            "temperature": 0.0, "seed": seed, "logprobs": 0, "echo": echo,
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "n": 1,
+            "temperature": 0.0,
+            "seed": seed,
+            "logprobs": 0,
+            "echo": echo,
             "return_tokens_as_token_ids": True,
         }
         if self.tokenizer is not None:
@@ -486,8 +533,11 @@ class OpenAIGenerator:
         logprobs = choice.get("logprobs")
         values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
         # echoed: the prompt's tokens (the first without a log-prob) and the generated one
-        return (isinstance(values, list) and len(values) >= 3
-                and all(isinstance(v, int | float) for v in values[1:]))
+        return (
+            isinstance(values, list)
+            and len(values) >= 3
+            and all(isinstance(v, int | float) for v in values[1:])
+        )
 
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         """``n`` samples per prompt (see :class:`Generator`), one request per prompt."""
@@ -497,16 +547,27 @@ class OpenAIGenerator:
         def one(index: int, prompt: list[int] | str, cancelled: threading.Event) -> list[Sample]:
             what = f"prompt {index} ({_excerpt(prompts[index])})"
             answer = self.complete(
-                prompt, index, what, max_tokens=params.max_new_tokens, params=params,
-                seed=row_seed(params.seed, prompts[index], 0) % _SEED_RANGE, cancelled=cancelled,
+                prompt,
+                index,
+                what,
+                max_tokens=params.max_new_tokens,
+                params=params,
+                seed=row_seed(params.seed, prompts[index], 0) % _SEED_RANGE,
+                cancelled=cancelled,
             )
             return self._samples(answer, params.n, what, prompt)
 
-        with tqdm(total=len(prompts), desc="sampling", unit="prompt",
-                  disable=not self.show_progress or not prompts) as bar:
+        with tqdm(
+            total=len(prompts),
+            desc="sampling",
+            unit="prompt",
+            disable=not self.show_progress or not prompts,
+        ) as bar:
             return map_concurrently(one, encoded, self.max_concurrency, bar)
 
-    def _samples(self, answer: dict, n: int, what: str, prompt: list[int] | str = "") -> list[Sample]:
+    def _samples(
+        self, answer: dict, n: int, what: str, prompt: list[int] | str = ""
+    ) -> list[Sample]:
         """The ``n`` samples of a completions answer; ``prompt_tokens`` are the sent ids, or
         the server's count (``usage``) for a text prompt."""
         prompt_tokens = len(prompt) if isinstance(prompt, list) else _usage_prompt_tokens(answer)
@@ -523,11 +584,15 @@ class OpenAIGenerator:
                     f"{what}: {self.client.shown_urls[0]} ended a completion with finish_reason "
                     f"{finish!r} (expected 'stop' or 'length') or without its text"
                 )
-            samples.append(Sample(
-                text=choice["text"], token_ids=tuple(ids),
-                token_logprobs=tuple(float(lp) for lp in logprobs),
-                finish_reason=finish, prompt_tokens=prompt_tokens,
-            ))
+            samples.append(
+                Sample(
+                    text=choice["text"],
+                    token_ids=tuple(ids),
+                    token_logprobs=tuple(float(lp) for lp in logprobs),
+                    finish_reason=finish,
+                    prompt_tokens=prompt_tokens,
+                )
+            )
         return samples
 
 
@@ -552,7 +617,11 @@ def _usage_prompt_tokens(answer: dict) -> int:
 def _choices(answer: dict, n: int, what: str, client: CompletionsClient) -> list[dict]:
     """The ``n`` choices of a completions answer, in index order."""
     choices = answer.get("choices")
-    if not isinstance(choices, list) or len(choices) != n or not all(isinstance(c, dict) for c in choices):
+    if (
+        not isinstance(choices, list)
+        or len(choices) != n
+        or not all(isinstance(c, dict) for c in choices)
+    ):
         got = len(choices) if isinstance(choices, list) else "no"
         raise ServerResponseError(
             f"{what}: {client.shown_urls[0]} answered with {got} choices, expected {n}"
@@ -573,8 +642,11 @@ def _ids_and_logprobs(
             "with vLLM, or use the hf / vllm backend"
         )
     tokens = logprobs.get("tokens")
-    if (not isinstance(tokens, list) or len(tokens) != len(values)
-            or not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)):
+    if (
+        not isinstance(tokens, list)
+        or len(tokens) != len(values)
+        or not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
+    ):
         raise ServerResponseError(
             f"{what}: {client.shown_urls[0]} does not name tokens by id "
             "(vLLM's `return_tokens_as_token_ids`); this backend needs a vLLM-compatible server"
@@ -582,7 +654,9 @@ def _ids_and_logprobs(
     try:
         ids = [int(t.removeprefix(_TOKEN_ID_PREFIX)) for t in tokens]
     except ValueError:
-        raise ServerResponseError(f"{what}: {client.shown_urls[0]} sent a malformed token id") from None
+        raise ServerResponseError(
+            f"{what}: {client.shown_urls[0]} sent a malformed token id"
+        ) from None
     return ids, values
 
 
@@ -619,7 +693,9 @@ class OpenAITokenScorer:
     def identity(self) -> str:
         return self.generator.identity
 
-    def score(self, prompts: Sequence[str], continuations: Sequence[str]) -> list[ScoredContinuation]:
+    def score(
+        self, prompts: Sequence[str], continuations: Sequence[str]
+    ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
         prompts = check_texts(prompts, "prompts")
         continuations = check_texts(continuations, "continuations")
@@ -648,9 +724,15 @@ class OpenAITokenScorer:
         pairs = list(zip(prompt_ids, continuation_ids, strict=True))
         for i, (prompt, continuation) in enumerate(pairs):
             if continuation and not prompt:
-                raise ValueError(f"prompt {i} has no tokens: the first continuation token needs context")
-        with tqdm(total=len(pairs), desc="scoring", unit="pair",
-                  disable=not self.show_progress or len(pairs) < 2) as bar:
+                raise ValueError(
+                    f"prompt {i} has no tokens: the first continuation token needs context"
+                )
+        with tqdm(
+            total=len(pairs),
+            desc="scoring",
+            unit="pair",
+            disable=not self.show_progress or len(pairs) < 2,
+        ) as bar:
             return map_concurrently(self._score_pair, pairs, self.generator.max_concurrency, bar)
 
     def _score_pair(
@@ -663,17 +745,21 @@ class OpenAITokenScorer:
             return np.zeros(0, dtype=np.float32)
         generator, what = self.generator, f"scoring pair {index}"
         sequence = prompt + continuation
-        answer = generator.complete(sequence, index, what, max_tokens=1, echo=True, cancelled=cancelled)
+        answer = generator.complete(
+            sequence, index, what, max_tokens=1, echo=True, cancelled=cancelled
+        )
         choice = _choices(answer, 1, what, generator.client)[0]
         ids, values = _ids_and_logprobs(choice, what, generator.client)
-        if ids[:len(sequence)] != sequence:
+        if ids[: len(sequence)] != sequence:
             raise ServerResponseError(
-                f"{what}: {generator.client.shown_urls[0]} echoed other prompt tokens than it was sent"
+                f"{what}: {generator.client.shown_urls[0]} echoed other prompt tokens than it "
+                "was sent"
             )
-        span = values[len(prompt):len(sequence)]
+        span = values[len(prompt) : len(sequence)]
         if any(not isinstance(v, int | float) for v in span):
             raise MissingLogprobsError(
-                f"{what}: {generator.client.shown_urls[0]} returned no log-prob for some prompt tokens"
+                f"{what}: {generator.client.shown_urls[0]} returned no log-prob for some "
+                "prompt tokens"
             )
         return np.asarray(span, dtype=np.float32)
 

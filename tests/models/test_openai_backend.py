@@ -58,16 +58,25 @@ FAST_RETRIES = {"max_retries": 2, "retry_backoff": 0.01, "timeout": 30.0}
 def served(vllm_server) -> OpenAIGenerator:
     """SmolLM2 on the session's vLLM server, prompts tokenised locally with its chat template."""
     return OpenAIGenerator(
-        vllm_server.base_url, vllm_server.model, tokenizer=str(vllm_server.model_dir),
-        use_chat_template=True, prompt_logprob_metrics=("consens",), show_progress=False,
+        vllm_server.base_url,
+        vllm_server.model,
+        tokenizer=str(vllm_server.model_dir),
+        use_chat_template=True,
+        prompt_logprob_metrics=("consens",),
+        show_progress=False,
     )
 
 
 @pytest.fixture(scope="module")
 def hf_reference(vllm_server) -> TokenScorer:
     """The same weights in HF float32 on CPU, same prompt formatting: the teacher-forced pass."""
-    return TokenScorer(str(vllm_server.model_dir), device="cpu", dtype="float32",
-                       use_chat_template=True, show_progress=False)
+    return TokenScorer(
+        str(vllm_server.model_dir),
+        device="cpu",
+        dtype="float32",
+        use_chat_template=True,
+        show_progress=False,
+    )
 
 
 def test_contract(served: OpenAIGenerator, vllm_server) -> None:
@@ -84,36 +93,54 @@ def test_contract(served: OpenAIGenerator, vllm_server) -> None:
     assert_same_samples(served.sample(PROMPTS[:3], PARAMS), out)  # same seed
     assert_same_samples(served.sample(PROMPTS[1:2], PARAMS), out[1:2])  # batch-mates don't matter
     other_seed = served.sample(PROMPTS[:3], dataclasses.replace(PARAMS, seed=PARAMS.seed + 1))
-    assert [s.token_ids for per in other_seed for s in per] != [s.token_ids for per in out for s in per]
+    assert [s.token_ids for per in other_seed for s in per] != [
+        s.token_ids for per in out for s in per
+    ]
 
 
 def assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]]) -> None:
     """Same tokens, text and finish; log-probs equal up to LOGPROB_TOLERANCE. A server batches
     concurrent requests as they arrive, and batch shapes move float results in the last bits."""
-    assert [[(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in got] == [
-        [(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in expected]
-    gaps = [abs(a - b) for g, e in zip(got, expected, strict=True) for x, y in zip(g, e, strict=True)
-            for a, b in zip(x.token_logprobs, y.token_logprobs, strict=True)]
+    assert [
+        [(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in got
+    ] == [
+        [(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in expected
+    ]
+    gaps = [
+        abs(a - b)
+        for g, e in zip(got, expected, strict=True)
+        for x, y in zip(g, e, strict=True)
+        for a, b in zip(x.token_logprobs, y.token_logprobs, strict=True)
+    ]
     assert max(gaps) <= LOGPROB_TOLERANCE
 
 
 def test_server_agrees_with_the_in_process_engine(vllm_server, vllm_engine) -> None:
     """Same weights, prompts as token ids and seeds: the server and the in-process vLLM engine
     (eager, float32) draw the same tokens, with log-probs equal up to LOGPROB_TOLERANCE."""
-    plain = OpenAIGenerator(vllm_server.base_url, vllm_server.model,
-                            tokenizer=str(vllm_server.model_dir), show_progress=False)
+    plain = OpenAIGenerator(
+        vllm_server.base_url,
+        vllm_server.model,
+        tokenizer=str(vllm_server.model_dir),
+        show_progress=False,
+    )
     assert_same_samples(plain.sample(PROMPTS, PARAMS), vllm_engine.sample(PROMPTS, PARAMS))
 
 
 def test_settings_are_stable_and_secret_free(served: OpenAIGenerator, vllm_server) -> None:
     assert served.settings == {
-        "backend": "openai", "identity": served.identity, "prompt_format": "token_ids",
-        "chat_template": True, "system_prompt": None, "server": served.server_fingerprint,
+        "backend": "openai",
+        "identity": served.identity,
+        "prompt_format": "token_ids",
+        "chat_template": True,
+        "system_prompt": None,
+        "server": served.server_fingerprint,
     }
     assert served.server_fingerprint.startswith("vllm-")  # vLLM's version and config hash
     assert vllm_server.model in served.identity and str(vllm_server.model_dir) in served.identity
-    pinned = OpenAIGenerator(vllm_server.base_url, vllm_server.model, identity="sha256:pinned",
-                             show_progress=False)
+    pinned = OpenAIGenerator(
+        vllm_server.base_url, vllm_server.model, identity="sha256:pinned", show_progress=False
+    )
     assert pinned.identity == pinned.settings["identity"] == "sha256:pinned"
 
 
@@ -122,7 +149,10 @@ def test_sampled_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: T
     prompt_ids = served.encode(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     reference = hf_reference.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
-    gaps = [np.abs(np.asarray(s.token_logprobs) - ref).max() for (_, s), ref in zip(pairs, reference, strict=True)]
+    gaps = [
+        np.abs(np.asarray(s.token_logprobs) - ref).max()
+        for (_, s), ref in zip(pairs, reference, strict=True)
+    ]
     assert max(gaps) <= LOGPROB_TOLERANCE, f"largest |server - HF| = {max(gaps):.2e}"
 
 
@@ -133,7 +163,11 @@ def test_prompt_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: To
     expected = hf_reference.score(PROMPTS, answers)
     for g, e in zip(got, expected, strict=True):
         assert (g.token_ids, g.tokens, g.word_ids, g.prompt_tokens) == (
-            e.token_ids, e.tokens, e.word_ids, e.prompt_tokens)
+            e.token_ids,
+            e.tokens,
+            e.word_ids,
+            e.prompt_tokens,
+        )
         assert np.abs(np.asarray(g.token_logprobs) - e.token_logprobs).max() <= LOGPROB_TOLERANCE
     assert scorer.score_ids([[1]], [[]])[0].size == 0
 
@@ -152,8 +186,14 @@ def test_resume_after_the_server_died(served: OpenAIGenerator, vllm_server, tmp_
     proxy = Forwarding(vllm_server.base_url, completions_budget=3)  # probe + first checkpoint
     cache = GenerationCache(tmp_path / "generations")
     with fake_server(proxy.respond) as url:
-        dying = OpenAIGenerator(url, vllm_server.model, tokenizer=str(vllm_server.model_dir),
-                                use_chat_template=True, show_progress=False, **FAST_RETRIES)
+        dying = OpenAIGenerator(
+            url,
+            vllm_server.model,
+            tokenizer=str(vllm_server.model_dir),
+            use_chat_template=True,
+            show_progress=False,
+            **FAST_RETRIES,
+        )
         with pytest.raises(ServerUnavailableError, match=r"prompt \d"):
             CachedGenerator(dying, cache, checkpoint_prompts=2).sample(PROMPTS, PARAMS)
     assert len(list(cache.root.rglob("*.json"))) == 2
@@ -184,8 +224,9 @@ def fake_server(respond: Responder) -> Iterator[str]:
                 server.server_close()
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(respond, stop))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -233,15 +274,18 @@ class Forwarding:
     relayed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def respond(self, method: str, path: str, body: dict, _headers: dict) -> tuple[int, bytes] | None:
+    def respond(
+        self, method: str, path: str, body: dict, _headers: dict
+    ) -> tuple[int, bytes] | None:
         if path == "/v1/completions":
             with self.lock:
                 if self.relayed == self.completions_budget:
                     return None
                 self.relayed += 1
         data = json.dumps(body).encode() if method == "POST" else None
-        request = urllib.request.Request(self.upstream + path, data=data,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.upstream + path, data=data, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 return response.status, response.read()
@@ -249,7 +293,10 @@ class Forwarding:
             return err.code, err.read()
 
 
-MODELS_ANSWER = {"object": "list", "data": [{"id": "fake", "root": "/models/fake", "max_model_len": 64}]}
+MODELS_ANSWER = {
+    "object": "list",
+    "data": [{"id": "fake", "root": "/models/fake", "max_model_len": 64}],
+}
 
 
 def completion(body: dict, with_logprobs: bool = True) -> dict:
@@ -261,8 +308,15 @@ def completion(body: dict, with_logprobs: bool = True) -> dict:
         tokens = [f"token_id:{t}" for t in prompt] + tokens
         values = [None] + [-1.0] * (len(prompt) - 1) + values
     logprobs = {"tokens": tokens, "token_logprobs": values} if with_logprobs else None
-    choices = [{"index": i, "text": "x" * body["max_tokens"], "logprobs": logprobs,
-                "finish_reason": "length"} for i in range(body["n"])]
+    choices = [
+        {
+            "index": i,
+            "text": "x" * body["max_tokens"],
+            "logprobs": logprobs,
+            "finish_reason": "length",
+        }
+        for i in range(body["n"])
+    ]
     return {"choices": choices, "usage": {"prompt_tokens": 4}, "system_fingerprint": "fake-1"}
 
 
@@ -296,7 +350,9 @@ def fake_generator(url: str | list[str], **options: object) -> OpenAIGenerator:
 
 def test_server_down_is_one_clear_error() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(ServerUnavailableError, match=r"GET /v1/models: no answer .* after 3 attempts") as err:
+    with pytest.raises(
+        ServerUnavailableError, match=r"GET /v1/models: no answer .* after 3 attempts"
+    ) as err:
         fake_generator(url)
     assert url in str(err.value) and isinstance(err.value, UserError)
 
@@ -314,24 +370,36 @@ def test_server_errors_are_retried_then_recover(tmp_path) -> None:
 
 
 def test_persistent_failure_names_server_and_prompt_and_caches_nothing(tmp_path) -> None:
-    server = Scripted(lambda k, body: ok(k, body) if k == 0 or "good" in body["prompt"] else (503, b"down"))
+    server = Scripted(
+        lambda k, body: ok(k, body) if k == 0 or "good" in body["prompt"] else (503, b"down")
+    )
     cache = GenerationCache(tmp_path)
     with fake_server(server.respond) as url:
         gen = CachedGenerator(fake_generator(url), cache)
-        with pytest.raises(ServerUnavailableError, match=r"prompt \d \('bad prompt'\): no answer .* after 3 attempts") as err:
+        with pytest.raises(
+            ServerUnavailableError,
+            match=r"prompt \d \('bad prompt'\): no answer .* after 3 attempts",
+        ) as err:
             gen.sample(["good prompt", "bad prompt"], SamplingParams(n=1, max_new_tokens=2))
     assert url in str(err.value) and "HTTP 503" in str(err.value)
     assert not list(cache.root.rglob("*.json"))
 
 
 def test_answers_without_logprobs_are_refused() -> None:
-    server = Scripted(lambda _k, body: (200, json.dumps(completion(body, with_logprobs=False)).encode()))
-    with fake_server(server.respond) as url, pytest.raises(MissingLogprobsError, match="probe: .* no token log-probs"):
+    server = Scripted(
+        lambda _k, body: (200, json.dumps(completion(body, with_logprobs=False)).encode())
+    )
+    with (
+        fake_server(server.respond) as url,
+        pytest.raises(MissingLogprobsError, match="probe: .* no token log-probs"),
+    ):
         fake_generator(url)
 
 
 def test_malformed_json_is_one_clear_error_and_caches_nothing(tmp_path) -> None:
-    server = Scripted(lambda k, body: (200, b'{"choices": [') if "broken" in str(body["prompt"]) else ok(k, body))
+    server = Scripted(
+        lambda k, body: (200, b'{"choices": [') if "broken" in str(body["prompt"]) else ok(k, body)
+    )
     cache = GenerationCache(tmp_path)
     with fake_server(server.respond) as url:
         gen = CachedGenerator(fake_generator(url), cache)
@@ -347,20 +415,30 @@ def test_missing_prompt_logprobs_name_the_metric(tiny_models) -> None:
     server = Scripted(no_echo)
     tokenizer = str(tiny_models.causal_lm)
     with fake_server(server.respond) as url:
-        assert fake_generator(url, tokenizer=tokenizer).sample(["q"], SamplingParams(n=1, max_new_tokens=1))
-        with pytest.raises(CapabilityMissingError, match="consens, likelihood_utility need prompt log-probs"):
-            fake_generator(url, tokenizer=tokenizer, prompt_logprob_metrics=("consens", "likelihood_utility"))
+        assert fake_generator(url, tokenizer=tokenizer).sample(
+            ["q"], SamplingParams(n=1, max_new_tokens=1)
+        )
+        with pytest.raises(
+            CapabilityMissingError, match="consens, likelihood_utility need prompt log-probs"
+        ):
+            fake_generator(
+                url, tokenizer=tokenizer, prompt_logprob_metrics=("consens", "likelihood_utility")
+            )
 
 
 def test_token_scored_metrics_without_a_tokenizer_are_named() -> None:
-    with pytest.raises(CapabilityMissingError, match="consens .* needs the served model's `tokenizer`"):
+    with pytest.raises(
+        CapabilityMissingError, match="consens .* needs the served model's `tokenizer`"
+    ):
         fake_generator(f"http://127.0.0.1:{free_port()}", prompt_logprob_metrics=("consens",))
 
 
 def test_a_server_reconfigured_mid_run_is_refused(tmp_path) -> None:
     def restarted_after_probe(k: int, body: dict) -> tuple[int, bytes]:
         answer = completion(body)
-        return 200, json.dumps({**answer, "system_fingerprint": "fake-1" if k == 0 else "fake-2"}).encode()
+        return 200, json.dumps(
+            {**answer, "system_fingerprint": "fake-1" if k == 0 else "fake-2"}
+        ).encode()
 
     cache = GenerationCache(tmp_path)
     with fake_server(Scripted(restarted_after_probe).respond) as url:
@@ -383,7 +461,11 @@ def test_api_key_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> Non
 
     def echo_auth_on_sampling(k: int, body: dict) -> tuple[int, bytes]:
         # A careless server quoting the request's credentials in its error.
-        return ok(k, body) if k == 0 else (401, f"bad token {server.headers[k]['Authorization']}".encode())
+        return (
+            ok(k, body)
+            if k == 0
+            else (401, f"bad token {server.headers[k]['Authorization']}".encode())
+        )
 
     server = Scripted(echo_auth_on_sampling)
     with fake_server(server.respond) as url:
