@@ -49,8 +49,15 @@ def model_location(name: str, *, tracking_uri: str | None = None) -> str:
 
 def resolve(name: str, revision: str | None = None, *, tracking_uri: str | None = None) -> ModelRef:
     """Resolve any model name (see the module doc) to local files and an identity."""
-    ref = resolve_model(model_location(name, tracking_uri=tracking_uri), revision)
-    return ModelRef(name=name, revision=revision, path=ref.path, identity=ref.identity)
+    location = model_location(name, tracking_uri=tracking_uri)
+    ref = resolve_model(location, revision)
+    from ragutil_dagster.models.gguf import RECORD_NAME, conversion_record
+
+    identity = ref.identity
+    if (ref.path / RECORD_NAME).is_file():
+        # A converted GGUF is identified by the file's sha256, whatever directory holds it.
+        identity = conversion_record(ref.path).identity
+    return ModelRef(name=name, revision=revision, path=ref.path, identity=identity)
 
 
 def _package_model(name: str, module_name: str) -> str:

@@ -115,7 +115,7 @@ class ModelRegistry(ConfigurableResource):
                 server.base_url, server.served_model or spec.model, identity=identity,
                 tokenizer=tokenizer, use_chat_template=spec.use_chat_template,
                 api_key_env=server.api_key_env,
-                prompt_logprob_metrics=TOKEN_SCORED_METRICS if tokenizer else (),
+                prompt_logprob_metrics=TOKEN_SCORED_METRICS,
                 max_concurrency=server.max_concurrency, timeout=server.timeout_seconds,
                 max_retries=server.max_retries, show_progress=show_progress,
             ),
