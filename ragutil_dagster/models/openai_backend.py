@@ -56,7 +56,7 @@ from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import ScoredContinuation
+from ragutil_dagster.models.scoring import ScoredContinuation, same_length, score_text_pairs
 from ragutil_dagster.redaction import MASK, redact, redact_uri
 from ragutil_dagster.sampling import SamplingParams
 
@@ -697,30 +697,15 @@ class OpenAITokenScorer:
         self, prompts: Sequence[str], continuations: Sequence[str]
     ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
-        prompts = check_texts(prompts, "prompts")
-        continuations = check_texts(continuations, "continuations")
-        _same_length(prompts, continuations, "continuations")
-        tokenizer = self.generator.tokenizer
-        prompt_ids = self.generator.encode(prompts)
-        enc = tokenizer(continuations, add_special_tokens=False)
-        cont_ids = [list(ids) for ids in enc["input_ids"]]
-        scores = self.score_ids(prompt_ids, cont_ids)
-        return [
-            ScoredContinuation(
-                token_ids=tuple(c_ids),
-                tokens=tuple(tokenizer.convert_ids_to_tokens(c_ids)),
-                word_ids=tuple(enc.word_ids(i)),
-                token_logprobs=tuple(float(x) for x in lps),
-                prompt_tokens=len(p_ids),
-            )
-            for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, scores, strict=True))
-        ]
+        return score_text_pairs(
+            prompts, continuations, self.generator.tokenizer, self.generator.encode, self.score_ids
+        )
 
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
         """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
-        _same_length(prompt_ids, continuation_ids, "continuation_ids")
+        same_length(prompt_ids, continuation_ids, "continuation_ids")
         pairs = list(zip(prompt_ids, continuation_ids, strict=True))
         for i, (prompt, continuation) in enumerate(pairs):
             if continuation and not prompt:
@@ -767,7 +752,3 @@ class OpenAITokenScorer:
         """Attention utility is not available through a server (see ``attention_unavailable``)."""
         raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
 
-
-def _same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
-    if len(first) != len(second):
-        raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")

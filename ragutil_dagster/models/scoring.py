@@ -11,10 +11,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -98,25 +98,9 @@ class TokenScorer:
         self, prompts: Sequence[str], continuations: Sequence[str]
     ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
-        prompts = check_texts(prompts, "prompts")
-        continuations = check_texts(continuations, "continuations")
-        _same_length(prompts, continuations, "continuations")
-        prompt_ids = self.lm.encode_prompts(prompts)
-        enc = self.lm.tokenizer(continuations, add_special_tokens=False)
-        cont_ids = [list(ids) for ids in enc["input_ids"]]
-        logprobs = self.score_ids(prompt_ids, cont_ids)
-        out = []
-        for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, logprobs, strict=True)):
-            out.append(
-                ScoredContinuation(
-                    token_ids=tuple(c_ids),
-                    tokens=tuple(self.lm.tokenizer.convert_ids_to_tokens(c_ids)),
-                    word_ids=tuple(enc.word_ids(i)),
-                    token_logprobs=tuple(float(x) for x in lps),
-                    prompt_tokens=len(p_ids),
-                )
-            )
-        return out
+        return score_text_pairs(
+            prompts, continuations, self.lm.tokenizer, self.lm.encode_prompts, self.score_ids
+        )
 
     @torch.inference_mode()
     def score_ids(
@@ -124,7 +108,7 @@ class TokenScorer:
     ) -> list[np.ndarray]:
         """Teacher-forced log-probs (float32 arrays) of token-id continuations after token-id
         prompts."""
-        _same_length(prompt_ids, continuation_ids, "continuation_ids")
+        same_length(prompt_ids, continuation_ids, "continuation_ids")
         results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(prompt_ids)
         todo = [i for i in range(len(prompt_ids)) if len(continuation_ids[i])]
         for i in todo:
@@ -175,8 +159,8 @@ class TokenScorer:
         """
         prompts = check_texts(prompts, "prompts")
         continuations = check_texts(continuations, "continuations")
-        _same_length(prompts, continuations, "continuations")
-        _same_length(prompts, passage_spans, "passage_spans")
+        same_length(prompts, continuations, "continuations")
+        same_length(prompts, passage_spans, "passage_spans")
         encoded = [self.lm.encode_prompt_with_offsets(prompt) for prompt in prompts]
         cont_ids = (
             [
@@ -325,6 +309,35 @@ def _tokens_in_span(
     return [t for t, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
 
 
-def _same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
+def score_text_pairs(
+    prompts: Sequence[str],
+    continuations: Sequence[str],
+    tokenizer: Any,
+    encode_prompts: Callable[[list[str]], list[list[int]]],
+    score_ids: Callable[[list[list[int]], list[list[int]]], list[np.ndarray]],
+) -> list[ScoredContinuation]:
+    """Every scorer's ``score``: encode the prompts as the generator does (``encode_prompts``),
+    the continuations without special tokens, score the token ids with the scorer's own
+    ``score_ids``, and return each continuation with its tokens and word ids (for ConSens)."""
+    prompts = check_texts(prompts, "prompts")
+    continuations = check_texts(continuations, "continuations")
+    same_length(prompts, continuations, "continuations")
+    prompt_ids = encode_prompts(prompts)
+    enc = tokenizer(continuations, add_special_tokens=False)
+    cont_ids = [list(ids) for ids in enc["input_ids"]]
+    scores = score_ids(prompt_ids, cont_ids)
+    return [
+        ScoredContinuation(
+            token_ids=tuple(c_ids),
+            tokens=tuple(tokenizer.convert_ids_to_tokens(c_ids)),
+            word_ids=tuple(enc.word_ids(i)),
+            token_logprobs=tuple(float(x) for x in lps),
+            prompt_tokens=len(p_ids),
+        )
+        for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, scores, strict=True))
+    ]
+
+
+def same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
     if len(first) != len(second):
         raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")

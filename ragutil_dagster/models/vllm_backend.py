@@ -57,7 +57,7 @@ from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import ScoredContinuation
+from ragutil_dagster.models.scoring import ScoredContinuation, same_length, score_text_pairs
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -408,24 +408,9 @@ class VLLMTokenScorer:
         self, prompts: Sequence[str], continuations: Sequence[str]
     ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
-        prompts = check_texts(prompts, "prompts")
-        continuations = check_texts(continuations, "continuations")
-        _same_length(prompts, continuations, "continuations")
-        tokenizer = self.generator.tokenizer
-        prompt_ids = self.generator.encode_prompts(prompts)
-        enc = tokenizer(continuations, add_special_tokens=False)
-        cont_ids = [list(ids) for ids in enc["input_ids"]]
-        scores = self.score_ids(prompt_ids, cont_ids)
-        return [
-            ScoredContinuation(
-                token_ids=tuple(c_ids),
-                tokens=tuple(tokenizer.convert_ids_to_tokens(c_ids)),
-                word_ids=tuple(enc.word_ids(i)),
-                token_logprobs=tuple(float(x) for x in lps),
-                prompt_tokens=len(p_ids),
-            )
-            for i, (p_ids, c_ids, lps) in enumerate(zip(prompt_ids, cont_ids, scores, strict=True))
-        ]
+        return score_text_pairs(
+            prompts, continuations, self.generator.tokenizer, self.generator.encode_prompts, self.score_ids
+        )
 
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
@@ -434,7 +419,7 @@ class VLLMTokenScorer:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
-        _same_length(prompt_ids, continuation_ids, "continuation_ids")
+        same_length(prompt_ids, continuation_ids, "continuation_ids")
         results = [np.zeros(0, dtype=np.float32) for _ in prompt_ids]
         todo = [i for i, cont in enumerate(continuation_ids) if len(cont)]
         for i in todo:
@@ -475,7 +460,3 @@ def _continuation_logprobs(
         dtype=np.float32,
     )
 
-
-def _same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
-    if len(first) != len(second):
-        raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")
