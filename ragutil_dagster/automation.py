@@ -70,7 +70,7 @@ def affected_runs(changed: Iterable[str], assets: Sequence[dg.AssetsDefinition])
     them, in the partitions that depend on that model — one run per partition key for the assets
     sharing a partitioning. Unpartitioned assets (reports) are left to the next full run: they
     would race the partition runs they summarise."""
-    by_key = {key: asset for asset in assets for key in asset.keys}
+    by_key = {spec.key: asset for asset in assets for spec in asset.specs}  # declaration order
     requests: dict[tuple[tuple[str, ...], str], set[str]] = {}
     for role in sorted(set(changed)):
         readers = [

@@ -52,7 +52,7 @@ def plan(assets: Sequence[dg.AssetsDefinition]) -> list[tuple[list[str], list[st
     partition key (one Dagster run materialises, e.g., a setting's generations, NLI clusters and
     scores together). Among assets that are ready at the same time, one sharing the previous
     step's partitioning goes first, so such chains stay together."""
-    by_key = {key: asset for asset in assets for key in asset.keys}
+    by_key = {spec.key: asset for asset in assets for spec in asset.specs}  # declaration order
     deps = {
         key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps} & set(by_key)
         for key, asset in by_key.items()

@@ -5,12 +5,11 @@ import dagster as dg
 
 from ragutil_dagster.assets import (
     closed_book_generations,
-    corpus,
+    dataset,
     entailment_clusters,
     generations,
     index,
     metric_scores,
-    queries,
     reports,
     retrieval_run,
 )
@@ -18,7 +17,7 @@ from ragutil_dagster.assets.partitions import Partitions, build_partitions
 from ragutil_dagster.config import ExperimentConfig
 
 NODES = (
-    queries, corpus, index, retrieval_run, closed_book_generations, generations,
+    dataset, index, retrieval_run, closed_book_generations, generations,
     entailment_clusters, metric_scores, reports,
 )
 

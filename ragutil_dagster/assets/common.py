@@ -18,6 +18,9 @@ reranker): the model-identity sensor re-runs these assets and everything downstr
 def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:
     return {
         "dagster/row_count": dg.MetadataValue.int(frame.height),
+        "dagster/column_schema": dg.TableSchema(
+            columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
+        ),
         "path": dg.MetadataValue.path(str(path)),
         "preview": dg.MetadataValue.md(markdown_table(frame.head(5).to_dicts())),
     }

@@ -121,7 +121,7 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
         ["queries", "corpus"], ["index"], ["retrieval_run"], ["closed_book_generations"],
         ["generations", "entailment_clusters", "metric_scores"], ["reports"],
     ]
-    keys = dict((names[0], keys) for names, keys in steps)
+    keys = {name: keys for names, keys in steps for name in names}
     assert keys["retrieval_run"] == [s.key for s in tiny_experiment.settings()]
     assert keys["generations"] == [str(k) for k in parts.setting_generator.get_partition_keys()]
     assert keys["reports"] == [None]
