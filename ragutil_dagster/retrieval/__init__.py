@@ -1,10 +1,8 @@
-"""Corpus ingest and chunking, BM25 and dense indexes, fusion, reranking, retrieval runs.
+"""BM25 and dense indexes, fusion, reranking, retrieval runs (the corpus readers and chunking
+are in :mod:`ragutil_dagster.data`).
 
-Modules (imported one by one, so that reading a corpus does not load FAISS or numba):
+Modules (imported one by one, so that reading a run does not load FAISS or numba):
 
-- :mod:`~ragutil_dagster.data.corpus` — JSONL / Parquet / DPR TSV / BEIR readers with
-  validation, table schemas, corpus fingerprints.
-- :mod:`~ragutil_dagster.data.chunking` — DPR word windows, MIRAGE sentence-packed token chunks.
 - :mod:`~ragutil_dagster.retrieval.bm25` — BM25 with bm25s (numba backend), saved with a manifest.
 - :mod:`~ragutil_dagster.retrieval.dense` — embeddings + FAISS (flat, IVF, HNSW, IVF-PQ; GPU).
 - :mod:`~ragutil_dagster.retrieval.fusion` — reciprocal rank fusion.
