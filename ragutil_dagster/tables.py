@@ -71,7 +71,8 @@ GROUP_KEYS = ("query_id", "condition", "doc_id")
 CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
 SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
-    "attention": pl.Float64, "attention_selected": pl.Boolean,
+    # Attention ranks passages only (LLM-specific utility §3.3.2): it has no selection rule.
+    "attention": pl.Float64,
 }
 NLI_SCHEMA: dict[str, pl.DataType] = {
     "premise": pl.String,

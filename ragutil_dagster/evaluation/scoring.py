@@ -221,6 +221,47 @@ def _mean(values: pl.Series) -> float | None:
     return float(clean.mean()) if clean.len() else None
 
 
+def _utility_signal_metrics(
+    documents: pl.DataFrame, gold: dict[str, set[str]], signal: str, k: int
+) -> dict[str, float]:
+    """LLM-specific utility §3.4 for one signal: ranking metrics of the passages ordered by the
+    signal, and set metrics of its selection where the signal has a selection rule.
+
+    Queries without the signal (no pseudo-answer to score; or a backend without attention
+    weights) are left out of both; within a query, a passage without it (dropped from the
+    prompt to fit the context) ranks last."""
+    scored_queries = documents.filter(pl.col(signal).is_not_null())["query_id"].unique()
+    kept = documents.filter(pl.col("query_id").is_in(scored_queries.implode()))
+    if kept.is_empty():
+        return {}
+    kept_gold = {qid: gold[qid] for qid in kept["query_id"].unique(maintain_order=True)}
+    out: dict[str, float] = {}
+    selection = f"{signal}_selected"
+    if selection in kept.columns:
+        selected = {
+            qid: set(docs)
+            for qid, docs in kept.filter(pl.col(selection)).group_by("query_id").agg("doc_id").iter_rows()
+        }
+        chosen = set_metrics(selected, kept_gold)
+        out.update({
+            f"utility_{signal}_precision": chosen.precision,
+            f"utility_{signal}_recall": chosen.recall,
+            f"utility_{signal}_f1": chosen.f1,
+            f"utility_{signal}_accuracy_empty": chosen.accuracy_empty,
+        })
+    if any(kept_gold.values()):
+        order = {
+            qid: docs
+            for qid, docs in kept.sort(signal, descending=True, nulls_last=True)
+            .group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
+        }
+        cut = min(5, k)
+        ranking = rank_metrics(order, kept_gold, cut)
+        out[f"utility_{signal}_ndcg_{cut}"] = ranking.ndcg
+        out[f"utility_{signal}_recall_{cut}"] = ranking.recall
+    return out
+
+
 def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> dict[str, float]:
     """Headline numbers of one setting × generator: means over queries, MIRAGE's four metrics,
     eRAG aggregates, LLM-specific-utility set / rank metrics, ConSens, and the Pearson
@@ -249,30 +290,9 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
     for qid, doc in documents.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
         gold[qid].add(doc)
     for signal in ("likelihood", "attention"):
-        if signal not in documents.columns or documents[signal].is_null().all():
-            continue  # e.g. attention on a backend that has no attention weights
-        order = {
-            qid: docs
-            for qid, docs in documents.sort(signal, descending=True)
-            .group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
-        }
-        selected = {
-            qid: set(docs)
-            for qid, docs in documents.filter(pl.col(f"{signal}_selected"))
-            .group_by("query_id").agg("doc_id").iter_rows()
-        }
-        chosen = set_metrics(selected, gold)
-        summary.update({
-            f"utility_{signal}_precision": chosen.precision,
-            f"utility_{signal}_recall": chosen.recall,
-            f"utility_{signal}_f1": chosen.f1,
-            f"utility_{signal}_accuracy_empty": chosen.accuracy_empty,
-        })
-        if any(gold.values()):
-            cut = min(5, k)
-            ranking = rank_metrics(order, gold, cut)
-            summary[f"utility_{signal}_ndcg_{cut}"] = ranking.ndcg
-            summary[f"utility_{signal}_recall_{cut}"] = ranking.recall
+        if signal not in documents.columns:
+            continue
+        summary.update(_utility_signal_metrics(documents, gold, signal, k))
     if "true_utility" in documents.columns and documents.height >= 3:
         for kernel in ("s", "h"):
             values = documents[f"delta_seper_{kernel}"].to_numpy()

@@ -2,9 +2,9 @@
 attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs. 6–7).
 
 The answer scored is the pseudo-answer a of the ``rag`` condition — its most likely sample —
-as the paper pre-generates a from the retrieved set. Selections for the set metrics (§3.4):
-a passage is selected by likelihood when P(a | q, d) > P(a | q), and by attention when its
-normalised attention mass exceeds the uniform share 1/k.
+as the paper pre-generates a from the retrieved set. Selection for the set metrics (§3.4):
+a passage is selected by likelihood when P(a | q, d) > P(a | q). Attention only ranks passages
+(§3.3.2): a selection rule for it would be ours, not the paper's, so none is applied.
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ def passage_utility(
                 "query_id": qid, "doc_id": doc, "likelihood": lp,
                 "likelihood_selected": lp > closed_logprob[qid],
                 "attention": None if share is None else float(share),
-                "attention_selected": None if share is None else bool(share >= 1 / len(docs)),
             })
     return pl.DataFrame(rows, schema=SIGNAL_SCHEMA)
 

@@ -90,7 +90,7 @@ CATALOG: tuple[Metric, ...] = (
     *(
         Metric(f"utility_{signal}_{part}", f"util-{signal[:3]} {label}", _UTILITY, (0, 1),
                headline=(signal, part) == ("likelihood", "f1"))
-        for signal in ("likelihood", "attention")
+        for signal in ("likelihood",)  # attention only ranks (§3.3.2): no selection, no set metrics
         for part, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"),
                             ("accuracy_empty", "acc∅"))
     ),

@@ -65,7 +65,6 @@ REQUIRED_METRICS = {
     "mirage_context_misinterpretation",
     "consens",
     "utility_likelihood_accuracy_empty",
-    "utility_attention_accuracy_empty",
     "scoring_seconds",
     "tokens_generated",
     "nli_pairs",
