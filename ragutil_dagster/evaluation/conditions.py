@@ -160,12 +160,15 @@ def context_prompts(
         .agg(pl.col("doc_id"))
         .iter_rows()
     }
-    rows: list[tuple] = []
+    rows: list[dict] = []
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
         fitted = fit_context_prompt(qid, question, [passages[d] for d in docs], prompts.with_context, budget)
-        rows.append((qid, condition, doc_id, fitted.doc_ids, fitted.prompt, fitted.passages_dropped,
-                     fitted.last_passage_chars))
+        rows.append({
+            "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
+            "prompt": fitted.prompt, "passages_dropped": fitted.passages_dropped,
+            "last_passage_chars": fitted.last_passage_chars,
+        })
 
     for qid, question in queries.select("query_id", "question").iter_rows():
         docs = ranked.get(qid, [])
@@ -176,4 +179,4 @@ def context_prompts(
             add(qid, "per_doc", doc, [doc], question)
         if qid in positives:
             add(qid, "oracle", None, positives[qid], question)
-    return pl.DataFrame(rows, schema=PROMPT_SCHEMA, orient="row")
+    return pl.DataFrame(rows, schema=PROMPT_SCHEMA)

@@ -28,15 +28,16 @@ def sample_prompts(
     rows = []
     for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
         for index, sample in enumerate(by_prompt[prompt]):
-            rows.append(
-                (
-                    qid, condition, doc_id, index, sample.text, list(sample.token_logprobs),
-                    len(sample.token_ids), sample.finish_reason, sample.prompt_tokens, generator_name,
-                    identity, seed, sampling.temperature, sampling.top_p, sampling.top_k,
-                    sampling.max_new_tokens,
-                )
-            )
-    return pl.DataFrame(rows, schema=GENERATION_SCHEMA, orient="row")
+            rows.append({
+                "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
+                "text": sample.text, "token_logprobs": list(sample.token_logprobs),
+                "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
+                "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
+                "model_identity": identity, "seed": seed, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "top_k": sampling.top_k,
+                "max_new_tokens": sampling.max_new_tokens,
+            })
+    return pl.DataFrame(rows, schema=GENERATION_SCHEMA)
 
 
 def generation_issues(rows: pl.DataFrame) -> pl.DataFrame:

@@ -55,8 +55,8 @@ def consens_scores(
         without, with_ctx = scored[i], scored[len(qids) + i]
         keep = content_token_mask(without.tokens, questions[qid], without.word_ids)
         value = consens(without.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
-        rows.append((qid, value, without.logprob))
-    return pl.DataFrame(rows, schema=CONSENS_SCHEMA, orient="row")
+        rows.append({"query_id": qid, "consens": value, "answer_logprob_closed": without.logprob})
+    return pl.DataFrame(rows, schema=CONSENS_SCHEMA)
 
 
 def passage_utility(
