@@ -56,7 +56,7 @@ from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import ScoredContinuation, same_length, score_text_pairs
+from ragutil_dagster.models.scoring import EngineTokenScorer, same_length
 from ragutil_dagster.redaction import MASK, redact, redact_uri
 from ragutil_dagster.sampling import SamplingParams
 
@@ -437,7 +437,7 @@ class OpenAIGenerator:
     def context_length(self) -> int | None:
         return self.served.max_model_len
 
-    def encode(self, prompts: Sequence[str]) -> list[list[int]] | list[str]:
+    def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]] | list[str]:
         """What is sent as each request's ``prompt``: token ids with a local tokenizer, else the
         text itself."""
         if self.tokenizer is None:
@@ -445,7 +445,7 @@ class OpenAIGenerator:
         return encode_prompts(self.tokenizer, prompts, self.use_chat_template, self.system_prompt)
 
     def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
-        encoded = self.encode(prompts)
+        encoded = self.encode_prompts(prompts)
         if self.tokenizer is not None:
             return [len(ids) for ids in encoded]
         return map_concurrently(self._count_on_server, encoded, self.max_concurrency)
@@ -515,7 +515,7 @@ class OpenAIGenerator:
         """One greedy token, checking the server returns its log-prob and id: SePer weighs
         every sample by p(r | q), so a server without them is refused before any sampling.
         Returns the server's ``system_fingerprint`` (None when it gives none)."""
-        answer = self.complete(self.encode(["Hello"])[0], 0, "probe", max_tokens=1)
+        answer = self.complete(self.encode_prompts(["Hello"])[0], 0, "probe", max_tokens=1)
         self._samples(answer, 1, "probe")
         fingerprint = answer.get("system_fingerprint")
         return fingerprint if isinstance(fingerprint, str) else None
@@ -523,7 +523,7 @@ class OpenAIGenerator:
     def probe_prompt_logprobs(self) -> bool:
         """Whether the server returns prompt tokens' log-probs (``echo`` with ``logprobs``),
         which token scoring needs. A refused ``echo`` request counts as no."""
-        prompt = self.encode(["Hello, world"])[0]
+        prompt = self.encode_prompts(["Hello, world"])[0]
         try:
             answer = self.complete(prompt, 0, "probe of prompt log-probs", max_tokens=1, echo=True)
         except ServerResponseError as err:
@@ -542,7 +542,7 @@ class OpenAIGenerator:
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         """``n`` samples per prompt (see :class:`Generator`), one request per prompt."""
         prompts = check_texts(prompts, "prompts")
-        encoded = self.encode(prompts)
+        encoded = self.encode_prompts(prompts)
 
         def one(index: int, prompt: list[int] | str, cancelled: threading.Event) -> list[Sample]:
             what = f"prompt {index} ({_excerpt(prompts[index])})"
@@ -660,7 +660,7 @@ def _ids_and_logprobs(
     return ids, values
 
 
-class OpenAITokenScorer:
+class OpenAITokenScorer(EngineTokenScorer):
     """Teacher-forced log-probs of continuations through a server's prompt log-probs.
 
     The interface of :class:`~ragutil_dagster.models.scoring.TokenScorer`'s ``score`` and
@@ -672,7 +672,6 @@ class OpenAITokenScorer:
     says why: the capability flag the pipeline reads for every scorer).
     """
 
-    supports_attention = False
     attention_unavailable = ATTENTION_UNAVAILABLE
 
     def __init__(self, generator: OpenAIGenerator) -> None:
@@ -686,20 +685,7 @@ class OpenAITokenScorer:
                 f"token scoring needs prompt log-probs, which {generator.client.shown_urls[0]} "
                 "does not return"
             )
-        self.generator = generator
-        self.show_progress = generator.show_progress
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    def score(
-        self, prompts: Sequence[str], continuations: Sequence[str]
-    ) -> list[ScoredContinuation]:
-        """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
-        return score_text_pairs(
-            prompts, continuations, self.generator.tokenizer, self.generator.encode, self.score_ids
-        )
+        super().__init__(generator)
 
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]

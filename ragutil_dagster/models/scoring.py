@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -307,6 +308,39 @@ def _tokens_in_span(
     if not 0 <= start < end <= prompt_len:
         raise ValueError(f"{name} = {span} is not a (start, end) span inside the prompt")
     return [t for t, (a, b) in enumerate(offsets) if a >= 0 and a < end and b > start]
+
+
+class EngineTokenScorer(ABC):
+    """What the scorers on a generator's own engine or servers share (vLLM, OpenAI-compatible):
+    its identity, ``score`` through their own ``score_ids``, and no attention weights — such
+    engines do not expose them, so ``passage_attention`` refuses and ``attention_unavailable``
+    says why (``supports_attention`` is the flag the pipeline reads)."""
+
+    supports_attention = False
+    attention_unavailable: str
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+        self.show_progress = generator.show_progress
+
+    @property
+    def identity(self) -> str:
+        return self.generator.identity
+
+    def score(
+        self, prompts: Sequence[str], continuations: Sequence[str]
+    ) -> list[ScoredContinuation]:
+        """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
+        return score_text_pairs(
+            prompts, continuations, self.generator.tokenizer, self.generator.encode_prompts,
+            self.score_ids,
+        )
+
+    @abstractmethod
+    def score_ids(
+        self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
+    ) -> list[np.ndarray]:
+        """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
 
 
 def score_text_pairs(

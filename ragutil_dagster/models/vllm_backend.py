@@ -57,7 +57,7 @@ from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import ScoredContinuation, same_length, score_text_pairs
+from ragutil_dagster.models.scoring import EngineTokenScorer, same_length
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -382,7 +382,7 @@ def _sample(completion: Any, prompt_tokens: int) -> Sample:
     )
 
 
-class VLLMTokenScorer:
+class VLLMTokenScorer(EngineTokenScorer):
     """Teacher-forced log-probs of continuations from a :class:`VLLMGenerator`'s engine.
 
     The interface of :class:`~ragutil_dagster.models.scoring.TokenScorer`'s ``score`` and
@@ -393,24 +393,7 @@ class VLLMTokenScorer:
     unavailable (``supports_attention`` is False; ``attention_unavailable`` says why).
     """
 
-    supports_attention = False
     attention_unavailable = ATTENTION_UNAVAILABLE
-
-    def __init__(self, generator: VLLMGenerator) -> None:
-        self.generator = generator
-        self.show_progress = generator.show_progress
-
-    @property
-    def identity(self) -> str:
-        return self.generator.identity
-
-    def score(
-        self, prompts: Sequence[str], continuations: Sequence[str]
-    ) -> list[ScoredContinuation]:
-        """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
-        return score_text_pairs(
-            prompts, continuations, self.generator.tokenizer, self.generator.encode_prompts, self.score_ids
-        )
 
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]

@@ -146,7 +146,7 @@ def test_settings_are_stable_and_secret_free(served: OpenAIGenerator, vllm_serve
 
 def test_sampled_logprobs_agree_with_hf(served: OpenAIGenerator, hf_reference: TokenScorer) -> None:
     out = served.sample(PROMPTS, PARAMS)
-    prompt_ids = served.encode(PROMPTS)
+    prompt_ids = served.encode_prompts(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     reference = hf_reference.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
     gaps = [
