@@ -110,7 +110,7 @@ def test_invalid_requests_say_what_is_wrong(gen: HFGenerator) -> None:
     with pytest.raises(ValueError, match=r"stop\[0\]"):
         gen.sample([PROMPT], SamplingParams(stop=[""]))
     with pytest.raises(TypeError, match=r"prompts\[1\]"):
-        gen.sample([PROMPT, None])  # type: ignore[list-item]
+        gen.sample([PROMPT, None], SamplingParams(n=1))  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"prompts\[0\] has \d+ tokens"):
         gen.sample(["word " * 3000], SamplingParams(n=1, max_new_tokens=1))
     assert gen.sample([], SamplingParams(n=2)) == []
