@@ -78,6 +78,30 @@ class ArtifactWriteError(UserError, OSError):
     """A file could not be written for lack of space or permission; names the file and the fix."""
 
 
+class CorruptGGUFError(ModelUnavailableError):
+    """A file named as a GGUF model is not one, or is truncated or damaged."""
+
+class UnsupportedGGUFError(ModelUnavailableError):
+    """A valid GGUF file whose tensor types or architecture transformers cannot load."""
+
+class ServerUnavailableError(UserError):
+    """A request still failed after every retry (server down, overloaded or erroring)."""
+
+class ServerResponseError(UserError):
+    """The server answered something this backend cannot use (malformed JSON, missing fields,
+    a refused request)."""
+
+class MissingLogprobsError(ServerResponseError):
+    """The server's answer lacks the sampled tokens' log-probabilities SePer needs."""
+
+class MissingAPIKeyError(UserError):
+    """The configured API-key environment variable is not set."""
+
+class CapabilityMissingError(UserError):
+    """A configured metric needs something this backend or server cannot give (prompt
+    log-probs from a chat-only endpoint, attention weights from an engine); names the metric."""
+
+
 def _subclass_names(cls: type) -> set[str]:
     names = {cls.__name__}
     for sub in cls.__subclasses__():

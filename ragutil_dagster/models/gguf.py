@@ -35,15 +35,13 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.errors import CorruptGGUFError, ModelUnavailableError, UnsupportedGGUFError
 from ragutil_dagster.locks import exclusive_file_lock
 
 __all__ = [
     "RECORD_NAME",
     "ConversionRecord",
-    "CorruptGGUFError",
     "GGUFInfo",
-    "UnsupportedGGUFError",
     "conversion_record",
     "file_sha256",
     "gguf_to_hf",
@@ -58,14 +56,6 @@ _CHUNK = 8 << 20
 _NOT_ARCHITECTURES = {"general", "tokenizer"}
 _sha_memo: dict[tuple[str, int, int], str] = {}
 _sha_lock = threading.Lock()
-
-
-class CorruptGGUFError(ModelUnavailableError):
-    """A file named as a GGUF model is not one, or is truncated or damaged."""
-
-
-class UnsupportedGGUFError(ModelUnavailableError):
-    """A valid GGUF file whose tensor types or architecture transformers cannot load."""
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,14 @@ from typing import Any, TypeVar
 import numpy as np
 from tqdm.auto import tqdm
 
-from ragutil_dagster.errors import UserError
+from ragutil_dagster.errors import (
+    CapabilityMissingError,
+    MissingAPIKeyError,
+    MissingLogprobsError,
+    ServerResponseError,
+    ServerUnavailableError,
+    UserError,
+)
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.inputs import check_texts
@@ -62,14 +69,9 @@ from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
     "ATTENTION_UNAVAILABLE",
-    "CapabilityMissingError",
     "CompletionsClient",
-    "MissingAPIKeyError",
-    "MissingLogprobsError",
     "OpenAIGenerator",
     "OpenAITokenScorer",
-    "ServerResponseError",
-    "ServerUnavailableError",
 ]
 
 log = logging.getLogger(__name__)
@@ -86,27 +88,6 @@ _TOKEN_ID_PREFIX = "token_id:"
 # in-process backend's range, so a server and the in-process engine draw the same samples.
 _SEED_RANGE = 2**31 - 2**16
 _FINISH_REASONS = ("stop", "length")
-
-
-class ServerUnavailableError(UserError):
-    """A request still failed after every retry (server down, overloaded or erroring)."""
-
-
-class ServerResponseError(UserError):
-    """The server answered something this backend cannot use (malformed JSON, missing fields,
-    a refused request)."""
-
-
-class MissingLogprobsError(ServerResponseError):
-    """The server's answer lacks the sampled tokens' log-probabilities SePer needs."""
-
-
-class MissingAPIKeyError(UserError):
-    """The configured API-key environment variable is not set."""
-
-
-class CapabilityMissingError(UserError):
-    """A configured metric needs something this server (or backend) cannot give."""
 
 
 class _RetryableError(Exception):

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from ragutil_dagster.errors import UserError
+from ragutil_dagster.errors import CapabilityMissingError
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
@@ -62,7 +62,6 @@ from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
     "ATTENTION_UNAVAILABLE",
-    "AttentionUnavailableError",
     "EngineSettings",
     "VLLMGenerator",
     "VLLMTokenScorer",
@@ -82,10 +81,6 @@ _SEED_RANGE = 2**31 - 2**16
 # How long the engine core may take to exit on its own before vLLM kills it (vLLM's default
 # grace, 5 s, was too short on a loaded 2-core machine: the core was killed mid-cleanup).
 _SHUTDOWN_GRACE_SECONDS = 30.0
-
-
-class AttentionUnavailableError(UserError):
-    """Attention-based utility was asked of a backend that cannot expose attention weights."""
 
 
 def vllm_available() -> bool:
@@ -428,7 +423,7 @@ class VLLMTokenScorer(EngineTokenScorer):
 
     def passage_attention(self, *_args: object, **_kwargs: object) -> list[np.ndarray]:
         """Not available on vLLM (see ``attention_unavailable``): refuses rather than fake it."""
-        raise AttentionUnavailableError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
+        raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
 
 
 def _continuation_logprobs(

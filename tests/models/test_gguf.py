@@ -17,12 +17,10 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.errors import CorruptGGUFError, ModelUnavailableError, UnsupportedGGUFError
 from ragutil_dagster.models.causal_lm import load_causal_lm
 from ragutil_dagster.models.gguf import (
     RECORD_NAME,
-    CorruptGGUFError,
-    UnsupportedGGUFError,
     conversion_record,
     file_sha256,
     gguf_to_hf,

@@ -24,18 +24,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from ragutil_dagster.errors import UserError
-from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
-from ragutil_dagster.models.generation import Generator, Sample
-from ragutil_dagster.models.openai_backend import (
+from ragutil_dagster.errors import (
     CapabilityMissingError,
     MissingAPIKeyError,
     MissingLogprobsError,
-    OpenAIGenerator,
-    OpenAITokenScorer,
     ServerResponseError,
     ServerUnavailableError,
+    UserError,
 )
+from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+from ragutil_dagster.models.generation import Generator, Sample
+from ragutil_dagster.models.openai_backend import OpenAIGenerator, OpenAITokenScorer
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.processes import free_port
 from ragutil_dagster.sampling import SamplingParams
