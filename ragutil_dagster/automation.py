@@ -19,13 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import READS_MODEL
+from ragutil_dagster.assets.common import model_asset_key
+from ragutil_dagster.assets.model_identities import observed_identity
 from ragutil_dagster.config import (
     KEY_SEPARATOR,
     ExperimentConfig,
     Setting,
     parse_index_partition_key,
 )
+from ragutil_dagster.resources.models import ModelRegistry
 
 
 def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | None]]:
@@ -64,22 +66,26 @@ def _static_dimension(key: str) -> dict[str, str]:
     return {"setting": key} if parts >= 3 else {"index": key} if parts == 2 else {"dataset": key}
 
 
-def affected_runs(changed: Iterable[str], assets: Sequence[dg.AssetsDefinition]) -> list[dg.RunRequest]:
+# Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``) → the kind of
+# model-identity source asset it is observed as.
+_MODEL_KIND = {"generator": "generator", "nli": "nli", "retriever": "embedder", "reranker": "reranker"}
+
+
+def affected_runs(
+    changed: Iterable[str], assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]
+) -> list[dg.RunRequest]:
     """The runs a change of the models in ``changed`` (inventory keys) calls for, read off the
-    asset graph: the assets tagged as reading that kind of model and everything downstream of
-    them, in the partitions that depend on that model — one run per partition key for the assets
-    sharing a partitioning. Unpartitioned assets (reports) are left to the next full run: they
-    would race the partition runs they summarise."""
-    by_key = {spec.key: asset for asset in assets for spec in asset.specs}  # declaration order
+    asset graph: everything downstream of that model's identity source asset, in the partitions
+    that depend on that model — one run per partition key for the assets sharing a
+    partitioning. Unpartitioned assets (reports) are left to the next full run: they would race
+    the partition runs they summarise."""
+    by_key = {  # declaration order
+        spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
+    }
     requests: dict[tuple[tuple[str, ...], str], set[str]] = {}
     for role in sorted(set(changed)):
-        readers = [
-            key for key, asset in by_key.items()
-            if asset.tags_by_key.get(key, {}).get(READS_MODEL) == role.partition(":")[0]
-        ]
-        if not readers:
-            continue
-        affected = dg.AssetSelection.assets(*readers).downstream().resolve(list(assets))
+        source = model_asset_key(_MODEL_KIND[role.partition(":")[0]])
+        affected = dg.AssetSelection.assets(source).downstream().resolve(list(assets)) - {source}
         groups: dict[object, list[dg.AssetKey]] = {}
         for key in sorted(affected, key=lambda k: k.to_user_string()):
             partitions = by_key[key].partitions_def
@@ -101,19 +107,13 @@ def affected_runs(changed: Iterable[str], assets: Sequence[dg.AssetsDefinition])
 
 def build_model_sensor(
     experiment: ExperimentConfig,
-    assets: Sequence[dg.AssetsDefinition],
+    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset],
     identity: Callable[[str, str | None], str] | None = None,
 ) -> dg.SensorDefinition:
     def current_identity(model: str, revision: str | None) -> str:
         if identity is not None:
             return identity(model, revision)
-        from ragutil_dagster.errors import ModelUnavailableError
-        from ragutil_dagster.models.resolver import resolve
-
-        try:
-            return resolve(model, revision).identity
-        except ModelUnavailableError as err:
-            return f"unavailable: {err}"
+        return observed_identity(ModelRegistry(), model, revision)
 
     @dg.sensor(
         name="model_identity_sensor", minimum_interval_seconds=300,
@@ -141,12 +141,19 @@ re-evaluated in order (roots first), across its different partitionings — whic
 scheduled job cannot span."""
 
 
-def with_weekly_reevaluation(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
-    return [a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=WEEKLY)) for a in assets]
+def with_weekly_reevaluation(
+    assets: list[dg.AssetsDefinition | dg.SourceAsset],
+) -> list[dg.AssetsDefinition | dg.SourceAsset]:
+    """Every materialisable asset with the weekly condition (source assets are observed only)."""
+    return [
+        a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=WEEKLY))
+        if isinstance(a, dg.AssetsDefinition) else a
+        for a in assets
+    ]
 
 
 def build_automation(
-    experiment: ExperimentConfig, assets: Sequence[dg.AssetsDefinition]
+    experiment: ExperimentConfig, assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]
 ) -> list[dg.SensorDefinition]:
     """The model-identity sensor and the sensor evaluating the weekly automation conditions."""
     return [

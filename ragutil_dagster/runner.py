@@ -45,14 +45,16 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(directory))
 
 
-def plan(assets: Sequence[dg.AssetsDefinition]) -> list[tuple[list[str], list[str | None]]]:
+def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[list[str], list[str | None]]]:
     """The steps of a full evaluation, read off the asset graph: (assets, partition keys).
 
     Assets in topological order; consecutive assets with the same partitioning are one step per
     partition key (one Dagster run materialises, e.g., a setting's generations, NLI clusters and
     scores together). Among assets that are ready at the same time, one sharing the previous
     step's partitioning goes first, so such chains stay together."""
-    by_key = {spec.key: asset for asset in assets for spec in asset.specs}  # declaration order
+    by_key = {  # declaration order; source assets (model identities) are observed, not run
+        spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
+    }
     deps = {
         key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps} & set(by_key)
         for key, asset in by_key.items()

@@ -10,6 +10,7 @@ from ragutil_dagster.assets import (
     generations,
     index,
     metric_scores,
+    model_identities,
     reports,
     retrieval_run,
 )
@@ -22,6 +23,9 @@ NODES = (
 )
 
 
-def build_assets(experiment: ExperimentConfig) -> tuple[Partitions, list[dg.AssetsDefinition]]:
+def build_assets(
+    experiment: ExperimentConfig,
+) -> tuple[Partitions, list[dg.AssetsDefinition | dg.SourceAsset]]:
+    """The graph of one config: the model identities it reads, then one definition per node."""
     parts = build_partitions(experiment)
-    return parts, [node.build(parts) for node in NODES]
+    return parts, [*model_identities.build(parts), *(node.build(parts) for node in NODES)]

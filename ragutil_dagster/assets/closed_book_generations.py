@@ -7,7 +7,7 @@ subtracts the same closed-book SePer.
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL
+from ragutil_dagster.assets.common import GPU_POOL, GROUP
 from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
@@ -20,8 +20,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="closed_book_generations", partitions_def=parts.dataset_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "generator"},
-        deps=[dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset"))],
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        deps=[
+            dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")),
+            *parts.model_dependencies("generator"),
+        ],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="closed_book_generations")],
         description="N sampled answers per question without retrieval, with token log-probs.",
     )
@@ -30,6 +33,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         queries = store.read_table("queries", dimension(context, "dataset"))
         prompts = closed_book_prompts(queries, experiment.prompts, prompt_budget(context, models, experiment))
-        return sample_and_store(context, store, models, experiment, prompts, "closed_book_generations")
+        _, result = sample_and_store(context, store, models, experiment, prompts, "closed_book_generations")
+        return result
 
     return closed_book_generations

@@ -9,9 +9,13 @@ from ragutil_dagster.tables import markdown_table
 
 GROUP = "ragutil"
 GPU_POOL = "gpu"
-READS_MODEL = "ragutil/reads_model"
-"""Asset tag naming the kind of configured model an asset loads (generator, nli, retriever,
-reranker): the model-identity sensor re-runs these assets and everything downstream of them."""
+MODEL_KINDS = ("generator", "nli", "embedder", "reranker")
+
+
+def model_asset_key(kind: str) -> dg.AssetKey:
+    """The observable source asset of the configured models of one kind (``MODEL_KINDS``): its
+    data version is the model's identity, so a new identity marks what reads it stale."""
+    return dg.AssetKey(["model", kind])
 """Assets running a model sit in this pool; the instance limits it to one run per card."""
 
 

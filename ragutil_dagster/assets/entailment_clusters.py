@@ -8,12 +8,13 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL
+from ragutil_dagster.assets.common import GPU_POOL, GROUP
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tables import NLI
 
 
 def closed_book_partition(context: dg.AssetExecutionContext, setting: Setting) -> str:
@@ -39,10 +40,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="entailment_clusters", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "nli"},
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
         deps=[
             "generations",
             dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
+            *parts.model_dependencies("nli"),
         ],
         description="NLI probabilities of every distinct (premise, hypothesis) pair and the "
         "semantic cluster (bidirectional entailment) of every sample.",
@@ -56,7 +58,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         nli = compute_nli(samples, queries, nli_model)
         clusters = cluster_table(samples, queries, nli)
         seconds = time.perf_counter() - start
-        store.write_table("entailment_clusters", context.partition_key, nli, "nli")
+        store.write_table("entailment_clusters", context.partition_key, nli, NLI)
         path = store.write_table("entailment_clusters", context.partition_key, clusters)
         per_group = clusters.group_by("query_id", "condition", "doc_id").agg(pl.col("cluster_id").max() + 1)
         return dg.MaterializeResult(metadata={

@@ -9,7 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, check_result, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
@@ -17,7 +17,7 @@ from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompt
 from ragutil_dagster.evaluation.signals import attention_available, utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import markdown_table
+from ragutil_dagster.tables import CONSENS, ISSUES, PROMPTS, QRELS, UTILITY_SIGNALS, markdown_table
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -33,19 +33,20 @@ def sample_and_store(
     experiment: ExperimentConfig,
     prompts: pl.DataFrame,
     asset: str,
-) -> dg.MaterializeResult:
-    """Sample a prompt table with the partition's generator and store prompts and samples."""
+) -> tuple[pl.DataFrame, dg.MaterializeResult]:
+    """Sample a prompt table with the partition's generator, store prompts and samples, and
+    return the sample rows with the materialisation's metadata and checks."""
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
     start = time.perf_counter()
     rows = sample_prompts(prompts, generator, spec.name, experiment.sampling, experiment.seed)
     seconds = time.perf_counter() - start
     partition = context.partition_key
-    store.write_table(asset, partition, prompts, "prompts")
+    store.write_table(asset, partition, prompts, PROMPTS)
     path = store.write_table(asset, partition, rows)
     tokens = int(rows["n_tokens"].sum())
     issues = generation_issues(rows)
-    store.write_table(asset, partition, issues, "issues")
+    store.write_table(asset, partition, issues, ISSUES)
     fitted = prompts.filter((pl.col("passages_dropped") > 0) | pl.col("last_passage_chars").is_not_null())
     metadata = table_metadata(rows.drop("token_logprobs"), path)
     metadata.update({
@@ -81,7 +82,7 @@ def sample_and_store(
         "rows_equal_prompts_times_n", rows.height == expected, rows=rows.height, expected=expected,
         prompts=prompts.height, n=experiment.sampling.n,
     )
-    return dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
+    return rows, dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -89,10 +90,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="generations", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL, tags={READS_MODEL: "generator"},
+        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
         # Queries and corpus reach this asset through retrieval_run: Dagster has no valid mapping
         # from a dataset partition onto a setting × generator partition.
-        deps=[dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))],
+        deps=[
+            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
+            *parts.model_dependencies("generator"),
+        ],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
         description="N sampled answers per prompt for the rag, per_doc and oracle conditions, and "
         "ConSens / likelihood / attention signals of the generator.",
@@ -103,17 +107,16 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         queries = store.read_table("queries", setting.dataset)
         corpus = store.read_table("corpus", setting.dataset)
         run = store.read_table("retrieval_run", setting.key)
-        qrels = store.read_table("queries", setting.dataset, "qrels")
+        qrels = store.read_table("queries", setting.dataset, QRELS)
         budget = prompt_budget(context, models, experiment)
         prompts = context_prompts(queries, corpus, run, qrels, setting.k, experiment.prompts, budget)
-        result = sample_and_store(context, store, models, experiment, prompts, "generations")
+        samples, result = sample_and_store(context, store, models, experiment, prompts, "generations")
         start = time.perf_counter()
-        samples = store.read_table("generations", context.partition_key)
         all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts, budget), prompts])
         scorer = models.scorer(spec)
         consens, signals = utility_signals(all_prompts, samples, queries, corpus, scorer)
-        store.write_table("generations", context.partition_key, consens, "consens")
-        store.write_table("generations", context.partition_key, signals, "utility_signals")
+        store.write_table("generations", context.partition_key, consens, CONSENS)
+        store.write_table("generations", context.partition_key, signals, UTILITY_SIGNALS)
         metadata = dict(result.metadata or {})
         metadata["signals_seconds"] = dg.MetadataValue.float(time.perf_counter() - start)
         metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))

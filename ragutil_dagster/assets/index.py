@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, check_result
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
@@ -33,8 +33,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
     @dg.asset(
-        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL, tags={READS_MODEL: "retriever"},
-        deps=[dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index())],
+        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL,
+        deps=[
+            dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index()),
+            *parts.model_dependencies("embedder"),
+        ],
         check_specs=[dg.AssetCheckSpec("index_size_equals_corpus_size", asset="index")],
         description="Retrieval index (bm25s, or sentence-transformers + FAISS) with a manifest "
         "recording model identity and corpus fingerprint.",

@@ -23,7 +23,15 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import markdown_table
+from ragutil_dagster.tables import (
+    CONSENS,
+    DOCUMENTS,
+    GROUPS,
+    NLI,
+    UTILITY,
+    UTILITY_SIGNALS,
+    markdown_table,
+)
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
 
@@ -83,19 +91,19 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("queries", setting.dataset)
-            nli = store.read_table("entailment_clusters", partition, "nli")
+            nli = store.read_table("entailment_clusters", partition, NLI)
             groups = group_scores(samples, queries, nli)
-            ground_truth_path = store.table_path("queries", setting.dataset, "utility")
+            ground_truth_path = store.table_path("queries", setting.dataset, UTILITY)
             ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
             documents = document_scores(
                 groups, store.read_table("retrieval_run", setting.key), setting.k,
-                store.read_table("generations", partition, "utility_signals"), ground_truth,
+                store.read_table("generations", partition, UTILITY_SIGNALS), ground_truth,
             )
-            per_query = query_scores(groups, queries, store.read_table("generations", partition, "consens"))
+            per_query = query_scores(groups, queries, store.read_table("generations", partition, CONSENS))
             summary = summarize(per_query, documents, setting.k)
             failpoint("scoring")
-            store.write_table("metric_scores", partition, groups, "groups")
-            documents_path = store.write_table("metric_scores", partition, documents, "documents")
+            store.write_table("metric_scores", partition, groups, GROUPS)
+            documents_path = store.write_table("metric_scores", partition, documents, DOCUMENTS)
             path = store.write_table("metric_scores", partition, per_query)
             summary_path = store.write_json("metric_scores", partition, "summary", summary)
             scoring_seconds = time.perf_counter() - start

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.config import ExperimentConfig, index_partition_key
 
 
@@ -49,6 +50,32 @@ class Partitions:
             "dataset": dg.DimensionPartitionMapping("setting", self.dataset_to_setting()),
             "generator": dg.DimensionPartitionMapping("generator", dg.IdentityPartitionMapping()),
         })
+
+
+    def dense_retrievers(self) -> dg.StaticPartitionsDefinition | None:
+        """One partition per dense retriever (its embedder), or None without any."""
+        names = [r.name for r in self.experiment.retrievers if r.kind == "dense"]
+        return dg.StaticPartitionsDefinition(names) if names else None
+
+    def model_dependencies(self, kind: str) -> list[dg.AssetDep]:
+        """The dependency of an asset reading the configured models of ``kind`` on their
+        identities, partition to partition: a generator's identity → its partitions, an
+        embedder's → the indexes of its retriever; the NLI model and the reranker serve all."""
+        key = model_asset_key(kind)
+        if kind == "generator":
+            return [dg.AssetDep(key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("generator"))]
+        if kind == "embedder":
+            dense = self.dense_retrievers()
+            if dense is None:
+                return []
+            table = {
+                name: [index_partition_key(d.name, name) for d in self.experiment.datasets]
+                for name in dense.get_partition_keys()
+            }
+            return [dg.AssetDep(key, partition_mapping=dg.StaticPartitionMapping(table))]
+        if kind == "reranker" and self.experiment.reranker is None:
+            return []
+        return [dg.AssetDep(key)]
 
 
 def build_partitions(experiment: ExperimentConfig) -> Partitions:

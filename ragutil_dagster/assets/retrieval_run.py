@@ -7,7 +7,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, READS_MODEL, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
@@ -16,7 +16,7 @@ from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, write_trec
-from ragutil_dagster.tables import markdown_table
+from ragutil_dagster.tables import QRELS, markdown_table
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -24,10 +24,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="retrieval_run", partitions_def=parts.setting, group_name=GROUP, kinds={"polars", "parquet"},
-        pool=GPU_POOL, tags={READS_MODEL: "reranker"},
+        pool=GPU_POOL,
         deps=[
             dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
             dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),
+            *parts.model_dependencies("reranker"),
         ],
         description="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
     )
@@ -35,7 +36,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         setting = Setting.parse(context.partition_key)
         retriever = experiment.retriever(setting.retriever)
         queries = store.read_table("queries", setting.dataset)
-        qrels = store.read_table("queries", setting.dataset, "qrels")
+        qrels = store.read_table("queries", setting.dataset, QRELS)
         corpus = store.read_table("corpus", setting.dataset)
         if setting.k > corpus.height:
             raise ConfigError(

@@ -74,8 +74,27 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
 def test_every_asset_carries_the_weekly_condition(tiny_experiment, tmp_path) -> None:
     defs = build_definitions(tiny_experiment, str(tmp_path))
     graph = defs.resolve_asset_graph()
-    for key in graph.get_all_asset_keys():
+    observed = {key for key in graph.get_all_asset_keys() if not graph.get(key).is_materializable}
+    assert observed == {dg.AssetKey(["model", kind]) for kind in ("generator", "nli", "embedder")}
+    for key in graph.get_all_asset_keys() - observed:
         condition = graph.get(key).automation_condition
         assert condition is not None and WEEKLY_CRON in str(condition.get_label() or condition), key
     names = {s.name for s in defs.sensors}
     assert names == {"model_identity_sensor", "weekly_reevaluation"}
+
+
+def test_model_identities_are_observed_as_data_versions(tiny_experiment) -> None:
+    from ragutil_dagster.models.resolver import resolve
+    from ragutil_dagster.resources.models import ModelRegistry
+
+    _, assets = build_assets(tiny_experiment)
+    sources = {a.key.to_user_string(): a for a in assets if isinstance(a, dg.SourceAsset)}
+    context = dg.build_op_context(resources={"models": ModelRegistry()})
+    generators = sources["model/generator"].observe_fn(context)
+    assert generators.data_versions_by_partition == {
+        g.name: dg.DataVersion(resolve(g.model).identity) for g in tiny_experiment.generators
+    }
+    nli = sources["model/nli"].observe_fn(context)
+    assert nli == dg.DataVersion(resolve(tiny_experiment.nli.model).identity)
+    embedders = sources["model/embedder"].observe_fn(context)
+    assert set(embedders.data_versions_by_partition) == {"dense"}

@@ -15,6 +15,7 @@ from ragutil_dagster.runner import materialize_all, plan
 NODES = {
     "queries", "corpus", "index", "retrieval_run", "closed_book_generations", "generations",
     "entailment_clusters", "metric_scores", "reports",
+    "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
 
 
@@ -23,11 +24,11 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == NODES
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
-    assert parents["index"] == {"corpus"}
+    assert parents["index"] == {"corpus", "model/embedder"}
     assert parents["retrieval_run"] == {"index", "queries"}
-    assert parents["closed_book_generations"] == {"queries"}
-    assert parents["generations"] == {"retrieval_run"}
-    assert parents["entailment_clusters"] == {"generations", "closed_book_generations"}
+    assert parents["closed_book_generations"] == {"queries", "model/generator"}
+    assert parents["generations"] == {"retrieval_run", "model/generator"}
+    assert parents["entailment_clusters"] == {"generations", "closed_book_generations", "model/nli"}
     assert "entailment_clusters" in parents["metric_scores"]
     assert parents["reports"] == {"metric_scores"}
     setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
