@@ -78,7 +78,8 @@ def dagster_dev(tiny_world, make_tiny_config, tmp_path_factory):
 def test_graphql_lists_assets_and_partitions(dagster_dev) -> None:
     data = graphql(dagster_dev, "{ assetNodes { assetKey { path } isPartitioned } }")
     nodes = {tuple(n["assetKey"]["path"]): n["isPartitioned"] for n in data["assetNodes"]}
-    assert {path[0] for path in nodes} == set(NODES)
+    assert {"/".join(path) for path in nodes} == {*NODES, "model/generator", "model/nli"}
+    assert nodes[("model", "generator")] is True and nodes[("model", "nli")] is False
     assert nodes[("reports",)] is False and nodes[("metric_scores",)] is True
     data = graphql(
         dagster_dev,

@@ -94,3 +94,32 @@ def test_ragutil_score_runs_on_vllm(vllm_config, tmp_path, monkeypatch, capsys) 
     for row in scored:
         assert -1 <= row["delta_seper_s"] <= 1
         assert row["consens"] is None or -1 <= row["consens"] <= 1
+
+
+def test_ragutil_score_runs_on_an_openai_compatible_server(
+    vllm_config, vllm_server, tmp_path, monkeypatch, capsys
+) -> None:
+    # The session's `vllm serve` of SmolLM2; the local copy gives the tokenizer and the identity.
+    generator = {
+        "name": "served", "model": str(vllm_server.model_dir), "backend": "openai",
+        "use_chat_template": True,
+        "server": {"base_url": vllm_server.base_url, "served_model": vllm_server.model},
+    }
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    config = tmp_path / "experiment.yaml"
+    config.write_text(yaml.safe_dump({
+        **vllm_config, "generators": [generator],
+        "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+    }))
+    records = tmp_path / "records.jsonl"
+    with SQUAD_RECORDS.open(encoding="utf-8") as source:
+        records.write_text("".join(next(source) for _ in range(2)), encoding="utf-8")
+    out = tmp_path / "scores.jsonl"
+    status = main(["score", str(records), "--config", str(config), "--generator", "served",
+                   "--out", str(out), "--quiet"])
+    assert status == 0, capsys.readouterr().err
+    scored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["id"] for row in scored] == [json.loads(line)["id"] for line in records.read_text().splitlines()]
+    for row in scored:
+        assert -1 <= row["delta_seper_s"] <= 1
+        assert row["consens"] is None or -1 <= row["consens"] <= 1

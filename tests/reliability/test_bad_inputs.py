@@ -155,7 +155,9 @@ def k_beyond_corpus(folder: Path) -> object:
     store.write_table("queries", "ds", loaded.queries)
     store.write_table("queries", "ds", loaded.qrels, "qrels")
     _, assets = build_assets(experiment)
-    retrieval_run = next(a for a in assets if dg.AssetKey("retrieval_run") in a.keys)
+    retrieval_run = next(
+        a for a in assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("retrieval_run") in a.keys
+    )
     context = dg.build_asset_context(
         partition_key="ds__bm25__k50", resources={"store": store, "models": ModelRegistry()}
     )
