@@ -5,6 +5,9 @@ import each other, directly or through others."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import ragutil_dagster
@@ -56,7 +59,18 @@ def _imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    return {_module_name(p): _imports(p) for p in PACKAGE.rglob("*.py")}
+    """Every module's ragutil imports, parsed in a child interpreter: CPython 3.11's ast
+    constructor failed once in a full CI run ("AST constructor recursion depth mismatch") in a
+    process whose threads earlier tests had left running; a fresh interpreter is unaffected."""
+    child = subprocess.run(
+        [sys.executable, __file__, str(PACKAGE)], capture_output=True, text=True, check=True,
+        timeout=120,
+    )
+    return {module: set(targets) for module, targets in json.loads(child.stdout).items()}
+
+
+def _parse_package() -> dict[str, list[str]]:
+    return {_module_name(p): sorted(_imports(p)) for p in PACKAGE.rglob("*.py")}
 
 
 def _layer(module: str) -> int:
@@ -110,3 +124,8 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert _layer("ragutil_dagster.metrics.seper") < _layer("ragutil_dagster.models.generation")
+
+
+if __name__ == "__main__":
+    PACKAGE = Path(sys.argv[1])  # the package the parent process imports, whatever is installed
+    print(json.dumps(_parse_package()))
