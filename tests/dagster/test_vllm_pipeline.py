@@ -75,25 +75,32 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     assert summary["queries"] == 3
 
 
-def test_ragutil_score_runs_on_vllm(vllm_config, tmp_path, monkeypatch, capsys) -> None:
+def score_squad_records(config: dict, generator: str, tmp_path, monkeypatch, capsys) -> list[dict]:
+    """``ragutil score`` of two SQuAD records with ``generator`` of ``config``; the scored rows,
+    checked for one row per record, in order, with scores in range."""
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
-    config = tmp_path / "experiment.yaml"
+    path = tmp_path / "experiment.yaml"
     # Scoring one's own records reads no dataset: the config's dataset path need not exist.
-    config.write_text(yaml.safe_dump({
-        **vllm_config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+    path.write_text(yaml.safe_dump({
+        **config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
     }))
     records = tmp_path / "records.jsonl"
     with SQUAD_RECORDS.open(encoding="utf-8") as source:
         records.write_text("".join(next(source) for _ in range(2)), encoding="utf-8")
     out = tmp_path / "scores.jsonl"
-    status = main(["score", str(records), "--config", str(config), "--generator", "smollm2",
+    status = main(["score", str(records), "--config", str(path), "--generator", generator,
                    "--out", str(out), "--quiet"])
     assert status == 0, capsys.readouterr().err
     scored = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(scored) == 2
+    assert [row["id"] for row in scored] == [json.loads(line)["id"] for line in records.read_text().splitlines()]
     for row in scored:
         assert -1 <= row["delta_seper_s"] <= 1
         assert row["consens"] is None or -1 <= row["consens"] <= 1
+    return scored
+
+
+def test_ragutil_score_runs_on_vllm(vllm_config, tmp_path, monkeypatch, capsys) -> None:
+    score_squad_records(vllm_config, "smollm2", tmp_path, monkeypatch, capsys)
 
 
 def test_ragutil_score_runs_on_an_openai_compatible_server(
@@ -105,21 +112,7 @@ def test_ragutil_score_runs_on_an_openai_compatible_server(
         "use_chat_template": True,
         "server": {"base_url": vllm_server.base_url, "served_model": vllm_server.model},
     }
-    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
-    config = tmp_path / "experiment.yaml"
-    config.write_text(yaml.safe_dump({
-        **vllm_config, "generators": [generator],
-        "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
-    }))
-    records = tmp_path / "records.jsonl"
-    with SQUAD_RECORDS.open(encoding="utf-8") as source:
-        records.write_text("".join(next(source) for _ in range(2)), encoding="utf-8")
-    out = tmp_path / "scores.jsonl"
-    status = main(["score", str(records), "--config", str(config), "--generator", "served",
-                   "--out", str(out), "--quiet"])
-    assert status == 0, capsys.readouterr().err
-    scored = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [row["id"] for row in scored] == [json.loads(line)["id"] for line in records.read_text().splitlines()]
-    for row in scored:
-        assert -1 <= row["delta_seper_s"] <= 1
-        assert row["consens"] is None or -1 <= row["consens"] <= 1
+    scored = score_squad_records(
+        {**vllm_config, "generators": [generator]}, "served", tmp_path, monkeypatch, capsys
+    )
+    assert all(row["per_context"] for row in scored)  # each context scored alone too
