@@ -49,6 +49,9 @@ def _nonblank_model_name(name: str) -> str:
 ModelName = Annotated[str, AfterValidator(_nonblank_model_name)]
 
 
+# The one list of generator backends; models/backends.py builds each of them.
+GeneratorBackend = Literal["hf", "vllm", "openai"]
+
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo ("temprature") must not silently fall back to a default.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -146,7 +149,7 @@ class GeneratorConfig(ModelConfig):
     local copy giving the tokenizer and the identity, or, when none resolves here, the served name."""
 
     name: Slug
-    backend: Literal["hf", "vllm", "openai"] = "hf"
+    backend: GeneratorBackend = "hf"
     use_chat_template: bool = False
     engine: EngineConfig = EngineConfig()
     server: ServerConfig | None = None

@@ -30,6 +30,10 @@ INSTANCE_SETTINGS = """\
 concurrency:
   pools:
     default_limit: 1
+# Evaluation machines are often offline, and the first-run notice would break the CLI's
+# one-line errors; set `enabled: true` to send Dagster its usage statistics.
+telemetry:
+  enabled: false
 """
 
 

@@ -83,15 +83,11 @@ NLI_SCHEMA: dict[str, pl.DataType] = {
 }
 
 # --- side tables: written beside an asset's main table, read by name ---------------------------
-QRELS = "qrels"  # queries
-UTILITY = "utility"  # queries: ground-truth utility of the synthetic world
-PROMPTS = "prompts"  # closed_book_generations, generations
+# (A table another step reads is an asset of its own, so the lineage graph shows the read.)
+QRELS = "qrels"  # queries, setting_queries
+UTILITY = "utility"  # queries, setting_queries: ground-truth utility of the synthetic world
+PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown in the metadata
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
-CONSENS = "consens"  # generations
-UTILITY_SIGNALS = "utility_signals"  # generations
-NLI = "nli"  # entailment_clusters: NLI probabilities of every judged pair
-GROUPS = "groups"  # metric_scores: scores per SePer group
-DOCUMENTS = "documents"  # metric_scores: scores per retrieved document
 
 
 def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:

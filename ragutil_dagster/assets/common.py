@@ -30,6 +30,12 @@ def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataVa
     }
 
 
+def side_table_metadata(name: str, frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:
+    """A diagnostic table written beside an asset's main table (no step reads it back): its
+    rows, columns, path and first rows under ``<name>/...`` in the asset's metadata."""
+    return {f"{name}/{key.removeprefix('dagster/')}": value for key, value in table_metadata(frame, path).items()}
+
+
 def check_result(name: str, passed: bool, **metadata: object) -> dg.AssetCheckResult:
     """An inline asset check result; metadata values are shown beside it in the UI."""
     return dg.AssetCheckResult(

@@ -1,6 +1,7 @@
-"""``entailment_clusters[setting × generator]``: NLI over every distinct pair SePer needs — closed
-book and context samples, both directions, against the gold answers — and the semantic cluster
-of every sample. The NLI model runs here only; ``metric_scores`` reads the stored probabilities."""
+"""``entailment_clusters[setting × generator]`` and ``nli_probabilities``: NLI over every distinct
+pair SePer needs — closed book and context samples, both directions, against the gold answers —
+and the semantic cluster of every sample. The NLI model runs here only; ``metric_scores`` reads
+the stored probabilities."""
 
 
 import time
@@ -8,13 +9,12 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import NLI
 
 
 def closed_book_partition(context: dg.AssetExecutionContext, setting: Setting) -> str:
@@ -38,32 +38,43 @@ def all_generations(store: ArtifactStore, context: dg.AssetExecutionContext, set
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
-    @dg.asset(
-        name="entailment_clusters", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
-        deps=[
-            "generations",
-            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
-            *parts.model_dependencies("nli"),
+    deps = [
+        "generations",
+        dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
+        dg.AssetDep("setting_queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
+        *parts.model_dependencies("nli"),
+    ]
+
+    @dg.multi_asset(
+        name="entailment_clusters", partitions_def=parts.setting_generator, pool=GPU_POOL,
+        specs=[
+            dg.AssetSpec(
+                "entailment_clusters", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
+                description="The semantic cluster (bidirectional entailment) of every sample.",
+            ),
+            dg.AssetSpec(
+                "nli_probabilities", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
+                description="NLI probabilities of every distinct (premise, hypothesis) pair SePer judges.",
+            ),
         ],
-        description="NLI probabilities of every distinct (premise, hypothesis) pair and the "
-        "semantic cluster (bidirectional entailment) of every sample.",
     )
-    def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+    def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
         setting = Setting.parse(dimension(context, "setting"))
-        queries = store.read_table("queries", setting.dataset)
+        queries = store.read_table("setting_queries", setting.key)
         samples = all_generations(store, context, setting)
         nli_model = models.entailment(experiment.nli)
         start = time.perf_counter()
         nli = compute_nli(samples, queries, nli_model)
         clusters = cluster_table(samples, queries, nli)
         seconds = time.perf_counter() - start
-        store.write_table("entailment_clusters", context.partition_key, nli, NLI)
+        path = store.write_table("nli_probabilities", context.partition_key, nli)
+        yield dg.MaterializeResult(asset_key="nli_probabilities", metadata={
+            **table_metadata(nli, path), "nli_identity": dg.MetadataValue.text(nli_model.identity),
+        })
         path = store.write_table("entailment_clusters", context.partition_key, clusters)
         per_group = clusters.group_by("query_id", "condition", "doc_id").agg(pl.col("cluster_id").max() + 1)
-        return dg.MaterializeResult(metadata={
-            "dagster/row_count": dg.MetadataValue.int(clusters.height),
-            "path": dg.MetadataValue.path(str(path)),
+        yield dg.MaterializeResult(asset_key="entailment_clusters", metadata={
+            **table_metadata(clusters, path),
             "nli_pairs": dg.MetadataValue.int(nli.height),
             "nli_pairs_without_dedup": dg.MetadataValue.int(
                 int(sum(n * (n - 1) + 2 * n for n in clusters.group_by("query_id", "condition", "doc_id").len()["len"]))

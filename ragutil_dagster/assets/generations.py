@@ -1,7 +1,11 @@
 """``generations[setting × generator]``: N samples per prompt of the context conditions — the
 top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
-(``per_doc``) and the positives alone (``oracle``) — plus the generator's teacher-forced
-signals: ConSens and likelihood- / attention-based passage utility."""
+(``per_doc``) and the positives alone (``oracle``) — and, from the same loaded generator, its
+teacher-forced signals: ``consens`` per query and ``utility_signals`` (likelihood- / attention-
+based utility) per retrieved passage.
+
+The prompts sampled and the generation issues (empty or non-finite samples) are the step's
+diagnostics: written beside the samples and shown in the metadata (path, columns, preview)."""
 
 
 import time
@@ -9,15 +13,15 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, side_table_metadata, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts
-from ragutil_dagster.evaluation.signals import attention_available, utility_signals
+from ragutil_dagster.evaluation.signals import utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import CONSENS, ISSUES, PROMPTS, QRELS, UTILITY_SIGNALS, markdown_table
+from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, markdown_table
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -42,11 +46,11 @@ def sample_and_store(
     rows = sample_prompts(prompts, generator, spec.name, experiment.sampling, experiment.seed)
     seconds = time.perf_counter() - start
     partition = context.partition_key
-    store.write_table(asset, partition, prompts, PROMPTS)
+    prompts_path = store.write_table(asset, partition, prompts, PROMPTS)
     path = store.write_table(asset, partition, rows)
     tokens = int(rows["n_tokens"].sum())
     issues = generation_issues(rows)
-    store.write_table(asset, partition, issues, ISSUES)
+    issues_path = store.write_table(asset, partition, issues, ISSUES)
     fitted = prompts.filter((pl.col("passages_dropped") > 0) | pl.col("last_passage_chars").is_not_null())
     metadata = table_metadata(rows.drop("token_logprobs"), path)
     metadata.update({
@@ -63,6 +67,8 @@ def sample_and_store(
         "passages_cut_to_fit": dg.MetadataValue.int(prompts["last_passage_chars"].is_not_null().sum()),
         "model_identity": dg.MetadataValue.text(generator.identity),
         "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
+        **side_table_metadata(PROMPTS, prompts, prompts_path),
+        **side_table_metadata(ISSUES, issues, issues_path),
     })
     if fitted.height:
         context.log.warning(
@@ -87,41 +93,54 @@ def sample_and_store(
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
+    deps = [
+        *(dg.AssetDep(name, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))
+          for name in ("retrieval_run", "setting_queries", "retrieved_passages")),
+        *parts.model_dependencies("generator"),
+    ]
 
-    @dg.asset(
-        name="generations", partitions_def=parts.setting_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
-        # Queries and corpus reach this asset through retrieval_run: Dagster has no valid mapping
-        # from a dataset partition onto a setting × generator partition.
-        deps=[
-            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
-            *parts.model_dependencies("generator"),
+    @dg.multi_asset(
+        name="generations", partitions_def=parts.setting_generator, pool=GPU_POOL,
+        specs=[
+            dg.AssetSpec(
+                "generations", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
+                description="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
+            ),
+            dg.AssetSpec(
+                "consens", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
+                description="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context.",
+            ),
+            dg.AssetSpec(
+                "utility_signals", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
+                description="Likelihood- and attention-based utility of every retrieved passage to the generator.",
+            ),
         ],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
-        description="N sampled answers per prompt for the rag, per_doc and oracle conditions, and "
-        "ConSens / likelihood / attention signals of the generator.",
     )
-    def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+    def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
         setting = Setting.parse(dimension(context, "setting"))
         spec = experiment.generator(dimension(context, "generator"))
-        queries = store.read_table("queries", setting.dataset)
-        corpus = store.read_table("corpus", setting.dataset)
+        queries = store.read_table("setting_queries", setting.key)
+        qrels = store.read_table("setting_queries", setting.key, QRELS)
+        passages = store.read_table("retrieved_passages", setting.key)
         run = store.read_table("retrieval_run", setting.key)
-        qrels = store.read_table("queries", setting.dataset, QRELS)
         budget = prompt_budget(context, models, experiment)
-        prompts = context_prompts(queries, corpus, run, qrels, setting.k, experiment.prompts, budget)
+        prompts = context_prompts(queries, passages, run, qrels, setting.k, experiment.prompts, budget)
         samples, result = sample_and_store(context, store, models, experiment, prompts, "generations")
+        yield dg.MaterializeResult(asset_key="generations", metadata=result.metadata, check_results=result.check_results)
         start = time.perf_counter()
         all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts, budget), prompts])
         scorer = models.scorer(spec)
-        consens, signals = utility_signals(all_prompts, samples, queries, corpus, scorer)
-        store.write_table("generations", context.partition_key, consens, CONSENS)
-        store.write_table("generations", context.partition_key, signals, UTILITY_SIGNALS)
-        metadata = dict(result.metadata or {})
-        metadata["signals_seconds"] = dg.MetadataValue.float(time.perf_counter() - start)
+        consens, signals = utility_signals(all_prompts, samples, queries, passages, scorer)
+        seconds = dg.MetadataValue.float(time.perf_counter() - start)
+        path = store.write_table("consens", context.partition_key, consens)
+        metadata = {**table_metadata(consens, path), "signals_seconds": seconds}
         metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))
-        if not attention_available(scorer):
+        yield dg.MaterializeResult(asset_key="consens", metadata=metadata)
+        path = store.write_table("utility_signals", context.partition_key, signals)
+        metadata = {**table_metadata(signals, path), "signals_seconds": seconds}
+        if not scorer.supports_attention:
             metadata["attention_utility"] = dg.MetadataValue.text(f"unavailable: {scorer.attention_unavailable}")
-        return dg.MaterializeResult(metadata=metadata, check_results=result.check_results)
+        yield dg.MaterializeResult(asset_key="utility_signals", metadata=metadata)
 
     return generations

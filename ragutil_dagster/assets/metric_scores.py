@@ -1,7 +1,9 @@
 """``metric_scores[setting × generator]``: every paper's metric on the same samples — SePer_S/H
 with and without context and ΔSePer per query and per document, semantic entropy, EM / F1 /
 has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens, LLM-specific gold
-utility and the set / rank metrics of likelihood- and attention-based utility."""
+utility and the set / rank metrics of likelihood- and attention-based utility — with its two
+finer tables, ``document_scores`` (per retrieved passage) and ``group_scores`` (per SePer
+group: the samples of one prompt)."""
 
 
 import time
@@ -9,7 +11,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GROUP, check_result
+from ragutil_dagster.assets.common import GROUP, check_result, table_metadata
 from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
@@ -23,15 +25,7 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import (
-    CONSENS,
-    DOCUMENTS,
-    GROUPS,
-    NLI,
-    UTILITY,
-    UTILITY_SIGNALS,
-    markdown_table,
-)
+from ragutil_dagster.tables import UTILITY, markdown_table
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
 
@@ -64,55 +58,72 @@ def score_checks(
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
-    @dg.asset(
-        name="metric_scores", partitions_def=parts.setting_generator, group_name=GROUP, kinds={"polars", "parquet"},
-        deps=[
-            "entailment_clusters",
-            "generations",
-            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
-            dg.AssetDep("retrieval_run", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting")),
+    on_setting = dg.MultiToSingleDimensionPartitionMapping("setting")
+    deps = [
+        "generations", "nli_probabilities", "consens", "utility_signals",
+        dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
+        dg.AssetDep("retrieval_run", partition_mapping=on_setting),
+        dg.AssetDep("setting_queries", partition_mapping=on_setting),
+    ]
+
+    @dg.multi_asset(
+        name="metric_scores", partitions_def=parts.setting_generator,
+        specs=[
+            dg.AssetSpec(
+                "metric_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="Per-query scores of all five papers' metrics, and their summary.",
+            ),
+            dg.AssetSpec(
+                "document_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
+            ),
+            dg.AssetSpec(
+                "group_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
+            ),
         ],
         check_specs=[
             dg.AssetCheckSpec(name, asset="metric_scores")
             for name in ("every_query_has_scores", "scores_in_range", "mirage_metrics_sum_to_one")
         ],
-        description="Per-query and per-document scores of all five papers' metrics, and their summary.",
     )
     def metric_scores(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
-    ) -> dg.MaterializeResult:
+    ):
         setting = Setting.parse(dimension(context, "setting"))
         generator = dimension(context, "generator")
         partition = context.partition_key
         start = time.perf_counter()
         samples = all_generations(store, context, setting)
         tracked = PartitionRun(experiment, setting, generator, partition_identities(experiment, setting, samples, models))
-        tags = dagster_tags(context.run.run_id, context.asset_key.to_user_string(), str(partition))
+        tags = dagster_tags(context.run.run_id, "metric_scores", str(partition))
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
-            queries = store.read_table("queries", setting.dataset)
-            nli = store.read_table("entailment_clusters", partition, NLI)
+            queries = store.read_table("setting_queries", setting.key)
+            nli = store.read_table("nli_probabilities", partition)
             groups = group_scores(samples, queries, nli)
-            ground_truth_path = store.table_path("queries", setting.dataset, UTILITY)
+            ground_truth_path = store.table_path("setting_queries", setting.key, UTILITY)
             ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
             documents = document_scores(
                 groups, store.read_table("retrieval_run", setting.key), setting.k,
-                store.read_table("generations", partition, UTILITY_SIGNALS), ground_truth,
+                store.read_table("utility_signals", partition), ground_truth,
             )
-            per_query = query_scores(groups, queries, store.read_table("generations", partition, CONSENS))
+            per_query = query_scores(groups, queries, store.read_table("consens", partition))
             summary = summarize(per_query, documents, setting.k)
             failpoint("scoring")
-            store.write_table("metric_scores", partition, groups, GROUPS)
-            documents_path = store.write_table("metric_scores", partition, documents, DOCUMENTS)
+            groups_path = store.write_table("group_scores", partition, groups)
+            documents_path = store.write_table("document_scores", partition, documents)
             path = store.write_table("metric_scores", partition, per_query)
             summary_path = store.write_json("metric_scores", partition, "summary", summary)
             scoring_seconds = time.perf_counter() - start
             costs = cost_metrics(context.instance, {
                 "closed_book_generations": closed_book_partition(context, setting),
                 "generations": str(partition), "entailment_clusters": str(partition),
+                "utility_signals": str(partition),
             }, samples, nli, scoring_seconds)
             log_partition(
-                run, tracked.params(), summary, per_query, costs, [path, documents_path, summary_path],
+                run, tracked.params(), summary, per_query, costs,
+                {"table.parquet": path, "documents.parquet": documents_path, "summary.json": summary_path},
                 store.directory("metric_scores", partition) / "plots", documents, experiment.seed,
             )
             store.write_json("metric_scores", partition, "mlflow", {
@@ -120,6 +131,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 "tracking_uri": tracking.display_uri,
             })
         headline = {m.name: summary[m.name] for m in catalog.headline() if m.name in summary}
+        yield dg.MaterializeResult(asset_key="group_scores", metadata=table_metadata(groups, groups_path))
+        yield dg.MaterializeResult(asset_key="document_scores", metadata=table_metadata(documents, documents_path))
         metadata: dict[str, dg.MetadataValue] = {
             "dagster/row_count": dg.MetadataValue.int(per_query.height),
             "path": dg.MetadataValue.path(str(path)),
@@ -131,6 +144,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             "mlflow_run_reused": dg.MetadataValue.bool(run.reused),
         }
         metadata.update({name: dg.MetadataValue.float(value) for name, value in summary.items()})
-        return dg.MaterializeResult(metadata=metadata, check_results=score_checks(queries, per_query, documents, summary))
+        yield dg.MaterializeResult(
+            asset_key="metric_scores", metadata=metadata, check_results=score_checks(queries, per_query, documents, summary)
+        )
 
     return metric_scores

@@ -1,5 +1,12 @@
 """``retrieval_run[setting]``: top-k passages per query (reranked when configured), with the
-standard IR measures against qrels and answer recall@k in the metadata."""
+standard IR measures against qrels and answer recall@k in the metadata.
+
+The same step writes the setting's evaluation inputs, ``setting_queries`` (questions, gold
+answers, qrels, ground-truth utility) and ``retrieved_passages`` (the text of every passage a
+prompt of the setting can show: the top k and the positives), so every step downstream reads
+only its declared parents — Dagster maps a setting × generator partition onto its setting, not
+onto its dataset — and no generation step loads a Wikipedia-scale corpus for a few thousand
+passages."""
 
 
 import time
@@ -16,23 +23,56 @@ from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, write_trec
-from ragutil_dagster.tables import QRELS, markdown_table
+from ragutil_dagster.tables import QRELS, UTILITY, markdown_table
+
+
+def write_setting_queries(
+    store: ArtifactStore, partition: str, dataset: str, queries: pl.DataFrame, qrels: pl.DataFrame
+) -> dg.MaterializeResult:
+    """The dataset's queries, qrels and ground-truth utility as the setting's own tables."""
+    path = store.write_table("setting_queries", partition, queries)
+    store.write_table("setting_queries", partition, qrels, QRELS)
+    utility = store.table_path("queries", dataset, UTILITY)
+    if utility.is_file():
+        store.write_table("setting_queries", partition, pl.read_parquet(utility), UTILITY)
+    else:  # a dataset that lost its ground truth must not keep an earlier version's
+        store.table_path("setting_queries", partition, UTILITY).unlink(missing_ok=True)
+    metadata = table_metadata(queries, path)
+    metadata["qrels"] = dg.MetadataValue.int(qrels.height)
+    metadata["ground_truth_utility"] = dg.MetadataValue.bool(utility.is_file())
+    return dg.MaterializeResult(asset_key="setting_queries", metadata=metadata)
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
-    @dg.asset(
-        name="retrieval_run", partitions_def=parts.setting, group_name=GROUP, kinds={"polars", "parquet"},
-        pool=GPU_POOL,
-        deps=[
-            dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
-            dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),
-            *parts.model_dependencies("reranker"),
+    deps = [
+        dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
+        dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),
+        dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting()),
+        *parts.model_dependencies("reranker"),
+    ]
+
+    @dg.multi_asset(
+        name="retrieval", partitions_def=parts.setting, pool=GPU_POOL,
+        specs=[
+            dg.AssetSpec(
+                "retrieval_run", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
+            ),
+            dg.AssetSpec(
+                "setting_queries", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="The questions this setting evaluates, with gold answers, qrels and "
+                "(when known) ground-truth passage utility.",
+            ),
+            dg.AssetSpec(
+                "retrieved_passages", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+                description="Every passage a prompt of this setting can show (the top k of each "
+                "query and its positives), with title and text.",
+            ),
         ],
-        description="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
     )
-    def retrieval_run(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+    def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
         setting = Setting.parse(context.partition_key)
         retriever = experiment.retriever(setting.retriever)
         queries = store.read_table("queries", setting.dataset)
@@ -65,6 +105,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata.update({name: dg.MetadataValue.float(float(v)) for name, v in headline.items()})
         metadata["search_seconds"] = dg.MetadataValue.float(seconds)
         metadata["ir_measures"] = dg.MetadataValue.md(markdown_table([headline]))
-        return dg.MaterializeResult(metadata=metadata)
+        yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
+        yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels)
+        shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id")]).unique()
+        passages = corpus.join(shown, left_on="id", right_on="doc_id", how="semi").sort("id")
+        path = store.write_table("retrieved_passages", context.partition_key, passages)
+        yield dg.MaterializeResult(asset_key="retrieved_passages", metadata=table_metadata(passages, path))
 
-    return retrieval_run
+    return retrieval

@@ -99,7 +99,7 @@ def passage_utility(
             [answers[q] for q in qids],
             [passage_spans(rag[q][0], passages_in_prompt(q)) for q in qids],
         )
-        if attention_available(scorer)
+        if scorer.supports_attention
         else [None] * len(qids)
     )
     rows = []
@@ -117,11 +117,6 @@ def passage_utility(
                 "attention": None if share is None else float(share),
             })
     return pl.DataFrame(rows, schema=SIGNAL_SCHEMA)
-
-
-def attention_available(scorer: TokenScorer) -> bool:
-    """Whether the scorer can give attention weights (the HF scorer can; engines cannot)."""
-    return getattr(scorer, "supports_attention", True)
 
 
 def utility_signals(

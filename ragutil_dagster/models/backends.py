@@ -6,10 +6,13 @@ its engine) loads only in processes that use it.
 
 from __future__ import annotations
 
+import typing
+
+from ragutil_dagster.config import GeneratorBackend
 from ragutil_dagster.models.generation import Generator
 from ragutil_dagster.models.identity import ModelRef
 
-BACKENDS = ("hf", "vllm", "openai")
+BACKENDS: tuple[str, ...] = typing.get_args(GeneratorBackend)
 
 
 def build_generator(backend: str, model: str | ModelRef, **options: object) -> Generator:

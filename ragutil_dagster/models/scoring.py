@@ -64,6 +64,9 @@ class TokenScorer:
         Other arguments as :func:`load_causal_lm`.
     """
 
+    # Attention weights come from eager attention, which the HF model gives and engines do not.
+    supports_attention = True
+
     def __init__(
         self,
         model: str | ModelRef | CausalLM,

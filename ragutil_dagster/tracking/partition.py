@@ -3,6 +3,8 @@ bootstrap 95% intervals, cost figures, the per-query / per-document tables and p
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -23,7 +25,8 @@ CI_COLUMNS = catalog.with_ci()
 
 UPSTREAM_FIGURES = {
     "closed_book_generations": ("sampling_seconds", "tokens_generated"),
-    "generations": ("sampling_seconds", "signals_seconds", "tokens_generated"),
+    "generations": ("sampling_seconds", "tokens_generated"),
+    "utility_signals": ("signals_seconds",),
     "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup"),
 }
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
@@ -135,19 +138,23 @@ def log_partition(
     summary: Mapping[str, float],
     per_query: pl.DataFrame,
     extra_metrics: Mapping[str, float],
-    tables: list[Path],
+    tables: Mapping[str, Path],
     plot_directory: Path,
     documents: pl.DataFrame,
     seed: int = 0,
 ) -> dict[str, float]:
     """Log params, metrics (summary means, their 95% intervals, ``extra_metrics``), the tables
-    (Parquet / JSON, under ``scores/``) and the plots (under ``plots/``); return the metrics."""
+    (``tables``: artifact file name → stored file; under ``scores/``) and the plots (under
+    ``plots/``); return the metrics."""
     metrics = {**summary, **interval_metrics(per_query, seed), **extra_metrics}
     run.log_params(params)
     failpoint("mlflow")
     run.log_metrics(metrics)
-    for path in tables:
-        run.log_artifact(path, "scores")
+    with tempfile.TemporaryDirectory() as staging:  # MLflow names an artifact after its file
+        for name, path in tables.items():
+            staged = Path(staging) / name
+            shutil.copyfile(path, staged)
+            run.log_artifact(staged, "scores")
     for path in partition_plots(summary, per_query, documents, plot_directory):
         run.log_artifact(path, "plots")
     return metrics

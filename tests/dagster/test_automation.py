@@ -50,7 +50,10 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
 
     perturb_weights(second)
     changed = sensor(dg.build_sensor_context(cursor=first.cursor))
-    scoring = ("entailment_clusters", "generations", "metric_scores")
+    scoring = (
+        "consens", "document_scores", "entailment_clusters", "generations", "group_scores", "metric_scores",
+        "nli_probabilities", "utility_signals",
+    )
     assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
         (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
     }
@@ -62,11 +65,13 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
     parts, assets = build_assets(tiny_experiment)
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
            for r in affected_runs(["nli"], assets)}
-    assert nli == {(("entailment_clusters", "metric_scores"), str(k)) for k in parts.setting_generator.get_partition_keys()}
+    nli_steps = ("document_scores", "entailment_clusters", "group_scores", "metric_scores", "nli_probabilities")
+    assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
              for r in affected_runs(["retriever:dense"], assets)}
     assert (("index",), "world__dense") in dense
-    assert {key for (assets, key) in dense if assets == ("retrieval_run",)} == {"world__dense__k1", "world__dense__k2"}
+    retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages")))
+    assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {"world__dense__k1", "world__dense__k2"}
     assert not any("bm25" in key for _, key in dense)
     assert set(model_inventory(tiny_experiment)) == {"generator:lm0", "nli", "retriever:dense"}
 

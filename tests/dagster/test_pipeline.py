@@ -13,8 +13,9 @@ from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.runner import materialize_all, plan
 
 NODES = {
-    "queries", "corpus", "index", "retrieval_run", "closed_book_generations", "generations",
-    "entailment_clusters", "metric_scores", "reports",
+    "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
+    "closed_book_generations", "generations", "consens", "utility_signals",
+    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores", "reports",
     "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
 
@@ -25,11 +26,20 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == NODES
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
     assert parents["index"] == {"corpus", "model/embedder"}
-    assert parents["retrieval_run"] == {"index", "queries"}
+    setting_inputs = {"retrieval_run", "setting_queries", "retrieved_passages"}
+    # A step's outputs share its inputs; every table a step reads is one of its parents.
+    for name in setting_inputs:
+        assert parents[name] == {"index", "queries", "corpus"}
     assert parents["closed_book_generations"] == {"queries", "model/generator"}
-    assert parents["generations"] == {"retrieval_run", "model/generator"}
-    assert parents["entailment_clusters"] == {"generations", "closed_book_generations", "model/nli"}
-    assert "entailment_clusters" in parents["metric_scores"]
+    for name in ("generations", "consens", "utility_signals"):
+        assert parents[name] == setting_inputs | {"model/generator"}
+    for name in ("entailment_clusters", "nli_probabilities"):
+        assert parents[name] == {"generations", "closed_book_generations", "setting_queries", "model/nli"}
+    for name in ("metric_scores", "document_scores", "group_scores"):
+        assert parents[name] == {
+            "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_signals",
+            "retrieval_run", "setting_queries",
+        }
     assert parents["reports"] == {"metric_scores"}
     setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
     assert sorted(setting_keys) == sorted(
@@ -67,8 +77,7 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
     home, instance, outcome = materialized
     assert outcome.summary.height == 4
     assert set(outcome.summary["retriever"]) == {"bm25", "dense"}
-    for key in ("queries", "corpus", "index", "retrieval_run", "closed_book_generations", "generations",
-                "entailment_clusters", "metric_scores", "reports"):
+    for key in NODES - {"model/generator", "model/nli", "model/embedder"}:
         assert instance.get_latest_materialization_event(dg.AssetKey(key)) is not None, key
     artifacts = home / "artifacts"
     queries = pl.read_parquet(artifacts / "queries" / "world" / "table.parquet")
@@ -79,7 +88,7 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
         summary = json.loads((partition / "summary.json").read_text())
         mirage = [v for k, v in summary.items() if k.startswith("mirage_")]
         assert len(mirage) == 4 and sum(mirage) == pytest.approx(1.0)
-        documents = pl.read_parquet(partition / "documents.parquet")
+        documents = pl.read_parquet(artifacts / "document_scores" / partition.name / "table.parquet")
         k = int(partition.name.rsplit("__k", 1)[1])
         assert documents.height == 6 * k
     assert (artifacts / "reports" / "summary.csv").is_file()
@@ -119,8 +128,11 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
     steps = plan(assets)
     assert [names for names, _ in steps] == [
-        ["queries", "corpus"], ["index"], ["retrieval_run"], ["closed_book_generations"],
-        ["generations", "entailment_clusters", "metric_scores"], ["reports"],
+        ["queries", "corpus"], ["index"], ["retrieval_run", "setting_queries", "retrieved_passages"],
+        ["closed_book_generations"],
+        ["generations", "consens", "utility_signals", "entailment_clusters", "nli_probabilities",
+         "metric_scores", "document_scores", "group_scores"],
+        ["reports"],
     ]
     keys = {name: keys for names, keys in steps for name in names}
     assert keys["retrieval_run"] == [s.key for s in tiny_experiment.settings()]

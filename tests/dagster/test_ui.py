@@ -25,8 +25,9 @@ from ragutil_dagster.processes import background_server, free_port
 from ragutil_dagster.runner import dagster_instance, materialize_all
 
 NODES = [
-    "queries", "corpus", "index", "retrieval_run", "closed_book_generations", "generations",
-    "entailment_clusters", "metric_scores", "reports",
+    "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
+    "closed_book_generations", "generations", "consens", "utility_signals", "entailment_clusters",
+    "nli_probabilities", "metric_scores", "document_scores", "group_scores", "reports",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

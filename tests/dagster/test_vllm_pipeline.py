@@ -61,12 +61,12 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     # attention, which an engine cannot give, is null rather than made up.
     assert row["consens"] is not None
     signals = pl.read_parquet(
-        next((tmp_path / "home" / "artifacts" / "generations").rglob("utility_signals.parquet"))
+        next((tmp_path / "home" / "artifacts" / "utility_signals").rglob("table.parquet"))
     )
     assert signals.height > 0 and signals["likelihood"].is_not_null().all()
     assert (signals["likelihood"] <= 0).all() and signals["attention"].is_null().all()
-    generations = instance.get_latest_materialization_event(dg.AssetKey("generations"))
-    metadata = generations.asset_materialization.metadata
+    signals_event = instance.get_latest_materialization_event(dg.AssetKey("utility_signals"))
+    metadata = signals_event.asset_materialization.metadata
     assert metadata["attention_utility"].value.startswith("unavailable: ")
     summary = json.loads(
         next((tmp_path / "home" / "artifacts" / "metric_scores").rglob("summary.json")).read_text()

@@ -139,7 +139,7 @@ def nli_without_tokenizer(folder: Path) -> object:
 
 
 def k_beyond_corpus(folder: Path) -> object:
-    """The retrieval_run asset of a setting whose k exceeds the dataset's two passages."""
+    """The retrieval step of a setting whose k exceeds the dataset's two passages."""
     import dagster as dg
 
     from ragutil_dagster.assets import build_assets
@@ -155,13 +155,13 @@ def k_beyond_corpus(folder: Path) -> object:
     store.write_table("queries", "ds", loaded.queries)
     store.write_table("queries", "ds", loaded.qrels, "qrels")
     _, assets = build_assets(experiment)
-    retrieval_run = next(
+    retrieval = next(
         a for a in assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("retrieval_run") in a.keys
     )
     context = dg.build_asset_context(
         partition_key="ds__bm25__k50", resources={"store": store, "models": ModelRegistry()}
     )
-    return retrieval_run(context)
+    return list(retrieval(context))
 
 
 TEN_MB = 10 * 2**20

@@ -38,10 +38,11 @@ class Experiment:
     def materialize(
         self, assets: list[str], partition: str | None, **resources: object
     ) -> dg.ExecuteInProcessResult:
-        """Materialise ``assets`` for one partition with the definitions' resources, some replaced."""
+        """Materialise ``assets`` (with the other outputs of their steps) for one partition with the
+        definitions' resources, some replaced."""
         return dg.materialize(
             list(self.defs.assets or []),
-            selection=assets,
+            selection=dg.AssetSelection.assets(*assets).required_multi_asset_neighbors(),
             partition_key=partition,
             instance=self.instance,
             resources={**dict(self.defs.resources or {}), **resources},

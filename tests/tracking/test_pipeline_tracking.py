@@ -264,9 +264,9 @@ def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(
     nli = (
         experiment.home
         / "artifacts"
-        / "entailment_clusters"
+        / "nli_probabilities"
         / partition.replace("|", "__gen__")
-        / "nli.parquet"
+        / "table.parquet"
     )
     before = {run.info.run_id for run in partition_runs(client)}
     hidden = nli.rename(nli.with_suffix(".hidden"))
