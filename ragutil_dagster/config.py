@@ -164,7 +164,12 @@ class GeneratorConfig(ModelConfig):
 
 
 class SamplingConfig(_Strict):
-    """SePer's defaults (App. D): N = 10 samples at temperature 1.0."""
+    """SePer's defaults (App. D): N = 10 samples at temperature 1.0.
+
+    ``labels`` decides the one answer per prompt that MIRAGE, eRAG, gold utility, the known /
+    unknown split and the pseudo-answer judge: ``greedy`` (default) adds one greedy answer per
+    prompt (n = 1, temperature 0), as the papers decide their labels; ``most_likely`` takes
+    the most likely of the N samples instead (no extra decoding; ragutil's earlier rule)."""
 
     n: int = 10
     temperature: float = 1.0
@@ -172,6 +177,7 @@ class SamplingConfig(_Strict):
     top_k: int = 0
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ("\n",)
+    labels: Literal["greedy", "most_likely"] = "greedy"
 
     def params(self, seed: int) -> SamplingParams:
         """The sampling value every generator backend takes (validated there)."""
@@ -179,6 +185,10 @@ class SamplingConfig(_Strict):
             n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed,
         )
+
+    def greedy_params(self, seed: int) -> SamplingParams:
+        """One greedy answer per prompt, with the samples' length limit and stop strings."""
+        return SamplingParams(n=1, temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed)
 
     @field_validator("n", "temperature", "top_p", "top_k", "max_new_tokens", "stop")
     @classmethod
@@ -198,13 +208,19 @@ class SamplingConfig(_Strict):
 
 
 class PromptConfig(_Strict):
+    """Prompt templates by name (``prompts.PROMPTS``). ``consens`` is the evaluator template
+    ConSens scores the pseudo-answer under (§3: the context left empty for P_E, the rag
+    passages for P_C); null scores it under the generation prompts instead (closed book and
+    rag — ragutil's earlier rule)."""
+
     closed_book: str = "closed_book"
     with_context: str = "with_context"
+    consens: str | None = "consens_evaluator"
 
-    @field_validator("closed_book", "with_context")
+    @field_validator("closed_book", "with_context", "consens")
     @classmethod
-    def _known_prompt(cls, name: str) -> str:
-        if name not in PROMPTS:
+    def _known_prompt(cls, name: str | None) -> str | None:
+        if name is not None and name not in PROMPTS:
             raise ValueError(f"unknown prompt {name!r}; known prompts: {', '.join(sorted(PROMPTS))}")
         return name
 

@@ -19,6 +19,11 @@ PROMPTS: dict[str, str] = {
         "Answer the question based on your own knowledge. Only give me the answer and do not "
         "output any other words.\nQuestion: {question}\nAnswer:"
     ),
+    # ConSens §3: the evaluator template, scored with the context empty (P_E) and given (P_C).
+    "consens_evaluator": (
+        "Consider the following context:\nContext:\n{reference}\nPlease answer the following "
+        "question:\n{question}\nAnswer:"
+    ),
     "seper_with_context": (
         "Answer the question based on the given document. Only give me the answer and do not "
         "output any other words. The following are given documents.\n{reference}\n"

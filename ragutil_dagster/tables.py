@@ -52,6 +52,7 @@ GENERATION_SCHEMA: dict[str, pl.DataType] = {
     "condition": pl.String,
     "doc_id": pl.String,
     "sample_index": pl.Int32,
+    "decoding": pl.String,  # DECODING_SAMPLE: one of the N samples; DECODING_GREEDY: the label answer
     "text": pl.String,
     "token_logprobs": pl.List(pl.Float64),
     "n_tokens": pl.Int32,
@@ -65,6 +66,7 @@ GENERATION_SCHEMA: dict[str, pl.DataType] = {
     "top_k": pl.Int32,
     "max_new_tokens": pl.Int32,
 }
+DECODING_SAMPLE, DECODING_GREEDY = "sample", "greedy"
 # One SePer group: the samples of one prompt (doc_id is set for per-document prompts only).
 GROUP_KEYS = ("query_id", "condition", "doc_id")
 

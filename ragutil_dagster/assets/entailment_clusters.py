@@ -12,6 +12,7 @@ import polars as pl
 from ragutil_dagster.assets.common import GPU_POOL, GROUP, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.sampling import sampling_mismatch
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -23,14 +24,15 @@ def closed_book_partition(context: dg.AssetExecutionContext, setting: Setting) -
 
 def all_generations(store: ArtifactStore, context: dg.AssetExecutionContext, setting: Setting) -> pl.DataFrame:
     """Closed-book and context samples of this setting × generator, as one table. Both must come
-    from the same model: after a model change, scoring waits for both to be re-sampled."""
+    from the same model and sampling settings: after a model or config change, scoring waits for
+    both to be re-sampled."""
     closed = store.read_table("closed_book_generations", closed_book_partition(context, setting))
     with_context = store.read_table("generations", context.partition_key)
-    identities = {"closed_book_generations": set(closed["model_identity"]), "generations": set(with_context["model_identity"])}
-    if len(identities["closed_book_generations"] | identities["generations"]) != 1:
+    mismatch = sampling_mismatch(closed, with_context)
+    if mismatch is not None:
         raise RuntimeError(
-            f"{context.partition_key}: closed-book and context samples come from different model versions "
-            f"({identities}); materialise closed_book_generations and generations for this generator first"
+            f"{context.partition_key}: closed-book and context samples were drawn differently ({mismatch}); "
+            f"materialise closed_book_generations and generations for this generator first"
         )
     return pl.concat([closed, with_context])
 

@@ -16,8 +16,13 @@ import polars as pl
 from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, side_table_metadata, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
-from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts
+from ragutil_dagster.evaluation.conditions import (
+    PromptBudget,
+    closed_book_prompts,
+    consens_prompts,
+    context_prompts,
+)
+from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
 from ragutil_dagster.evaluation.signals import utility_signals
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -83,10 +88,11 @@ def sample_and_store(
             f"{issues['query_id'].n_unique()} queries (table 'issues'; e.g. query "
             f"{issues['query_id'][0]!r}, condition {issues['condition'][0]!r})"
         )
-    expected = prompts.height * experiment.sampling.n
+    per_prompt = samples_per_prompt(experiment.sampling)
+    expected = prompts.height * per_prompt
     rows_check = check_result(
         "rows_equal_prompts_times_n", rows.height == expected, rows=rows.height, expected=expected,
-        prompts=prompts.height, n=experiment.sampling.n,
+        prompts=prompts.height, n=experiment.sampling.n, rows_per_prompt=per_prompt,
     )
     return rows, dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
 
@@ -129,7 +135,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         samples, result = sample_and_store(context, store, models, experiment, prompts, "generations")
         yield dg.MaterializeResult(asset_key="generations", metadata=result.metadata, check_results=result.check_results)
         start = time.perf_counter()
-        all_prompts = pl.concat([closed_book_prompts(queries, experiment.prompts, budget), prompts])
+        all_prompts = pl.concat([
+            closed_book_prompts(queries, experiment.prompts, budget), prompts,
+            consens_prompts(queries, prompts, passages, experiment.prompts, budget),
+        ])
         scorer = models.scorer(spec)
         consens, signals = utility_signals(all_prompts, samples, queries, passages, scorer)
         seconds = dg.MetadataValue.float(time.perf_counter() - start)

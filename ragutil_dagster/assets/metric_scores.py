@@ -33,7 +33,9 @@ from ragutil_dagster.tracking.partition import cost_metrics, log_partition, part
 def score_checks(
     queries: pl.DataFrame, per_query: pl.DataFrame, documents: pl.DataFrame, summary: dict[str, float]
 ) -> list[dg.AssetCheckResult]:
-    """Every query scored; every score inside its range; MIRAGE's four metrics sum to 1 (eq. 6)."""
+    """Every query scored (ΔSePer; every other per-query metric's n is reported beside it — some
+    are undefined for a query by design, e.g. ConSens of a blank pseudo-answer); every score
+    inside its range; MIRAGE's four metrics sum to 1 (eq. 6)."""
     unscored = per_query.filter(pl.col("delta_seper_s").is_null() | pl.col("delta_seper_h").is_null())
     missing = queries.height - per_query.height
     bounds = catalog.per_query_bounds()
@@ -48,7 +50,9 @@ def score_checks(
     mirage_total = sum(mirage)
     return [
         check_result("every_query_has_scores", missing == 0 and unscored.height == 0,
-                     queries=queries.height, scored=per_query.height - unscored.height),
+                     queries=queries.height, scored=per_query.height - unscored.height,
+                     **{f"n_{column}": int(per_query[column].is_not_null().sum())
+                        for column in catalog.per_query_means() if column in per_query.columns}),
         check_result("scores_in_range", not any(out_of_range.values()), **out_of_range),
         check_result("mirage_metrics_sum_to_one", not mirage or abs(mirage_total - 1) < 1e-9,
                      total=mirage_total, metrics=len(mirage)),

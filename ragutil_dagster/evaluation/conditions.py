@@ -9,6 +9,10 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
 * ``per_doc`` — each of the top-k passages alone (per-document ΔSePer, eRAG labels, gold utility);
 * ``oracle`` — the dataset's positive passages only (MIRAGE's oracle setting), for queries with
   positives in the qrels.
+
+Two more conditions are scored (teacher-forced), never sampled: ConSens's evaluator template
+with the context left empty (``consens_empty``) and with the passages of the ``rag`` prompt
+(``consens_context``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ragutil_dagster.errors import PromptTooLongError
 from ragutil_dagster.tables import PROMPT_SCHEMA
 
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle")
+CONSENS_CONDITIONS = ("consens_empty", "consens_context")
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ def fit_context_prompt(
     prompt = render(docs)
     if budget is None or budget.fits(prompt):
         return FittedPrompt(prompt, [d for d, _, _ in docs], 0, None)
+    if not docs:
+        raise _too_long(qid, question, budget)
     kept = list(docs)
     while len(kept) > 1:
         kept.pop()
@@ -110,6 +117,45 @@ def fit_context_prompt(
         fitting, failing = (middle, failing) if fits(middle) else (fitting, middle)
     cut = word_ends[fitting - 1] if fitting else 0
     return FittedPrompt(render(kept, text[:cut]), [kept[0][0]], len(docs) - 1, cut)
+
+
+def _passages(corpus: pl.DataFrame) -> dict[str, tuple[str, str, str]]:
+    return {
+        doc_id: (doc_id, title or "", text)
+        for doc_id, title, text in corpus.select("id", "title", "text").iter_rows()
+    }
+
+
+def _prompt_row(qid: str, condition: str, doc_id: str | None, fitted: FittedPrompt) -> dict:
+    return {
+        "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
+        "prompt": fitted.prompt, "passages_dropped": fitted.passages_dropped,
+        "last_passage_chars": fitted.last_passage_chars,
+    }
+
+
+def consens_prompts(
+    queries: pl.DataFrame,
+    context_prompt_table: pl.DataFrame,
+    corpus: pl.DataFrame,
+    prompts: PromptConfig,
+    budget: PromptBudget | None = None,
+) -> pl.DataFrame:
+    """ConSens §3's evaluator prompts (``prompts.consens``) of every query with a ``rag`` prompt
+    in ``context_prompt_table``: ``consens_empty``, the context left empty (P_E), and
+    ``consens_context``, the passages that rag prompt showed (P_C), fitted to ``budget`` like
+    every context prompt. No rows when ``prompts.consens`` is null."""
+    if prompts.consens is None:
+        return pl.DataFrame(schema=PROMPT_SCHEMA)
+    passages = _passages(corpus)
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    rows = []
+    rag = context_prompt_table.filter(pl.col("condition") == "rag")
+    for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
+        for condition, docs in zip(CONSENS_CONDITIONS, ([], doc_ids)):
+            fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in docs], prompts.consens, budget)
+            rows.append(_prompt_row(qid, condition, None, fitted))
+    return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
 
 def closed_book_prompts(
@@ -146,10 +192,7 @@ def context_prompts(
 ) -> pl.DataFrame:
     """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for a top-``k`` run, each
     fitted to ``budget`` (see the module doc)."""
-    passages = {
-        doc_id: (doc_id, title or "", text)
-        for doc_id, title, text in corpus.select("id", "title", "text").iter_rows()
-    }
+    passages = _passages(corpus)
     top = run.filter(pl.col("rank") <= k).sort("query_id", "rank")
     ranked = {qid: docs for qid, docs in top.group_by("query_id").agg(pl.col("doc_id")).iter_rows()}
     positives = {
@@ -164,11 +207,7 @@ def context_prompts(
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
         fitted = fit_context_prompt(qid, question, [passages[d] for d in docs], prompts.with_context, budget)
-        rows.append({
-            "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
-            "prompt": fitted.prompt, "passages_dropped": fitted.passages_dropped,
-            "last_passage_chars": fitted.last_passage_chars,
-        })
+        rows.append(_prompt_row(qid, condition, doc_id, fitted))
 
     for qid, question in queries.select("query_id", "question").iter_rows():
         docs = ranked.get(qid, [])

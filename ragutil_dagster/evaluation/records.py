@@ -14,7 +14,12 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
 from ragutil_dagster.data.records import Records
-from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
+from ragutil_dagster.evaluation.conditions import (
+    PromptBudget,
+    closed_book_prompts,
+    consens_prompts,
+    context_prompts,
+)
 from ragutil_dagster.evaluation.sampling import sample_prompts
 from ragutil_dagster.evaluation.scoring import (
     compute_nli,
@@ -39,14 +44,17 @@ def score_records(
     prompts = prompts or experiment.prompts
     no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
     budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
-    prompt_table = pl.concat([
-        closed_book_prompts(records.queries, prompts, budget),
-        context_prompts(records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts, budget),
-    ])
+    with_context = context_prompts(
+        records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts, budget
+    )
+    prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
+    scored_prompts = pl.concat([
+        prompt_table, consens_prompts(records.queries, with_context, records.corpus, prompts, budget)
+    ])
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
-    consens = consens_scores(prompt_table, samples, records.queries, scorer)
+    consens = consens_scores(scored_prompts, samples, records.queries, scorer)
     per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens).iter_rows(named=True)}
     documents = document_scores(groups, records.run, records.max_contexts)
     per_context: dict[str, list[dict[str, Any]]] = {}

@@ -1,4 +1,6 @@
-"""Sampling a prompt table: N samples per distinct prompt, one row per sample.
+"""Sampling a prompt table: N samples per distinct prompt, one row per sample, and — with
+``labels: greedy`` — one greedy answer per prompt (``decoding`` = greedy), the answer the
+papers judge.
 
 Identical prompts (``per_doc`` at k = 1 equals ``rag``; the same passage retrieved by two
 retrievers) are sampled once and shared, so every condition reads one consistent set of samples.
@@ -10,7 +12,7 @@ import polars as pl
 
 from ragutil_dagster.config import SamplingConfig
 from ragutil_dagster.models.generation import Generator
-from ragutil_dagster.tables import GENERATION_SCHEMA
+from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
 
 
 def sample_prompts(
@@ -20,24 +22,59 @@ def sample_prompts(
     sampling: SamplingConfig,
     seed: int,
 ) -> pl.DataFrame:
-    """Sample every distinct prompt ``sampling.n`` times; return the generation rows."""
+    """Sample every distinct prompt ``sampling.n`` times (and once greedily when the labels are
+    greedy); return the generation rows."""
     distinct = prompts["prompt"].unique(maintain_order=True).to_list()
-    samples = generator.sample(distinct, sampling.params(seed))
-    by_prompt = dict(zip(distinct, samples))
+    decodings = [(DECODING_SAMPLE, sampling.params(seed))]
+    if sampling.labels == "greedy":
+        decodings.append((DECODING_GREEDY, sampling.greedy_params(seed)))
     identity = generator.identity
     rows = []
-    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
-        for index, sample in enumerate(by_prompt[prompt]):
-            rows.append({
-                "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
-                "text": sample.text, "token_logprobs": list(sample.token_logprobs),
-                "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
-                "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
-                "model_identity": identity, "seed": seed, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "top_k": sampling.top_k,
-                "max_new_tokens": sampling.max_new_tokens,
-            })
+    for decoding, params in decodings:
+        by_prompt = dict(zip(distinct, generator.sample(distinct, params)))
+        for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
+            for index, sample in enumerate(by_prompt[prompt]):
+                rows.append({
+                    "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
+                    "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),
+                    "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
+                    "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
+                    "model_identity": identity, "seed": seed, "temperature": params.temperature,
+                    "top_p": params.top_p, "top_k": params.top_k, "max_new_tokens": params.max_new_tokens,
+                })
     return pl.DataFrame(rows, schema=GENERATION_SCHEMA)
+
+
+def samples_per_prompt(sampling: SamplingConfig) -> int:
+    """Generation rows per prompt: the N samples, and the greedy answer with greedy labels."""
+    return sampling.n + (sampling.labels == "greedy")
+
+
+# What must be equal between the closed-book and the context samples a ΔSePer subtracts.
+SAMPLING_COLUMNS = ("model_identity", "seed", "temperature", "top_p", "top_k", "max_new_tokens")
+
+
+def sampling_mismatch(closed_book: pl.DataFrame, with_context: pl.DataFrame) -> str | None:
+    """Why two generation tables cannot be compared (ΔSePer, gold utility), or None: each must
+    come from one model identity and one set of sampling settings per decoding, the same in both."""
+    def settings(rows: pl.DataFrame) -> dict[str, set[tuple]]:
+        table: dict[str, set[tuple]] = {}
+        for decoding, *values in rows.select("decoding", *SAMPLING_COLUMNS).unique().iter_rows():
+            table.setdefault(decoding, set()).add(tuple(values))
+        return table
+
+    closed, context = settings(closed_book), settings(with_context)
+    for decoding in sorted(set(closed) | set(context)):
+        both = closed.get(decoding, set()) | context.get(decoding, set())
+        if len(both) != 1 or decoding not in closed or decoding not in context:
+            differing = [
+                name for i, name in enumerate(SAMPLING_COLUMNS) if len({values[i] for values in both}) > 1
+            ] or ["decoding"]
+            return (
+                f"{decoding} rows differ in {', '.join(differing)}: closed book "
+                f"{sorted(closed.get(decoding, set()))}, with context {sorted(context.get(decoding, set()))}"
+            )
+    return None
 
 
 def generation_issues(rows: pl.DataFrame) -> pl.DataFrame:

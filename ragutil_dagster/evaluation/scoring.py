@@ -1,9 +1,10 @@
 """From generation rows to every paper's metric: NLI, clusters, per-group, per-document, per-query
 scores and the headline summary of one setting × generator.
 
-A *group* is the N samples of one (query, condition, doc) prompt. Correctness of a group's
-"answer" (for MIRAGE, eRAG and gold utility, which judge one output) is that of its most likely
-sample — the highest SePer weight, i.e. the highest mean token log-probability.
+A *group* is the N samples of one (query, condition, doc) prompt. MIRAGE, eRAG, gold utility
+and the known / unknown split judge one output per prompt: the greedy answer (``decoding`` =
+greedy, as the papers decide their labels) or, with ``labels: most_likely``, the most likely of
+the N samples — the highest SePer weight, i.e. the highest mean token log-probability.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import EntailFn, SePerInput, nli_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
-from ragutil_dagster.tables import GROUP_KEYS, NLI_SCHEMA
+from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GROUP_KEYS, NLI_SCHEMA
+
+
+def answer_token_logprobs() -> pl.Expr:
+    """The token log-probs SePer weighs a sample by: the answer's own tokens, without the token
+    that ended it (end-of-sequence, or the one completing a stop string), as the authors' code
+    scores them. An answer of that token alone keeps it (nothing else to weigh)."""
+    logprobs = pl.col("token_logprobs")
+    ended = (pl.col("finish_reason") == "stop") & (logprobs.list.len() > 1)
+    return pl.when(ended).then(logprobs.list.slice(0, logprobs.list.len() - 1)).otherwise(logprobs)
 
 
 def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tuple], list[SePerInput]]:
@@ -29,7 +39,9 @@ def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tupl
     golds = dict(queries.select("query_id", "answers").iter_rows())
     questions = dict(queries.select("query_id", "question").iter_rows())
     grouped = (
-        generations.sort([*GROUP_KEYS, "sample_index"], nulls_last=True)
+        generations.filter(pl.col("decoding") == DECODING_SAMPLE)
+        .sort([*GROUP_KEYS, "sample_index"], nulls_last=True)
+        .with_columns(answer_token_logprobs())
         .group_by(GROUP_KEYS, maintain_order=True)
         .agg("text", "token_logprobs")
     )
@@ -42,15 +54,24 @@ def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tupl
     return keys, items
 
 
-def top_answers(generations: pl.DataFrame, condition: str) -> dict[str, str]:
-    """Per query, the most likely sample of ``condition`` (highest mean token log-probability —
-    the largest SePer weight; the first such sample on ties)."""
-    ranked = (
-        generations.filter(pl.col("condition") == condition)
-        .with_columns(pl.col("token_logprobs").list.mean().alias("_mean_logprob"))
-        .sort(["query_id", "_mean_logprob", "sample_index"], descending=[False, True, False])
+def judged_answers(generations: pl.DataFrame, condition: str) -> dict[str, str]:
+    """Per query, the one answer of ``condition`` the papers judge: its greedy answer when the
+    rows hold one, else the most likely sample (highest mean token log-probability — the
+    largest SePer weight; the first such sample on ties)."""
+    rows = generations.filter(pl.col("condition") == condition)
+    greedy = rows.filter(pl.col("decoding") == DECODING_GREEDY)
+    if greedy.height:
+        return dict(greedy.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows())
+    ranked = rows.with_columns(answer_token_logprobs().list.mean().alias("_mean_logprob")).sort(
+        ["query_id", "_mean_logprob", "sample_index"], descending=[False, True, False]
     )
     return dict(ranked.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows())
+
+
+def _greedy_answers(generations: pl.DataFrame) -> dict[tuple, str]:
+    """The greedy answer of every (query, condition, doc) prompt that has one."""
+    greedy = generations.filter(pl.col("decoding") == DECODING_GREEDY)
+    return {(qid, condition, doc_id): text for qid, condition, doc_id, text in greedy.select(*GROUP_KEYS, "text").iter_rows()}
 
 
 def compute_nli(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> pl.DataFrame:
@@ -104,15 +125,17 @@ def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.Data
 
 def group_scores(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
     """Per (query, condition, doc): SePer_S, SePer_H, semantic entropy, mean EM / F1 /
-    has_answer over the samples, and the most likely sample's answer and its correctness."""
+    has_answer over the samples, and the judged answer (greedy, else the most likely sample)
+    with its correctness."""
     keys, items = _groups(generations, queries)
+    greedy = _greedy_answers(generations)
     entail = table_entail(nli)
     soft = seper_batch(items, entail, kernel="soft")
     hard = seper_batch(items, entail, kernel="hard")
     rows = []
     for (qid, condition, doc_id), item, s, h in zip(keys, items, soft, hard):
         golds = item.gold_answers
-        top = item.responses[int(np.argmax(s.weights))]
+        top = greedy.get((qid, condition, doc_id), item.responses[int(np.argmax(s.weights))])
         mean_logprobs = [float(np.mean(lp)) for lp in item.token_logprobs]
         rows.append(
             (
@@ -191,7 +214,7 @@ def document_scores(
         table = table.join(
             ground_truth.select("query_id", "doc_id", pl.col("utility").alias("true_utility")),
             on=["query_id", "doc_id"], how="left",
-        ).with_columns(pl.col("true_utility").fill_null(0.0))
+        )  # null: a passage the ground truth does not judge
     return table.sort("query_id", "rank")
 
 
@@ -216,16 +239,12 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
     return table.sort("query_id")
 
 
-def _mean(values: pl.Series) -> float | None:
-    clean = values.drop_nulls()
-    return float(clean.mean()) if clean.len() else None
-
-
 def _utility_signal_metrics(
     documents: pl.DataFrame, gold: dict[str, set[str]], signal: str, k: int
-) -> dict[str, float]:
+) -> tuple[dict[str, float], int]:
     """LLM-specific utility §3.4 for one signal: ranking metrics of the passages ordered by the
-    signal, and set metrics of its selection where the signal has a selection rule.
+    signal, and set metrics of its selection where the signal has a selection rule; with the
+    number of queries they average over.
 
     Queries without the signal (no pseudo-answer to score; or a backend without attention
     weights) are left out of both; within a query, a passage without it (dropped from the
@@ -233,7 +252,7 @@ def _utility_signal_metrics(
     scored_queries = documents.filter(pl.col(signal).is_not_null())["query_id"].unique()
     kept = documents.filter(pl.col("query_id").is_in(scored_queries.implode()))
     if kept.is_empty():
-        return {}
+        return {}, 0
     kept_gold = {qid: gold[qid] for qid in kept["query_id"].unique(maintain_order=True)}
     out: dict[str, float] = {}
     selection = f"{signal}_selected"
@@ -259,19 +278,63 @@ def _utility_signal_metrics(
         ranking = rank_metrics(order, kept_gold, cut)
         out[f"utility_{signal}_ndcg_{cut}"] = ranking.ndcg
         out[f"utility_{signal}_recall_{cut}"] = ranking.recall
+    return out, len(kept_gold)
+
+
+def _subset_name(name: str, subset: str) -> str:
+    """``utility_likelihood_f1`` → ``utility_likelihood_f1_known``; a cut-off stays last
+    (``utility_likelihood_ndcg_5`` → ``utility_likelihood_ndcg_known_5``)."""
+    entry = catalog.metric(name)
+    if entry is not None and "{k}" in entry.name:
+        stem, _, cut = name.rpartition("_")
+        return f"{stem}_{subset}_{cut}"
+    return f"{name}_{subset}"
+
+
+class _Summary(dict):
+    """Summary numbers, each with the count it aggregates stored as ``n_<generic name>``."""
+
+    def add(self, name: str, value: float, n: int) -> None:
+        if math.isnan(value):
+            return
+        self[name] = float(value)
+        self[f"n_{catalog.generic_name(name)}"] = float(n)
+
+
+def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame) -> _Summary:
+    """SePer Table 2's protocol: Pearson r between per-document ΔSePer and ground-truth utility
+    over judged passages only, leaving out the questions the generator answers closed book (its
+    judged closed-book answer holds a gold answer), over all questions and per question type
+    (single- / multi-hop, where the dataset gives ``n_hops``)."""
+    hops = ["n_hops"] if "n_hops" in queries_table.columns else []
+    judged = documents.filter(pl.col("true_utility").is_not_null()).join(
+        queries_table.filter(~pl.col("answer_has_closed")).select("query_id", *hops), on="query_id"
+    )
+    parts = {"": judged}
+    if hops:
+        parts.update({"_single_hop": judged.filter(pl.col("n_hops") == 1), "_multi_hop": judged.filter(pl.col("n_hops") > 1)})
+    out = _Summary()
+    for suffix, part in parts.items():
+        truth = part["true_utility"].to_numpy()
+        for kernel in ("s", "h"):
+            values = part[f"delta_seper_{kernel}"].to_numpy()
+            if part.height >= 3 and np.ptp(values) > 0 and np.ptp(truth) > 0:
+                out.add(f"pearson_delta_seper_{kernel}_true_utility{suffix}", pearson(values, truth).statistic, part.height)
     return out
 
 
 def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> dict[str, float]:
-    """Headline numbers of one setting × generator: means over queries, MIRAGE's four metrics,
-    eRAG aggregates, LLM-specific-utility set / rank metrics, ConSens, and the Pearson
-    correlation of per-document ΔSePer with ground-truth utility when the dataset has it."""
-    summary: dict[str, float] = {"queries": float(queries_table.height), "documents": float(documents.height)}
+    """Headline numbers of one setting × generator, each with its n (``n_<name>``): means over
+    queries, MIRAGE's four metrics, eRAG aggregates, LLM-specific-utility set / rank metrics
+    over all queries and over the known / unknown ones (answered, or not, by the judged
+    closed-book answer, §3.4), ConSens, and — when the dataset has ground-truth utility — SePer
+    Table 2's validity correlations (:func:`_validity_correlations`)."""
+    summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
     for column in catalog.per_query_means():
         if column in queries_table.columns:
-            value = _mean(queries_table[column])
-            if value is not None:
-                summary[column] = value
+            values = queries_table[column].drop_nulls()
+            if values.len():
+                summary.add(column, values.mean(), values.len())
     with_oracle = queries_table.filter(pl.col("answer_loose_oracle").is_not_null())
     if with_oracle.height:
         mirage = adaptability(
@@ -279,24 +342,27 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
             with_oracle["answer_loose_oracle"].to_list(),
             with_oracle["answer_loose_rag"].to_list(),
         )
-        summary.update({f"mirage_{name}": value for name, value in mirage.as_dict().items()})
+        for name, value in mirage.as_dict().items():
+            summary.add(f"mirage_{name}", value, with_oracle.height)
     ranked = {qid: docs for qid, docs in documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
     labels: dict[str, dict[str, int]] = {}
     for qid, doc, label in documents.select("query_id", "doc_id", "erag_label").iter_rows():
         labels.setdefault(qid, {})[doc] = int(label)
     erag = erag_scores(ranked, labels, [f"P_{k}", f"success_{k}", "map", "recip_rank", f"ndcg_cut_{k}"])
-    summary.update({f"erag_{name}": value for name, value in erag.mean.items()})
+    for name, value in erag.mean.items():
+        summary.add(f"erag_{name}", value, len(ranked))
     gold = {qid: set() for qid in ranked}
     for qid, doc in documents.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
         gold[qid].add(doc)
+    known = pl.col("query_id").is_in(queries_table.filter(pl.col("answer_has_closed"))["query_id"].implode())
+    subsets = {"": pl.lit(True), "known": known, "unknown": ~known}
     for signal in ("likelihood", "attention"):
         if signal not in documents.columns:
             continue
-        summary.update(_utility_signal_metrics(documents, gold, signal, k))
-    if "true_utility" in documents.columns and documents.height >= 3:
-        for kernel in ("s", "h"):
-            values = documents[f"delta_seper_{kernel}"].to_numpy()
-            truth = documents["true_utility"].to_numpy()
-            if np.ptp(values) > 0 and np.ptp(truth) > 0:
-                summary[f"pearson_delta_seper_{kernel}_true_utility"] = pearson(values, truth).statistic
-    return {name: float(value) for name, value in summary.items() if not math.isnan(value)}
+        for subset, member in subsets.items():
+            values, n = _utility_signal_metrics(documents.filter(member), gold, signal, k)
+            for name, value in values.items():
+                summary.add(_subset_name(name, subset) if subset else name, value, n)
+    if "true_utility" in documents.columns:
+        summary.update(_validity_correlations(queries_table, documents))
+    return dict(summary)

@@ -1,8 +1,9 @@
 """Teacher-forced signals of the generator about its own answer: ConSens and the likelihood- and
 attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs. 6–7).
 
-The answer scored is the pseudo-answer a of the ``rag`` condition — its most likely sample —
-as the paper pre-generates a from the retrieved set. Selection for the set metrics (§3.4):
+The answer scored is the pseudo-answer a of the ``rag`` condition — its greedy answer (or, with
+``labels: most_likely``, its most likely sample) — as the paper pre-generates a greedily from
+the retrieved set. Selection for the set metrics (§3.4):
 a passage is selected by likelihood when P(a | q, d) > P(a | q). Attention only ranks passages
 (§3.3.2): a selection rule for it would be ours, not the paper's, so none is applied.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.evaluation.scoring import top_answers
+from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS
+from ragutil_dagster.evaluation.scoring import judged_answers
 from ragutil_dagster.metrics.consens import consens, content_token_mask
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.tables import CONSENS_SCHEMA, SIGNAL_SCHEMA
@@ -31,7 +33,7 @@ def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
 
 
 def _pseudo_answers(generations: pl.DataFrame) -> dict[str, str]:
-    return {qid: text for qid, text in top_answers(generations, "rag").items() if text.strip()}
+    return {qid: text for qid, text in judged_answers(generations, "rag").items() if text.strip()}
 
 
 def _prompts(prompts: pl.DataFrame, condition: str, qids: list[str]) -> pl.DataFrame:
@@ -42,20 +44,29 @@ def consens_scores(
     prompts: pl.DataFrame, generations: pl.DataFrame, queries: pl.DataFrame, scorer: TokenScorer
 ) -> pl.DataFrame:
     """ConSens of each query's pseudo-answer: the same answer tokens teacher-forced after the
-    closed-book and the rag prompt, content words only. Also returns log P(a | q), the
-    closed-book likelihood the likelihood-based selection compares against."""
+    evaluator prompt with the context empty and with the rag passages (the ``consens_*``
+    conditions of ``prompts``; without them, after the closed-book and the rag prompt), content
+    words only. Also returns log P(a | q) under the closed-book prompt, the likelihood the
+    likelihood-based selection compares against."""
     answers = _pseudo_answers(generations)
     questions = dict(queries.select("query_id", "question").iter_rows())
-    closed = dict(_prompts(prompts, "closed_book", list(answers)).select("query_id", "prompt").iter_rows())
-    rag = dict(_prompts(prompts, "rag", list(answers)).select("query_id", "prompt").iter_rows())
-    qids = [q for q in answers if q in closed and q in rag]
-    scored = scorer.score([closed[q] for q in qids] + [rag[q] for q in qids], [answers[q] for q in qids] * 2)
+    evaluator = prompts.filter(pl.col("condition") == CONSENS_CONDITIONS[0]).height > 0
+    empty_condition, context_condition = CONSENS_CONDITIONS if evaluator else ("closed_book", "rag")
+    by_condition = {
+        condition: dict(_prompts(prompts, condition, list(answers)).select("query_id", "prompt").iter_rows())
+        for condition in dict.fromkeys(("closed_book", empty_condition, context_condition))
+    }
+    qids = [q for q in answers if all(q in table for table in by_condition.values())]
+    order = list(by_condition)
+    scored = scorer.score(
+        [by_condition[c][q] for c in order for q in qids], [answers[q] for _ in order for q in qids]
+    )
+    result = {c: scored[i * len(qids):(i + 1) * len(qids)] for i, c in enumerate(order)}
     rows = []
-    for i, qid in enumerate(qids):
-        without, with_ctx = scored[i], scored[len(qids) + i]
-        keep = content_token_mask(without.tokens, questions[qid], without.word_ids)
-        value = consens(without.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
-        rows.append({"query_id": qid, "consens": value, "answer_logprob_closed": without.logprob})
+    for qid, closed, empty, with_ctx in zip(qids, result["closed_book"], result[empty_condition], result[context_condition]):
+        keep = content_token_mask(empty.tokens, questions[qid], empty.word_ids)
+        value = consens(empty.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
+        rows.append({"query_id": qid, "consens": value, "answer_logprob_closed": closed.logprob})
     return pl.DataFrame(rows, schema=CONSENS_SCHEMA)
 
 
@@ -128,8 +139,8 @@ def utility_signals(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """ConSens per query and likelihood / attention utility per retrieved passage.
 
-    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the most
-    likely ``rag`` samples of ``generations``. Queries whose pseudo-answer is empty get no
+    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the judged
+    ``rag`` answers of ``generations`` (``scoring.judged_answers``). Queries whose pseudo-answer is empty get no
     signals (nothing to score).
     """
     consens_table = consens_scores(prompts, generations, queries, scorer)

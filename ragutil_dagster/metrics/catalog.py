@@ -49,6 +49,7 @@ _ERAG = "eRAG (Salemi & Zamani, SIGIR 2024) eq. 1 aggregated"
 _UTILITY = "LLM-specific utility (Zhang et al., 2025) §3.4"
 _CONSENS = "ConSens (Vankov et al.) §2"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
+_SUBSETS = ("", "_known", "_unknown")
 
 CATALOG: tuple[Metric, ...] = (
     Metric("delta_seper_s", "ΔSePer_S", f"{_SEPER} eq. 11, soft kernel", (-1, 1), per_query=True,
@@ -87,22 +88,32 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
     Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
+    # Each utility metric over all queries, and over the known / unknown ones (§3.4: answered,
+    # or not, by the generator's own judged closed-book answer).
     *(
-        Metric(f"utility_{signal}_{part}", f"util-{signal[:3]} {label}", _UTILITY, (0, 1),
-               headline=(signal, part) == ("likelihood", "f1"))
+        Metric(f"utility_{signal}_{part}{subset}", f"util-{signal[:3]} {label}{subset.replace('_', ' ')}",
+               _UTILITY, (0, 1), headline=(signal, part, subset) == ("likelihood", "f1", ""))
         for signal in ("likelihood",)  # attention only ranks (§3.3.2): no selection, no set metrics
         for part, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"),
                             ("accuracy_empty", "acc∅"))
+        for subset in _SUBSETS
     ),
     *(
-        Metric(f"utility_{signal}_{part}_{{k}}", f"util-{signal[:3]} {label}@k", _UTILITY, (0, 1))
+        Metric(f"utility_{signal}_{part}{subset}_{{k}}", f"util-{signal[:3]} {label}@k{subset.replace('_', ' ')}",
+               _UTILITY, (0, 1))
         for signal in ("likelihood", "attention")
         for part, label in (("ndcg", "NDCG"), ("recall", "Recall"))
+        for subset in _SUBSETS
     ),
-    Metric("pearson_delta_seper_s_true_utility", "r(ΔSePer_S, truth)",
-           f"{_SEPER} Table 2 (Pearson r with ground-truth utility)", (-1, 1), headline=True),
-    Metric("pearson_delta_seper_h_true_utility", "r(ΔSePer_H, truth)",
-           f"{_SEPER} Table 2 (Pearson r with ground-truth utility)", (-1, 1)),
+    # SePer Table 2's protocol: judged passages, questions answered closed book left out; all
+    # questions and per question type.
+    *(
+        Metric(f"pearson_delta_seper_{kernel}_true_utility{part}", f"r(ΔSePer_{kernel.upper()}, truth){label}",
+               f"{_SEPER} Table 2 (Pearson r with ground-truth utility){label}", (-1, 1),
+               headline=(kernel, part) == ("s", ""))
+        for kernel in ("s", "h")
+        for part, label in (("", ""), ("_single_hop", " single-hop"), ("_multi_hop", " multi-hop"))
+    ),
 )
 
 _BY_NAME = {metric.name: metric for metric in CATALOG}

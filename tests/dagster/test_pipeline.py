@@ -97,15 +97,17 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
 
 def test_generation_rows_equal_queries_times_conditions_times_n(materialized) -> None:
     home, _, _ = materialized
+    per_prompt = 3 + 1  # N = 3 samples and the greedy answer the labels judge
     closed = pl.read_parquet(next((home / "artifacts" / "closed_book_generations").iterdir()) / "table.parquet")
-    assert closed.height == 6 * 3
+    assert closed.height == 6 * per_prompt
+    assert closed.filter(pl.col("decoding") == "greedy")["temperature"].to_list() == [0.0] * 6
     for partition in (home / "artifacts" / "generations").iterdir():
         rows = pl.read_parquet(partition / "table.parquet")
         k = int(partition.name.rsplit("__k", 1)[1])
         counts = dict(rows.group_by("condition").len().iter_rows())
-        assert counts["rag"] == 6 * 3
-        assert counts["per_doc"] == 6 * k * 3
-        assert counts["oracle"] == 6 * 3
+        assert counts["rag"] == 6 * per_prompt
+        assert counts["per_doc"] == 6 * k * per_prompt
+        assert counts["oracle"] == 6 * per_prompt
 
 
 def test_asset_checks_passed(materialized) -> None:

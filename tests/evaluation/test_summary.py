@@ -6,9 +6,11 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.evaluation.scoring import summarize
+from ragutil_dagster.metrics import catalog
 
-QUERIES = pl.DataFrame({
+QUERIES = pl.DataFrame({  # q2 is known: its judged closed-book answer holds a gold answer
     "query_id": ["q1", "q2"],
+    "answer_has_closed": [False, True],
     "answer_loose_closed": [False, False],
     "answer_loose_oracle": [None, None],
     "answer_loose_rag": [False, False],
@@ -51,3 +53,53 @@ def test_attention_only_ranks() -> None:
         name.startswith("utility_attention_") and not name.startswith(("utility_attention_ndcg", "utility_attention_recall_"))
         for name in summary
     )
+
+
+def test_known_and_unknown_queries_are_scored_apart_each_with_its_n() -> None:
+    # q1 (unknown) has the gold passage d2, selected by likelihood; q2 (known) has no gold
+    # passage and none selected, which is right on an empty gold set (§3.4's accuracy_empty).
+    summary = summarize(QUERIES, documents([-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), k=2)
+    assert summary["utility_likelihood_precision_unknown"] == pytest.approx(1.0)
+    assert summary["n_utility_likelihood_precision_unknown"] == 1
+    assert summary["utility_likelihood_accuracy_empty_known"] == pytest.approx(1.0)
+    assert summary["n_utility_likelihood_accuracy_empty_known"] == 1
+    assert summary["n_utility_likelihood_f1"] == 2
+    assert summary["utility_likelihood_ndcg_unknown_2"] == pytest.approx(1.0)
+    assert "utility_likelihood_ndcg_known_2" not in summary  # no known query has a gold passage
+    assert summary["n_utility_likelihood_ndcg_unknown_at_k"] == 1
+    assert summary["n_erag_P_at_k"] == 2
+
+
+def test_every_aggregate_carries_its_n() -> None:
+    summary = summarize(QUERIES, documents([-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), k=2)
+    for name in summary:
+        if name in ("queries", "documents") or name.startswith("n_"):
+            continue
+        assert f"n_{catalog.generic_name(name)}" in summary, name
+
+
+def test_validity_follows_seper_table_2_judged_passages_of_questions_not_answered_closed_book() -> None:
+    from scipy.stats import pearsonr
+
+    queries = pl.DataFrame({
+        "query_id": ["q1", "q2", "q3"], "n_hops": [1, 1, 2],
+        "answer_has_closed": [False, True, False],  # q2 is answered closed book: left out
+        "answer_loose_closed": [False, True, False], "answer_loose_oracle": [None, None, None],
+        "answer_loose_rag": [True, True, True],
+    }, schema_overrides={"answer_loose_oracle": pl.Boolean})
+    rows = [  # (query, doc, rank, ΔSePer, ground-truth utility or None when not judged)
+        ("q1", "d1", 1, 0.8, 1.0), ("q1", "d2", 2, 0.1, 0.0), ("q1", "d5", 3, -0.9, None),
+        ("q2", "d3", 1, 0.9, 0.0), ("q2", "d4", 2, -0.5, 1.0),
+        ("q3", "d6", 1, 0.0, 0.0), ("q3", "d7", 2, 0.6, 1.0),
+    ]
+    documents = pl.DataFrame({
+        "query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": [r[2] for r in rows],
+        "delta_seper_s": [r[3] for r in rows], "delta_seper_h": [r[3] for r in rows],
+        "true_utility": [r[4] for r in rows], "erag_label": [0] * len(rows), "gold_utility": [False] * len(rows),
+    })
+    summary = summarize(queries, documents, k=3)
+    expected = pearsonr([0.8, 0.1, 0.0, 0.6], [1.0, 0.0, 0.0, 1.0]).statistic
+    assert summary["pearson_delta_seper_s_true_utility"] == pytest.approx(expected)
+    assert summary["n_pearson_delta_seper_s_true_utility"] == 4
+    # Two judged passages per question type: too few for a correlation, so none is reported.
+    assert "pearson_delta_seper_s_true_utility_single_hop" not in summary
