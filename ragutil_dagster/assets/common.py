@@ -19,6 +19,15 @@ def model_asset_key(kind: str) -> dg.AssetKey:
 """Assets running a model sit in this pool; the instance limits it to one run per card."""
 
 
+def step_tables(deps: list, kinds: set[str], **descriptions: str) -> list[dg.AssetSpec]:
+    """The asset specs of a step writing several tables (a multi-asset): one per table, named by
+    the keyword, all reading the step's inputs ``deps`` — a step's outputs share its parents."""
+    return [
+        dg.AssetSpec(name, group_name=GROUP, kinds=kinds, deps=deps, description=description)
+        for name, description in descriptions.items()
+    ]
+
+
 def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:
     return {
         "dagster/row_count": dg.MetadataValue.int(frame.height),

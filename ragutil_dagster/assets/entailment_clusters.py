@@ -9,7 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.sampling import sampling_mismatch
@@ -49,16 +49,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.multi_asset(
         name="entailment_clusters", partitions_def=parts.setting_generator, pool=GPU_POOL,
-        specs=[
-            dg.AssetSpec(
-                "entailment_clusters", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
-                description="The semantic cluster (bidirectional entailment) of every sample.",
-            ),
-            dg.AssetSpec(
-                "nli_probabilities", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
-                description="NLI probabilities of every distinct (premise, hypothesis) pair SePer judges.",
-            ),
-        ],
+        specs=step_tables(
+            deps, {"pytorch", "parquet"},
+            entailment_clusters="The semantic cluster (bidirectional entailment) of every sample.",
+            nli_probabilities="NLI probabilities of every distinct (premise, hypothesis) pair SePer judges.",
+        ),
     )
     def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
         setting = Setting.parse(dimension(context, "setting"))

@@ -13,7 +13,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result, side_table_metadata, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import (
@@ -107,20 +107,12 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.multi_asset(
         name="generations", partitions_def=parts.setting_generator, pool=GPU_POOL,
-        specs=[
-            dg.AssetSpec(
-                "generations", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
-                description="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
-            ),
-            dg.AssetSpec(
-                "consens", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
-                description="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context.",
-            ),
-            dg.AssetSpec(
-                "utility_signals", group_name=GROUP, kinds={"pytorch", "parquet"}, deps=deps,
-                description="Likelihood- and attention-based utility of every retrieved passage to the generator.",
-            ),
-        ],
+        specs=step_tables(
+            deps, {"pytorch", "parquet"},
+            generations="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
+            consens="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context.",
+            utility_signals="Likelihood- and attention-based utility of every retrieved passage to the generator.",
+        ),
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
     )
     def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):

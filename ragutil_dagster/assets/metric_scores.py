@@ -11,7 +11,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GROUP, check_result, table_metadata
+from ragutil_dagster.assets.common import check_result, step_tables, table_metadata
 from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
@@ -72,20 +72,12 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.multi_asset(
         name="metric_scores", partitions_def=parts.setting_generator,
-        specs=[
-            dg.AssetSpec(
-                "metric_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="Per-query scores of all five papers' metrics, and their summary.",
-            ),
-            dg.AssetSpec(
-                "document_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
-            ),
-            dg.AssetSpec(
-                "group_scores", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
-            ),
-        ],
+        specs=step_tables(
+            deps, {"polars", "parquet"},
+            metric_scores="Per-query scores of all five papers' metrics, and their summary.",
+            document_scores="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
+            group_scores="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
+        ),
         check_specs=[
             dg.AssetCheckSpec(name, asset="metric_scores")
             for name in ("every_query_has_scores", "scores_in_range", "mirage_metrics_sum_to_one")

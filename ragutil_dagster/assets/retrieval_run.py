@@ -14,7 +14,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, table_metadata
+from ragutil_dagster.assets.common import GPU_POOL, step_tables, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
@@ -55,22 +55,14 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.multi_asset(
         name="retrieval", partitions_def=parts.setting, pool=GPU_POOL,
-        specs=[
-            dg.AssetSpec(
-                "retrieval_run", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
-            ),
-            dg.AssetSpec(
-                "setting_queries", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="The questions this setting evaluates, with gold answers, qrels and "
+        specs=step_tables(
+            deps, {"polars", "parquet"},
+            retrieval_run="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
+            setting_queries="The questions this setting evaluates, with gold answers, qrels and "
                 "(when known) ground-truth passage utility.",
-            ),
-            dg.AssetSpec(
-                "retrieved_passages", group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-                description="Every passage a prompt of this setting can show (the top k of each "
+            retrieved_passages="Every passage a prompt of this setting can show (the top k of each "
                 "query and its positives), with title and text.",
-            ),
-        ],
+        ),
     )
     def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
         setting = Setting.parse(context.partition_key)
