@@ -224,7 +224,8 @@ def build_workload(args: argparse.Namespace) -> Workload:
         name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)
         for name, config in list(SETTINGS.items())[: args.settings]
     }
-    sampling = SamplingConfig(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens)
+    # ΔSePer alone, as the authors compute it: no greedy label answers beside the samples.
+    sampling = SamplingConfig(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely")
     return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
 
 
