@@ -33,6 +33,7 @@ from ragutil_dagster.tables import (
     markdown_table,
 )
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
+from ragutil_dagster.tracking.entities import link_partition
 from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
 
 
@@ -91,6 +92,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("queries", setting.dataset)
+            run = link_partition(tracking, run, tracked, queries, store.read_table("corpus", setting.dataset), store.read_table("retrieval_run", setting.key))
             nli = store.read_table("entailment_clusters", partition, NLI)
             groups = group_scores(samples, queries, nli)
             ground_truth_path = store.table_path("queries", setting.dataset, UTILITY)
