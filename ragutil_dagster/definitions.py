@@ -15,6 +15,7 @@ from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
 from ragutil_dagster.tracking import MlflowTracking
+from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
 
 DEFAULT_CONFIG = "examples/demo.yaml"
 
@@ -23,7 +24,8 @@ def build_resources(
     home: str | None = None, *, show_progress: bool = True, for_dagster: bool = True
 ) -> dict[str, dg.ConfigurableResource]:
     """Storage, models and MLflow tracking under ``$RAGUTIL_HOME``; the MLflow store is
-    ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``.
+    ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``, and its run links point at
+    ``$RAGUTIL_MLFLOW_UI_URL`` (set by ``ragutil ui``) when set.
 
     For Dagster (``for_dagster``) those two variables are read through ``EnvVar``, so the run
     worker resolves them; outside Dagster (``ragutil score``, ``compare``, the runner's summary)
@@ -31,8 +33,6 @@ def build_resources(
     from_env = for_dagster and home is None
     home = home or str(ragutil_home())
     home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
-    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI", "")
-    tracking_value: str | dg.EnvVar = dg.EnvVar("MLFLOW_TRACKING_URI") if for_dagster and tracking_uri else tracking_uri
     return {
         "store": ArtifactStore(home=home_value),
         "models": ModelRegistry(
@@ -40,8 +40,18 @@ def build_resources(
             generation_cache=str(Path(home).expanduser() / "cache" / "generations"),
             show_progress=show_progress,
         ),
-        "tracking": MlflowTracking(home=home_value, tracking_uri=tracking_value),
+        "tracking": MlflowTracking(
+            home=home_value,
+            tracking_uri=_environment_value("MLFLOW_TRACKING_URI", for_dagster),
+            ui_url=_environment_value(MLFLOW_UI_URL_VARIABLE, for_dagster) or DEFAULT_MLFLOW_UI_URL,
+        ),
     }
+
+
+def _environment_value(name: str, for_dagster: bool) -> str | dg.EnvVar:
+    """The variable's value, or for Dagster an ``EnvVar`` the run worker resolves; empty when unset."""
+    value = os.environ.get(name, "")
+    return dg.EnvVar(name) if for_dagster and value else value
 
 
 def build_definitions(experiment: ExperimentConfig, home: str | None = None) -> dg.Definitions:

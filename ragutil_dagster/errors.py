@@ -84,6 +84,11 @@ class CorruptGGUFError(ModelUnavailableError):
 class UnsupportedGGUFError(ModelUnavailableError):
     """A valid GGUF file whose tensor types or architecture transformers cannot load."""
 
+
+class NothingToCompareError(UserError, LookupError):
+    """An experiment has no finished partition run in the MLflow store to compare."""
+
+
 class ServerUnavailableError(UserError):
     """A request still failed after every retry (server down, overloaded or erroring)."""
 

@@ -34,6 +34,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def available_port(preferred: int, host: str = "127.0.0.1") -> int:
+    """``preferred`` when it is free on ``host``, else a free port."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, preferred))
+        except OSError:
+            return free_port(host)
+    return preferred
+
+
 def _ready(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:

@@ -88,6 +88,7 @@ NLI_SCHEMA: dict[str, pl.DataType] = {
 # (A table another step reads is an asset of its own, so the lineage graph shows the read.)
 QRELS = "qrels"  # queries, setting_queries
 UTILITY = "utility"  # queries, setting_queries: ground-truth utility of the synthetic world
+CORPUS_RECORD = "corpus_record"  # corpus, setting_queries (JSON): data.corpus.corpus_record
 PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown in the metadata
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
 

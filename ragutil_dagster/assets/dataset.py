@@ -7,10 +7,10 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.data.corpus import corpus_fingerprint
+from ragutil_dagster.data.corpus import corpus_record
 from ragutil_dagster.data.qa import load_dataset
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import QRELS, UTILITY
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -41,8 +41,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata["qrels"] = dg.MetadataValue.int(loaded.qrels.height)
         metadata["ground_truth_utility"] = dg.MetadataValue.bool(loaded.utility is not None)
         yield dg.MaterializeResult(asset_key="queries", metadata=metadata)
-        fingerprint = corpus_fingerprint(loaded.corpus)
+        record = corpus_record(loaded.corpus)
+        fingerprint = str(record["fingerprint"])
         path = store.write_table("corpus", key, loaded.corpus)
+        store.write_json("corpus", key, CORPUS_RECORD, record)
         metadata = table_metadata(loaded.corpus, path)
         metadata["fingerprint"] = dg.MetadataValue.text(fingerprint)
         yield dg.MaterializeResult(

@@ -25,8 +25,9 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import UTILITY, markdown_table
+from ragutil_dagster.tables import CORPUS_RECORD, UTILITY, markdown_table
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
+from ragutil_dagster.tracking.entities import link_partition
 from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
 
 
@@ -96,6 +97,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("setting_queries", setting.key)
+            run = link_partition(
+                tracking, run, tracked, queries, store.read_json("setting_queries", setting.key, CORPUS_RECORD),
+                store.read_table("retrieval_run", setting.key),
+            )
             nli = store.read_table("nli_probabilities", partition)
             groups = group_scores(samples, queries, nli)
             ground_truth_path = store.table_path("setting_queries", setting.key, UTILITY)

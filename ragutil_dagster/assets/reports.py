@@ -1,5 +1,6 @@
-"""``reports``: the cross-partition tables and plots — every setting × generator side by side —
-and the comparison run in MLflow (the papers' tables, paired tests between retrievers)."""
+"""``reports``: the cross-partition tables and plots — every setting × generator side by side, as
+the partition runs in MLflow hold them — and the comparison run in MLflow (the papers' tables,
+paired tests between retrievers)."""
 
 
 import dagster as dg
@@ -13,29 +14,43 @@ from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import markdown_table
 from ragutil_dagster.tracking import MlflowTracking, dagster_tags
+from ragutil_dagster.tracking.compare import PartitionScores
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
 from ragutil_dagster.tracking.report import compare_runs
 
 COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
 
 
-def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
-    """One row per materialised setting × generator with its headline numbers."""
-    rows = []
-    for key in parts.setting_generator.get_partition_keys():
-        path = store.directory("metric_scores", str(key)) / "summary.json"
-        if not path.is_file():
-            continue
-        summary = store.read_json("metric_scores", str(key), "summary")
-        setting = Setting.parse(key.keys_by_dimension["setting"])
-        rows.append({
-            "dataset": setting.dataset, "retriever": setting.retriever, "k": setting.k,
-            "reranker": setting.reranker or "", "generator": key.keys_by_dimension["generator"],
-            **{c: summary.get(c) for c in COLUMNS},
-        })
+def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> dict[str, object]:
+    """A setting × generator and its headline numbers."""
+    return {
+        "dataset": setting.dataset, "retriever": setting.retriever, "k": setting.k,
+        "reranker": setting.reranker or "", "generator": generator,
+        **{c: summary.get(c) for c in COLUMNS},
+    }
+
+
+def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
     return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k")
+
+
+def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
+    """One row per setting × generator materialised on this machine (what ``ragutil run`` just
+    computed) with its headline numbers."""
+    rows = []
+    for key in parts.setting_generator.get_partition_keys():
+        path = store.directory("metric_scores", str(key)) / "summary.json"
+        if path.is_file():
+            summary = store.read_json("metric_scores", str(key), "summary")
+            rows.append(summary_row(Setting.parse(key.keys_by_dimension["setting"]), key.keys_by_dimension["generator"], summary))
+    return _summary_frame(rows)
+
+
+def compared_summary_table(partitions: list[PartitionScores]) -> pl.DataFrame:
+    """One row per compared partition run (from MLflow, whichever machine logged it)."""
+    return _summary_frame([summary_row(p.setting, p.generator, p.summary) for p in partitions])
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -47,13 +62,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         "between retrievers, logged as an MLflow comparison run per dataset.",
     )
     def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
-        table = summary_table(store, parts)
+        outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
+        table = compared_summary_table(outcome.partitions)
         directory = store.directory("reports")
         atomic_write(directory / "summary.csv", lambda temporary: table.write_csv(temporary))
         markdown = markdown_table(table.to_dicts())
         atomic_write(directory / "summary.md", lambda temporary: temporary.write_text(markdown + "\n"))
         delta_seper_heatmap(table, directory / "delta_seper_heatmap.png")
-        outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
         metadata = {
             "dagster/row_count": dg.MetadataValue.int(table.height),
             "summary": dg.MetadataValue.md(markdown),

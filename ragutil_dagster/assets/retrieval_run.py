@@ -23,15 +23,16 @@ from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, write_trec
-from ragutil_dagster.tables import QRELS, UTILITY, markdown_table
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, markdown_table
 
 
 def write_setting_queries(
     store: ArtifactStore, partition: str, dataset: str, queries: pl.DataFrame, qrels: pl.DataFrame
 ) -> dg.MaterializeResult:
-    """The dataset's queries, qrels and ground-truth utility as the setting's own tables."""
+    """The dataset's queries, qrels, ground-truth utility and corpus record as the setting's own."""
     path = store.write_table("setting_queries", partition, queries)
     store.write_table("setting_queries", partition, qrels, QRELS)
+    store.write_json("setting_queries", partition, CORPUS_RECORD, store.read_json("corpus", dataset, CORPUS_RECORD))
     utility = store.table_path("queries", dataset, UTILITY)
     if utility.is_file():
         store.write_table("setting_queries", partition, pl.read_parquet(utility), UTILITY)

@@ -473,6 +473,16 @@ def corpus_fingerprint(corpus: pl.DataFrame) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def corpus_record(corpus: pl.DataFrame) -> dict[str, object]:
+    """What identifies and describes a corpus without its rows: the fingerprint, the number of
+    passages and the column types — what a step needs that must not load a Wikipedia-scale table."""
+    return {
+        "fingerprint": corpus_fingerprint(corpus),
+        "rows": corpus.height,
+        "columns": {name: str(dtype) for name, dtype in corpus.schema.items()},
+    }
+
+
 def indexed_texts(corpus: pl.DataFrame, include_title: bool = True) -> list[str]:
     """The text each retriever indexes for a passage: ``"<title>\\n<text>"`` when the passage has a
     title and ``include_title`` is set (as DPR and Pyserini index Wikipedia), else the text alone."""

@@ -1,16 +1,21 @@
-"""The cross-run comparison of an experiment, end to end: gather every materialised partition
-from the artifact store, build the tables, write them under ``reports/<dataset>/`` and log one
-comparison run per dataset. Shared by the ``reports`` asset and ``ragutil compare``."""
+"""The cross-run comparison of an experiment, end to end: gather every partition run of the
+experiment from MLflow — whichever machine logged it — build the tables, write them under
+``reports/<dataset>/`` and log one comparison run per dataset. Shared by the ``reports`` asset and
+``ragutil compare``."""
 
 from __future__ import annotations
 
+import json
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import dagster as dg
+import polars as pl
 
 from ragutil_dagster import __version__
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.errors import NothingToCompareError
 from ragutil_dagster.files import stable_hash
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking.compare import (
@@ -20,31 +25,58 @@ from ragutil_dagster.tracking.compare import (
     log_comparison,
     write_comparison,
 )
-from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun
+from ragutil_dagster.tracking.keys import KIND_TAG, mlflow_experiment_name
+from ragutil_dagster.tracking.resource import FINISHED, MlflowTracking, TrackedRun
 
 
-def partition_scores(store: ArtifactStore, experiment: ExperimentConfig) -> list[PartitionScores]:
-    """Every materialised setting × generator of ``experiment``: summary, per-query table and
-    the id of its MLflow run (empty when it was scored without tracking)."""
-    found = []
-    for setting in experiment.settings():
-        for generator in experiment.generators:
-            key = str(dg.MultiPartitionKey({"setting": setting.key, "generator": generator.name}))
-            directory = store.directory("metric_scores", key)
-            if not (directory / "summary.json").is_file():
-                continue
-            tracked = (directory / "mlflow.json").is_file()
-            found.append(
-                PartitionScores(
-                    setting=setting,
-                    generator=generator.name,
-                    summary=store.read_json("metric_scores", key, "summary"),
-                    per_query=store.read_table("metric_scores", key),
-                    mlflow_run_id=store.read_json("metric_scores", key, "mlflow")["run_id"]
-                    if tracked
-                    else "",
-                )
-            )
+def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str, fingerprint: str) -> Iterator:
+    """Every FINISHED partition run of the config ``fingerprint`` in an MLflow experiment, the
+    most recently ended first (page by page: an experiment can hold more than one page)."""
+    client, token = tracking.client(), None
+    query = (
+        f"tags.`{KIND_TAG}` = 'partition' AND params.config_fingerprint = '{fingerprint}' "
+        f"AND attributes.status = '{FINISHED}'"
+    )
+    while True:
+        page = client.search_runs(
+            [experiment_id], query, order_by=["attributes.end_time DESC"], page_token=token
+        )
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScores:
+    """A partition run's summary and per-query table, read from its artifacts (``scores/``)."""
+    client = tracking.client()
+    summary = client.download_artifacts(run.info.run_id, "scores/summary.json", str(directory))
+    table = client.download_artifacts(run.info.run_id, "scores/table.parquet", str(directory))
+    return PartitionScores(
+        setting=Setting.parse(run.data.params["setting"]),
+        generator=run.data.params["generator"],
+        summary=json.loads(Path(summary).read_text(encoding="utf-8")),
+        per_query=pl.read_parquet(table),
+        mlflow_run_id=run.info.run_id,
+    )
+
+
+def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> list[PartitionScores]:
+    """Every scored setting × generator of ``experiment`` as MLflow holds it: per partition the
+    latest FINISHED run of this config (a re-used run ends anew, so a partition scored again with
+    earlier weights counts as current), its summary and per-query table from its artifacts."""
+    client = tracking.client()
+    found: list[PartitionScores] = []
+    for dataset in experiment.datasets:
+        mlflow_experiment = client.get_experiment_by_name(mlflow_experiment_name(dataset.name))
+        if mlflow_experiment is None:
+            continue
+        latest: dict[str, object] = {}
+        for run in _finished_partition_runs(tracking, mlflow_experiment.experiment_id, experiment.fingerprint()):
+            latest.setdefault(run.info.run_name, run)
+        for run in latest.values():
+            with tempfile.TemporaryDirectory(prefix="ragutil-compare-") as directory:
+                found.append(_run_scores(tracking, run, Path(directory)))
     return found
 
 
@@ -55,6 +87,7 @@ class ComparisonOutcome:
     comparisons: dict[str, Comparison]
     directories: dict[str, Path]
     runs: dict[str, TrackedRun]
+    partitions: list[PartitionScores]
 
     def markdown(self) -> str:
         return "\n\n".join(
@@ -70,25 +103,24 @@ def compare_runs(
     experiment: ExperimentConfig,
     tags: dict[str, str] | None = None,
 ) -> ComparisonOutcome:
-    """Compare every materialised partition, one comparison per dataset. The comparison run is
-    keyed by the compared runs (their MLflow ids), so re-comparing the same runs reuses it."""
-    by_dataset: dict[str, list[PartitionScores]] = {}
-    for scores in partition_scores(store, experiment):
-        by_dataset.setdefault(scores.setting.dataset, []).append(scores)
-    if not by_dataset:
-        raise FileNotFoundError(
-            f"experiment {experiment.name!r}: no metric_scores partition has been materialised yet "
-            f"under {store.directory('metric_scores')} (run `ragutil run` first)"
+    """Compare every partition run of ``experiment`` in MLflow, one comparison per dataset. The
+    comparison run is keyed by the compared runs, so re-comparing the same runs reuses it."""
+    partitions = partition_scores(tracking, experiment)
+    if not partitions:
+        raise NothingToCompareError(
+            f"experiment {experiment.name!r}: no finished metric_scores run of this config in "
+            f"{tracking.display_uri} (run `ragutil run` first, or point MLFLOW_TRACKING_URI at the "
+            "store the runs were logged to)"
         )
+    by_dataset: dict[str, list[PartitionScores]] = {}
+    for scores in partitions:
+        by_dataset.setdefault(scores.setting.dataset, []).append(scores)
     comparisons, directories, runs = {}, {}, {}
     for dataset, members in by_dataset.items():
         comparison = build_comparison(members, experiment.seed)
         directory = store.directory("reports", dataset)
         written = write_comparison(comparison, directory)
-        compared = sorted(
-            (f"{m.setting.key}|{m.generator}", m.mlflow_run_id or stable_hash(m.summary, 16))
-            for m in members
-        )
+        compared = sorted((f"{m.setting.key}|{m.generator}", m.mlflow_run_id) for m in members)
         key = stable_hash(
             {
                 "experiment": experiment.fingerprint(),
@@ -116,4 +148,4 @@ def compare_runs(
             tags or {},
         )
         comparisons[dataset], directories[dataset] = comparison, directory
-    return ComparisonOutcome(comparisons, directories, runs)
+    return ComparisonOutcome(comparisons, directories, runs, partitions)

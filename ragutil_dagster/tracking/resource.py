@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 FINISHED, FAILED, RUNNING = "FINISHED", "FAILED", "RUNNING"
+MLFLOW_UI_URL_VARIABLE = "RAGUTIL_MLFLOW_UI_URL"
+"""Where ``ragutil ui`` serves the MLflow UI; Dagster reads it into ``MlflowTracking.ui_url``."""
+DEFAULT_MLFLOW_UI_URL = "http://127.0.0.1:5000"
 
 
 @functools.cache
@@ -53,6 +56,10 @@ class TrackedRun:
     run_id: str
     url: str
     reused: bool
+    model_id: str | None = None
+    """The LoggedModel the run's metrics are linked to (``log_metric(model_id=)``)."""
+    dataset: tuple[str, str] | None = None
+    """The (name, digest) of the dataset the run's metrics are linked to."""
 
     def log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
@@ -63,12 +70,14 @@ class TrackedRun:
             self.client.log_batch(self.run_id, params=items[start : start + 100])
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        """Log finite metrics; a re-used run gets a newer value, which MLflow shows as current."""
+        """Log finite metrics, linked to :attr:`model_id` and :attr:`dataset` when set; a re-used
+        run gets a newer value, which MLflow shows as current."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
+        name_digest = self.dataset or (None, None)
         items = [
-            Metric(name, float(value), now, 0)
+            Metric(name, float(value), now, 0, self.model_id, *name_digest)
             for name, value in metrics.items()
             if math.isfinite(value)
         ]
@@ -91,12 +100,13 @@ class MlflowTracking(ConfigurableResource):
 
     ``home``: ragutil's state directory (the embedded store lives there);
     ``tracking_uri``: an MLflow tracking URI, empty for the embedded SQLite store;
-    ``ui_url``: where the MLflow UI for a non-HTTP store is served (``mlflow ui`` default).
+    ``ui_url``: where the MLflow UI for a non-HTTP store is served — ``$RAGUTIL_MLFLOW_UI_URL``
+    through ``EnvVar`` under ``ragutil ui`` (the port it actually got), else ``mlflow ui``'s default.
     """
 
     home: str
     tracking_uri: str = ""
-    ui_url: str = "http://127.0.0.1:5000"
+    ui_url: str = DEFAULT_MLFLOW_UI_URL
 
     @property
     def uri(self) -> str:
@@ -112,6 +122,10 @@ class MlflowTracking(ConfigurableResource):
 
     def _home(self) -> Path:
         return Path(self.home).expanduser().resolve()
+
+    def lock_path(self, name: str) -> Path:
+        """A lock file in ragutil's home, shared by the processes of this machine."""
+        return self._home() / f"{name}.lock"
 
     def client(self) -> MlflowClient:
         if self.tracking_uri:

@@ -16,7 +16,10 @@ from mlflow import MlflowClient
 from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
 from ragutil_dagster.runner import materialize_all
+from ragutil_dagster.tracking.report import compare_runs
+from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking import MlflowTracking
+from ragutil_dagster.tracking.entities import MODEL_IDENTITY_TAG, MODELS_EXPERIMENT
 from ragutil_dagster.tracking.keys import (
     DAGSTER_ASSET_TAG,
     DAGSTER_PARTITION_TAG,
@@ -218,18 +221,53 @@ def check_comparison(client: MlflowClient, experiment, tracking: MlflowTracking)
     assert metadata["mlflow_comparison_run_id/world"].value == run.info.run_id
 
 
+def logged_models(client: MlflowClient) -> list:
+    return client.search_logged_models(
+        [client.get_experiment_by_name(MODELS_EXPERIMENT).experiment_id]
+    )
+
+
+def check_entities(client: MlflowClient, run) -> None:
+    """A partition run lists its three datasets once each and its models (generator, NLI, and
+    the embedder of a dense retriever); its metrics are linked to the generator's model."""
+    run = client.get_run(run.info.run_id)  # search_runs leaves out the model inputs
+    inputs = [d.dataset.name for d in run.inputs.dataset_inputs]
+    setting = run.data.params["setting"]
+    assert sorted(inputs) == sorted(
+        ["world/test/queries", "world/corpus", f"{setting}/test/contexts"]
+    )
+    models = {client.get_logged_model(i.model_id) for i in run.inputs.model_inputs}
+    roles = {m.model_type: m for m in models}
+    assert set(roles) == ({"generator", "nli", "embedder"} if "dense" in setting else {"generator", "nli"})
+    generator = roles["generator"]
+    assert generator.tags[MODEL_IDENTITY_TAG] == run.data.params["generator_identity"]
+    linked = {m.key for m in generator.metrics if m.run_id == run.info.run_id}
+    assert {"delta_seper_s", "delta_seper_s_ci_low", "scoring_seconds"} <= linked
+
+
 def check_idempotence(
     client: MlflowClient, experiment, tracking: MlflowTracking, new_seed: int
 ) -> None:
     before = {
         run.info.run_id: run.data.params["generator_identity"] for run in partition_runs(client)
     }
+    models_before = {m.model_id for m in logged_models(client)}
     rescore(experiment, tracking, experiment.partitions())
-    assert {run.info.run_id for run in partition_runs(client)} == set(before)
+    rescored = partition_runs(client)
+    assert {run.info.run_id for run in rescored} == set(before)
+    for run in rescored:
+        check_entities(client, run)
+    assert {m.model_id for m in logged_models(client)} == models_before
     change_generator(experiment, tracking, "lm1", new_seed)
     after = partition_runs(client)
     added = [run for run in after if run.info.run_id not in before]
     assert len(after) == 6 and len(added) == 2
+    # New weights for lm1: exactly one new LoggedModel, shared by its two new runs.
+    [new_model] = [m for m in logged_models(client) if m.model_id not in models_before]
+    assert new_model.model_type == "generator" and all(
+        new_model.model_id in {i.model_id for i in client.get_run(run.info.run_id).inputs.model_inputs}
+        for run in added
+    )
     assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in added) == experiment.partitions(
         "lm1"
     )
@@ -316,7 +354,7 @@ def test_compare_command_prints_the_tables_and_reuses_the_comparison_run(
 
 
 def test_mlflow_server_runs_params_idempotence_and_comparison(
-    experiment, embedded, mlflow_server
+    experiment, embedded, mlflow_server, tmp_path
 ) -> None:
     tracking = MlflowTracking(home=str(experiment.home), tracking_uri=mlflow_server)
     client = MlflowClient(mlflow_server)
@@ -329,3 +367,27 @@ def test_mlflow_server_runs_params_idempotence_and_comparison(
     assert RUN_KEY_TAG in run.data.tags
     check_idempotence(client, experiment, tracking, new_seed=20)
     check_comparison(client, experiment, tracking)
+    check_comparison_from_another_machine(client, experiment, mlflow_server, tmp_path)
+
+
+def check_comparison_from_another_machine(
+    client: MlflowClient, experiment, server: str, home: Path
+) -> None:
+    """A machine with none of the artifacts compares the runs the server holds: the same
+    partitions, the same paired tests, hence the same comparison run (reused)."""
+    tracking = MlflowTracking(home=str(home), tracking_uri=server)
+    outcome = compare_runs(ArtifactStore(home=str(home)), tracking, experiment.config)
+    run = outcome.runs["world"]
+    assert run.reused
+    runs = outcome.comparisons["world"].tables["runs"]
+    latest = {
+        experiment.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("metric_scores"), asset_partitions=[p]), limit=1
+        ).records[0].asset_materialization.metadata["mlflow_run_id"].value
+        for p in experiment.partitions()
+    }
+    assert sorted(runs["mlflow_run_id"]) == sorted(latest)  # lm1's runs after its new weights
+    logged = pl.read_csv(Path(client.download_artifacts(run.run_id, "tables")) / "paired_tests.csv")
+    assert outcome.comparisons["world"].tables["paired_tests"]["p_value"].to_list() == pytest.approx(
+        logged["p_value"].to_list()
+    )
