@@ -84,6 +84,38 @@ NLI_SCHEMA: dict[str, pl.DataType] = {
     "p_entailment": pl.Float64,
 }
 
+# --- retrieval evaluation: MIRAGE Table 2 and oracle, eRAG Table 1 / Figure 1 -----------------
+# One row per retriever: means over the queries with a positive (metrics/mirage.retriever_metrics).
+MIRAGE_RETRIEVAL_SCHEMA: dict[str, pl.DataType] = {
+    "retriever": pl.String, "k": pl.Int32, "queries": pl.Int32, "precision": pl.Float64,
+    "recall": pl.Float64, "f1": pl.Float64,
+    "ndcg": pl.Float64,  # ideal DCG from the query's positives in qrels
+    "ndcg_retrieved": pl.Float64,  # ideal DCG from the retrieved list's labels (MIRAGE's code)
+}
+# One row per query: MIRAGE's oracle chunk, or why the query has none.
+ORACLE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int64, "positives": pl.Int32,
+    "excluded": pl.String,  # null, "multi_hop" or "no_positive"
+}
+# Does a retrieved passage contain a gold answer (eRAG Table 1's "Containing the Answer")?
+ANSWER_CONTAINMENT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "contains_answer": pl.Boolean,
+}
+# Per query, each retrieval-evaluation approach's score (null where the approach is undefined).
+PREDICTOR_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "approach": pl.String, "measure": pl.String, "k": pl.Int32,
+    "value": pl.Float64,
+}
+# eRAG Table 1 (one k) and Figure 1 (several): each approach's rank correlation with the
+# downstream performance of the rag condition, with bootstrap 95 % intervals over queries.
+RETRIEVAL_CORRELATION_SCHEMA: dict[str, pl.DataType] = {
+    "approach": pl.String, "measure": pl.String, "target": pl.String, "k": pl.Int32,
+    "kendall_tau": pl.Float64, "tau_ci_low": pl.Float64, "tau_ci_high": pl.Float64,
+    "spearman_rho": pl.Float64, "rho_ci_low": pl.Float64, "rho_ci_high": pl.Float64,
+    "n_queries": pl.Int32, "ci_resamples": pl.Int32,
+    "undefined": pl.String,  # why the correlation is null (constant vector, < 3 queries)
+}
+
 # --- side tables: written beside an asset's main table, read by name ---------------------------
 # (A table another step reads is an asset of its own, so the lineage graph shows the read.)
 QRELS = "qrels"  # queries, setting_queries

@@ -1,5 +1,6 @@
 """``retrieval_run[setting]``: top-k passages per query (reranked when configured), with the
-standard IR measures against qrels and answer recall@k in the metadata.
+standard IR measures against qrels, answer recall@k and MIRAGE's retriever metrics (Table 2) in
+the metadata.
 
 The same step writes the setting's evaluation inputs, ``setting_queries`` (questions, gold
 answers, qrels, ground-truth utility) and ``retrieved_passages`` (the text of every passage a
@@ -22,7 +23,7 @@ from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
-from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, write_trec
+from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, write_trec
 from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, markdown_table
 
 
@@ -98,6 +99,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata.update({name: dg.MetadataValue.float(float(v)) for name, v in headline.items()})
         metadata["search_seconds"] = dg.MetadataValue.float(seconds)
         metadata["ir_measures"] = dg.MetadataValue.md(markdown_table([headline]))
+        mirage = mirage_retrieval(run, qrels, k)
+        metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage))
+        for row in mirage.iter_rows(named=True):  # one retriever per setting: no row without positives
+            metadata.update({
+                f"mirage_retriever_{name}_{k}": dg.MetadataValue.float(row[name])
+                for name in ("precision", "recall", "f1", "ndcg", "ndcg_retrieved")
+            })
         yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
         yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels)
         shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id")]).unique()

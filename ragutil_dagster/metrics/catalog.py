@@ -45,6 +45,7 @@ class Metric:
 
 _SEPER = "SePer (Dai et al., ICLR 2025)"
 _MIRAGE = "MIRAGE (Park et al.) §4.2 eqs. 2–5"
+_MIRAGE_RETRIEVER = "MIRAGE (Park et al.) Table 2, retriever metrics (retrieval_run metadata)"
 _ERAG = "eRAG (Salemi & Zamani, SIGIR 2024) eq. 1 aggregated"
 _UTILITY = "LLM-specific utility (Zhang et al., 2025) §3.4"
 _CONSENS = "ConSens (Vankov et al.) §2"
@@ -82,6 +83,11 @@ CATALOG: tuple[Metric, ...] = (
            symbol="CI"),
     Metric("mirage_context_misinterpretation", "MIRAGE CM", _MIRAGE, (0, 1),
            higher_is_better=False, symbol="CM"),
+    *(
+        Metric(f"mirage_retriever_{name}_{{k}}", f"MIRAGE {label}@k", _MIRAGE_RETRIEVER, (0, 1))
+        for name, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"), ("ndcg", "NDCG"),
+                            ("ndcg_retrieved", "NDCG-ret"))
+    ),
     Metric("erag_P_{k}", "eRAG P@k", _ERAG, (0, 1)),
     Metric("erag_success_{k}", "eRAG Hit@k", _ERAG, (0, 1)),
     Metric("erag_map", "eRAG MAP", _ERAG, (0, 1), headline=True),

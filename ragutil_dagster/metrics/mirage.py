@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import polars as pl
+
+from ragutil_dagster.metrics.ranking import dcg
+from ragutil_dagster.tables import ORACLE_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,23 @@ class Adaptability:
             "context_insensitivity": self.context_insensitivity,
             "context_misinterpretation": self.context_misinterpretation,
         }
+
+    def counts(self) -> dict[str, int]:
+        """The numerators of eqs. 2–5: how many questions each metric counts (its two groups),
+        to print beside the shares; they sum to ``n`` (eq. 6)."""
+        return {
+            name: sum(self.groups[group] for group in groups)
+            for name, groups in _METRIC_GROUPS.items()
+        }
+
+
+# Each metric's two groups G(b, o, m), eqs. 2–5.
+_METRIC_GROUPS: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    "noise_vulnerability": ((0, 1, 0), (1, 1, 0)),
+    "context_acceptability": ((0, 1, 1), (1, 1, 1)),
+    "context_insensitivity": ((0, 0, 0), (0, 0, 1)),
+    "context_misinterpretation": ((1, 0, 0), (1, 0, 1)),
+}
 
 
 def _as_bool(name: str, values: Sequence[bool]) -> np.ndarray:
@@ -69,12 +90,7 @@ def adaptability(
         return sum(groups[key] for key in keys) / n
 
     return Adaptability(
-        noise_vulnerability=share((0, 1, 0), (1, 1, 0)),
-        context_acceptability=share((0, 1, 1), (1, 1, 1)),
-        context_insensitivity=share((0, 0, 0), (0, 0, 1)),
-        context_misinterpretation=share((1, 0, 0), (1, 0, 1)),
-        groups=groups,
-        n=n,
+        **{name: share(*keys) for name, keys in _METRIC_GROUPS.items()}, groups=groups, n=n
     )
 
 
@@ -84,10 +100,6 @@ class RetrieverMetrics:
     recall: float
     f1: float
     ndcg: float
-
-
-def _dcg(relevance: np.ndarray) -> float:
-    return float(np.sum(relevance / np.log2(np.arange(2, relevance.size + 2))))
 
 
 def retriever_metrics(
@@ -122,6 +134,42 @@ def retriever_metrics(
         ideal = np.ones(min(k, len(positive_set)))
     else:
         ideal = np.sort(relevance)[::-1][:k]
-    ideal_dcg = _dcg(ideal)
-    ndcg_value = _dcg(relevance[:k]) / ideal_dcg if ideal_dcg > 0 else 0.0
+    ideal_dcg = dcg(ideal)
+    ndcg_value = dcg(relevance[:k]) / ideal_dcg if ideal_dcg > 0 else 0.0
     return RetrieverMetrics(precision=precision, recall=recall, f1=f1, ndcg=ndcg_value)
+
+
+def oracle_passages(qrels: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
+    """MIRAGE's oracle context (§4.1, Oracle Context Setting): one relevant chunk per question,
+    for single-hop questions only (§3.1 excludes multi-hop datasets; §6, Single-Hop Task Focus:
+    "answers are derived from a single oracle chunk").
+
+    One row per query of ``queries`` (``ORACLE_SCHEMA``): the positive (relevance > 0) with the
+    highest grade, ties broken by the smallest doc id — the paper picks "one relevant chunk ...
+    from the top-5 chunks mapped to each query" without a rule, so any deterministic one serves;
+    ``positives`` counts the query's positives. A query with ``n_hops`` > 1 is excluded as
+    ``"multi_hop"``, one without a positive as ``"no_positive"`` (doc id and relevance null).
+    Without an ``n_hops`` column (every dataset but the synthetic world) each query counts as
+    single-hop, as in MIRAGE's own datasets.
+    """
+    hops = pl.col("n_hops") if "n_hops" in queries.columns else pl.lit(1)
+    positives = qrels.filter(pl.col("relevance") > 0)
+    best = (
+        positives.sort(["query_id", "relevance", "doc_id"], descending=[False, True, False])
+        .group_by("query_id", maintain_order=True)
+        .agg(pl.col("doc_id").first(), pl.col("relevance").first(), pl.len().alias("positives"))
+    )
+    table = queries.select("query_id", hops.alias("_hops")).join(best, on="query_id", how="left")
+    excluded = (
+        pl.when(pl.col("_hops") > 1).then(pl.lit("multi_hop"))
+        .when(pl.col("doc_id").is_null()).then(pl.lit("no_positive"))
+    )
+    return (
+        table.with_columns(excluded.alias("excluded"), pl.col("positives").fill_null(0))
+        .with_columns(
+            pl.when(pl.col("excluded").is_null()).then(pl.col(c)).alias(c) for c in ("doc_id", "relevance")
+        )
+        .select(list(ORACLE_SCHEMA))
+        .cast(ORACLE_SCHEMA)  # type: ignore[arg-type]
+        .sort("query_id")
+    )

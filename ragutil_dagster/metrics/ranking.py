@@ -71,6 +71,28 @@ def ir_measures(
     return per_query, mean
 
 
+def dcg(gains: Sequence[float] | np.ndarray) -> float:
+    """Discounted cumulative gain with linear gains (Järvelin & Kekäläinen 2000, as trec_eval):
+    Σ_i g_i / log2(i + 1) over ranks i = 1..n."""
+    g = np.asarray(gains, dtype=np.float64)
+    return float(np.sum(g / np.log2(np.arange(2, g.size + 2))))
+
+
+def graded_ndcg(gains: Sequence[float], k: int) -> float:
+    """NDCG@k of real-valued gains judged on the ranked list only (the list's gains in rank order):
+    the DCG of the first k over that of the list's gains sorted best first, cut at k — the ideal
+    a retrieved-only judgment gives, as for eRAG's labels (eRAG §2, G_q over R_k). Gains must be
+    non-negative; a list without any positive gain scores 0 (trec_eval's convention for a query
+    without relevant documents)."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    g = np.asarray(gains, dtype=np.float64)
+    if g.ndim != 1 or not np.all(np.isfinite(g)) or np.any(g < 0):
+        raise ValueError("gains must be one finite, non-negative value per ranked item")
+    ideal = dcg(np.sort(g)[::-1][:k])
+    return dcg(g[:k]) / ideal if ideal > 0 else 0.0
+
+
 def answer_hits_at_k(
     ranked_texts: Sequence[Sequence[str]], golds: Sequence[Golds], k: int
 ) -> np.ndarray:

@@ -4,7 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragutil_dagster.metrics.mirage import adaptability, retriever_metrics
+import polars as pl
+
+from ragutil_dagster.metrics.mirage import adaptability, oracle_passages, retriever_metrics
 
 
 def test_each_metric_counts_its_two_groups() -> None:
@@ -61,3 +63,33 @@ def test_precision_over_k_recall_over_pool_positives() -> None:
     assert result.precision == pytest.approx(0.5)
     assert result.recall == pytest.approx(1 / 3)
     assert result.f1 == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
+
+
+def test_counts_are_the_numerators_of_eqs_2_to_5() -> None:
+    result = adaptability(
+        base=[False, False, True, True, False],
+        oracle=[True, True, True, False, False],
+        mixed=[True, False, True, True, False],
+    )
+    counts = result.counts()
+    assert counts == {"noise_vulnerability": 1, "context_acceptability": 2,
+                      "context_insensitivity": 1, "context_misinterpretation": 1}
+    assert all(counts[name] / result.n == pytest.approx(rate) for name, rate in result.as_dict().items())
+
+
+def test_oracle_is_one_relevant_chunk_of_a_single_hop_question() -> None:
+    queries = pl.DataFrame({"query_id": ["a", "b", "c", "d"], "n_hops": [1, 2, 1, 1]})
+    qrels = pl.DataFrame({
+        "query_id": ["a", "a", "a", "b", "c"],
+        "doc_id": ["z", "y", "x", "b1", "c1"],
+        "relevance": [2, 2, 1, 1, 0],
+    })
+    oracle = oracle_passages(qrels, queries)
+    assert oracle.rows() == [
+        ("a", "y", 2, 3, None),  # highest grade, then the smallest doc id
+        ("b", None, None, 1, "multi_hop"),
+        ("c", None, None, 0, "no_positive"),  # relevance 0 is not a positive
+        ("d", None, None, 0, "no_positive"),
+    ]
+    # Without n_hops (every dataset but the synthetic world) each question is single-hop.
+    assert oracle_passages(qrels, queries.drop("n_hops")).row(1) == ("b", "b1", 1, 1, None)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragutil_dagster.metrics.ranking import answer_recall_at_k, ir_measures, ranks_to_run
+from ragutil_dagster.metrics.ranking import answer_recall_at_k, dcg, graded_ndcg, ir_measures, ranks_to_run
 
 
 def test_ir_measures_counts_unretrieved_queries_as_zero() -> None:
@@ -29,3 +29,14 @@ def test_answer_recall_at_k() -> None:
     golds = [["Linda Davis"], "Paris"]
     assert answer_recall_at_k(ranked, golds, 1) == 0.0
     assert answer_recall_at_k(ranked, golds, 2) == 0.5
+
+
+def test_graded_ndcg_takes_its_ideal_from_the_lists_own_gains() -> None:
+    # gains [0.2, 0, 0.8]: DCG@3 = 0.2 + 0.8 / 2; ideal = 0.8 + 0.2 / log2(3).
+    assert dcg([0.2, 0.0, 0.8]) == pytest.approx(0.6)
+    assert graded_ndcg([0.2, 0.0, 0.8], 3) == pytest.approx(0.6 / (0.8 + 0.2 / 1.5849625007))
+    # At k = 1 the ideal is the best gain of the whole list.
+    assert graded_ndcg([0.2, 0.0, 0.8], 1) == pytest.approx(0.25)
+    assert graded_ndcg([0.0, 0.0], 2) == 0.0
+    with pytest.raises(ValueError, match="non-negative"):
+        graded_ndcg([0.5, -0.1], 2)

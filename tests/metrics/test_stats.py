@@ -10,6 +10,7 @@ from ragutil_dagster.metrics.stats import (
     kendall_tau_b,
     paired_permutation_test,
     pearson,
+    rank_correlation,
     spearman,
 )
 
@@ -61,3 +62,66 @@ def test_paired_difference_interval_and_permutation_test() -> None:
 def test_constant_values_give_a_degenerate_interval() -> None:
     ci = bootstrap_mean_ci([0.5, 0.5, 0.5])
     assert (ci.low, ci.estimate, ci.high) == (0.5, 0.5, 0.5)
+
+
+# --- eRAG Table 1 cells: Kendall τ-b and Spearman ρ with bootstrap intervals -------------------
+
+
+def test_rank_correlation_of_a_perfect_and_a_reversed_order() -> None:
+    perfect = rank_correlation([1, 2, 3, 4, 5], [10, 20, 30, 40, 50], n_resamples=200)
+    assert (perfect.tau, perfect.rho, perfect.undefined) == (pytest.approx(1.0), pytest.approx(1.0), None)
+    # Every resample of a monotone pair is monotone (or constant, and skipped).
+    assert perfect.tau_low == pytest.approx(1.0) and perfect.rho_high == pytest.approx(1.0)
+    reversed_ = rank_correlation([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], n_resamples=200)
+    assert reversed_.tau == pytest.approx(-1.0) and reversed_.rho == pytest.approx(-1.0)
+    assert reversed_.tau_high == pytest.approx(-1.0)
+
+
+def test_rank_correlation_with_ties_by_hand() -> None:
+    # x ties its 2nd and 3rd values: 5 concordant pairs, 0 discordant, 1 pair tied in x only.
+    # tau_b = (5 - 0) / sqrt((6 - 1) * (6 - 0)); rho = Pearson of ranks [1, 2.5, 2.5, 4] and [1..4].
+    result = rank_correlation([1, 2, 2, 3], [1, 2, 3, 4], n_resamples=100)
+    assert result.tau == pytest.approx(5 / np.sqrt(30))
+    assert result.rho == pytest.approx(4.5 / np.sqrt(4.5 * 5))
+    assert result.n == 4
+
+
+def test_binary_pairs_give_equal_tau_b_and_rho_as_in_erag_table_1() -> None:
+    # eRAG Table 1 prints the same τ and ρ for R and Hit Ratio (binary against binary EM):
+    # τ-b = ρ = φ on a 2 × 2 table; τ-a would be smaller.
+    x = [1, 1, 0, 0, 1, 0, 1, 0, 0, 1]
+    y = [1, 0, 0, 0, 1, 1, 1, 0, 0, 1]
+    result = rank_correlation(x, y, n_resamples=50)
+    assert result.tau == pytest.approx(result.rho)
+    assert result.tau == pytest.approx(np.corrcoef(x, y)[0, 1])
+    pairs = [(i, j) for i in range(10) for j in range(i + 1, 10)]
+    tau_a = sum(np.sign(x[i] - x[j]) * np.sign(y[i] - y[j]) for i, j in pairs) / len(pairs)
+    assert tau_a < result.tau
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "reason"),
+    [
+        ([1, 1, 1, 1], [1, 2, 3, 4], "constant predictor"),
+        ([1, 2, 3, 4], [0, 0, 0, 0], "constant target"),
+        ([1, 2], [2, 1], "at least 3"),
+    ],
+)
+def test_undefined_rank_correlation_is_null_with_its_reason(x, y, reason) -> None:
+    result = rank_correlation(x, y)
+    assert result.tau is None and result.rho is None and result.tau_low is None
+    assert reason in result.undefined
+    assert result.resamples == 0
+
+
+def test_bootstrap_interval_contains_the_estimate_and_is_reproducible() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=60)
+    y = x + rng.normal(scale=1.0, size=60)
+    first = rank_correlation(x, y, n_resamples=400, seed=7)
+    assert first.tau_low < first.tau < first.tau_high
+    assert first.rho_low < first.rho < first.rho_high
+    assert first.tau_high - first.tau_low > 0.05  # noisy data: a real interval, not a point
+    assert first.resamples == 400
+    assert rank_correlation(x, y, n_resamples=400, seed=7) == first
+    assert rank_correlation(x, y, n_resamples=400, seed=8) != first
