@@ -211,11 +211,15 @@ class PromptConfig(_Strict):
     """Prompt templates by name (``prompts.PROMPTS``). ``consens`` is the evaluator template
     ConSens scores the pseudo-answer under (§3: the context left empty for P_E, the rag
     passages for P_C); null scores it under the generation prompts instead (closed book and
-    rag — ragutil's earlier rule)."""
+    rag — ragutil's earlier rule). ``oracle`` chooses the passages of the oracle condition:
+    ``mirage`` — MIRAGE's oracle, one relevant chunk, single-hop questions only (§4.1);
+    ``all_positives`` — every positive of the qrels, multi-hop questions included (ragutil's
+    earlier rule)."""
 
     closed_book: str = "closed_book"
     with_context: str = "with_context"
     consens: str | None = "consens_evaluator"
+    oracle: Literal["mirage", "all_positives"] = "mirage"
 
     @field_validator("closed_book", "with_context", "consens")
     @classmethod
@@ -230,6 +234,8 @@ class ExperimentConfig(_Strict):
 
     name: Slug
     seed: int = 0
+    # Resamples of the bootstrap intervals around rank correlations (eRAG Table 1).
+    bootstrap_resamples: int = Field(1000, ge=20)
     datasets: list[DatasetConfig] = Field(min_length=1)
     retrievers: list[RetrieverConfig] = Field(min_length=1)
     k: list[int] = Field(min_length=1)

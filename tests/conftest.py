@@ -38,6 +38,7 @@ def tiny_config(models, world: Path, generators: int = 1) -> dict:
     return {
         "name": "tiny",
         "seed": 0,
+        "bootstrap_resamples": 50,
         "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}],
         "retrievers": [
             {"name": "bm25", "kind": "bm25"},

@@ -15,20 +15,34 @@ from ragutil_dagster.assets.common import check_result, step_tables, table_metad
 from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.predictors import (
+    answer_containment,
+    retrieval_predictors_table,
+    table_one,
+)
 from ragutil_dagster.evaluation.scoring import (
     document_scores,
     group_scores,
     query_scores,
+    retriever_summary,
     summarize,
 )
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import CORPUS_RECORD, UTILITY, markdown_table
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, markdown_table
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
-from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
+from ragutil_dagster.tracking.partition import (
+    CORRELATIONS_ARTIFACT,
+    DOCUMENTS_ARTIFACT,
+    PER_QUERY_ARTIFACT,
+    SUMMARY_ARTIFACT,
+    cost_metrics,
+    log_partition,
+    partition_identities,
+)
 
 
 def score_checks(
@@ -67,8 +81,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     deps = [
         "generations", "nli_probabilities", "consens", "utility_signals",
         dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
-        dg.AssetDep("retrieval_run", partition_mapping=on_setting),
-        dg.AssetDep("setting_queries", partition_mapping=on_setting),
+        *(dg.AssetDep(name, partition_mapping=on_setting)
+          for name in ("retrieval_run", "setting_queries", "retrieved_passages")),
     ]
 
     @dg.multi_asset(
@@ -78,6 +92,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             metric_scores="Per-query scores of all five papers' metrics, and their summary.",
             document_scores="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
             group_scores="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
+            retrieval_correlations="eRAG Table 1: Kendall τ and Spearman ρ (bootstrap 95% CIs) over queries "
+                "between each retrieval evaluation and the rag condition's EM / has_answer.",
         ),
         check_specs=[
             dg.AssetCheckSpec(name, asset="metric_scores")
@@ -105,15 +121,21 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             groups = group_scores(samples, queries, nli)
             ground_truth_path = store.table_path("setting_queries", setting.key, UTILITY)
             ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
+            retrieved = store.read_table("retrieval_run", setting.key)
+            qrels = store.read_table("setting_queries", setting.key, QRELS)
             documents = document_scores(
-                groups, store.read_table("retrieval_run", setting.key), setting.k,
-                store.read_table("utility_signals", partition), ground_truth,
+                groups, retrieved, setting.k, store.read_table("utility_signals", partition), ground_truth,
             )
             per_query = query_scores(groups, queries, store.read_table("consens", partition))
-            summary = summarize(per_query, documents, setting.k)
+            summary = {**summarize(per_query, documents, setting.k), **retriever_summary(retrieved, qrels, setting.k)}
+            containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)
+            correlations = retrieval_predictors_table(
+                per_query, documents, qrels, containment, setting.k, experiment.bootstrap_resamples, experiment.seed,
+            )
             failpoint("scoring")
             groups_path = store.write_table("group_scores", partition, groups)
             documents_path = store.write_table("document_scores", partition, documents)
+            correlations_path = store.write_table("retrieval_correlations", partition, correlations)
             path = store.write_table("metric_scores", partition, per_query)
             summary_path = store.write_json("metric_scores", partition, "summary", summary)
             scoring_seconds = time.perf_counter() - start
@@ -124,7 +146,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             }, samples, nli, scoring_seconds)
             log_partition(
                 run, tracked.params(), summary, per_query, costs,
-                {"table.parquet": path, "documents.parquet": documents_path, "summary.json": summary_path},
+                {PER_QUERY_ARTIFACT: path, DOCUMENTS_ARTIFACT: documents_path, SUMMARY_ARTIFACT: summary_path,
+                 CORRELATIONS_ARTIFACT: correlations_path},
                 store.directory("metric_scores", partition) / "plots", documents, experiment.seed,
             )
             store.write_json("metric_scores", partition, "mlflow", {
@@ -134,6 +157,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         headline = {m.name: summary[m.name] for m in catalog.headline() if m.name in summary}
         yield dg.MaterializeResult(asset_key="group_scores", metadata=table_metadata(groups, groups_path))
         yield dg.MaterializeResult(asset_key="document_scores", metadata=table_metadata(documents, documents_path))
+        yield dg.MaterializeResult(asset_key="retrieval_correlations", metadata={
+            **table_metadata(correlations, correlations_path),
+            "erag_table_1": dg.MetadataValue.md(markdown_table(table_one(correlations))),
+        })
         metadata: dict[str, dg.MetadataValue] = {
             "dagster/row_count": dg.MetadataValue.int(per_query.height),
             "path": dg.MetadataValue.path(str(path)),

@@ -20,6 +20,7 @@ from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.evaluation.scoring import retriever_summary
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
@@ -99,13 +100,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata.update({name: dg.MetadataValue.float(float(v)) for name, v in headline.items()})
         metadata["search_seconds"] = dg.MetadataValue.float(seconds)
         metadata["ir_measures"] = dg.MetadataValue.md(markdown_table([headline]))
-        mirage = mirage_retrieval(run, qrels, k)
-        metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage))
-        for row in mirage.iter_rows(named=True):  # one retriever per setting: no row without positives
-            metadata.update({
-                f"mirage_retriever_{name}_{k}": dg.MetadataValue.float(row[name])
-                for name in ("precision", "recall", "f1", "ndcg", "ndcg_retrieved")
-            })
+        metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage_retrieval(run, qrels, k)))
+        metadata.update({name: dg.MetadataValue.float(v) for name, v in retriever_summary(run, qrels, k).items()})
         yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
         yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels)
         shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id")]).unique()

@@ -7,8 +7,8 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
 * ``rag`` — the top-k retrieved passages together, in rank order. This is also MIRAGE's *mixed*
   setting: the retriever's top-k from the pool, relevant and noisy chunks together;
 * ``per_doc`` — each of the top-k passages alone (per-document ΔSePer, eRAG labels, gold utility);
-* ``oracle`` — the dataset's positive passages only (MIRAGE's oracle setting), for queries with
-  positives in the qrels.
+* ``oracle`` — MIRAGE's oracle setting: one relevant passage, for single-hop queries with a
+  positive in the qrels (``prompts.oracle: all_positives``: every positive, multi-hop included).
 
 Two more conditions are scored (teacher-forced), never sampled: ConSens's evaluator template
 with the context left empty (``consens_empty``) and with the passages of the ``rag`` prompt
@@ -26,6 +26,7 @@ import polars as pl
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import PromptConfig
 from ragutil_dagster.errors import PromptTooLongError
+from ragutil_dagster.metrics.mirage import oracle_passages
 from ragutil_dagster.tables import PROMPT_SCHEMA
 
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle")
@@ -119,6 +120,23 @@ def fit_context_prompt(
     return FittedPrompt(render(kept, text[:cut]), [kept[0][0]], len(docs) - 1, cut)
 
 
+def oracle_contexts(qrels: pl.DataFrame, queries: pl.DataFrame, rule: str) -> dict[str, list[str]]:
+    """The passages of each query's oracle prompt: MIRAGE's one relevant chunk of a single-hop
+    query (``mirage``, :func:`~ragutil_dagster.metrics.mirage.oracle_passages`), or every
+    positive of the qrels (``all_positives``). Queries without any get no oracle prompt."""
+    if rule == "mirage":
+        chosen = oracle_passages(qrels, queries).filter(pl.col("excluded").is_null())
+        return {qid: [doc] for qid, doc in chosen.select("query_id", "doc_id").iter_rows()}
+    return {
+        qid: docs
+        for qid, docs in qrels.filter(pl.col("relevance") > 0)
+        .sort("query_id", "doc_id")
+        .group_by("query_id", maintain_order=True)
+        .agg(pl.col("doc_id"))
+        .iter_rows()
+    }
+
+
 def _passages(corpus: pl.DataFrame) -> dict[str, tuple[str, str, str]]:
     return {
         doc_id: (doc_id, title or "", text)
@@ -195,14 +213,7 @@ def context_prompts(
     passages = _passages(corpus)
     top = run.filter(pl.col("rank") <= k).sort("query_id", "rank")
     ranked = {qid: docs for qid, docs in top.group_by("query_id").agg(pl.col("doc_id")).iter_rows()}
-    positives = {
-        qid: docs
-        for qid, docs in qrels.filter(pl.col("relevance") > 0)
-        .sort("query_id", "doc_id")
-        .group_by("query_id", maintain_order=True)
-        .agg(pl.col("doc_id"))
-        .iter_rows()
-    }
+    positives = oracle_contexts(qrels, queries, prompts.oracle)
     rows: list[dict] = []
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:

@@ -191,25 +191,34 @@ def retrieval_predictors_table(
     return correlation_table(predictor_table(per_query, documents, qrels, containment, k), per_query, n_resamples, seed)
 
 
-def retrieval_predictors_by_k(
-    per_query_by_k: Mapping[int, pl.DataFrame],
-    documents: pl.DataFrame,
-    qrels: pl.DataFrame,
-    containment: pl.DataFrame,
-    n_resamples: int = 1000,
-    seed: int = 0,
-) -> pl.DataFrame:
-    """eRAG Figure 1: the Table 1 correlations as the number of retrieved documents varies.
+def _with_interval(value: str, low: str, high: str) -> pl.Expr:
+    return pl.when(pl.col(value).is_null()).then(pl.lit("—")).otherwise(
+        pl.format("{} [{}, {}]", *(pl.col(c).round(2) for c in (value, low, high)))
+    )
 
-    ``per_query_by_k[k]`` is the per-query table of the setting retrieving k documents (same
-    dataset, retriever and generator): its rag condition is "the downstream performance of the
-    LLM given that number of retrieved documents" (eRAG §3.2). The predictors at every k come from
-    ``documents`` of the deepest setting cut at k (:func:`labelled_documents` states the
-    assumption); ``containment`` labels those documents. The figure plots, per approach, the
-    measure that correlates best in Table 1; this table holds every measure."""
-    if not per_query_by_k:
-        raise ValueError("no k given")
-    return pl.concat([
-        retrieval_predictors_table(per_query, documents, qrels, containment, k, n_resamples, seed)
-        for k, per_query in sorted(per_query_by_k.items())
-    ])
+
+def table_one(correlations: pl.DataFrame, target: str = "em") -> pl.DataFrame:
+    """eRAG Table 1's layout of one setting × generator: per approach and measure, τ and ρ with
+    their bootstrap intervals against ``target``, the queries they are over, and why a cell is
+    undefined."""
+    return correlations.filter(pl.col("target") == target).select(
+        "approach", "measure",
+        _with_interval("kendall_tau", "tau_ci_low", "tau_ci_high").alias("Kendall τ [95% CI]"),
+        _with_interval("spearman_rho", "rho_ci_low", "rho_ci_high").alias("Spearman ρ [95% CI]"),
+        pl.col("n_queries").alias("n"), "undefined",
+    )
+
+
+def figure_one(correlations: pl.DataFrame, target: str = "em") -> pl.DataFrame:
+    """eRAG Figure 1 as a table: Kendall τ against ``target`` as k varies — one row per dataset,
+    retriever, generator, approach and measure, one column per k. ``correlations`` holds the
+    Table 1 rows of several settings with their ``dataset``, ``retriever`` and ``generator``;
+    each k's cell is that setting's own (its retrieval and its rag condition at k)."""
+    keys = ["dataset", "retriever", "generator", "approach", "measure"]
+    return (
+        correlations.filter(pl.col("target") == target)
+        .sort("k")
+        .with_columns(pl.format("τ k={}", "k").alias("cell"))
+        .pivot("cell", index=keys, values="kendall_tau", aggregate_function="first", maintain_order=True)
+        .sort(keys)
+    )

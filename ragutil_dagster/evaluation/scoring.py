@@ -22,6 +22,7 @@ from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import EntailFn, SePerInput, nli_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
+from ragutil_dagster.retrieval.runs import mirage_retrieval
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GROUP_KEYS, NLI_SCHEMA
 
 
@@ -321,6 +322,16 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
             if part.height >= 3 and np.ptp(values) > 0 and np.ptp(truth) > 0:
                 out.add(f"pearson_delta_seper_{kernel}_true_utility{suffix}", pearson(values, truth).statistic, part.height)
     return out
+
+
+def retriever_summary(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> dict[str, float]:
+    """MIRAGE Table 2 of the setting's retriever — precision, recall, F1 and both NDCG@k
+    (``retrieval.runs.mirage_retrieval``) — each with its n (queries with positives)."""
+    out = _Summary()
+    for row in mirage_retrieval(run, qrels, k).iter_rows(named=True):
+        for name in ("precision", "recall", "f1", "ndcg", "ndcg_retrieved"):
+            out.add(f"mirage_retriever_{name}_{k}", row[name], row["queries"])
+    return dict(out)
 
 
 def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> dict[str, float]:

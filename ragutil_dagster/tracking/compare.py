@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.predictors import figure_one, table_one
 from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
@@ -47,6 +48,7 @@ class PartitionScores:
     summary: dict[str, float]
     per_query: pl.DataFrame
     mlflow_run_id: str = ""
+    correlations: pl.DataFrame | None = None  # eRAG Table 1 (RETRIEVAL_CORRELATION_SCHEMA)
 
     @property
     def retriever_label(self) -> str:
@@ -132,6 +134,50 @@ def erag_utility_table(long: pl.DataFrame) -> pl.DataFrame:
     return long.select("dataset", "retriever", "k", "generator", *sorted(columns)).sort(
         "dataset", "retriever", "k", "generator"
     )
+
+
+def mirage_retrieval_table(long: pl.DataFrame) -> pl.DataFrame:
+    """MIRAGE Table 2: the retriever's precision, recall, F1 and NDCG@k (both ideals), percent,
+    per dataset, retriever and k, with the queries they are over."""
+    names = ("precision", "recall", "f1", "ndcg", "ndcg_retrieved")
+    present = [n for n in names if f"mirage_retriever_{n}_at_k" in long.columns]
+    if not present:
+        return pl.DataFrame()
+    return (
+        long.select(
+            "dataset", "retriever", "k",
+            *[(pl.col(f"mirage_retriever_{n}_at_k") * 100).alias(n) for n in present],
+            pl.col(f"n_mirage_retriever_{present[0]}_at_k").cast(pl.Int64).alias("n"),
+        )
+        .unique(["dataset", "retriever", "k"], keep="first")
+        .sort("dataset", "retriever", "k")
+    )
+
+
+def _labelled_correlations(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
+    """Every partition's eRAG Table 1 rows with its dataset, retriever and generator."""
+    tables = [
+        p.correlations.with_columns(
+            dataset=pl.lit(p.setting.dataset), retriever=pl.lit(p.retriever_label), generator=pl.lit(p.generator)
+        )
+        for p in partitions if p.correlations is not None
+    ]
+    return pl.concat(tables) if tables else pl.DataFrame()
+
+
+def erag_table(correlations: pl.DataFrame) -> pl.DataFrame:
+    """eRAG Table 1 per setting × generator: each retrieval evaluation's Kendall τ and Spearman
+    ρ with the rag condition's EM, bootstrap 95% intervals and n."""
+    if correlations.is_empty():
+        return correlations
+    parts = correlations.partition_by(["dataset", "retriever", "k", "generator"], as_dict=True, maintain_order=True)
+    return pl.concat([
+        table_one(part).select(
+            pl.lit(key[0]).alias("dataset"), pl.lit(key[1]).alias("retriever"), pl.lit(key[2]).alias("k"),
+            pl.lit(key[3]).alias("generator"), pl.all(),
+        )
+        for key, part in sorted(parts.items())
+    ])
 
 
 def delta_seper_intervals(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.DataFrame:
@@ -243,6 +289,19 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
     tables["erag_utility"], titles["erag_utility"] = (
         erag_utility_table(long),
         "eRAG and LLM-specific utility by retriever",
+    )
+    tables["mirage_retrieval"], titles["mirage_retrieval"] = (
+        mirage_retrieval_table(long),
+        "Retriever precision / recall / F1 / NDCG@k, % (MIRAGE Table 2 layout)",
+    )
+    correlations = _labelled_correlations(partitions)
+    tables["erag_table1"], titles["erag_table1"] = (
+        erag_table(correlations),
+        "Which retrieval evaluation predicts this LLM's EM? Kendall τ / Spearman ρ over queries (eRAG Table 1 layout)",
+    )
+    tables["erag_figure1"], titles["erag_figure1"] = (
+        figure_one(correlations) if not correlations.is_empty() else correlations,
+        "Kendall τ with EM as k varies (eRAG Figure 1 as a table)",
     )
     tables["delta_seper_ci"], titles["delta_seper_ci"] = (
         delta_seper_intervals(partitions, seed),

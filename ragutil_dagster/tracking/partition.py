@@ -20,6 +20,12 @@ from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import ModelIdentities
 from ragutil_dagster.tracking.resource import TrackedRun
 
+# A partition run's tables, under ``scores/`` in its artifacts: what comparisons read back.
+PER_QUERY_ARTIFACT = "table.parquet"
+DOCUMENTS_ARTIFACT = "documents.parquet"
+SUMMARY_ARTIFACT = "summary.json"
+CORRELATIONS_ARTIFACT = "retrieval_correlations.parquet"
+
 CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 

@@ -26,6 +26,7 @@ from ragutil_dagster.tracking.compare import (
     write_comparison,
 )
 from ragutil_dagster.tracking.keys import KIND_TAG, mlflow_experiment_name
+from ragutil_dagster.tracking.partition import CORRELATIONS_ARTIFACT, PER_QUERY_ARTIFACT, SUMMARY_ARTIFACT
 from ragutil_dagster.tracking.resource import FINISHED, MlflowTracking, TrackedRun
 
 
@@ -48,16 +49,23 @@ def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str, finge
 
 
 def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScores:
-    """A partition run's summary and per-query table, read from its artifacts (``scores/``)."""
+    """A partition run's summary, per-query table and eRAG Table 1, read from its artifacts
+    (``scores/``; a run logged before Table 1 existed has none)."""
     client = tracking.client()
-    summary = client.download_artifacts(run.info.run_id, "scores/summary.json", str(directory))
-    table = client.download_artifacts(run.info.run_id, "scores/table.parquet", str(directory))
+    summary = client.download_artifacts(run.info.run_id, f"scores/{SUMMARY_ARTIFACT}", str(directory))
+    table = client.download_artifacts(run.info.run_id, f"scores/{PER_QUERY_ARTIFACT}", str(directory))
+    logged = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "scores")}
+    correlations = (
+        pl.read_parquet(client.download_artifacts(run.info.run_id, f"scores/{CORRELATIONS_ARTIFACT}", str(directory)))
+        if CORRELATIONS_ARTIFACT in logged else None
+    )
     return PartitionScores(
         setting=Setting.parse(run.data.params["setting"]),
         generator=run.data.params["generator"],
         summary=json.loads(Path(summary).read_text(encoding="utf-8")),
         per_query=pl.read_parquet(table),
         mlflow_run_id=run.info.run_id,
+        correlations=correlations,
     )
 
 

@@ -52,7 +52,7 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
     changed = sensor(dg.build_sensor_context(cursor=first.cursor))
     scoring = (
         "consens", "document_scores", "entailment_clusters", "generations", "group_scores", "metric_scores",
-        "nli_probabilities", "utility_signals",
+        "nli_probabilities", "retrieval_correlations", "utility_signals",
     )
     assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
         (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
@@ -65,7 +65,10 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
     parts, assets = build_assets(tiny_experiment)
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
            for r in affected_runs(["nli"], assets)}
-    nli_steps = ("document_scores", "entailment_clusters", "group_scores", "metric_scores", "nli_probabilities")
+    nli_steps = (
+        "document_scores", "entailment_clusters", "group_scores", "metric_scores", "nli_probabilities",
+        "retrieval_correlations",
+    )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
              for r in affected_runs(["retriever:dense"], assets)}

@@ -10,12 +10,14 @@ import pytest
 
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.runner import materialize_all, plan
 
 NODES = {
     "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
     "closed_book_generations", "generations", "consens", "utility_signals",
-    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores", "reports",
+    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
+    "retrieval_correlations", "reports",
     "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
 
@@ -35,11 +37,10 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
         assert parents[name] == setting_inputs | {"model/generator"}
     for name in ("entailment_clusters", "nli_probabilities"):
         assert parents[name] == {"generations", "closed_book_generations", "setting_queries", "model/nli"}
-    for name in ("metric_scores", "document_scores", "group_scores"):
+    for name in ("metric_scores", "document_scores", "group_scores", "retrieval_correlations"):
         assert parents[name] == {
             "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_signals",
-            "retrieval_run", "setting_queries",
-        }
+        } | setting_inputs
     assert parents["reports"] == {"metric_scores"}
     setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
     assert sorted(setting_keys) == sorted(
@@ -86,8 +87,9 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
         scores = pl.read_parquet(partition / "table.parquet")
         assert scores.height == 6 and scores["delta_seper_s"].null_count() == 0
         summary = json.loads((partition / "summary.json").read_text())
-        mirage = [v for k, v in summary.items() if k.startswith("mirage_")]
+        mirage = [summary[m.name] for m in catalog.mirage()]
         assert len(mirage) == 4 and sum(mirage) == pytest.approx(1.0)
+        assert summary["n_mirage_context_acceptability"] <= 6  # single-hop queries with a positive
         documents = pl.read_parquet(artifacts / "document_scores" / partition.name / "table.parquet")
         k = int(partition.name.rsplit("__k", 1)[1])
         assert documents.height == 6 * k
@@ -133,7 +135,7 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
         ["queries", "corpus"], ["index"], ["retrieval_run", "setting_queries", "retrieved_passages"],
         ["closed_book_generations"],
         ["generations", "consens", "utility_signals", "entailment_clusters", "nli_probabilities",
-         "metric_scores", "document_scores", "group_scores"],
+         "metric_scores", "document_scores", "group_scores", "retrieval_correlations"],
         ["reports"],
     ]
     keys = {name: keys for names, keys in steps for name in names}

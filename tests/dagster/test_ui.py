@@ -32,7 +32,7 @@ from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
 NODES = [
     "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
     "closed_book_generations", "generations", "consens", "utility_signals", "entailment_clusters",
-    "nli_probabilities", "metric_scores", "document_scores", "group_scores", "reports",
+    "nli_probabilities", "metric_scores", "document_scores", "group_scores", "retrieval_correlations", "reports",
 ]
 ARTIFACTS = Path("/tmp/ragutil-test-ui")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -10,9 +10,10 @@ import pytest
 
 from ragutil_dagster.evaluation.predictors import (
     answer_containment,
+    figure_one,
     predictor_table,
-    retrieval_predictors_by_k,
     retrieval_predictors_table,
+    table_one,
 )
 from ragutil_dagster.tables import PREDICTOR_SCHEMA, RETRIEVAL_CORRELATION_SCHEMA
 
@@ -117,9 +118,16 @@ def test_table_1_correlations(per_query, documents, qrels, containment) -> None:
     assert table.height == expected_cells
 
 
-def test_figure_1_pairs_each_k_with_its_own_rag_condition(per_query, documents, qrels, containment) -> None:
-    deeper = per_query.with_columns(pl.Series("em_rag", [0.0, 0.5, 1.0]))  # k = 3 answers differently
-    table = retrieval_predictors_by_k({3: deeper, 2: per_query}, documents, qrels, containment, n_resamples=50)
-    assert table["k"].unique().sort().to_list() == [2, 3]
-    query = table.filter((pl.col("approach") == "delta_seper_s") & (pl.col("target") == "em"))
-    assert dict(query.select("k", "kendall_tau").iter_rows()) == pytest.approx({2: 1.0, 3: -1.0})
+def test_table_1_layout_and_figure_1_across_k(per_query, documents, qrels, containment) -> None:
+    at_2 = retrieval_predictors_table(per_query, documents, qrels, containment, k=2, n_resamples=50)
+    deeper = per_query.with_columns(pl.Series("em_rag", [0.0, 0.5, 1.0]))  # a k = 3 setting answers differently
+    at_3 = retrieval_predictors_table(deeper, documents, qrels, containment, k=3, n_resamples=50)
+    layout = table_one(at_2)
+    query = layout.filter(pl.col("approach") == "delta_seper_s").row(0, named=True)
+    assert query["Kendall τ [95% CI]"].startswith("1.0 [") and query["n"] == 3
+    ca = layout.filter(pl.col("approach") == "mirage_context_acceptability").row(0, named=True)
+    assert ca["Kendall τ [95% CI]"] == "—" and "at least 3" in ca["undefined"]
+    labelled = pl.concat([at_2, at_3]).with_columns(dataset=pl.lit("d"), retriever=pl.lit("r"), generator=pl.lit("g"))
+    figure = figure_one(labelled)
+    row = figure.filter(pl.col("approach") == "delta_seper_s").row(0, named=True)
+    assert (row["τ k=2"], row["τ k=3"]) == pytest.approx((1.0, -1.0))
