@@ -54,11 +54,13 @@ def _environment_value(name: str, for_dagster: bool) -> str | dg.EnvVar:
     return dg.EnvVar(name) if for_dagster and value else value
 
 
-def build_definitions(experiment: ExperimentConfig, home: str | None = None) -> dg.Definitions:
+def build_definitions(
+    experiment: ExperimentConfig, home: str | None = None, *, show_progress: bool = True
+) -> dg.Definitions:
     _, assets = build_assets(experiment)
     return dg.Definitions(
         assets=with_weekly_reevaluation(assets),
-        resources=build_resources(home),
+        resources=build_resources(home, show_progress=show_progress),
         sensors=build_automation(experiment, assets),
     )
 

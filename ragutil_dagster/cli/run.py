@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     experiment = load_config(args.config)
     if needs_embedded_models(experiment):
         ensure_embedded_models(progress=not args.quiet)
-    defs = build_definitions(experiment)
+    defs = build_definitions(experiment, show_progress=not args.quiet)
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
                               console_log_level="CRITICAL" if args.quiet else "WARNING")

@@ -242,10 +242,11 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
 
 def _utility_signal_metrics(
     documents: pl.DataFrame, gold: dict[str, set[str]], signal: str, k: int
-) -> tuple[dict[str, float], int]:
+) -> dict[str, tuple[float, int]]:
     """LLM-specific utility §3.4 for one signal: ranking metrics of the passages ordered by the
-    signal, and set metrics of its selection where the signal has a selection rule; with the
-    number of queries they average over.
+    signal, and set metrics of its selection where the signal has a selection rule; each with the
+    number of queries it averages over (P / R / F1 and the rankings: those with a non-empty gold
+    set; accuracy: those with an empty one).
 
     Queries without the signal (no pseudo-answer to score; or a backend without attention
     weights) are left out of both; within a query, a passage without it (dropped from the
@@ -253,9 +254,9 @@ def _utility_signal_metrics(
     scored_queries = documents.filter(pl.col(signal).is_not_null())["query_id"].unique()
     kept = documents.filter(pl.col("query_id").is_in(scored_queries.implode()))
     if kept.is_empty():
-        return {}, 0
+        return {}
     kept_gold = {qid: gold[qid] for qid in kept["query_id"].unique(maintain_order=True)}
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, int]] = {}
     selection = f"{signal}_selected"
     if selection in kept.columns:
         selected = {
@@ -264,10 +265,10 @@ def _utility_signal_metrics(
         }
         chosen = set_metrics(selected, kept_gold)
         out.update({
-            f"utility_{signal}_precision": chosen.precision,
-            f"utility_{signal}_recall": chosen.recall,
-            f"utility_{signal}_f1": chosen.f1,
-            f"utility_{signal}_accuracy_empty": chosen.accuracy_empty,
+            f"utility_{signal}_precision": (chosen.precision, chosen.n_nonempty),
+            f"utility_{signal}_recall": (chosen.recall, chosen.n_nonempty),
+            f"utility_{signal}_f1": (chosen.f1, chosen.n_nonempty),
+            f"utility_{signal}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
         })
     if any(kept_gold.values()):
         order = {
@@ -277,9 +278,9 @@ def _utility_signal_metrics(
         }
         cut = min(5, k)
         ranking = rank_metrics(order, kept_gold, cut)
-        out[f"utility_{signal}_ndcg_{cut}"] = ranking.ndcg
-        out[f"utility_{signal}_recall_{cut}"] = ranking.recall
-    return out, len(kept_gold)
+        out[f"utility_{signal}_ndcg_{cut}"] = (ranking.ndcg, ranking.n_queries)
+        out[f"utility_{signal}_recall_{cut}"] = (ranking.recall, ranking.n_queries)
+    return out
 
 
 def _subset_name(name: str, subset: str) -> str:
@@ -371,8 +372,7 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
         if signal not in documents.columns:
             continue
         for subset, member in subsets.items():
-            values, n = _utility_signal_metrics(documents.filter(member), gold, signal, k)
-            for name, value in values.items():
+            for name, (value, n) in _utility_signal_metrics(documents.filter(member), gold, signal, k).items():
                 summary.add(_subset_name(name, subset) if subset else name, value, n)
     if "true_utility" in documents.columns:
         summary.update(_validity_correlations(queries_table, documents))

@@ -63,7 +63,8 @@ def test_known_and_unknown_queries_are_scored_apart_each_with_its_n() -> None:
     assert summary["n_utility_likelihood_precision_unknown"] == 1
     assert summary["utility_likelihood_accuracy_empty_known"] == pytest.approx(1.0)
     assert summary["n_utility_likelihood_accuracy_empty_known"] == 1
-    assert summary["n_utility_likelihood_f1"] == 2
+    # Over all queries: P / R / F1 average the one with a gold passage, accuracy the one without.
+    assert summary["n_utility_likelihood_f1"] == 1 and summary["n_utility_likelihood_accuracy_empty"] == 1
     assert summary["utility_likelihood_ndcg_unknown_2"] == pytest.approx(1.0)
     assert "utility_likelihood_ndcg_known_2" not in summary  # no known query has a gold passage
     assert summary["n_utility_likelihood_ndcg_unknown_at_k"] == 1
