@@ -35,7 +35,7 @@ import polars as pl
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.metrics.erag import erag_scores
 from ragutil_dagster.metrics.ranking import graded_ndcg, ir_measures, ranks_to_run
-from ragutil_dagster.metrics.stats import rank_correlation
+from ragutil_dagster.metrics.stats import RankCorrelation, rank_correlation
 from ragutil_dagster.tables import (
     ANSWER_CONTAINMENT_SCHEMA,
     PREDICTOR_SCHEMA,
@@ -168,10 +168,17 @@ def correlation_table(
     targets = per_query.select("query_id", *[pl.col(c).alias(t) for t, c in TARGETS.items()])
     joined = predictors.join(targets, on="query_id", how="inner")
     rows = []
+    # Measures often agree query by query (at k = 1 every list measure is the label itself):
+    # identical value pairs get the identical cell, computed once.
+    cells: dict[bytes, RankCorrelation] = {}
     for (approach, measure, k), part in joined.group_by("approach", "measure", "k", maintain_order=True):
         for target in TARGETS:
             pairs = part.select("value", target).drop_nulls()
-            cell = rank_correlation(pairs["value"].to_numpy(), pairs[target].to_numpy(), n_resamples=n_resamples, seed=seed)
+            x, y = pairs["value"].to_numpy(), pairs[target].to_numpy()
+            key = x.tobytes() + b"|" + y.tobytes()
+            if key not in cells:
+                cells[key] = rank_correlation(x, y, n_resamples=n_resamples, seed=seed)
+            cell = cells[key]
             rows.append((approach, measure, target, k, cell.tau, cell.tau_low, cell.tau_high, cell.rho,
                          cell.rho_low, cell.rho_high, cell.n, cell.resamples, cell.undefined))
     return pl.DataFrame(rows, schema=RETRIEVAL_CORRELATION_SCHEMA, orient="row")

@@ -80,6 +80,45 @@ class RankCorrelation:
     undefined: str | None
 
 
+# Kendall's τ-b of many resamples at once from the signs of all pairwise differences: up to this
+# many pairs per resample; longer vectors go through scipy's O(n log n) one resample at a time.
+_PAIRWISE_LIMIT = 200_000
+
+
+def bootstrap_rank_correlations(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kendall's τ-b and Spearman's ρ of each row pair of ``xs``, ``ys`` (resamples × n), NaN
+    where a row is constant — the values scipy's ``kendalltau(variant="b")`` and ``spearmanr``
+    give row by row, computed for all rows together.
+
+    ρ is Pearson's r of the rows' average ranks; τ-b = Σ sign(Δx)·sign(Δy) /
+    √(Σ|sign(Δx)| · Σ|sign(Δy)|) over the pairs i < j."""
+    rank_x, rank_y = (stats.rankdata(v, axis=1) for v in (xs, ys))
+    rank_x -= rank_x.mean(axis=1, keepdims=True)
+    rank_y -= rank_y.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rhos = (rank_x * rank_y).sum(axis=1) / np.sqrt((rank_x**2).sum(axis=1) * (rank_y**2).sum(axis=1))
+    n = xs.shape[1]
+    if n * (n - 1) // 2 > _PAIRWISE_LIMIT:
+        taus = np.array([
+            stats.kendalltau(x, y, variant="b").statistic if np.ptp(x) and np.ptp(y) else np.nan
+            for x, y in zip(xs, ys)
+        ])
+        return taus, np.where(np.isnan(taus), np.nan, rhos)
+    first, second = np.triu_indices(n, 1)
+    rows = max(1, 4_000_000 // max(first.size, 1))  # bound the pair arrays' memory
+    taus = np.empty(xs.shape[0])
+    for start in range(0, xs.shape[0], rows):
+        block = slice(start, start + rows)
+        sign_x = np.sign(xs[block][:, first] - xs[block][:, second])
+        sign_y = np.sign(ys[block][:, first] - ys[block][:, second])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            taus[block] = (sign_x * sign_y).sum(axis=1) / np.sqrt(
+                np.abs(sign_x).sum(axis=1) * np.abs(sign_y).sum(axis=1)
+            )
+    undefined = ~np.isfinite(taus) | ~np.isfinite(rhos)
+    return np.where(undefined, np.nan, taus), np.where(undefined, np.nan, rhos)
+
+
 def _undefined_reason(a: np.ndarray, b: np.ndarray) -> str | None:
     if a.size < 3:
         return f"{a.size} queries: a rank correlation needs at least 3"
@@ -110,17 +149,13 @@ def rank_correlation(
     reason = _undefined_reason(a, b)
     if reason is not None:
         return RankCorrelation(None, None, None, None, None, None, a.size, 0, reason)
-    tau = kendall_tau_b(a, b).statistic
-    rho = spearman(a, b).statistic
-    rng = np.random.default_rng(seed)
-    taus, rhos = [], []
-    for index in rng.integers(0, a.size, size=(n_resamples, a.size)):
-        ra, rb = a[index], b[index]
-        if np.ptp(ra) == 0 or np.ptp(rb) == 0:
-            continue
-        taus.append(stats.kendalltau(ra, rb, variant="b").statistic)
-        rhos.append(stats.spearmanr(ra, rb).statistic)
-    if not taus:
+    # The estimate by the same arithmetic as its resamples, so an interval is comparable with it.
+    tau, rho = (float(v[0]) for v in bootstrap_rank_correlations(a[None], b[None]))
+    index = np.random.default_rng(seed).integers(0, a.size, size=(n_resamples, a.size))
+    taus, rhos = bootstrap_rank_correlations(a[index], b[index])
+    defined = ~np.isnan(taus)  # a resample repeating one query until a vector is constant
+    taus, rhos = taus[defined], rhos[defined]
+    if not taus.size:
         return RankCorrelation(tau, None, None, rho, None, None, a.size, 0, None)
     tail = (1 - confidence) / 2
     tau_low, tau_high = (float(q) for q in np.quantile(taus, [tail, 1 - tail]))
