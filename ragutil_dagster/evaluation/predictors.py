@@ -8,8 +8,9 @@ EM, as eRAG for QA, or has_answer) — Kendall's τ-b and Spearman's ρ with boo
 
 Approaches (``approach`` / ``measure`` columns):
 
-* ``erag`` — eRAG's labels G_q[d] (eq. 1; ``erag_label`` of the documents table) aggregated by
-  P, R, MAP, MRR, NDCG and Hit at k.
+* ``erag`` — eRAG's labels G_q[d] (eq. 1 with EM, KILT's metric for QA; ``erag_label`` of the
+  documents table) aggregated by P, R, MAP, MRR, NDCG and Hit at k; ``erag_has_answer`` the same
+  with has_answer labels.
 * ``provenance`` — the same six measures over the qrels' relevance (Table 1's "KILT Provenance").
 * ``answers`` — the same six over "the passage contains a gold answer" (Table 1's "Containing
   the Answer"; DPR ``has_answer`` on the passage text).
@@ -49,7 +50,8 @@ LIST_MEASURES: dict[str, str] = {
 }
 # Approaches whose per-document labels are integers, each from its column of the labelled documents.
 LABELLED_APPROACHES: dict[str, str] = {
-    "erag": "erag_label", "provenance": "relevance", "answers": "contains_answer",
+    "erag": "erag_label", "erag_has_answer": "erag_label_has_answer", "provenance": "relevance",
+    "answers": "contains_answer",
     "gold_utility": "gold_utility",
 }
 # The downstream performance of the rag condition: per-query columns of evaluation.scoring.query_scores.
@@ -98,6 +100,7 @@ def labelled_documents(
             pl.col("relevance").fill_null(0).cast(pl.Int64),
             pl.col("contains_answer").cast(pl.Int64),
             pl.col("erag_label").cast(pl.Int64),
+            pl.col("erag_label_has_answer").cast(pl.Int64),
             pl.col("gold_utility").cast(pl.Int64),
         )
         .select("query_id", "doc_id", "rank", *LABELLED_APPROACHES.values(), "delta_seper_s")

@@ -183,14 +183,15 @@ def document_scores(
     ground_truth: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Per retrieved document: rank, ΔSePer_S/H of the document alone (SePer §3.4), its eRAG
-    label (eRAG eq. 1: has_answer of the output with the document alone), gold utility
+    label (eRAG eq. 1: the downstream metric, EM for QA as KILT, of the judged output with the
+    document alone; ``erag_label_has_answer`` the has_answer variant), gold utility
     (LLM-specific utility eq. 1), and — when given — likelihood / attention utility signals
     and ground-truth utility."""
     closed = _condition(groups, "closed_book", "closed").select(
         "query_id", "seper_s_closed", "seper_h_closed", "answer_has_closed"
     )
     per_doc = groups.filter(pl.col("condition") == "per_doc").select(
-        "query_id", "doc_id", "seper_s", "seper_h", "answer_has"
+        "query_id", "doc_id", "seper_s", "seper_h", "answer_em", "answer_has"
     )
     top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
     table = (
@@ -199,10 +200,14 @@ def document_scores(
         .with_columns(
             (pl.col("seper_s") - pl.col("seper_s_closed")).alias("delta_seper_s"),
             (pl.col("seper_h") - pl.col("seper_h_closed")).alias("delta_seper_h"),
-            pl.col("answer_has").cast(pl.Int32).alias("erag_label"),
+            pl.col("answer_em").cast(pl.Int32).alias("erag_label"),
+            pl.col("answer_has").cast(pl.Int32).alias("erag_label_has_answer"),
             (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility"),
         )
-        .select("query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", "erag_label", "gold_utility")
+        .select(
+            "query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", "erag_label", "erag_label_has_answer",
+            "gold_utility",
+        )
     )
     if table["delta_seper_s"].null_count():
         missing = table.filter(pl.col("delta_seper_s").is_null()).row(0, named=True)

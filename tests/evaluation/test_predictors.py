@@ -29,7 +29,10 @@ def documents() -> pl.DataFrame:
     ]
     schema = {"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int32, "delta_seper_s": pl.Float64,
               "erag_label": pl.Int32, "gold_utility": pl.Boolean}
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    # has_answer credits d2 too (its output contains the answer without matching it exactly).
+    return pl.DataFrame(rows, schema=schema, orient="row").with_columns(
+        erag_label_has_answer=pl.col("erag_label") | (pl.col("doc_id") == "d2").cast(pl.Int32)
+    )
 
 
 @pytest.fixture()
@@ -114,7 +117,7 @@ def test_table_1_correlations(per_query, documents, qrels, containment) -> None:
     assert constant.filter(pl.col("approach") == "erag")["undefined"].str.contains("constant target").all()
     ca = table.filter((pl.col("approach") == "mirage_context_acceptability") & (pl.col("target") == "em")).row(0, named=True)
     assert ca["n_queries"] == 2 and "at least 3" in ca["undefined"]
-    expected_cells = (4 * 6 + 3 + 1 + 1) * 2  # list approaches × measures, ΔSePer per doc, query-level
+    expected_cells = (5 * 6 + 3 + 1 + 1) * 2  # list approaches × measures, ΔSePer per doc, query-level
     assert table.height == expected_cells
 
 
