@@ -361,6 +361,8 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
         )
         for name, value in mirage.as_dict().items():
             summary.add(f"mirage_{name}", value, with_oracle.height)
+        # The questions behind each share (its two groups G(b, o, m), eqs. 2–5).
+        summary.update({f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()})
     ranked = {qid: docs for qid, docs in documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
     labels: dict[str, dict[str, int]] = {}
     for qid, doc, label in documents.select("query_id", "doc_id", "erag_label").iter_rows():

@@ -116,14 +116,22 @@ def wide_table(long: pl.DataFrame, column: str) -> pl.DataFrame:
 
 
 def mirage_table(long: pl.DataFrame) -> pl.DataFrame:
-    """MIRAGE Table 1: per dataset, k, generator and retriever, the four metrics in percent."""
+    """MIRAGE Table 1: per dataset, k, generator and retriever, the four metrics in percent,
+    each with the questions it counts, and the questions with an oracle (n)."""
     present = {c: label for c, label in MIRAGE_COLUMNS.items() if c in long.columns}
+    counts = [
+        pl.col(f"count_{c}").cast(pl.Int64).alias(f"{label} count") for c, label in present.items()
+        if f"count_{c}" in long.columns
+    ]
+    total = [pl.col(f"n_{c}").cast(pl.Int64).alias("n") for c in list(present)[:1] if f"n_{c}" in long.columns]
     return long.select(
         "dataset",
         "k",
         "generator",
         "retriever",
         *[(pl.col(c) * 100).alias(label) for c, label in present.items()],
+        *counts,
+        *total,
     ).sort("dataset", "k", "generator", "retriever")
 
 
