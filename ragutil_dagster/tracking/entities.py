@@ -5,9 +5,11 @@
   content by ragutil (MLflow's own polars digest depends on the polars version), so the same data
   has the same digest on every machine and the MLflow UI groups runs by dataset.
 - Models: the generator, the NLI model, the embedder and the reranker are external LoggedModels
-  in one experiment (``ragutil/models``), keyed by their identity (hub commit, directory or GGUF
-  hash, registry version): a run re-uses the model an earlier run created, and a new revision
-  adds exactly one. The run lists them as model inputs.
+  in the run's experiment (the dataset's), keyed by their identity (hub commit, directory or GGUF
+  hash, registry version): a run re-uses the model an earlier run of the experiment created, and
+  a new revision adds exactly one. The run lists them as model inputs. The MLflow UI's run page
+  finds a run's models only in the run's own experiment, so one shared experiment of models would
+  leave them off every run page; the price is one LoggedModel per identity and dataset.
 - The run's metrics are linked to the generator's model and to the contexts dataset, so
   ``search_logged_models`` ranks generators on the same retrieved contexts (docs/mlflow.md).
 """
@@ -35,9 +37,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Dataset
 
-MODELS_EXPERIMENT = "ragutil/models"
-"""Every LoggedModel lives here, whichever dataset experiment used it, so one identity is one
-model across experiments."""
 MODEL_KEY_TAG = "ragutil.model_key"
 MODEL_ROLE_TAG = "ragutil.model_role"
 MODEL_IDENTITY_TAG = "ragutil.model_identity"
@@ -128,8 +127,8 @@ class ModelSpec:
 
     @property
     def key(self) -> str:
-        """The LoggedModel's key: the identity alone, so every role, run and experiment using
-        the same weights shares one model."""
+        """The LoggedModel's key: the identity alone, so every role and run of an experiment
+        using the same weights shares one model."""
         return stable_hash({"identity": self.identity}, 32)
 
     @property
@@ -170,8 +169,9 @@ def find_logged_model(client: MlflowClient, experiment_id: str, key: str):
     return found[0] if found else None
 
 
-def logged_model_id(tracking: MlflowTracking, spec: ModelSpec) -> str:
-    """The id of the external LoggedModel of ``spec``'s identity, created on first use.
+def logged_model_id(tracking: MlflowTracking, experiment_id: str, spec: ModelSpec) -> str:
+    """The id of the external LoggedModel of ``spec``'s identity in the experiment, created on
+    first use.
 
     Find-then-create runs under a file lock in ragutil's home, so processes of one machine never
     create the same model twice (MLflow has no unique constraint on tags)."""
@@ -179,7 +179,6 @@ def logged_model_id(tracking: MlflowTracking, spec: ModelSpec) -> str:
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
 
     client = tracking.client()
-    experiment_id = tracking.experiment_id(MODELS_EXPERIMENT)
     with exclusive_file_lock(str(tracking.lock_path("logged-models"))):
         existing = find_logged_model(client, experiment_id, spec.key)
         if existing is not None:
@@ -221,7 +220,10 @@ def link_partition(
     datasets = partition_datasets(tracked, queries, corpus, contexts)
     split = tracked.experiment.dataset(tracked.setting.dataset).split
     log_datasets(run, datasets, split)
-    ids = {spec.role: logged_model_id(tracking, spec) for spec in partition_models(tracked)}
+    ids = {
+        spec.role: logged_model_id(tracking, run.experiment_id, spec)
+        for spec in partition_models(tracked)
+    }
     # The store keys a model input by (run, model): logging it again adds nothing.
     run.client.log_inputs(run.run_id, models=[LoggedModelInput(i) for i in ids.values()])
     return dataclasses.replace(

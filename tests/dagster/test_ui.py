@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -181,7 +182,7 @@ def test_ui_shows_the_lineage_graph_and_a_materialised_metric_scores(ui) -> None
 
 
 @needs_chromium
-def test_the_mlflow_run_link_opens_the_run_with_its_dataset(ui) -> None:
+def test_the_mlflow_run_link_opens_the_run_with_its_dataset_and_models(ui) -> None:
     runs = f"http://127.0.0.1:{ui.mlflow}/#/experiments/"
     with chromium_page() as page:
         page.goto(f"http://127.0.0.1:{ui.dagster}/assets/metric_scores", wait_until="networkidle")
@@ -195,4 +196,13 @@ def test_the_mlflow_run_link_opens_the_run_with_its_dataset(ui) -> None:
         run_page.wait_for_load_state()  # the MLflow UI keeps polling: never network-idle
         assert run_page.url == href and "/runs/" in href
         run_page.get_by_text("world/test/queries").first.wait_for(timeout=60_000)
-        run_page.screenshot(path=str(ARTIFACTS / "mlflow-run.png"), full_page=True)
+        run_page.screenshot(path=str(ARTIFACTS / "mlflow-run.png"))
+        # Its logged models: the generator and the NLI model (a BM25 setting has no embedder).
+        models = run_page.get_by_text("Logged models (2)")
+        models.wait_for(timeout=60_000)
+        run_page.get_by_text(re.compile(r"^generator-lm0-")).first.wait_for(timeout=10_000)
+        run_page.get_by_text(re.compile(r"^nli-nli-")).first.wait_for(timeout=10_000)
+        # The page scrolls inside the app (a full-page shot is only the viewport): bring the
+        # table below the metrics and parameters into view.
+        models.scroll_into_view_if_needed()
+        run_page.screenshot(path=str(ARTIFACTS / "mlflow-run-models.png"))

@@ -1,5 +1,6 @@
 """Datasets and models as MLflow entities, without the pipeline: one input per dataset and run,
-one LoggedModel per model identity whatever the run or experiment, metrics linked to the
+one LoggedModel per model identity in the run's experiment (where the MLflow UI's run page finds
+it) whatever the run, metrics linked to the
 generator's model and the contexts dataset, and the ranking query of docs/mlflow.md."""
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ragutil_dagster.data.corpus import corpus_record
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.entities import (
     MODEL_IDENTITY_TAG,
-    MODELS_EXPERIMENT,
     link_partition,
     partition_models,
     table_digest,
@@ -73,8 +73,8 @@ def test_datasets_and_models_are_logged_once_and_linked_to_the_metrics(config, t
     corpus = inputs["world/corpus"].dataset
     assert corpus.digest == str(corpus_record(CORPUS)["fingerprint"]).removeprefix("sha256:")[:32]
     assert json.loads(corpus.profile)["num_rows"] == CORPUS.height
-    models_experiment = tracking.experiment_id(MODELS_EXPERIMENT)
-    models = client.search_logged_models([models_experiment])
+    world = run.info.experiment_id
+    models = client.search_logged_models([world])
     assert sorted(m.model_type for m in models) == ["embedder", "generator", "nli"]
     assert {m.model_id for m in models} == {i.model_id for i in run.inputs.model_inputs}
     generator = next(m for m in models if m.model_type == "generator")
@@ -85,28 +85,38 @@ def test_datasets_and_models_are_logged_once_and_linked_to_the_metrics(config, t
         ("delta_seper_s", 0.25, run_id, "world__dense__k1/dev/contexts", table_digest(contexts("d0")))
     }
 
-    # Another generator and another dataset experiment re-use the NLI model and the embedder;
-    # only the new generator is a new LoggedModel.
-    other = config.model_copy(update={"datasets": [config.datasets[0].model_copy(update={"name": "other"})]})
-    score(tracking, PartitionRun(other, Setting("other", "dense", 1), "lm1",
-                                 ModelIdentities("sha256:" + "d" * 64, identities.nli, identities.embedder)),
-          contexts("d0"), 0.5)
-    assert len(client.search_logged_models([models_experiment])) == 4
+    # Another generator re-uses the NLI model and the embedder: only it is a new LoggedModel.
+    lm1 = ModelIdentities("sha256:" + "d" * 64, identities.nli, identities.embedder)
+    score(tracking, PartitionRun(config, dense, "lm1", lm1), contexts("d0"), 0.5)
+    assert len(client.search_logged_models([world])) == 4
     # A new revision of lm0 adds exactly one model.
     revised = PartitionRun(config, dense, "lm0", ModelIdentities("e" * 40, identities.nli, identities.embedder))
     score(tracking, revised, contexts("d0"), 0.1)
-    assert len(client.search_logged_models([models_experiment])) == 5
+    assert len(client.search_logged_models([world])) == 5
+    # Another dataset's experiment gets its own models, found by identity across experiments.
+    other = config.model_copy(update={"datasets": [config.datasets[0].model_copy(update={"name": "other"})]})
+    on_other = PartitionRun(other, Setting("other", "dense", 1), "lm0", identities)
+    other_run = client.get_run(score(tracking, on_other, contexts("d0"), 0.3))
+    elsewhere = other_run.info.experiment_id
+    assert {client.get_logged_model(i.model_id).experiment_id
+            for i in other_run.inputs.model_inputs} == {elsewhere}
+    same_nli = client.search_logged_models(
+        [world, elsewhere], filter_string=f"tags.`{MODEL_IDENTITY_TAG}` = '{identities.nli}'"
+    )
+    assert sorted(m.experiment_id for m in same_nli) == sorted([world, elsewhere])
+    assert len(client.search_logged_models([world])) == 5
 
     # The ranking of docs/mlflow.md: generators on the same contexts, best ΔSePer first.
     name, digest = "world__dense__k1/dev/contexts", table_digest(contexts("d0"))
     ranking = client.search_logged_models(
-        [models_experiment],
+        [world],
         filter_string="tags.`ragutil.model_role` = 'generator'",
         datasets=[{"dataset_name": name, "dataset_digest": digest}],
         order_by=[{"field_name": "metrics.delta_seper_s", "ascending": False,
                    "dataset_name": name, "dataset_digest": digest}],
     )
-    assert [m.tags[MODEL_IDENTITY_TAG] for m in ranking] == [identities.generator, "e" * 40]
+    ranked = [m.tags[MODEL_IDENTITY_TAG] for m in ranking]
+    assert ranked == [lm1.generator, identities.generator, "e" * 40]
 
 
 def test_partition_models_follow_the_setting(config) -> None:

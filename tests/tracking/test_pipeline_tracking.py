@@ -19,7 +19,7 @@ from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking.report import compare_runs
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.entities import MODEL_IDENTITY_TAG, MODELS_EXPERIMENT
+from ragutil_dagster.tracking.entities import MODEL_IDENTITY_TAG
 from ragutil_dagster.tracking.keys import (
     DAGSTER_ASSET_TAG,
     DAGSTER_PARTITION_TAG,
@@ -222,9 +222,8 @@ def check_comparison(client: MlflowClient, experiment, tracking: MlflowTracking)
 
 
 def logged_models(client: MlflowClient) -> list:
-    return client.search_logged_models(
-        [client.get_experiment_by_name(MODELS_EXPERIMENT).experiment_id]
-    )
+    world = client.get_experiment_by_name("ragutil/world")
+    return client.search_logged_models([world.experiment_id])
 
 
 def check_entities(client: MlflowClient, run) -> None:
