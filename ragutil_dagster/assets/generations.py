@@ -15,6 +15,7 @@ from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import PromptBudget, closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts
 from ragutil_dagster.evaluation.signals import attention_available, utility_signals
+from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import CONSENS, ISSUES, PROMPTS, QRELS, UTILITY_SIGNALS, markdown_table
@@ -64,6 +65,11 @@ def sample_and_store(
         "model_identity": dg.MetadataValue.text(generator.identity),
         "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
     })
+    keys = context.partition_key.keys_by_dimension
+    dataset = experiment.dataset(keys["dataset"] if "dataset" in keys else Setting.parse(keys["setting"]).dataset)
+    if off_world := off_world_models([spec.model], dataset):
+        metadata["off_world_warning"] = dg.MetadataValue.text(off_world_warning(off_world, f"dataset {dataset.name!r}"))
+        context.log.warning(metadata["off_world_warning"].value)
     if fitted.height:
         context.log.warning(
             f"{fitted.height} prompts exceeded the generator's context and were fitted (passages "

@@ -33,7 +33,7 @@ from ragutil_dagster.tables import (
     markdown_table,
 )
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
-from ragutil_dagster.tracking.partition import cost_metrics, log_partition, partition_identities
+from ragutil_dagster.tracking.partition import cost_metrics, log_partition, off_world_tags, partition_identities
 
 
 def score_checks(
@@ -87,7 +87,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         samples = all_generations(store, context, setting)
         tracked = PartitionRun(experiment, setting, generator, partition_identities(experiment, setting, samples, models))
-        tags = dagster_tags(context.run.run_id, context.asset_key.to_user_string(), str(partition))
+        tags = {**dagster_tags(context.run.run_id, context.asset_key.to_user_string(), str(partition)),
+                **off_world_tags(experiment, setting, generator)}
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("queries", setting.dataset)
