@@ -139,19 +139,19 @@ def baseline_scores(pairs: list[Pair]) -> dict[str, float]:
             "accuracy_f1_05": float(((token_f1 >= 0.5) == truth).mean())}
 
 
-def _train(out: Path) -> tuple[Path, Path, dict[str, float]]:
-    """Train the answer NLI and the world's NLI (default sizes, seed 0) into ``out``."""
+def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]) -> Path:
+    """``given``, else ``name`` ("answer_nli" / "world_nli") trained at default size, seed 0, into
+    ``out`` (its wall time into ``seconds``)."""
+    if given is not None:
+        return given
     from ragutil_dagster.embedded.answer_nli import train_answer_nli
     from ragutil_dagster.embedded.training import train_world_nli
 
-    seconds = {}
     start = time.perf_counter()
-    answer = train_answer_nli(out / "nli")
-    seconds["answer_nli"] = time.perf_counter() - start
-    start = time.perf_counter()
-    world = train_world_nli(out / "world-nli", size="default")
-    seconds["world_nli"] = time.perf_counter() - start
-    return answer, world, seconds
+    trained = (train_answer_nli(out / "nli") if name == "answer_nli"
+               else train_world_nli(out / "world-nli", size="default"))
+    seconds[name] = time.perf_counter() - start
+    return trained
 
 
 def format_table(results: dict) -> str:
@@ -178,10 +178,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         trained: dict[str, float] = {}
-        answer_dir, world_dir = args.answer_nli, args.world_nli
-        if answer_dir is None or world_dir is None:
-            answer_new, world_new, trained = _train(Path(scratch))
-            answer_dir, world_dir = answer_dir or answer_new, world_dir or world_new
+        answer_dir = _trained(args.answer_nli, "answer_nli", Path(scratch), trained)
+        world_dir = _trained(args.world_nli, "world_nli", Path(scratch), trained)
         sets = {"squad": squad_pairs(args.squad, args.max_pairs),
                 "world": world_pairs(args.synthetic_pairs),
                 "templates": template_pairs(args.synthetic_pairs)}

@@ -6,7 +6,8 @@ answers to one question, labelled as SePer's clustering reads NLI labels:
 
 * ``entailment`` — the same answer: ``identical`` (the same string up to case, articles and
   punctuation), ``alias`` (an abbreviation, another name, another number or date format, a part
-  of a date, an approximate "about …", an appositive or place added) and ``sentence`` (a sentence
+  of a date, an approximate "about …", a qualifier or detail added: :func:`elaboration`) and
+  ``sentence`` (a sentence
   stating the answer against the bare answer: "The capital of France is Paris." vs "Paris");
 * ``contradiction`` — another answer of the same type: ``other_value`` (another year, city,
   person …) and ``partial_overlap`` (sharing words or digits: "Paris" vs "Paris, Texas",
@@ -37,8 +38,8 @@ CATEGORY_LABELS: dict[str, str] = {
 }
 # Shares of the categories in a stream of pairs: the three labels about equally often.
 CATEGORY_SHARES: dict[str, float] = {
-    "identical": 0.08, "alias": 0.17, "sentence": 0.10,
-    "other_value": 0.17, "partial_overlap": 0.18, "unrelated": 0.30,
+    "identical": 0.08, "alias": 0.22, "sentence": 0.10,
+    "other_value": 0.17, "partial_overlap": 0.18, "unrelated": 0.25,
 }
 
 # --- word lists --------------------------------------------------------------------------------
@@ -145,6 +146,21 @@ CURRENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("$", ("dollars", "US dollars")), ("£", ("pounds sterling", "pounds")), ("€", ("euros",)),
 )
 SCALES = (("thousand", 1_000), ("million", 1_000_000), ("billion", 1_000_000_000))
+# Noun phrases of no particular type ("civil disobedience", "economic growth"): real answers are
+# often such spans, and annotators cut them at different words.
+PHRASE_ADJECTIVES = ("civil", "economic", "political", "religious", "military", "public",
+                     "private", "social", "natural", "early", "modern", "ancient", "foreign",
+                     "domestic", "royal", "local", "rapid", "gradual", "severe", "limited")
+PHRASE_NOUNS = ("disobedience", "growth", "reform", "tradition", "conflict", "education",
+                "trade", "resistance", "migration", "architecture", "law", "influence",
+                "taxation", "expansion", "decline", "pressure", "opposition", "support",
+                "isolation", "control")
+# What annotators add around the same answer: a qualifier before, a detail after.
+ELABORATION_PREFIXES = ("only", "nearly", "almost", "mainly", "largely", "the famous",
+                        "the so-called", "a form of", "a team from")
+ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the war",
+                        "according to the records", "and its surroundings", "of the period",
+                        "between 1361 and 1528", "in the north", "by the end of the century")
 
 
 # --- numbers -----------------------------------------------------------------------------------
@@ -591,6 +607,49 @@ def _thing_type(category: str, question_texts: tuple[tuple[str, str], ...],
     return AnswerType(category, draw, other, overlap, questions)
 
 
+# Noun phrase
+def _phrase(rng: random.Random) -> str:
+    return f"{_pick(rng, PHRASE_ADJECTIVES)} {_pick(rng, PHRASE_NOUNS)}"
+
+
+def _draw_phrase(rng: random.Random) -> tuple[str, ...]:
+    phrase = _phrase(rng)
+    return phrase, f"the {phrase}"
+
+
+def _other_phrase(forms: tuple[str, ...], rng: random.Random) -> str:
+    while (phrase := _phrase(rng)) == forms[0]:
+        pass
+    return phrase
+
+
+def _phrase_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """One word swapped: "civil war" is not "cold war" ("civil reform" vs "civil growth")."""
+    adjective, noun = forms[0].split(" ", 1)
+    if rng.random() < 0.5:
+        return f"{_pick(rng, [a for a in PHRASE_ADJECTIVES if a != adjective])} {noun}"
+    return f"{adjective} {_pick(rng, [n for n in PHRASE_NOUNS if n != noun])}"
+
+
+def _phrase_question(rng: random.Random) -> Question:
+    person = _person_name(rng)
+    return _pick(rng, (
+        Question(f"What did {person} argue for?", f"{person} argued for {{answer}}."),
+        Question("What caused the unrest?", "The unrest was caused by {answer}."),
+        Question("What is the period known for?", "The period is known for {answer}."),
+        Question(f"Why did {person} resign?", f"{person} resigned because of {{answer}}."),
+    ))
+
+
+def elaboration(answer: str, rng: random.Random) -> str:
+    """``answer`` with a qualifier or a detail added: still the same answer to annotators
+    ("22" vs "22 times between 1361 and 1528", "University of North Florida" vs "a University of
+    North Florida team")."""
+    if rng.random() < 0.5:
+        return f"{_pick(rng, ELABORATION_PREFIXES)} {answer}"
+    return f"{answer} {_pick(rng, ELABORATION_SUFFIXES)}"
+
+
 TYPES: tuple[AnswerType, ...] = (
     AnswerType("city", _draw_city, _other_city, _city_overlap, _city_question),
     AnswerType("country", _draw_country, _other_country, _country_overlap, _country_question),
@@ -602,6 +661,7 @@ TYPES: tuple[AnswerType, ...] = (
     AnswerType("number", _draw_number, _other_number, _number_overlap, _number_question),
     AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _quantity_question),
     AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _percent_question),
+    AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _phrase_question),
     _thing_type("occupation", (("What was {person}'s profession?", "{person} worked as {answer}."),
                                ("What did {person} train as?", "{person} trained as {answer}.")),
                 countable=True),
@@ -675,7 +735,10 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
     if category == "identical":
         return a, surface_variant(a, rng), kind.name
     if category == "alias":
-        return a, surface_variant(_pick(rng, [f for f in forms if f != a] or forms), rng), kind.name
+        b = _pick(rng, [f for f in forms if f != a] or forms)
+        if rng.random() < 0.35:
+            b = elaboration(b, rng)
+        return a, surface_variant(b, rng), kind.name
     if category == "sentence":
         # The canonical form reads right in every sentence template ("born in Paris.").
         return _pick(rng, forms), _sentence(question, forms[0]), kind.name
