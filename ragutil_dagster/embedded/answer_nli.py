@@ -28,7 +28,13 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from ragutil_dagster.embedded.answer_pairs import answer_pairs
-from ragutil_dagster.embedded.train_loop import NLI_LABELS, deterministic, lr_schedule
+from ragutil_dagster.embedded.train_loop import (
+    NLI_LABELS,
+    deterministic,
+    lr_schedule,
+    optimiser_step,
+    save_for_inference,
+)
 from ragutil_dagster.files import write_text_atomic
 
 RECORD_NAME = "ragutil_nli.json"
@@ -124,14 +130,7 @@ def _fit(out_dir: Path, config: AnswerNLIConfig, seed: int, progress: bool) -> N
         enc = tok(premises, hypotheses, truncation=True, max_length=config.max_length,
                   padding=True, return_tensors="pt")
         loss = model(**enc, labels=torch.tensor(labels)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        opt.step()
-        sched.step()
+        optimiser_step(loss, opt, sched, clip=trained)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    save_for_inference(model, tok, out_dir)

@@ -228,6 +228,23 @@ class Question:
     sentence: str  # "{answer}" marks where the answer goes
 
 
+QuestionTemplates = tuple[tuple[str, str], ...]
+"""(question, sentence stating the answer) pairs; slots {person}, {org}, {city}, {year}, and
+{answer} in the sentence."""
+
+
+def _asker(templates: QuestionTemplates) -> Callable[[random.Random], Question]:
+    """Draws one of ``templates`` with its slots filled from the word lists."""
+
+    def ask(rng: random.Random) -> Question:
+        text, sentence = _pick(rng, templates)
+        slots = {"person": _person_name(rng), "org": _organisation_name(rng),
+                 "city": _pick(rng, CITIES)[0], "year": rng.randint(1896, 2024)}
+        return Question(text.format(**slots), sentence.format(**slots, answer="{answer}"))
+
+    return ask
+
+
 @dataclass(frozen=True)
 class AnswerType:
     """One kind of answer: how to draw a value, write it again, change it, and ask for it.
@@ -288,16 +305,13 @@ def _city_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return f"{city} {_pick(rng, ('County', 'Airport', 'University', 'Street', 'Harbour', 'Bay'))}"
 
 
-def _city_question(rng: random.Random) -> Question:
-    person, org = _person_name(rng), _organisation_name(rng)
-    return _pick(rng, (
-        Question(f"Where was {person} born?", f"{person} was born in {{answer}}."),
-        Question(f"In which city is the {org} based?", f"The {org} is based in {{answer}}."),
-        Question(f"Where did {person} die?", f"{person} died in {{answer}}."),
-        Question(f"What city hosted the {_pick(rng, (1908, 1936, 1964, 1988, 2012))} games?",
-                 f"The games were hosted by {{answer}}."),
-        Question(f"Where is the headquarters of the {org}?", f"Its headquarters are in {{answer}}."),
-    ))
+_CITY_QUESTIONS = (
+    ("Where was {person} born?", "{person} was born in {answer}."),
+    ("In which city is the {org} based?", "The {org} is based in {answer}."),
+    ("Where did {person} die?", "{person} died in {answer}."),
+    ("What city hosted the {year} games?", "The games were hosted by {answer}."),
+    ("Where is the headquarters of the {org}?", "Its headquarters are in {answer}."),
+)
 
 
 # Country
@@ -318,13 +332,11 @@ def _country_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return f"{_pick(rng, ('North', 'South', 'East', 'West', 'New'))} {forms[0]}"
 
 
-def _country_question(rng: random.Random) -> Question:
-    person, org = _person_name(rng), _organisation_name(rng)
-    return _pick(rng, (
-        Question(f"What country did {person} represent?", f"{person} represented {{answer}}."),
-        Question(f"Which country founded the {org}?", f"The {org} was founded by {{answer}}."),
-        Question(f"Where did {person} emigrate to?", f"{person} emigrated to {{answer}}."),
-    ))
+_COUNTRY_QUESTIONS = (
+    ("What country did {person} represent?", "{person} represented {answer}."),
+    ("Which country founded the {org}?", "The {org} was founded by {answer}."),
+    ("Where did {person} emigrate to?", "{person} emigrated to {answer}."),
+)
 
 
 # Person
@@ -335,30 +347,38 @@ def _draw_person(rng: random.Random) -> tuple[str, ...]:
             f"{_pick(rng, TITLES)} {first} {surname}", f"{_pick(rng, TITLES)} {surname}")
 
 
-def _other_person(forms: tuple[str, ...], rng: random.Random) -> str:
-    while (name := _person_name(rng)) == forms[0]:
+def _redrawn(draw: Callable[[random.Random], str], current: str, rng: random.Random) -> str:
+    """A value of ``draw`` other than ``current``."""
+    while (value := draw(rng)) == current:
         pass
-    return name
+    return value
+
+
+def _one_word_swapped(text: str, first_words: Sequence[str], second_words: Sequence[str],
+                      first_share: float, rng: random.Random) -> str:
+    """Two-word ``text`` with its first word (at ``first_share``) or its second replaced."""
+    first, second = text.split(" ", 1)
+    if rng.random() < first_share:
+        return f"{_pick(rng, [w for w in first_words if w != first])} {second}"
+    return f"{first} {_pick(rng, [w for w in second_words if w != second])}"
+
+
+def _other_person(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _redrawn(_person_name, forms[0], rng)
 
 
 def _person_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     """A namesake: the same surname with another first name, or the reverse."""
-    first, surname = forms[0].split(" ", 1)
-    if rng.random() < 0.6:
-        return f"{_pick(rng, [f for f in FIRST_NAMES if f != first])} {surname}"
-    return f"{first} {_pick(rng, [s for s in SURNAMES if s != surname])}"
+    return _one_word_swapped(forms[0], FIRST_NAMES, SURNAMES, 0.6, rng)
 
 
-def _person_question(rng: random.Random) -> Question:
-    org = _organisation_name(rng)
-    return _pick(rng, (
-        Question(f"Who founded the {org}?", f"The {org} was founded by {{answer}}."),
-        Question(f"Who was the first president of the {org}?",
-                 f"The first president of the {org} was {{answer}}."),
-        Question("Who wrote the novel?", "The novel was written by {answer}."),
-        Question("Who discovered the comet?", "The comet was discovered by {answer}."),
-        Question(f"Who succeeded {_person_name(rng)} as chairman?", "{answer} succeeded him."),
-    ))
+_PERSON_QUESTIONS = (
+    ("Who founded the {org}?", "The {org} was founded by {answer}."),
+    ("Who was the first president of the {org}?", "The first president of the {org} was {answer}."),
+    ("Who wrote the novel?", "The novel was written by {answer}."),
+    ("Who discovered the comet?", "The comet was discovered by {answer}."),
+    ("Who succeeded {person} as chairman?", "{answer} succeeded {person}."),
+)
 
 
 # Organisation
@@ -377,9 +397,7 @@ def _draw_organisation(rng: random.Random) -> tuple[str, ...]:
 
 
 def _other_organisation(forms: tuple[str, ...], rng: random.Random) -> str:
-    while (name := _organisation_name(rng)) == forms[0]:
-        pass
-    return name
+    return _redrawn(_organisation_name, forms[0], rng)
 
 
 def _organisation_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
@@ -391,14 +409,12 @@ def _organisation_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return " ".join(words)
 
 
-def _organisation_question(rng: random.Random) -> Question:
-    person = _person_name(rng)
-    return _pick(rng, (
-        Question(f"Which organisation did {person} join?", f"{person} joined {{answer}}."),
-        Question(f"Who employed {person}?", f"{person} worked for {{answer}}."),
-        Question("Which company built the bridge?", "The bridge was built by {answer}."),
-        Question("Which body awards the prize?", "The prize is awarded by {answer}."),
-    ))
+_ORGANISATION_QUESTIONS = (
+    ("Which organisation did {person} join?", "{person} joined {answer}."),
+    ("Who employed {person}?", "{person} worked for {answer}."),
+    ("Which company built the bridge?", "The bridge was built by {answer}."),
+    ("Which body awards the prize?", "The prize is awarded by {answer}."),
+)
 
 
 # Year
@@ -420,15 +436,13 @@ def _year_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return "".join(digits)
 
 
-def _year_question(rng: random.Random) -> Question:
-    person, org = _person_name(rng), _organisation_name(rng)
-    return _pick(rng, (
-        Question(f"When was the {org} founded?", f"The {org} was founded in {{answer}}."),
-        Question(f"In what year did {person} die?", f"{person} died in {{answer}}."),
-        Question(f"What year was {person} born?", f"{person} was born in {{answer}}."),
-        Question("When did the war end?", "The war ended in {answer}."),
-        Question("In which year was the treaty signed?", "The treaty was signed in {answer}."),
-    ))
+_YEAR_QUESTIONS = (
+    ("When was the {org} founded?", "The {org} was founded in {answer}."),
+    ("In what year did {person} die?", "{person} died in {answer}."),
+    ("What year was {person} born?", "{person} was born in {answer}."),
+    ("When did the war end?", "The war ended in {answer}."),
+    ("In which year was the treaty signed?", "The treaty was signed in {answer}."),
+)
 
 
 # Date
@@ -471,13 +485,11 @@ def _date_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return _date_forms(y, m, rng.choice([x for x in range(1, 29) if x != d]))[0]
 
 
-def _date_question(rng: random.Random) -> Question:
-    person = _person_name(rng)
-    return _pick(rng, (
-        Question(f"On what date was {person} born?", f"{person} was born on {{answer}}."),
-        Question("When was the agreement signed?", "The agreement was signed on {answer}."),
-        Question("When did the ship sink?", "The ship sank on {answer}."),
-    ))
+_DATE_QUESTIONS = (
+    ("On what date was {person} born?", "{person} was born on {answer}."),
+    ("When was the agreement signed?", "The agreement was signed on {answer}."),
+    ("When did the ship sink?", "The ship sank on {answer}."),
+)
 
 
 # Count
@@ -496,14 +508,12 @@ def _number_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return str(n * 10 + rng.randint(0, 9)) if rng.random() < 0.5 else _number_forms(_other_count(n, rng))[0]
 
 
-def _number_question(rng: random.Random) -> Question:
-    org, city = _organisation_name(rng), _pick(rng, CITIES)[0]
-    return _pick(rng, (
-        Question(f"How many people work for the {org}?", f"The {org} employs {{answer}} people."),
-        Question(f"What is the population of {city}?", f"{city} has a population of {{answer}}."),
-        Question("How many students attend the university?", "The university has {answer} students."),
-        Question("How many copies of the album were sold?", "The album sold {answer} copies."),
-    ))
+_NUMBER_QUESTIONS = (
+    ("How many people work for the {org}?", "The {org} employs {answer} people."),
+    ("What is the population of {city}?", "{city} has a population of {answer}."),
+    ("How many students attend the university?", "The university has {answer} students."),
+    ("How many copies of the album were sold?", "The album sold {answer} copies."),
+)
 
 
 # Quantity with a unit or a currency
@@ -541,14 +551,13 @@ def _quantity_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return f"{number} {_pick(rng, [names[0] for symbol, names in UNITS if symbol != unit])}"
 
 
-def _quantity_question(rng: random.Random) -> Question:
-    return _pick(rng, (
-        Question("How long is the river?", "The river is {answer} long."),
-        Question("How much did the painting cost?", "The painting cost {answer}."),
-        Question("How heavy is the bell?", "The bell weighs {answer}."),
-        Question("How high is the summit?", "The summit is {answer} high."),
-        Question("What was the price of a ticket?", "A ticket cost {answer}."),
-    ))
+_QUANTITY_QUESTIONS = (
+    ("How long is the river?", "The river is {answer} long."),
+    ("How much did the painting cost?", "The painting cost {answer}."),
+    ("How heavy is the bell?", "The bell weighs {answer}."),
+    ("How high is the summit?", "The summit is {answer} high."),
+    ("What was the price of a ticket?", "A ticket cost {answer}."),
+)
 
 
 # Percentage
@@ -571,18 +580,15 @@ def _percent_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     return f"{int(p) / 10:g}%"
 
 
-def _percent_question(rng: random.Random) -> Question:
-    city = _pick(rng, CITIES)[0]
-    return _pick(rng, (
-        Question(f"What share of {city}'s residents are foreign-born?",
-                 f"{{answer}} of {city}'s residents are foreign-born."),
-        Question("By how much did sales fall?", "Sales fell by {answer}."),
-        Question("What percentage of the vote did the party win?", "The party won {answer} of the vote."),
-    ))
+_PERCENT_QUESTIONS = (
+    ("What share of {city}'s residents are foreign-born?", "{answer} of {city}'s residents are foreign-born."),
+    ("By how much did sales fall?", "Sales fell by {answer}."),
+    ("What percentage of the vote did the party win?", "The party won {answer} of the vote."),
+)
 
 
 # Common nouns of one category
-def _thing_type(category: str, question_texts: tuple[tuple[str, str], ...],
+def _thing_type(category: str, question_texts: QuestionTemplates,
                 countable: bool = False) -> AnswerType:
     items = THINGS[category]
 
@@ -599,12 +605,7 @@ def _thing_type(category: str, question_texts: tuple[tuple[str, str], ...],
         """A compound naming something else ("horse" vs "horse museum")."""
         return f"{forms[0]} {_pick(rng, ('museum', 'festival', 'club', 'shop', 'award', 'school'))}"
 
-    def questions(rng: random.Random) -> Question:
-        text, sentence = _pick(rng, question_texts)
-        person = _person_name(rng)
-        return Question(text.format(person=person), sentence.format(person=person, answer="{answer}"))
-
-    return AnswerType(category, draw, other, overlap, questions)
+    return AnswerType(category, draw, other, overlap, _asker(question_texts))
 
 
 # Noun phrase
@@ -618,27 +619,20 @@ def _draw_phrase(rng: random.Random) -> tuple[str, ...]:
 
 
 def _other_phrase(forms: tuple[str, ...], rng: random.Random) -> str:
-    while (phrase := _phrase(rng)) == forms[0]:
-        pass
-    return phrase
+    return _redrawn(_phrase, forms[0], rng)
 
 
 def _phrase_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     """One word swapped: "civil war" is not "cold war" ("civil reform" vs "civil growth")."""
-    adjective, noun = forms[0].split(" ", 1)
-    if rng.random() < 0.5:
-        return f"{_pick(rng, [a for a in PHRASE_ADJECTIVES if a != adjective])} {noun}"
-    return f"{adjective} {_pick(rng, [n for n in PHRASE_NOUNS if n != noun])}"
+    return _one_word_swapped(forms[0], PHRASE_ADJECTIVES, PHRASE_NOUNS, 0.5, rng)
 
 
-def _phrase_question(rng: random.Random) -> Question:
-    person = _person_name(rng)
-    return _pick(rng, (
-        Question(f"What did {person} argue for?", f"{person} argued for {{answer}}."),
-        Question("What caused the unrest?", "The unrest was caused by {answer}."),
-        Question("What is the period known for?", "The period is known for {answer}."),
-        Question(f"Why did {person} resign?", f"{person} resigned because of {{answer}}."),
-    ))
+_PHRASE_QUESTIONS = (
+    ("What did {person} argue for?", "{person} argued for {answer}."),
+    ("What caused the unrest?", "The unrest was caused by {answer}."),
+    ("What is the period known for?", "The period is known for {answer}."),
+    ("Why did {person} resign?", "{person} resigned because of {answer}."),
+)
 
 
 def elaboration(answer: str, rng: random.Random) -> str:
@@ -651,17 +645,17 @@ def elaboration(answer: str, rng: random.Random) -> str:
 
 
 TYPES: tuple[AnswerType, ...] = (
-    AnswerType("city", _draw_city, _other_city, _city_overlap, _city_question),
-    AnswerType("country", _draw_country, _other_country, _country_overlap, _country_question),
-    AnswerType("person", _draw_person, _other_person, _person_overlap, _person_question),
+    AnswerType("city", _draw_city, _other_city, _city_overlap, _asker(_CITY_QUESTIONS)),
+    AnswerType("country", _draw_country, _other_country, _country_overlap, _asker(_COUNTRY_QUESTIONS)),
+    AnswerType("person", _draw_person, _other_person, _person_overlap, _asker(_PERSON_QUESTIONS)),
     AnswerType("organisation", _draw_organisation, _other_organisation, _organisation_overlap,
-               _organisation_question),
-    AnswerType("year", _draw_year, _other_year, _year_overlap, _year_question),
-    AnswerType("date", _draw_date, _other_date, _date_overlap, _date_question),
-    AnswerType("number", _draw_number, _other_number, _number_overlap, _number_question),
-    AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _quantity_question),
-    AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _percent_question),
-    AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _phrase_question),
+               _asker(_ORGANISATION_QUESTIONS)),
+    AnswerType("year", _draw_year, _other_year, _year_overlap, _asker(_YEAR_QUESTIONS)),
+    AnswerType("date", _draw_date, _other_date, _date_overlap, _asker(_DATE_QUESTIONS)),
+    AnswerType("number", _draw_number, _other_number, _number_overlap, _asker(_NUMBER_QUESTIONS)),
+    AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _asker(_QUANTITY_QUESTIONS)),
+    AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _asker(_PERCENT_QUESTIONS)),
+    AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _asker(_PHRASE_QUESTIONS)),
     _thing_type("occupation", (("What was {person}'s profession?", "{person} worked as {answer}."),
                                ("What did {person} train as?", "{person} trained as {answer}.")),
                 countable=True),

@@ -1,11 +1,12 @@
 """What the trainers of the embedded models share: deterministic torch settings, the
-learning-rate schedule and the NLI label order."""
+learning-rate schedule, the optimiser step, saving, and the NLI label order."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
 
@@ -44,3 +45,24 @@ def deterministic(seed: int, threads: int) -> Iterator[None]:
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
+
+
+def optimiser_step(loss: torch.Tensor, opt: torch.optim.Optimizer,
+                   sched: torch.optim.lr_scheduler.LRScheduler,
+                   clip: Sequence[torch.nn.Parameter] = ()) -> None:
+    """Back-propagate ``loss`` and step; gradients of ``clip`` (when given) to norm 1 first."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(clip, 1.0)
+    opt.step()
+    sched.step()
+
+
+def save_for_inference(model: torch.nn.Module, tokenizer, out_dir: Path) -> Path:
+    """``model`` in eval mode and its tokenizer as a Hugging Face directory at ``out_dir``."""
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -56,7 +56,13 @@ from ragutil_dagster.embedded.world import (
 )
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.answer_nli import train_answer_nli
-from ragutil_dagster.embedded.train_loop import NLI_LABELS, deterministic, lr_schedule
+from ragutil_dagster.embedded.train_loop import (
+    NLI_LABELS,
+    deterministic,
+    lr_schedule,
+    optimiser_step,
+    save_for_inference,
+)
 from ragutil_dagster.files import write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
@@ -512,17 +518,10 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
         enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True,
                   return_tensors="pt")
         loss = model(**enc, labels=torch.tensor([lab for _, _, lab in pairs])).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        optimiser_step(loss, opt, sched)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    return out_dir
+    return save_for_inference(model, tok, out_dir)
 
 
 # --- quality -----------------------------------------------------------------------------------
