@@ -547,7 +547,7 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    for part in ("world", "reader", "nli"):
+    for part in ("world", "reader", "world-nli"):
         if not (args.build / part).is_dir():
             raise SystemExit(
                 f"--build {args.build}: no {part}/ folder; run `ragutil world build --out DIR` first"
@@ -561,7 +561,7 @@ def main() -> None:
             # A fresh pair cache per run: the measured work starts from nothing judged.
             path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite" if cache else False
             return Entailment(
-                str(args.build / "nli"), device=args.device, cache=path, show_progress=False
+                str(args.build / "world-nli"), device=args.device, cache=path, show_progress=False
             )
 
         def generator(batch_rows: int) -> HFGenerator:

@@ -24,6 +24,7 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
 from ragutil_dagster.evaluation.signals import utility_signals
+from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, markdown_table
@@ -75,6 +76,11 @@ def sample_and_store(
         **side_table_metadata(PROMPTS, prompts, prompts_path),
         **side_table_metadata(ISSUES, issues, issues_path),
     })
+    keys = context.partition_key.keys_by_dimension
+    dataset = experiment.dataset(keys["dataset"] if "dataset" in keys else Setting.parse(keys["setting"]).dataset)
+    if off_world := off_world_models([spec.model], dataset):
+        metadata["off_world_warning"] = dg.MetadataValue.text(off_world_warning(off_world, f"dataset {dataset.name!r}"))
+        context.log.warning(metadata["off_world_warning"].value)
     if fitted.height:
         context.log.warning(
             f"{fitted.height} prompts exceeded the generator's context and were fitted (passages "

@@ -41,6 +41,7 @@ from ragutil_dagster.tracking.partition import (
     SUMMARY_ARTIFACT,
     cost_metrics,
     log_partition,
+    off_world_tags,
     partition_identities,
 )
 
@@ -109,7 +110,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         samples = all_generations(store, context, setting)
         tracked = PartitionRun(experiment, setting, generator, partition_identities(experiment, setting, samples, models))
-        tags = dagster_tags(context.run.run_id, "metric_scores", str(partition))
+        tags = {**dagster_tags(context.run.run_id, "metric_scores", str(partition)),
+                **off_world_tags(experiment, setting, generator)}
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("setting_queries", setting.key)

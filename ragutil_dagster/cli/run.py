@@ -4,6 +4,7 @@ summary table (the embedded world and models are built first when the config use
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.files import embedded_dir, ragutil_home
@@ -13,24 +14,47 @@ from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
 
 
-def needs_embedded_models(experiment: ExperimentConfig) -> bool:
-    """Whether the config uses the embedded world or the project's own trained models."""
-    models = [g.model for g in experiment.generators] + [experiment.nli.model]
-    uses_models = any(m.startswith(EMBEDDED_PREFIX) for m in models)
-    uses_world = any(d.format == "synthetic" and not d.path for d in experiment.datasets)
-    return uses_models or uses_world
+def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
+    """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
+    reader and world NLI (and the answer NLI; ≈ 20–25 min on 2 cores), or the answer NLI
+    ``embedded:nli`` alone (≈ 4 min) for a config on other data."""
+    from ragutil_dagster.embedded import layout
+    from ragutil_dagster.embedded.answer_nli import is_trained
+    from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
 
-
-def ensure_embedded_models(size: str = "default", progress: bool = True) -> None:
-    """Build the synthetic world and train its reader and NLI model once (≈ 15–20 min on 2 cores)."""
     target = embedded_dir()
-    if (target / "build.json").is_file():
-        return
-    from ragutil_dagster.embedded.training import format_quality, train_all
+    models = [g.model for g in experiment.generators] + [experiment.nli.model]
+    needs_world = any(m in WORLD_ONLY_MODEL_NAMES for m in models) or any(
+        is_embedded_world(d) for d in experiment.datasets)
+    if needs_world and not (target / layout.BUILD_RECORD).is_file():
+        from ragutil_dagster.embedded.training import format_quality, train_all
 
-    print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
-    trained = train_all(target, size=size, progress=progress)
-    print(format_quality(trained.quality), flush=True)
+        print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
+        trained = train_all(target, size=size, progress=progress)
+        print(format_quality(trained.quality), flush=True)
+    answer_nli = target / layout.ANSWER_NLI
+    if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models and not is_trained(answer_nli):
+        from ragutil_dagster.embedded.answer_nli import train_answer_nli
+
+        world_nli = target / layout.WORLD_NLI
+        if answer_nli.is_dir() and not world_nli.exists():
+            # A build from before the answer NLI: its nli/ is the world's NLI.
+            answer_nli.rename(world_nli)
+        print(f"The answer NLI is missing: training it into {answer_nli} (once).", flush=True)
+        train_answer_nli(answer_nli, progress=progress)
+
+
+def print_loudly(warning: str) -> None:
+    """``warning`` on standard error between two rows of "!", where a scrolling log shows it."""
+    print(f"\n{'!' * 100}\n{warning}\n{'!' * 100}\n", file=sys.stderr, flush=True)
+
+
+def print_world_warnings(experiment: ExperimentConfig) -> None:
+    """Warn about world-only models used off their world."""
+    from ragutil_dagster.evaluation.world_scope import experiment_warnings
+
+    for warning in experiment_warnings(experiment):
+        print_loudly(warning)
 
 
 def format_summary(table) -> str:
@@ -53,8 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     from ragutil_dagster.runner import dagster_instance, materialize_all
 
     experiment = load_config(args.config)
-    if needs_embedded_models(experiment):
-        ensure_embedded_models(progress=not args.quiet)
+    print_world_warnings(experiment)
+    ensure_embedded_models(experiment, progress=not args.quiet)
     defs = build_definitions(experiment, show_progress=not args.quiet)
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
@@ -63,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))
     print(f"\nartifacts: {ragutil_home() / 'artifacts'}   (reports/summary.csv, reports/summary.md)")
+    print_world_warnings(experiment)  # again below the table, where the numbers are read
     return 0
 
 

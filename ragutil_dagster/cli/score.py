@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragutil_dagster.cli.run import ensure_embedded_models, needs_embedded_models
+from ragutil_dagster.cli.run import ensure_embedded_models, print_loudly
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
 from ragutil_dagster.errors import ConfigError
 
@@ -22,6 +22,14 @@ def _score_generator(experiment: ExperimentConfig, config: str, name: str | None
     return experiment.generator(name)
 
 
+def records_warning(experiment: ExperimentConfig, spec: GeneratorConfig, file: str) -> str | None:
+    """The warning for world-only models scoring ``file`` (records are never the synthetic world)."""
+    from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
+
+    off = off_world_models([spec.model, experiment.nli.model], None)
+    return off_world_warning(off, f"the records of {file}") if off else None
+
+
 def _score(args: argparse.Namespace) -> int:
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.definitions import build_resources
@@ -34,8 +42,10 @@ def _score(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).is_dir():
         # Checked before the models load and sample, not after minutes of scoring.
         raise ConfigError(f"--out {args.out}: is a directory; name the JSONL file to write")
-    if needs_embedded_models(experiment):
-        ensure_embedded_models(progress=not args.quiet)
+    warning = records_warning(experiment, spec, args.file)
+    if warning:
+        print_loudly(warning)
+    ensure_embedded_models(experiment, progress=not args.quiet)
     models = build_resources(show_progress=not args.quiet, for_dagster=False)["models"]
     scores = score_records(
         records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)

@@ -1,4 +1,5 @@
-"""``ragutil world build``: generate the synthetic world and train its reader LM and NLI model."""
+"""``ragutil world build``: generate the synthetic world, train its reader LM and NLI model, and
+fine-tune the answer NLI for real text."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ def _world_build(args: argparse.Namespace) -> int:
     trained = train_all(args.out, size=args.size, seed=args.seed, progress=not args.quiet)
     print(f"world:  {trained.world_dir}")
     print(f"reader: {trained.reader_dir}")
-    print(f"nli:    {trained.nli_dir}")
+    print(f"world NLI (embedded:world-nli): {trained.world_nli_dir}")
+    if trained.answer_nli_dir is not None:
+        print(f"answer NLI (embedded:nli):      {trained.answer_nli_dir}")
     print()
     print(format_quality(trained.quality))
-    print(f"NLI accuracy on fresh answer pairs: {trained.nli_accuracy:.3f}")
+    print(f"world NLI accuracy on fresh answer pairs of the world: {trained.nli_accuracy:.3f}")
     print(f"reader steps {trained.config.reader_steps}, NLI steps {trained.config.nli_steps}")
     for label, times in (("wall seconds", trained.seconds), ("CPU seconds", trained.cpu_seconds)):
         print(f"{label}: " + json.dumps({k: round(v, 1) for k, v in times.items()}))
@@ -27,9 +30,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     world = sub.add_parser("world", help="the synthetic knowledge world and its trained models")
     world_sub = world.add_subparsers(dest="world_command", required=True)
     build = world_sub.add_parser(
-        "build", help="generate the world and train its reader LM and NLI model",
-        description="Write OUT/world (BEIR folder + ground truth), OUT/reader and OUT/nli (HF "
-                    "model directories) and OUT/build.json, then print the reader's quality table.")
+        "build", help="generate the world, train its reader LM and NLI model and the answer NLI",
+        description="Write OUT/world (BEIR folder + ground truth), OUT/reader, OUT/world-nli (the "
+                    "world's NLI) and OUT/nli (the answer NLI for real text; HF model directories) "
+                    "and OUT/build.json, then print the reader's quality table.")
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0, help="seed of world and training (default 0)")
     build.add_argument("--size", choices=("default", "ci"), default="default",

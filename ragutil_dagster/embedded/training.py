@@ -1,4 +1,4 @@
-"""Train the synthetic world's reader LM and NLI model from scratch on CPU.
+"""Train the synthetic world's reader LM and NLI model (``world-nli``) from scratch on CPU.
 
 The reader is a small Llama-style causal LM over a word-level vocabulary of the world's text. It
 learns (a) the *known* entities' facts — their passages as plain text and closed-book questions
@@ -8,7 +8,8 @@ on answer tokens only for questions, on every token for fact passages. The NLI m
 BERT classifier trained on answer pairs (aliases of one value → entailment, different values of
 one attribute → contradiction, values of different attributes → neutral).
 
-Both are saved as ordinary Hugging Face directories (``save_pretrained`` model + a
+:func:`train_all` also fine-tunes the answer-equivalence NLI of real text
+(:mod:`~ragutil_dagster.embedded.answer_nli`). All are saved as ordinary Hugging Face directories (``save_pretrained`` model + a
 ``PreTrainedTokenizerFast``), so the project's generator and entailment backends load them like
 any other model. With the same seed, CPU training is bit-for-bit repeatable
 (``torch.use_deterministic_algorithms``) at a given thread count.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -54,10 +54,19 @@ from ragutil_dagster.embedded.world import (
     value_aliases,
     write_world,
 )
+from ragutil_dagster.embedded import layout
+from ragutil_dagster.embedded.answer_nli import train_answer_nli
+from ragutil_dagster.embedded.train_loop import (
+    NLI_LABELS,
+    deterministic,
+    lr_schedule,
+    optimiser_step,
+    save_for_inference,
+)
+from ragutil_dagster.files import write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]")
-NLI_LABELS = ("contradiction", "neutral", "entailment")  # the MNLI order Entailment expects
 
 
 @dataclass(frozen=True)
@@ -366,45 +375,13 @@ def _reader_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.T
     return loss + context_weight * cross_entropy(context) if context_weight else loss
 
 
-def _schedule(step: int, total: int, warmup: int = 100) -> float:
-    """Linear warm-up, constant, then cosine decay to a tenth over the last fifth of training.
-
-    Reading emerges late and abruptly, so the rate stays at its peak until then.
-    """
-    if step < warmup:
-        return (step + 1) / warmup
-    decay_start = int(0.8 * total)
-    if step < decay_start:
-        return 1.0
-    progress = (step - decay_start) / max(1, total - decay_start)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-@contextlib.contextmanager
-def _deterministic(seed: int, threads: int) -> Iterator[None]:
-    """Seed torch, force deterministic kernels and a fixed thread count, restoring both after.
-
-    One thread by default: results then do not depend on the machine's core count, and on a
-    CPU shared with other work a single thread is several times faster than two that contend.
-    """
-    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
-
-
 def train_reader(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
                  seed: int = 0, progress: bool = True) -> Path:
     """Train the reader LM and save it as an HF directory at ``out_dir``; return the path.
 
     Reading comprehension is learnt on a stream of fresh :func:`make_reading_world` draws.
     """
-    with _deterministic(seed, config.threads):
+    with deterministic(seed, config.threads):
         return _fit_reader(world, tokenizer, out_dir, config, seed, progress)
 
 
@@ -425,7 +402,7 @@ def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
                       random.Random(f"reader:{seed}"), config.answer_shares,
                       config.curriculum_shares)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.reader_steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_schedule(s, config.reader_steps))
     # A cycle of reading steps around one step of closed-book questions and one of fact text
     # (memorising the known facts converges long before reading does). Batches of one kind have
     # similar lengths, so little compute goes to padding.
@@ -511,7 +488,7 @@ def nli_pairs(world: World, rng: random.Random, n: int,
 def train_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
               seed: int = 0, progress: bool = True) -> Path:
     """Train the NLI classifier and save it as an HF directory at ``out_dir``; return the path."""
-    with _deterministic(seed, config.threads):
+    with deterministic(seed, config.threads):
         return _fit_nli(world, tokenizer, out_dir, config, seed, progress)
 
 
@@ -534,24 +511,17 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
     rng = random.Random(f"nli:{seed}")
     # Post-LayerNorm BERT does not learn at all at 1e-3 here; 5e-4 does.
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _schedule(s, config.nli_steps, 30))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_schedule(s, config.nli_steps, 30))
     bar = tqdm(range(config.nli_steps), desc="nli", disable=not progress, mininterval=2)
     for step in bar:
         pairs = nli_pairs(world, rng, config.nli_batch)
         enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True,
                   return_tensors="pt")
         loss = model(**enc, labels=torch.tensor([lab for _, _, lab in pairs])).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
+        optimiser_step(loss, opt, sched)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    return out_dir
+    return save_for_inference(model, tok, out_dir)
 
 
 # --- quality -----------------------------------------------------------------------------------
@@ -644,12 +614,13 @@ def format_quality(table: dict[str, dict[str, float]]) -> str:
 # --- everything ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TrainedWorld:
-    """Paths and measurements of a built world with its trained reader and NLI model."""
+    """Paths and measurements of a built world with its trained reader and NLI models."""
 
     root: Path
     world_dir: Path
     reader_dir: Path
-    nli_dir: Path
+    world_nli_dir: Path
+    answer_nli_dir: Path | None  # None when the build skipped it
     quality: dict[str, dict[str, float]]
     nli_accuracy: float
     seconds: dict[str, float]  # wall time per phase
@@ -677,12 +648,28 @@ class _Clock:
         self.cpu[name] = sum(self.cpu[p] for p in parts)
 
 
-def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
-              progress: bool = True) -> TrainedWorld:
-    """Build the world for ``seed`` and train both models into ``out_dir``.
+def _world_and_tokenizer(config: TrainConfig, seed: int) -> tuple[World, Tokenizer]:
+    """The evaluation world of ``seed`` and the tokenizer over it and its reading world."""
+    world = make_world(seed, config.world_size)
+    return world, build_tokenizer([world, make_reading_world(world, config.world_size)])
 
-    Layout: ``world/`` (BEIR + ground truth), ``reader/`` and ``nli/`` (HF directories) and
-    ``build.json`` (config, timings, quality table). ``size`` is ``"default"`` or ``"ci"``.
+
+def train_world_nli(out_dir: str | Path, size: str = "ci", seed: int = 0,
+                    progress: bool = True) -> Path:
+    """The world's NLI alone (as :func:`train_all` trains it), at ``out_dir``; return the path."""
+    config = CONFIGS[size]
+    world, tokenizer = _world_and_tokenizer(config, seed)
+    return train_nli(world, tokenizer, Path(out_dir), config, seed, progress)
+
+
+def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
+              progress: bool = True, answer_nli_size: str | None = "default") -> TrainedWorld:
+    """Build the world for ``seed`` and train its models into ``out_dir``.
+
+    Layout (:mod:`~ragutil_dagster.embedded.layout`): ``world/`` (BEIR + ground truth),
+    ``reader/``, ``world-nli/`` and, unless ``answer_nli_size`` is None, the answer NLI ``nli/``
+    (HF directories), and ``build.json`` (config, timings, quality table). ``size`` is
+    ``"default"`` or ``"ci"``.
     """
     if size not in CONFIGS:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(CONFIGS)}")
@@ -690,26 +677,27 @@ def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
     root = Path(out_dir)
     clock = _Clock()
     with clock("world"):
-        world = make_world(seed, config.world_size)
-        reading = make_reading_world(world, config.world_size)
-        world_dir = write_world(world, root / "world")
-        tokenizer = build_tokenizer([world, reading])
+        world, tokenizer = _world_and_tokenizer(config, seed)
+        world_dir = write_world(world, root / layout.WORLD)
     with clock("reader"):
-        reader_dir = train_reader(world, tokenizer, root / "reader", config, seed, progress)
+        reader_dir = train_reader(world, tokenizer, root / layout.READER, config, seed, progress)
     with clock("nli"):
-        nli_dir = train_nli(world, tokenizer, root / "nli", config, seed, progress)
-    clock.total("build_total", ("world", "reader", "nli"))
+        nli_dir = train_nli(world, tokenizer, root / layout.WORLD_NLI, config, seed, progress)
+    answer_nli_dir = None
+    if answer_nli_size is not None:
+        with clock("answer_nli"):
+            answer_nli_dir = train_answer_nli(root / layout.ANSWER_NLI, answer_nli_size, seed,
+                                              progress)
+    clock.total("build_total", [p for p in ("world", "reader", "nli", "answer_nli") if p in clock.wall])
     with clock("quality"):
         quality = reader_quality(reader_dir, world)
         nli_acc = nli_accuracy(nli_dir, world)
     seconds, cpu_seconds = clock.wall, clock.cpu
-    trained = TrainedWorld(root, world_dir, reader_dir, nli_dir, quality, nli_acc, seconds,
-                           cpu_seconds, config, seed)
+    trained = TrainedWorld(root, world_dir, reader_dir, nli_dir, answer_nli_dir, quality, nli_acc,
+                           seconds, cpu_seconds, config, seed)
     report = {"seed": seed, "size": size, "config": asdict(config), "seconds": seconds,
               "cpu_seconds": cpu_seconds,
               "reader_steps": config.reader_steps, "nli_steps": config.nli_steps,
               "quality": quality, "nli_accuracy": nli_acc}
-    tmp = root / ".build.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    tmp.replace(root / "build.json")
+    write_text_atomic(root / layout.BUILD_RECORD, json.dumps(report, indent=2))
     return trained

@@ -102,14 +102,16 @@ def semantic_entropy(cluster_ids: np.ndarray, weights: np.ndarray) -> float:
     return float(-(mass * np.log(mass)).sum())
 
 
-def _nli_text(text: str, question: str | None) -> str:
+def nli_text(text: str, question: str | None) -> str:
+    """The text an NLI model sees for ``text`` answering ``question``: ``"{q}? {text}"``."""
     if question is None:
         return text
     q = question if question.endswith("?") else f"{question}?"
     return f"{q} {text}"
 
 
-def _equivalent(label_ab: int, label_ba: int, strict: bool) -> bool:
+def equivalent(label_ab: int, label_ba: int, strict: bool) -> bool:
+    """Whether two texts are one meaning by their NLI labels both ways (strict or loose rule)."""
     if strict:
         return label_ab == ENTAILMENT and label_ba == ENTAILMENT
     return CONTRADICTION not in (label_ab, label_ba) and (label_ab, label_ba) != (NEUTRAL, NEUTRAL)
@@ -124,7 +126,7 @@ def _greedy_clusters(texts: Sequence[str], label: Callable[[str, str], int], str
             continue
         ids[i] = next_id
         for j in range(i + 1, len(texts)):
-            if _equivalent(label(first, texts[j]), label(texts[j], first), strict):
+            if equivalent(label(first, texts[j]), label(texts[j], first), strict):
                 ids[j] = next_id
         next_id += 1
     return np.asarray(ids, dtype=np.int64)
@@ -153,8 +155,8 @@ def _prepare(item: SePerInput, position: int, length_norm: LengthNorm) -> _Prepa
     except ValueError as err:
         raise type(err)(f"{where}: {err}") from err
     return _Prepared(
-        texts=[_nli_text(r, item.question) for r in item.responses],
-        golds=[_nli_text(g, item.question) for g in golds],
+        texts=[nli_text(r, item.question) for r in item.responses],
+        golds=[nli_text(g, item.question) for g in golds],
         weights=weights,
     )
 
@@ -198,7 +200,7 @@ def _score(
             counted = [
                 c
                 for c, first in enumerate(firsts)
-                if _equivalent(label(prepared.texts[first], gold), label(gold, prepared.texts[first]), False)
+                if equivalent(label(prepared.texts[first], gold), label(gold, prepared.texts[first]), False)
             ]
             per_gold[g] = float(weights[np.isin(cluster_ids, counted)].sum())
     score = float(per_gold.max() if gold_reduce == "max" else per_gold.mean())

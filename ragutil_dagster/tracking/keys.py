@@ -21,6 +21,7 @@ KIND_TAG = "ragutil.kind"
 DAGSTER_RUN_TAG = "dagster.run_id"
 DAGSTER_ASSET_TAG = "dagster.asset_key"
 DAGSTER_PARTITION_TAG = "dagster.partition"
+OFF_WORLD_TAG = "ragutil.off_world_warning"
 
 
 def prompt_template_hash(experiment: ExperimentConfig) -> str:

@@ -13,11 +13,12 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.tracking import plots
-from ragutil_dagster.tracking.keys import ModelIdentities
+from ragutil_dagster.tracking.keys import OFF_WORLD_TAG, ModelIdentities
 from ragutil_dagster.tracking.resource import TrackedRun
 
 # A partition run's tables, under ``scores/`` in its artifacts: what comparisons read back.
@@ -65,6 +66,14 @@ def partition_identities(
         embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
     )
+
+
+def off_world_tags(experiment: ExperimentConfig, setting: Setting, generator: str) -> dict[str, str]:
+    """The tag warning that the partition's generator or NLI learnt only the synthetic world and
+    its dataset is not that world (no tag otherwise)."""
+    models = [experiment.generator(generator).model, experiment.nli.model]
+    off = off_world_models(models, experiment.dataset(setting.dataset))
+    return {OFF_WORLD_TAG: off_world_warning(off, f"dataset {setting.dataset!r}")} if off else {}
 
 
 def interval_metrics(per_query: pl.DataFrame, seed: int = 0) -> dict[str, float]:

@@ -56,8 +56,8 @@ def test_models_load_as_plain_hugging_face_directories(ci_trained: TrainedWorld)
     tok = AutoTokenizer.from_pretrained(ci_trained.reader_dir)
     lm = AutoModelForCausalLM.from_pretrained(ci_trained.reader_dir)
     assert lm.config.model_type == "llama" and tok.eos_token_id == lm.generation_config.eos_token_id
-    nli_tok = AutoTokenizer.from_pretrained(ci_trained.nli_dir)
-    nli = AutoModelForSequenceClassification.from_pretrained(ci_trained.nli_dir)
+    nli_tok = AutoTokenizer.from_pretrained(ci_trained.world_nli_dir)
+    nli = AutoModelForSequenceClassification.from_pretrained(ci_trained.world_nli_dir)
     assert [nli.config.id2label[i] for i in range(3)] == list(NLI_LABELS)
     assert nli.config.label2id == {label: i for i, label in enumerate(NLI_LABELS)}
     enc = nli_tok(["Mirton", "1954"], ["Mirton", "1961"], padding=True, return_tensors="pt")
@@ -66,8 +66,8 @@ def test_models_load_as_plain_hugging_face_directories(ci_trained: TrainedWorld)
 
 def test_nli_separates_aliases_values_and_attributes(ci_trained: TrainedWorld) -> None:
     assert ci_trained.nli_accuracy >= 0.9
-    tok = AutoTokenizer.from_pretrained(ci_trained.nli_dir)
-    nli = AutoModelForSequenceClassification.from_pretrained(ci_trained.nli_dir).eval()
+    tok = AutoTokenizer.from_pretrained(ci_trained.world_nli_dir)
+    nli = AutoModelForSequenceClassification.from_pretrained(ci_trained.world_nli_dir).eval()
     city_a, city_b = make_world(0, "ci").pools.cities[:2]
     pairs = [(city_a, f"{city_a} City"), (city_a, city_b), (city_a, "chemist")]
     enc = tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
@@ -83,7 +83,7 @@ def test_project_backends_load_the_models_and_seper_separates_known_facts(
     world = make_world(0, "ci")
     questions = [q for q in world.questions if q.type == "single_hop"][:60]
     generator = HFGenerator(str(ci_trained.reader_dir), device="cpu", show_progress=False)
-    entail = Entailment(str(ci_trained.nli_dir), device="cpu", cache=False, show_progress=False)
+    entail = Entailment(str(ci_trained.world_nli_dir), device="cpu", cache=False, show_progress=False)
     samples = generator.sample([prompts.closed_book(q.text) for q in questions], SamplingParams(n=10, temperature=1.0, max_new_tokens=6))
     results = seper_batch([SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
                                       q.answers, q.text) for q, ss in zip(questions, samples)],

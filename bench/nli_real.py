@@ -1,0 +1,205 @@
+"""Answer equivalence on real text: the answer NLI, the synthetic world's NLI and a lexical baseline.
+
+Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clustering does):
+
+* ``squad`` — real answers from SQuAD v1.1 dev (``/work/shared/data/squad/beir``, read in place):
+  a question's distinct annotator answers, pairwise = equivalent; the first answer of another
+  question about the same paragraph = not equivalent (left out when it is the same string as one
+  of the question's own answers after SQuAD normalisation). Both capped at ``--max-pairs``,
+  sampled with a fixed seed.
+* ``world`` — answer pairs of the synthetic world (``nli_pairs`` of the default world, seed 0):
+  equivalent = aliases of one value.
+* ``templates`` — fresh pairs of the answer-pair generator (a seed training never used).
+
+Scores: P(entailment) both ways, their **mean** is the ranking score for ROC AUC (``auc``;
+``auc_min`` ranks by the smaller of the two); accuracy is the clustering's decision from the
+argmax labels both ways, ``strict`` (entailment both ways) and ``loose`` (no contradiction either
+way, not neutral both ways) — ``metrics.seper.equivalent``. The baseline is SQuAD normalised
+exact match and token F1 ≥ 0.5 between the bare answers (AUC of F1 as the score).
+
+    python bench/nli_real.py                            # trains both NLI models in a temp dir
+    python bench/nli_real.py --answer-nli DIR --world-nli DIR
+
+Prints a table and writes ``bench/results/nli_real.json`` (with the training wall times of the
+models it trained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import random
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, answer_pairs
+from ragutil_dagster.embedded.world import make_world
+from ragutil_dagster.metrics.answers import exact_match, f1, normalize_answer
+from ragutil_dagster.metrics.seper import ENTAILMENT as ENTAILMENT_INDEX
+from ragutil_dagster.metrics.seper import equivalent, nli_text
+from ragutil_dagster.models.entailment import Entailment
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad"
+HELD_OUT_SEED = "answer-pairs-held-out"
+
+
+@dataclass(frozen=True)
+class Pair:
+    question: str | None  # None: the bare answers (the world's pairs carry their prefix already)
+    first: str
+    second: str
+    equivalent: bool
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def squad_pairs(root: Path, max_pairs: int, seed: int = 0) -> list[Pair]:
+    """Annotator-answer pairs (equivalent) and other-question pairs of one paragraph (not)."""
+    queries = {q["id"]: q for q in _jsonl(root / "beir" / "queries.jsonl")}
+    paragraph_questions: dict[str, list[str]] = defaultdict(list)
+    with (root / "beir" / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            query_id, doc_id, _ = line.rstrip("\n").split("\t")
+            paragraph_questions[doc_id].append(query_id)
+    positives, negatives = [], []
+    for ids in paragraph_questions.values():
+        for qid in ids:
+            q = queries[qid]
+            answers = q["answers"]
+            positives += [Pair(q["text"], a, b, True)
+                          for i, a in enumerate(answers) for b in answers[i + 1:]]
+            own = {normalize_answer(a) for a in answers}
+            negatives += [Pair(q["text"], answers[0], queries[other]["answers"][0], False)
+                          for other in ids
+                          if other != qid and normalize_answer(queries[other]["answers"][0]) not in own]
+    rng = random.Random(seed)
+    return (rng.sample(positives, min(max_pairs, len(positives)))
+            + rng.sample(negatives, min(max_pairs, len(negatives))))
+
+
+def world_pairs(n: int) -> list[Pair]:
+    from ragutil_dagster.embedded.training import nli_pairs
+    from ragutil_dagster.embedded.train_loop import NLI_LABELS
+
+    world = make_world(0, "default")
+    entail = NLI_LABELS.index(ENTAILMENT)
+    return [Pair(None, a, b, label == entail)
+            for a, b, label in nli_pairs(world, random.Random("nli-real-bench"), n)]
+
+
+def template_pairs(n: int) -> list[Pair]:
+    return [Pair(p.question, p.first, p.second, p.label == ENTAILMENT)
+            for p in answer_pairs(random.Random(HELD_OUT_SEED), n)]
+
+
+def _bare(text: str, question: str | None) -> str:
+    """The answer without the world pairs' question prefix (for the lexical baseline)."""
+    return text.split("? ", 1)[1] if question is None and "? " in text else text
+
+
+def nli_scores(model_dir: Path, pairs: list[Pair]) -> dict[str, float]:
+    entail = Entailment(str(model_dir), device="cpu", batch_size=64, cache=False, show_progress=False)
+    a = [nli_text(p.first, p.question) for p in pairs]
+    b = [nli_text(p.second, p.question) for p in pairs]
+    start = time.perf_counter()
+    forward, backward = entail(a, b), entail(b, a)
+    seconds = time.perf_counter() - start
+    truth = np.array([p.equivalent for p in pairs])
+    both = np.stack([forward[:, ENTAILMENT_INDEX], backward[:, ENTAILMENT_INDEX]])
+    labels = list(zip(forward.argmax(1), backward.argmax(1)))
+    strict = np.array([equivalent(x, y, True) for x, y in labels])
+    loose = np.array([equivalent(x, y, False) for x, y in labels])
+    return {"auc": float(roc_auc_score(truth, both.mean(0))),
+            "auc_min": float(roc_auc_score(truth, both.min(0))),
+            "accuracy_strict": float((strict == truth).mean()),
+            "accuracy_loose": float((loose == truth).mean()),
+            "seconds": seconds}
+
+
+def baseline_scores(pairs: list[Pair]) -> dict[str, float]:
+    truth = np.array([p.equivalent for p in pairs])
+    bare = [(_bare(p.first, p.question), _bare(p.second, p.question)) for p in pairs]
+    em = np.array([exact_match(x, y) for x, y in bare]) == 1.0
+    token_f1 = np.array([f1(x, y) for x, y in bare])
+    return {"auc": float(roc_auc_score(truth, token_f1)),
+            "accuracy_em": float((em == truth).mean()),
+            "accuracy_f1_05": float(((token_f1 >= 0.5) == truth).mean())}
+
+
+def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]) -> Path:
+    """``given``, else ``name`` ("answer_nli" / "world_nli") trained at default size, seed 0, into
+    ``out`` (its wall time into ``seconds``)."""
+    if given is not None:
+        return given
+    from ragutil_dagster.embedded.answer_nli import train_answer_nli
+    from ragutil_dagster.embedded.training import train_world_nli
+
+    start = time.perf_counter()
+    trained = (train_answer_nli(out / "nli") if name == "answer_nli"
+               else train_world_nli(out / "world-nli", size="default"))
+    seconds[name] = time.perf_counter() - start
+    return trained
+
+
+def format_table(results: dict) -> str:
+    header = f"{'pair set':<10} {'model':<12} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} {'acc loose':>9} {'acc EM':>7} {'acc F1≥.5':>9}"
+    lines = [header, "-" * len(header)]
+    for name, entry in results["pair_sets"].items():
+        for model, r in entry["models"].items():
+            cells = [f"{r.get(k, float('nan')):.3f}" for k in
+                     ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "accuracy_em", "accuracy_f1_05")]
+            cells = [c if c != "nan" else "—" for c in cells]
+            lines.append(f"{name:<10} {model:<12} {entry['n']:>5} {cells[0]:>6} {cells[1]:>8} "
+                         f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>7} {cells[5]:>9}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--answer-nli", type=Path, help="answer NLI directory (default: train one)")
+    parser.add_argument("--world-nli", type=Path, help="world NLI directory (default: train one)")
+    parser.add_argument("--squad", type=Path, default=SQUAD)
+    parser.add_argument("--max-pairs", type=int, default=1000, help="per class, SQuAD pairs")
+    parser.add_argument("--synthetic-pairs", type=int, default=1000)
+    parser.add_argument("--out", type=Path, default=RESULTS / "nli_real.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        trained: dict[str, float] = {}
+        answer_dir = _trained(args.answer_nli, "answer_nli", Path(scratch), trained)
+        world_dir = _trained(args.world_nli, "world_nli", Path(scratch), trained)
+        sets = {"squad": squad_pairs(args.squad, args.max_pairs),
+                "world": world_pairs(args.synthetic_pairs),
+                "templates": template_pairs(args.synthetic_pairs)}
+        results: dict = {
+            "date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
+            "command": "python bench/nli_real.py", "score": "mean of P(entailment) both ways",
+            "training_seconds": trained, "pair_sets": {}}
+        for name, pairs in sets.items():
+            models = {"answer-nli": nli_scores(answer_dir, pairs),
+                      "world-nli": nli_scores(world_dir, pairs),
+                      "lexical": baseline_scores(pairs)}
+            results["pair_sets"][name] = {"n": len(pairs), "equivalent": sum(p.equivalent for p in pairs),
+                                          "models": models}
+    print(format_table(results))
+    if trained:
+        print("training wall seconds: " + json.dumps({k: round(v, 1) for k, v in trained.items()}))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

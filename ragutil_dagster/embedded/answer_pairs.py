@@ -1,0 +1,769 @@
+"""Labelled answer pairs for an answer-equivalence NLI model, generated from templates and word lists.
+
+Nothing here comes from a downloaded data set (SQuAD is the evaluation set): the values are drawn
+from the word lists below and written in the surface forms real answers take. Each pair is two
+answers to one question, labelled as SePer's clustering reads NLI labels:
+
+* ``entailment`` — the same answer: ``identical`` (the same string up to case, articles and
+  punctuation), ``alias`` (an abbreviation, another name, another number or date format, a part
+  of a date, an approximate "about …", a qualifier or detail added: :func:`elaboration`) and
+  ``sentence`` (a sentence
+  stating the answer against the bare answer: "The capital of France is Paris." vs "Paris");
+* ``contradiction`` — another answer of the same type: ``other_value`` (another year, city,
+  person …) and ``partial_overlap`` (sharing words or digits: "Paris" vs "Paris, Texas",
+  "1887" vs "1787", "John Smith" vs "Mary Smith", "5 km" vs "5 miles");
+* ``neutral`` — ``unrelated``: an answer of another type ("Paris" vs "1887").
+
+Every answer type (:class:`AnswerType`) knows how to draw a value, write it in an equivalent
+form, change it into a hard non-equivalent, and which questions ask for it. :func:`answer_pairs`
+is deterministic for a given ``random.Random``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ragutil_dagster.metrics.seper import nli_text
+
+ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
+CATEGORY_LABELS: dict[str, str] = {
+    "identical": ENTAILMENT,
+    "alias": ENTAILMENT,
+    "sentence": ENTAILMENT,
+    "other_value": CONTRADICTION,
+    "partial_overlap": CONTRADICTION,
+    "unrelated": NEUTRAL,
+}
+# Shares of the categories in a stream of pairs: the three labels about equally often.
+CATEGORY_SHARES: dict[str, float] = {
+    "identical": 0.08, "alias": 0.22, "sentence": 0.10,
+    "other_value": 0.17, "partial_overlap": 0.18, "unrelated": 0.25,
+}
+
+# --- word lists --------------------------------------------------------------------------------
+# (country, its other names, regions of it)
+COUNTRIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("United States", ("USA", "U.S.", "US", "America", "United States of America"),
+     ("Texas", "California", "Ohio", "Georgia", "Maine", "Oregon")),
+    ("United Kingdom", ("UK", "U.K.", "Britain", "Great Britain"), ("England", "Scotland", "Wales")),
+    ("France", ("French Republic",), ("Normandy", "Brittany", "Provence")),
+    ("Germany", ("Federal Republic of Germany",), ("Bavaria", "Saxony", "Hesse")),
+    ("Canada", (), ("Ontario", "Quebec", "Alberta")),
+    ("Australia", ("Commonwealth of Australia",), ("Queensland", "Victoria", "Tasmania")),
+    ("Italy", ("Italian Republic",), ("Tuscany", "Sicily", "Lombardy")),
+    ("Spain", ("Kingdom of Spain",), ("Catalonia", "Andalusia", "Galicia")),
+    ("Japan", (), ("Hokkaido", "Kyushu")),
+    ("China", ("PRC", "People's Republic of China"), ("Sichuan", "Yunnan", "Guangdong")),
+    ("India", ("Republic of India",), ("Kerala", "Punjab", "Gujarat")),
+    ("Brazil", (), ("Bahia", "Minas Gerais")),
+    ("Russia", ("Russian Federation",), ("Siberia", "Tatarstan")),
+    ("Netherlands", ("Holland", "the Netherlands"), ("Zeeland", "Friesland")),
+    ("Mexico", ("United Mexican States",), ("Sonora", "Yucatan", "Jalisco")),
+    ("Egypt", (), ("Sinai",)),
+    ("Kenya", (), ("Rift Valley",)),
+    ("Norway", (), ("Finnmark",)),
+    ("Poland", (), ("Silesia", "Pomerania")),
+    ("Argentina", (), ("Patagonia", "Mendoza")),
+)
+# (city, its country, its other names)
+CITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Paris", "France", ()), ("Lyon", "France", ()), ("Marseille", "France", ("Marseilles",)),
+    ("London", "United Kingdom", ()), ("Manchester", "United Kingdom", ()),
+    ("Edinburgh", "United Kingdom", ()), ("Berlin", "Germany", ()), ("Munich", "Germany", ("München",)),
+    ("Hamburg", "Germany", ()), ("New York", "United States", ("New York City", "NYC")),
+    ("Los Angeles", "United States", ("LA", "L.A.")), ("Chicago", "United States", ()),
+    ("Boston", "United States", ()), ("San Francisco", "United States", ("SF",)),
+    ("Denver", "United States", ()), ("Toronto", "Canada", ()), ("Montreal", "Canada", ("Montréal",)),
+    ("Sydney", "Australia", ()), ("Melbourne", "Australia", ()), ("Rome", "Italy", ("Roma",)),
+    ("Milan", "Italy", ("Milano",)), ("Madrid", "Spain", ()), ("Barcelona", "Spain", ()),
+    ("Tokyo", "Japan", ()), ("Osaka", "Japan", ()), ("Beijing", "China", ("Peking",)),
+    ("Shanghai", "China", ()), ("Mumbai", "India", ("Bombay",)), ("Delhi", "India", ()),
+    ("Rio de Janeiro", "Brazil", ("Rio",)), ("Moscow", "Russia", ()),
+    ("Saint Petersburg", "Russia", ("St. Petersburg", "Leningrad")),
+    ("Amsterdam", "Netherlands", ()), ("Mexico City", "Mexico", ()), ("Cairo", "Egypt", ()),
+    ("Nairobi", "Kenya", ()), ("Oslo", "Norway", ()), ("Warsaw", "Poland", ()),
+    ("Buenos Aires", "Argentina", ()), ("Athens", "Greece", ()), ("Vienna", "Austria", ("Wien",)),
+)
+FIRST_NAMES = ("John", "Mary", "James", "Elizabeth", "Robert", "Anna", "William", "Margaret",
+               "Charles", "Sarah", "George", "Helen", "Thomas", "Alice", "Henry", "Catherine",
+               "Edward", "Emma", "Richard", "Julia", "Peter", "Laura", "David", "Maria", "Frank",
+               "Clara", "Samuel", "Louise", "Arthur", "Grace")
+SURNAMES = ("Smith", "Johnson", "Brown", "Taylor", "Miller", "Wilson", "Moore", "Anderson",
+            "Clark", "Lewis", "Walker", "Young", "Hall", "Allen", "King", "Wright", "Scott",
+            "Green", "Baker", "Adams", "Nelson", "Carter", "Mitchell", "Turner", "Parker",
+            "Collins", "Edwards", "Stewart", "Morris", "Murphy", "Cook", "Rogers", "Morgan",
+            "Bell", "Fischer", "Weber", "Rossi", "Tanaka", "Kowalski", "Novak")
+TITLES = ("Dr.", "Professor", "Sir", "President", "General", "Senator")
+ORG_ADJECTIVES = ("National", "International", "Royal", "American", "European", "Pacific",
+                  "Northern", "United", "Global", "Federal", "Central", "Atlantic", "Eastern")
+ORG_SUBJECTS = ("Science", "Health", "Trade", "Energy", "Railway", "Aviation", "Broadcasting",
+                "Maritime", "Steel", "Mining", "Research", "Education", "Chemical", "Film",
+                "Football", "Space", "Water", "Telephone")
+ORG_KINDS = ("Organization", "Institute", "Association", "Company", "Corporation", "Council",
+             "Agency", "Foundation", "Society", "Union", "Bank", "League", "Board")
+ORG_KIND_ABBREVIATIONS = {"Company": "Co.", "Corporation": "Corp.", "Association": "Assn.",
+                          "Institute": "Inst."}
+# Categories of common nouns; the tuples in each are one thing's names.
+THINGS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "occupation": (("physician", "doctor", "medical doctor"), ("lawyer", "attorney"),
+                   ("carpenter",), ("journalist", "reporter"), ("teacher", "schoolteacher"),
+                   ("pilot", "aviator"), ("sailor", "seaman"), ("chemist",), ("farmer",),
+                   ("architect",), ("engineer",), ("painter", "artist"), ("surgeon",),
+                   ("economist",), ("astronomer",), ("police officer", "policeman")),
+    "material": (("gold",), ("silver",), ("copper",), ("iron",), ("steel",), ("marble",),
+                 ("granite",), ("wood", "timber"), ("glass",), ("bronze",), ("limestone",),
+                 ("aluminium", "aluminum"), ("clay",), ("concrete",)),
+    "language": (("English", "the English language"), ("French", "the French language"),
+                 ("German",), ("Spanish", "Castilian"), ("Latin",), ("Greek",), ("Arabic",),
+                 ("Mandarin", "Mandarin Chinese"), ("Portuguese",), ("Russian",), ("Hindi",),
+                 ("Japanese",), ("Dutch",), ("Swahili", "Kiswahili")),
+    "sport": (("football", "soccer", "association football"), ("basketball",), ("tennis",),
+              ("cricket",), ("rugby",), ("baseball",), ("golf",), ("ice hockey", "hockey"),
+              ("swimming",), ("cycling",), ("boxing",), ("volleyball",)),
+    "animal": (("horse",), ("dog", "hound"), ("cat",), ("elephant",), ("lion",), ("wolf",),
+               ("eagle",), ("salmon",), ("whale",), ("bear",), ("tiger",), ("deer",)),
+    "instrument": (("piano", "pianoforte"), ("violin", "fiddle"), ("guitar",), ("cello",),
+                   ("flute",), ("trumpet",), ("drums",), ("organ",), ("harp",), ("clarinet",)),
+}
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+MONTH_ABBREVIATIONS = ("Jan.", "Feb.", "Mar.", "Apr.", "May", "Jun.", "Jul.", "Aug.", "Sept.",
+                       "Oct.", "Nov.", "Dec.")
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+        "eighteen", "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+# (unit symbol, names; the value reads "5 km", "5 kilometres", "5 kilometers")
+UNITS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("km", ("kilometres", "kilometers")), ("m", ("metres", "meters")),
+    ("kg", ("kilograms", "kilos")), ("mi", ("miles",)), ("ft", ("feet",)), ("lb", ("pounds",)),
+    ("°C", ("degrees Celsius", "degrees C")), ("km²", ("square kilometres", "square kilometers")),
+    ("t", ("tonnes", "metric tons")), ("ha", ("hectares",)),
+)
+CURRENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("$", ("dollars", "US dollars")), ("£", ("pounds sterling", "pounds")), ("€", ("euros",)),
+)
+SCALES = (("thousand", 1_000), ("million", 1_000_000), ("billion", 1_000_000_000))
+# Noun phrases of no particular type ("civil disobedience", "economic growth"): real answers are
+# often such spans, and annotators cut them at different words.
+PHRASE_ADJECTIVES = ("civil", "economic", "political", "religious", "military", "public",
+                     "private", "social", "natural", "early", "modern", "ancient", "foreign",
+                     "domestic", "royal", "local", "rapid", "gradual", "severe", "limited")
+PHRASE_NOUNS = ("disobedience", "growth", "reform", "tradition", "conflict", "education",
+                "trade", "resistance", "migration", "architecture", "law", "influence",
+                "taxation", "expansion", "decline", "pressure", "opposition", "support",
+                "isolation", "control")
+# What annotators add around the same answer: a qualifier before, a detail after.
+ELABORATION_PREFIXES = ("only", "nearly", "almost", "mainly", "largely", "the famous",
+                        "the so-called", "a form of", "a team from")
+ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the war",
+                        "according to the records", "and its surroundings", "of the period",
+                        "between 1361 and 1528", "in the north", "by the end of the century")
+
+
+# --- numbers -----------------------------------------------------------------------------------
+def number_words(n: int) -> str:
+    """English words of 0 ≤ n < 100 ("forty-five")."""
+    if n < 20:
+        return ONES[n]
+    tens, ones = divmod(n, 10)
+    return TENS[tens] + (f"-{ONES[ones]}" if ones else "")
+
+
+def _with_commas(n: int) -> str:
+    return f"{n:,}"
+
+
+def _number_forms(n: int) -> list[str]:
+    """Equivalent spellings of the count ``n``."""
+    forms = [str(n), _with_commas(n)]
+    if n < 100:
+        forms.append(number_words(n))
+    for word, scale in SCALES:
+        if n >= scale and n % (scale // 10) == 0:
+            value = n / scale
+            forms.append(f"{value:g} {word}")
+            if value == int(value) and value < 100:
+                forms.append(f"{number_words(int(value))} {word}")
+    return forms
+
+
+def _draw_count(rng: random.Random) -> int:
+    kind = rng.random()
+    if kind < 0.35:
+        return rng.randint(2, 99)
+    if kind < 0.7:
+        return rng.randint(100, 99_999)
+    scale = rng.choice(SCALES)[1]
+    return rng.randint(11, 95) * scale // 10
+
+
+def _other_count(n: int, rng: random.Random) -> int:
+    """A different count close to ``n`` in value or in digits."""
+    while True:
+        kind = rng.random()
+        if kind < 0.35:
+            m = n + rng.choice((-1, 1)) * rng.randint(1, max(1, n // 5))
+        elif kind < 0.6:
+            m = n * 10 if rng.random() < 0.5 else n // 10  # "15" vs "150"
+        elif kind < 0.8:
+            digits = list(str(n))
+            i = rng.randrange(len(digits))
+            digits[i] = rng.choice([d for d in "0123456789" if d != digits[i]])
+            m = int("".join(digits))
+        else:
+            m = n * 1000 if n < 1_000_000 else n // 1000  # "3 million" vs "3 billion"
+        if m != n and m > 0:
+            return m
+
+
+# --- answer types -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Question:
+    """A question asking for a value of one type, and a sentence stating the answer."""
+
+    text: str
+    sentence: str  # "{answer}" marks where the answer goes
+
+
+QuestionTemplates = tuple[tuple[str, str], ...]
+"""(question, sentence stating the answer) pairs; slots {person}, {org}, {city}, {year}, and
+{answer} in the sentence."""
+
+
+def _asker(templates: QuestionTemplates) -> Callable[[random.Random], Question]:
+    """Draws one of ``templates`` with its slots filled from the word lists."""
+
+    def ask(rng: random.Random) -> Question:
+        text, sentence = _pick(rng, templates)
+        slots = {"person": _person_name(rng), "org": _organisation_name(rng),
+                 "city": _pick(rng, CITIES)[0], "year": rng.randint(1896, 2024)}
+        return Question(text.format(**slots), sentence.format(**slots, answer="{answer}"))
+
+    return ask
+
+
+@dataclass(frozen=True)
+class AnswerType:
+    """One kind of answer: how to draw a value, write it again, change it, and ask for it.
+
+    ``draw`` returns a value's canonical text and its equivalent forms; ``alias`` writes one of
+    those forms (or another legitimate rewrite); ``other`` returns a different value of the type
+    as text; ``overlap`` returns a different value sharing words or digits with it.
+    """
+
+    name: str
+    draw: Callable[[random.Random], tuple[str, ...]]
+    other: Callable[[tuple[str, ...], random.Random], str]
+    overlap: Callable[[tuple[str, ...], random.Random], str]
+    questions: Callable[[random.Random], Question]
+
+
+def _pick(rng: random.Random, items: Sequence):
+    return items[rng.randrange(len(items))]
+
+
+def _person_name(rng: random.Random) -> str:
+    return f"{_pick(rng, FIRST_NAMES)} {_pick(rng, SURNAMES)}"
+
+
+def _organisation_name(rng: random.Random) -> str:
+    return f"{_pick(rng, ORG_ADJECTIVES)} {_pick(rng, ORG_SUBJECTS)} {_pick(rng, ORG_KINDS)}"
+
+
+def _country_of(city: str) -> tuple[str, tuple[str, ...], tuple[str, ...]] | None:
+    country = next(c for name, c, _ in CITIES if name == city)
+    return next((entry for entry in COUNTRIES if entry[0] == country), None)
+
+
+# City
+def _draw_city(rng: random.Random) -> tuple[str, ...]:
+    city, country, others = _pick(rng, CITIES)
+    forms = [city, *others, f"{city}, {country}", f"the city of {city}", f"in {city}"]
+    entry = _country_of(city)
+    if entry is not None:
+        forms += [f"{city}, {alias}" for alias in entry[1][:2]]
+    return tuple(forms)
+
+
+def _other_city(forms: tuple[str, ...], rng: random.Random) -> str:
+    same_country = [c for c, country, _ in CITIES if forms[0] != c and _country_of(c) == _country_of(forms[0])]
+    if same_country and rng.random() < 0.5:
+        return _pick(rng, same_country)
+    return _pick(rng, [c for c, _, _ in CITIES if c != forms[0]])
+
+
+def _city_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """The same name somewhere else ("Paris, Texas"), or a place named after the city."""
+    city = forms[0]
+    if rng.random() < 0.6:
+        own = _country_of(city)
+        country, _, regions = _pick(rng, [c for c in COUNTRIES if c is not own])
+        return f"{city}, {_pick(rng, regions)}" if rng.random() < 0.7 else f"{city}, {country}"
+    return f"{city} {_pick(rng, ('County', 'Airport', 'University', 'Street', 'Harbour', 'Bay'))}"
+
+
+_CITY_QUESTIONS = (
+    ("Where was {person} born?", "{person} was born in {answer}."),
+    ("In which city is the {org} based?", "The {org} is based in {answer}."),
+    ("Where did {person} die?", "{person} died in {answer}."),
+    ("What city hosted the {year} games?", "The games were hosted by {answer}."),
+    ("Where is the headquarters of the {org}?", "Its headquarters are in {answer}."),
+)
+
+
+# Country
+def _draw_country(rng: random.Random) -> tuple[str, ...]:
+    name, aliases, _ = _pick(rng, COUNTRIES)
+    return (name, *aliases, f"the {name}" if " " in name else name)
+
+
+def _other_country(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _pick(rng, [c for c, _, _ in COUNTRIES if c != forms[0]])
+
+
+def _country_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """A region of the country, or a country sharing a word ("South Korea" vs "North Korea")."""
+    entry = next(c for c in COUNTRIES if c[0] == forms[0])
+    if rng.random() < 0.5:
+        return _pick(rng, entry[2])
+    return f"{_pick(rng, ('North', 'South', 'East', 'West', 'New'))} {forms[0]}"
+
+
+_COUNTRY_QUESTIONS = (
+    ("What country did {person} represent?", "{person} represented {answer}."),
+    ("Which country founded the {org}?", "The {org} was founded by {answer}."),
+    ("Where did {person} emigrate to?", "{person} emigrated to {answer}."),
+)
+
+
+# Person
+def _draw_person(rng: random.Random) -> tuple[str, ...]:
+    first, surname = _pick(rng, FIRST_NAMES), _pick(rng, SURNAMES)
+    middle = rng.choice("ABCDEFGHJKLMPRSTW")
+    return (f"{first} {surname}", surname, f"{first[0]}. {surname}", f"{first} {middle}. {surname}",
+            f"{_pick(rng, TITLES)} {first} {surname}", f"{_pick(rng, TITLES)} {surname}")
+
+
+def _redrawn(draw: Callable[[random.Random], str], current: str, rng: random.Random) -> str:
+    """A value of ``draw`` other than ``current``."""
+    while (value := draw(rng)) == current:
+        pass
+    return value
+
+
+def _one_word_swapped(text: str, first_words: Sequence[str], second_words: Sequence[str],
+                      first_share: float, rng: random.Random) -> str:
+    """Two-word ``text`` with its first word (at ``first_share``) or its second replaced."""
+    first, second = text.split(" ", 1)
+    if rng.random() < first_share:
+        return f"{_pick(rng, [w for w in first_words if w != first])} {second}"
+    return f"{first} {_pick(rng, [w for w in second_words if w != second])}"
+
+
+def _other_person(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _redrawn(_person_name, forms[0], rng)
+
+
+def _person_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """A namesake: the same surname with another first name, or the reverse."""
+    return _one_word_swapped(forms[0], FIRST_NAMES, SURNAMES, 0.6, rng)
+
+
+_PERSON_QUESTIONS = (
+    ("Who founded the {org}?", "The {org} was founded by {answer}."),
+    ("Who was the first president of the {org}?", "The first president of the {org} was {answer}."),
+    ("Who wrote the novel?", "The novel was written by {answer}."),
+    ("Who discovered the comet?", "The comet was discovered by {answer}."),
+    ("Who succeeded {person} as chairman?", "{answer} succeeded {person}."),
+)
+
+
+# Organisation
+def _acronym(name: str) -> str:
+    return "".join(word[0] for word in name.split() if word[0].isupper())
+
+
+def _draw_organisation(rng: random.Random) -> tuple[str, ...]:
+    name = _organisation_name(rng)
+    kind = name.split()[-1]
+    forms = [name, f"the {name}", _acronym(name), f"the {name} ({_acronym(name)})",
+             f"the {name} in {_pick(rng, CITIES)[0]}"]
+    if kind in ORG_KIND_ABBREVIATIONS:
+        forms.append(name.replace(kind, ORG_KIND_ABBREVIATIONS[kind]))
+    return tuple(forms)
+
+
+def _other_organisation(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _redrawn(_organisation_name, forms[0], rng)
+
+
+def _organisation_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """One word of the name changed ("National Health Institute" vs "National Health Council")."""
+    words = forms[0].split()
+    i = rng.randrange(len(words))
+    pool = (ORG_ADJECTIVES, ORG_SUBJECTS, ORG_KINDS)[i]
+    words[i] = _pick(rng, [w for w in pool if w != words[i]])
+    return " ".join(words)
+
+
+_ORGANISATION_QUESTIONS = (
+    ("Which organisation did {person} join?", "{person} joined {answer}."),
+    ("Who employed {person}?", "{person} worked for {answer}."),
+    ("Which company built the bridge?", "The bridge was built by {answer}."),
+    ("Which body awards the prize?", "The prize is awarded by {answer}."),
+)
+
+
+# Year
+def _draw_year(rng: random.Random) -> tuple[str, ...]:
+    y = rng.randint(1000, 2030)
+    return (str(y), f"in {y}", f"the year {y}", f"in the year {y}", f"{y} AD", f"around {y}")
+
+
+def _other_year(forms: tuple[str, ...], rng: random.Random) -> str:
+    y = int(forms[0])
+    return str(y + rng.choice((-1, 1)) * rng.choice((1, 2, 3, 5, 10, 20, 50)))
+
+
+def _year_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """One digit changed ("1887" vs "1787"), or a decade's other year."""
+    digits = list(forms[0])
+    i = rng.choice((1, 2, 3))
+    digits[i] = rng.choice([d for d in "0123456789" if d != digits[i]])
+    return "".join(digits)
+
+
+_YEAR_QUESTIONS = (
+    ("When was the {org} founded?", "The {org} was founded in {answer}."),
+    ("In what year did {person} die?", "{person} died in {answer}."),
+    ("What year was {person} born?", "{person} was born in {answer}."),
+    ("When did the war end?", "The war ended in {answer}."),
+    ("In which year was the treaty signed?", "The treaty was signed in {answer}."),
+)
+
+
+# Date
+def _date_forms(y: int, m: int, d: int) -> tuple[str, ...]:
+    month = MONTHS[m - 1]
+    suffix = "th" if 10 <= d % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d % 10, "th")
+    return (f"{month} {d}, {y}", f"{d} {month} {y}", f"{month} {d}{suffix}, {y}",
+            f"on {month} {d}, {y}", f"{MONTH_ABBREVIATIONS[m - 1]} {d}, {y}", f"{y}-{m:02d}-{d:02d}",
+            f"the {d}{suffix} of {month} {y}",
+            # A part of the date answers the question too (annotators give both).
+            f"{month} {y}", f"{month} {d}")
+
+
+def _draw_date(rng: random.Random) -> tuple[str, ...]:
+    return _date_forms(rng.randint(1700, 2030), rng.randint(1, 12), rng.randint(1, 28))
+
+
+def _parse_date(forms: tuple[str, ...]) -> tuple[int, int, int]:
+    y, m, d = forms[5].split("-")
+    return int(y), int(m), int(d)
+
+
+def _other_date(forms: tuple[str, ...], rng: random.Random) -> str:
+    y, m, d = _parse_date(forms)
+    field = rng.randrange(3)
+    if field == 0:
+        y += rng.choice((-1, 1)) * rng.randint(1, 30)
+    elif field == 1:
+        m = rng.choice([x for x in range(1, 13) if x != m])
+    else:
+        d = rng.choice([x for x in range(1, 29) if x != d])
+    return rng.choice(_date_forms(y, m, d)[:7])
+
+
+def _date_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """The same day and month of another year, or the same month and year on another day."""
+    y, m, d = _parse_date(forms)
+    if rng.random() < 0.5:
+        return _date_forms(y + rng.choice((-1, 1)) * rng.randint(1, 5), m, d)[0]
+    return _date_forms(y, m, rng.choice([x for x in range(1, 29) if x != d]))[0]
+
+
+_DATE_QUESTIONS = (
+    ("On what date was {person} born?", "{person} was born on {answer}."),
+    ("When was the agreement signed?", "The agreement was signed on {answer}."),
+    ("When did the ship sink?", "The ship sank on {answer}."),
+)
+
+
+# Count
+def _draw_number(rng: random.Random) -> tuple[str, ...]:
+    n = _draw_count(rng)
+    forms = _number_forms(n)
+    return (str(n), *forms[1:], f"about {forms[0]}", f"approximately {_pick(rng, forms)}")
+
+
+def _other_number(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _pick(rng, _number_forms(_other_count(int(forms[0]), rng)))
+
+
+def _number_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    n = int(forms[0])
+    return str(n * 10 + rng.randint(0, 9)) if rng.random() < 0.5 else _number_forms(_other_count(n, rng))[0]
+
+
+_NUMBER_QUESTIONS = (
+    ("How many people work for the {org}?", "The {org} employs {answer} people."),
+    ("What is the population of {city}?", "{city} has a population of {answer}."),
+    ("How many students attend the university?", "The university has {answer} students."),
+    ("How many copies of the album were sold?", "The album sold {answer} copies."),
+)
+
+
+# Quantity with a unit or a currency
+def _draw_quantity(rng: random.Random) -> tuple[str, ...]:
+    value = rng.randint(2, 9999) if rng.random() < 0.8 else round(rng.uniform(1, 99), 1)
+    text = f"{value:,}" if isinstance(value, int) else f"{value}"
+    if rng.random() < 0.7:
+        symbol, names = _pick(rng, UNITS)
+        return (f"{text} {symbol}", *(f"{text} {n}" for n in names), f"about {text} {names[0]}")
+    symbol, names = _pick(rng, CURRENCIES)
+    return (f"{symbol}{text}", *(f"{text} {n}" for n in names), f"nearly {symbol}{text}")
+
+
+def _quantity_parts(text: str) -> tuple[str, str]:
+    """(number, unit or currency) of a canonical quantity ("5 km" / "$12")."""
+    if text[0] in {c for c, _ in CURRENCIES}:
+        return text[1:], text[0]
+    number, unit = text.split(" ", 1)
+    return number, unit
+
+
+def _other_quantity(forms: tuple[str, ...], rng: random.Random) -> str:
+    number, unit = _quantity_parts(forms[0])
+    value = float(number.replace(",", ""))
+    other = value + rng.choice((-1, 1)) * max(1.0, round(value * rng.uniform(0.05, 0.5)))
+    text = f"{other:,.0f}" if other == int(other) else f"{other:.1f}"
+    return f"{unit}{text}" if unit in {c for c, _ in CURRENCIES} else f"{text} {unit}"
+
+
+def _quantity_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """The same number in another unit ("5 km" vs "5 miles")."""
+    number, unit = _quantity_parts(forms[0])
+    if unit in {c for c, _ in CURRENCIES}:
+        return f"{_pick(rng, [c for c, _ in CURRENCIES if c != unit])}{number}"
+    return f"{number} {_pick(rng, [names[0] for symbol, names in UNITS if symbol != unit])}"
+
+
+_QUANTITY_QUESTIONS = (
+    ("How long is the river?", "The river is {answer} long."),
+    ("How much did the painting cost?", "The painting cost {answer}."),
+    ("How heavy is the bell?", "The bell weighs {answer}."),
+    ("How high is the summit?", "The summit is {answer} high."),
+    ("What was the price of a ticket?", "A ticket cost {answer}."),
+)
+
+
+# Percentage
+def _draw_percent(rng: random.Random) -> tuple[str, ...]:
+    p = rng.randint(1, 99)
+    return (f"{p}%", f"{p} percent", f"{p} per cent", f"{number_words(p)} percent", f"about {p}%")
+
+
+def _other_percent(forms: tuple[str, ...], rng: random.Random) -> str:
+    p = int(forms[0].rstrip("%"))
+    return f"{_pick(rng, [x for x in range(1, 100) if x != p])}%"
+
+
+def _percent_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """A percentage sharing a digit ("45%" vs "4.5%" or "54%")."""
+    p = forms[0].rstrip("%")
+    swapped = p[::-1]
+    if len(p) == 2 and swapped != p and rng.random() < 0.5:
+        return f"{swapped}%"
+    return f"{int(p) / 10:g}%"
+
+
+_PERCENT_QUESTIONS = (
+    ("What share of {city}'s residents are foreign-born?", "{answer} of {city}'s residents are foreign-born."),
+    ("By how much did sales fall?", "Sales fell by {answer}."),
+    ("What percentage of the vote did the party win?", "The party won {answer} of the vote."),
+)
+
+
+# Common nouns of one category
+def _thing_type(category: str, question_texts: QuestionTemplates,
+                countable: bool = False) -> AnswerType:
+    items = THINGS[category]
+
+    def draw(rng: random.Random) -> tuple[str, ...]:
+        names = _pick(rng, items)
+        if not countable:
+            return names
+        return (*names, f"an {names[0]}" if names[0][0] in "aeiou" else f"a {names[0]}")
+
+    def other(forms: tuple[str, ...], rng: random.Random) -> str:
+        return _pick(rng, [names for names in items if forms[0] not in names])[0]
+
+    def overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+        """A compound naming something else ("horse" vs "horse museum")."""
+        return f"{forms[0]} {_pick(rng, ('museum', 'festival', 'club', 'shop', 'award', 'school'))}"
+
+    return AnswerType(category, draw, other, overlap, _asker(question_texts))
+
+
+# Noun phrase
+def _phrase(rng: random.Random) -> str:
+    return f"{_pick(rng, PHRASE_ADJECTIVES)} {_pick(rng, PHRASE_NOUNS)}"
+
+
+def _draw_phrase(rng: random.Random) -> tuple[str, ...]:
+    phrase = _phrase(rng)
+    return phrase, f"the {phrase}"
+
+
+def _other_phrase(forms: tuple[str, ...], rng: random.Random) -> str:
+    return _redrawn(_phrase, forms[0], rng)
+
+
+def _phrase_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """One word swapped: "civil war" is not "cold war" ("civil reform" vs "civil growth")."""
+    return _one_word_swapped(forms[0], PHRASE_ADJECTIVES, PHRASE_NOUNS, 0.5, rng)
+
+
+_PHRASE_QUESTIONS = (
+    ("What did {person} argue for?", "{person} argued for {answer}."),
+    ("What caused the unrest?", "The unrest was caused by {answer}."),
+    ("What is the period known for?", "The period is known for {answer}."),
+    ("Why did {person} resign?", "{person} resigned because of {answer}."),
+)
+
+
+def elaboration(answer: str, rng: random.Random) -> str:
+    """``answer`` with a qualifier or a detail added: still the same answer to annotators
+    ("22" vs "22 times between 1361 and 1528", "University of North Florida" vs "a University of
+    North Florida team")."""
+    if rng.random() < 0.5:
+        return f"{_pick(rng, ELABORATION_PREFIXES)} {answer}"
+    return f"{answer} {_pick(rng, ELABORATION_SUFFIXES)}"
+
+
+TYPES: tuple[AnswerType, ...] = (
+    AnswerType("city", _draw_city, _other_city, _city_overlap, _asker(_CITY_QUESTIONS)),
+    AnswerType("country", _draw_country, _other_country, _country_overlap, _asker(_COUNTRY_QUESTIONS)),
+    AnswerType("person", _draw_person, _other_person, _person_overlap, _asker(_PERSON_QUESTIONS)),
+    AnswerType("organisation", _draw_organisation, _other_organisation, _organisation_overlap,
+               _asker(_ORGANISATION_QUESTIONS)),
+    AnswerType("year", _draw_year, _other_year, _year_overlap, _asker(_YEAR_QUESTIONS)),
+    AnswerType("date", _draw_date, _other_date, _date_overlap, _asker(_DATE_QUESTIONS)),
+    AnswerType("number", _draw_number, _other_number, _number_overlap, _asker(_NUMBER_QUESTIONS)),
+    AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _asker(_QUANTITY_QUESTIONS)),
+    AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _asker(_PERCENT_QUESTIONS)),
+    AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _asker(_PHRASE_QUESTIONS)),
+    _thing_type("occupation", (("What was {person}'s profession?", "{person} worked as {answer}."),
+                               ("What did {person} train as?", "{person} trained as {answer}.")),
+                countable=True),
+    _thing_type("material", (("What is the statue made of?", "The statue is made of {answer}."),
+                             ("What material was used for the roof?", "The roof was made of {answer}."))),
+    _thing_type("language", (("What language did {person} write in?", "{person} wrote in {answer}."),
+                             ("What is the official language?", "The official language is {answer}."))),
+    _thing_type("sport", (("What sport did {person} play?", "{person} played {answer}."),
+                          ("Which sport is the stadium used for?", "The stadium is used for {answer}."))),
+    _thing_type("animal", (("What animal appears on the flag?", "The flag shows {answer}."),
+                           ("Which animal is the team named after?", "The team is named after {answer}.")),
+                countable=True),
+    _thing_type("instrument", (("What instrument did {person} play?", "{person} played the {answer}."),
+                               ("Which instrument is the concerto written for?",
+                                "The concerto is written for {answer}."))),
+)
+TYPE_BY_NAME = {t.name: t for t in TYPES}
+
+
+# --- surface forms ------------------------------------------------------------------------------
+def surface_variant(text: str, rng: random.Random) -> str:
+    """``text`` as an answer may be typed: case changed, "the" added or dropped, a full stop or
+    quotes around it. SQuAD normalisation maps every variant back to the same string."""
+    u = rng.random()
+    if u < 0.2:
+        text = text.lower()
+    elif u < 0.3:
+        text = text.upper()
+    elif u < 0.4 and text[:1].islower():
+        text = text[:1].upper() + text[1:]
+    v = rng.random()
+    if v < 0.15 and not text.lower().startswith("the "):
+        text = f"the {text}"
+    elif v < 0.3 and text.lower().startswith("the "):
+        text = text[4:]
+    w = rng.random()
+    if w < 0.15:
+        text = f"{text}."
+    elif w < 0.2:
+        text = f'"{text}"'
+    return text
+
+
+def _sentence(question: Question, answer: str) -> str:
+    return question.sentence.format(answer=answer)
+
+
+# --- pairs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AnswerPair:
+    """Two answers to ``question`` with their NLI label and the category that made them."""
+
+    question: str
+    first: str
+    second: str
+    label: str
+    category: str
+    answer_type: str
+
+    def texts(self, with_question: bool = True) -> tuple[str, str]:
+        """The (premise, hypothesis) an NLI model sees: SePer's ``"{q}? {answer}"`` form, or the
+        bare answers."""
+        question = self.question if with_question else None
+        return nli_text(self.first, question), nli_text(self.second, question)
+
+
+def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], question: Question,
+                rng: random.Random) -> tuple[str, str, str]:
+    """(first, second, answer type asked) of one pair of ``category``."""
+    a = _pick(rng, forms)
+    if category == "identical":
+        return a, surface_variant(a, rng), kind.name
+    if category == "alias":
+        b = _pick(rng, [f for f in forms if f != a] or forms)
+        if rng.random() < 0.35:
+            b = elaboration(b, rng)
+        return a, surface_variant(b, rng), kind.name
+    if category == "sentence":
+        # The canonical form reads right in every sentence template ("born in Paris.").
+        return _pick(rng, forms), _sentence(question, forms[0]), kind.name
+    if category == "other_value":
+        b = kind.other(forms, rng)
+    elif category == "partial_overlap":
+        b = kind.overlap(forms, rng)
+    else:  # unrelated: a value of another type
+        other = _pick(rng, [t for t in TYPES if t is not kind])
+        b = _pick(rng, other.draw(rng))
+    if rng.random() < 0.2:
+        b = _sentence(question, b)
+    return a, surface_variant(b, rng), kind.name
+
+
+def answer_pair(rng: random.Random, category: str | None = None,
+                answer_type: str | None = None) -> AnswerPair:
+    """One labelled pair; its category drawn at :data:`CATEGORY_SHARES` and its answer type
+    uniformly, unless given."""
+    if category is None:
+        names = list(CATEGORY_SHARES)
+        category = rng.choices(names, weights=[CATEGORY_SHARES[c] for c in names])[0]
+    kind = _pick(rng, TYPES) if answer_type is None else TYPE_BY_NAME[answer_type]
+    forms = kind.draw(rng)
+    question = kind.questions(rng)
+    first, second, answer_type = _pair_texts(category, kind, forms, question, rng)
+    if rng.random() < 0.5:
+        first, second = second, first
+    return AnswerPair(question.text, first, second, CATEGORY_LABELS[category], category, answer_type)
+
+
+def answer_pairs(rng: random.Random, n: int) -> list[AnswerPair]:
+    """``n`` labelled pairs drawn from ``rng`` (deterministic for a seeded ``random.Random``)."""
+    return [answer_pair(rng) for _ in range(n)]

@@ -1,0 +1,13 @@
+"""The directories of a world build (``ragutil world build --out DIR``, and
+``$RAGUTIL_HOME/embedded``, where ``embedded:<name>`` names resolve): one name per part."""
+
+from __future__ import annotations
+
+WORLD = "world"  # the synthetic world's BEIR folder and ground truth
+READER = "reader"  # the reader LM trained on the world
+WORLD_NLI = "world-nli"  # the small NLI trained on the world's answer values
+ANSWER_NLI = "nli"  # the answer-equivalence NLI fine-tuned from all-MiniLM-L6-v2
+BUILD_RECORD = "build.json"
+
+WORLD_ONLY_MODELS = (READER, WORLD_NLI)
+"""Models trained on the synthetic world alone: valid on that world, not on other data."""

