@@ -29,6 +29,14 @@ def is_database_uri(uri: str) -> bool:
     return uri.split(":", 1)[0].split("+", 1)[0] in _DATABASE_SCHEMES
 
 
+def dagster_postgres_url(url: str) -> str:
+    """``url`` with the psycopg2 driver named, as dagster-postgres needs it: SQLAlchemy 2.1 opens a
+    bare ``postgresql://`` URL with psycopg 3, under which dagster-postgres's ``NOTIFY``
+    statements are syntax errors."""
+    scheme, _, rest = url.partition("://")
+    return f"postgresql+psycopg2://{rest}" if scheme in ("postgresql", "postgres") else url
+
+
 def check_reachable(url: str, what: str, variable: str) -> None:
     """Connect to the database server at ``url`` once, or raise :class:`DatabaseUnavailableError`
     naming ``what`` and the ``variable`` that chose it (nothing to check for a SQLite file or an

@@ -23,7 +23,12 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import StepFailedError
-from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE, check_reachable
+from ragutil_dagster.databases import (
+    DAGSTER_HOME_VARIABLE,
+    DAGSTER_POSTGRES_URL_VARIABLE,
+    check_reachable,
+    dagster_postgres_url,
+)
 from ragutil_dagster.files import ragutil_home, write_text_atomic
 from ragutil_dagster.resources.storage import ArtifactStore
 
@@ -63,6 +68,10 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
         return dg.DagsterInstance.get()
     if url := os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
         check_reachable(url, "the Dagster instance's PostgreSQL", DAGSTER_POSTGRES_URL_VARIABLE)
+        # dagster.yaml names the variable, not its value (no password on disk); Dagster reads it
+        # here and in every process started from here (ragutil ui's dagster dev), with the driver
+        # it needs.
+        os.environ[DAGSTER_POSTGRES_URL_VARIABLE] = dagster_postgres_url(url)
     directory = (home or ragutil_home()) / "dagster"
     directory.mkdir(parents=True, exist_ok=True)
     settings = directory / "dagster.yaml"

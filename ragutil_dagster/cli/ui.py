@@ -62,12 +62,12 @@ def _ui(args: argparse.Namespace) -> int:
 
     _stop_on_sigterm()
     home = ragutil_home()
-    env = {**os.environ, "RAGUTIL_CONFIG": str(Path(args.config).resolve())}
-    if not env.get(DAGSTER_HOME_VARIABLE):
+    if not os.environ.get(DAGSTER_HOME_VARIABLE):
         # Writes <RAGUTIL_HOME>/dagster/dagster.yaml (PostgreSQL storage when
         # $RAGUTIL_DAGSTER_POSTGRES_URL is set, which dagster dev inherits) and checks the database.
         dagster_instance()
-        env[DAGSTER_HOME_VARIABLE] = str(home / "dagster")
+    env = {**os.environ, "RAGUTIL_CONFIG": str(Path(args.config).resolve())}
+    env.setdefault(DAGSTER_HOME_VARIABLE, str(home / "dagster"))
     tracking = MlflowTracking(home=str(home), tracking_uri=os.environ.get(MLFLOW_TRACKING_URI_VARIABLE, ""))
     # mlflow server would retry a refused database for the best part of an hour.
     check_reachable(tracking.uri, "the MLflow tracking database", MLFLOW_TRACKING_URI_VARIABLE)
