@@ -147,7 +147,8 @@ class MlflowTracking(ConfigurableResource):
 
     def experiment_id(self, name: str) -> str:
         """The id of experiment ``name``, created on first use (artifacts under ``<home>/mlruns``
-        for the embedded store; the server's artifact root otherwise)."""
+        for a database store — MLflow's default would be ``./mlruns`` of whatever directory the
+        process runs in; the server's artifact root for a tracking server)."""
         from mlflow.exceptions import MlflowException
 
         client = self.client()
@@ -160,7 +161,7 @@ class MlflowTracking(ConfigurableResource):
                 )
             return found.experiment_id
         location = None
-        if not self.tracking_uri:
+        if is_database_uri(self.uri):
             location = (self._home() / "mlruns" / name.replace("/", "_")).as_uri()
         try:
             return client.create_experiment(name, artifact_location=location)

@@ -38,6 +38,8 @@ def test_ragutil_run_keeps_dagster_and_mlflow_in_postgres(postgres, tiny_yaml, t
     settings = (home / "dagster" / "dagster.yaml").read_text()
     assert f"env: {DAGSTER_POSTGRES_URL_VARIABLE}" in settings and "postgresql://" not in settings
     assert not list(home.rglob("*.db"))  # no SQLite store was written on the side
+    # MLflow's artifacts under ragutil's home, not ./mlruns of the working directory.
+    assert len(list((home / "mlruns").rglob("scores/table.parquet"))) == 4
 
     # Dagster: every step a successful run, its events in the event log, pool slots all freed.
     assert postgres.query("dagster", "SELECT status, count(*) FROM runs GROUP BY status") == [("SUCCESS", steps)]
