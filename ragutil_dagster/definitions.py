@@ -12,6 +12,7 @@ import dagster as dg
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
+from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
 from ragutil_dagster.tracking import MlflowTracking
@@ -42,7 +43,7 @@ def build_resources(
         ),
         "tracking": MlflowTracking(
             home=home_value,
-            tracking_uri=_environment_value("MLFLOW_TRACKING_URI", for_dagster),
+            tracking_uri=_environment_value(MLFLOW_TRACKING_URI_VARIABLE, for_dagster),
             ui_url=_environment_value(MLFLOW_UI_URL_VARIABLE, for_dagster) or DEFAULT_MLFLOW_UI_URL,
         ),
     }

@@ -89,6 +89,10 @@ class NothingToCompareError(UserError, LookupError):
     """An experiment has no finished partition run in the MLflow store to compare."""
 
 
+class DatabaseUnavailableError(UserError, ConnectionError):
+    """A database named as the Dagster instance or the MLflow store refuses connections."""
+
+
 class ServerUnavailableError(UserError):
     """A request still failed after every retry (server down, overloaded or erroring)."""
 

@@ -1,7 +1,8 @@
 """Materialise a whole experiment in process — the engine of ``ragutil run``.
 
 Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
-instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``), so ``dagster dev`` on the same
+instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
+``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
 instance shows every materialisation with its metadata.
 """
 
@@ -22,7 +23,13 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import StepFailedError
-from ragutil_dagster.files import ragutil_home
+from ragutil_dagster.databases import (
+    DAGSTER_HOME_VARIABLE,
+    DAGSTER_POSTGRES_URL_VARIABLE,
+    check_reachable,
+    dagster_postgres_url,
+)
+from ragutil_dagster.files import ragutil_home, write_text_atomic
 from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\
@@ -37,15 +44,39 @@ telemetry:
 """
 
 
+POSTGRES_STORAGE = f"""\
+# ${DAGSTER_POSTGRES_URL_VARIABLE} is set: runs, the event log and schedules live in PostgreSQL.
+storage:
+  postgres:
+    postgres_url:
+      env: {DAGSTER_POSTGRES_URL_VARIABLE}
+"""
+
+
+def instance_settings() -> str:
+    """The ``dagster.yaml`` ragutil writes: pools and telemetry, and dagster-postgres storage when
+    ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set (read by whoever opens the instance, never stored)."""
+    if os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
+        return INSTANCE_SETTINGS + POSTGRES_STORAGE
+    return INSTANCE_SETTINGS
+
+
 def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
-    """The persistent Dagster instance: ``$DAGSTER_HOME`` when set, else ``<RAGUTIL_HOME>/dagster``."""
-    if os.environ.get("DAGSTER_HOME"):
+    """The persistent Dagster instance: ``$DAGSTER_HOME`` when set, else ``<RAGUTIL_HOME>/dagster``,
+    whose ``dagster.yaml`` ragutil (re)writes to follow the environment (:func:`instance_settings`)."""
+    if os.environ.get(DAGSTER_HOME_VARIABLE):
         return dg.DagsterInstance.get()
+    if url := os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
+        check_reachable(url, "the Dagster instance's PostgreSQL", DAGSTER_POSTGRES_URL_VARIABLE)
+        # dagster.yaml names the variable, not its value (no password on disk); Dagster reads it
+        # here and in every process started from here (ragutil ui's dagster dev), with the driver
+        # it needs.
+        os.environ[DAGSTER_POSTGRES_URL_VARIABLE] = dagster_postgres_url(url)
     directory = (home or ragutil_home()) / "dagster"
     directory.mkdir(parents=True, exist_ok=True)
     settings = directory / "dagster.yaml"
-    if not settings.exists():
-        settings.write_text(INSTANCE_SETTINGS)
+    if not settings.exists() or settings.read_text() != instance_settings():
+        write_text_atomic(settings, instance_settings())
     return dg.DagsterInstance.from_config(str(directory))
 
 

@@ -157,3 +157,84 @@ def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     base_url = f"http://127.0.0.1:{port}"
     with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
         yield VLLMServer(base_url, name, smollm2_dir, max_model_len, log, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A PostgreSQL server of the test session: where it listens and its superuser."""
+
+    host: str
+    port: int
+    user: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        """A new, empty database; its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as db:
+            db.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def query(self, database: str, sql: str) -> list[tuple]:
+        import psycopg
+
+        with psycopg.connect(self.url(database)) as db:
+            return db.execute(sql).fetchall()
+
+
+def _postgres_binaries() -> Path:
+    """Debian's server binaries (off PATH, under /usr/lib/postgresql/<major>/bin; install.sh
+    installs the package), the newest major."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise RuntimeError("PostgreSQL is not installed: run install.sh (apt-get install postgresql)")
+    return found[-1].parent
+
+
+@pytest.fixture(scope="session")
+def postgres() -> PostgresServer:
+    """ONE PostgreSQL server for the session, on a free port of 127.0.0.1, with its own data
+    directory (trust authentication, superuser ``ragutil``), stopped by its PID at the end.
+
+    initdb refuses to run as root, so as root the cluster belongs to the ``postgres`` user. Its
+    data directory is a fresh directory of /tmp (pytest's tmp root is private to root). The
+    postmaster installs its own signal handlers, so signals inherited ignored do not matter;
+    it is stopped with SIGINT (PostgreSQL's fast shutdown: connections still open, such as
+    pooled ones, do not hold it up)."""
+    import signal
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ragutil_dagster.processes import free_port
+
+    binaries = _postgres_binaries()
+    data = Path(tempfile.mkdtemp(prefix="ragutil-postgres-"))
+    as_owner: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+        as_owner = [shutil.which("runuser") or "runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run([*as_owner, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "ragutil"],
+                   check=True, capture_output=True)
+    subprocess.run(
+        [*as_owner, str(binaries / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w",
+         "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off", "start"],  # a throwaway cluster
+        check=True, capture_output=True,
+    )
+    pid = int((data / "postmaster.pid").read_text().split()[0])
+    try:
+        yield PostgresServer("127.0.0.1", port, "ragutil")
+    finally:
+        # The postmaster removes postmaster.pid once shut down (pg_ctl made it a daemon: not our
+        # child to wait for).
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while (data / "postmaster.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if (data / "postmaster.pid").exists():
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(data, ignore_errors=True)

@@ -17,6 +17,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, check_reachable
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.processes import available_port, background_server
 
@@ -61,11 +62,15 @@ def _ui(args: argparse.Namespace) -> int:
 
     _stop_on_sigterm()
     home = ragutil_home()
+    if not os.environ.get(DAGSTER_HOME_VARIABLE):
+        # Writes <RAGUTIL_HOME>/dagster/dagster.yaml (PostgreSQL storage when
+        # $RAGUTIL_DAGSTER_POSTGRES_URL is set, which dagster dev inherits) and checks the database.
+        dagster_instance()
     env = {**os.environ, "RAGUTIL_CONFIG": str(Path(args.config).resolve())}
-    if not env.get("DAGSTER_HOME"):
-        dagster_instance()  # creates <RAGUTIL_HOME>/dagster with its dagster.yaml
-        env["DAGSTER_HOME"] = str(home / "dagster")
-    tracking = MlflowTracking(home=str(home), tracking_uri=os.environ.get("MLFLOW_TRACKING_URI", ""))
+    env.setdefault(DAGSTER_HOME_VARIABLE, str(home / "dagster"))
+    tracking = MlflowTracking(home=str(home), tracking_uri=os.environ.get(MLFLOW_TRACKING_URI_VARIABLE, ""))
+    # mlflow server would retry a refused database for the best part of an hour.
+    check_reachable(tracking.uri, "the MLflow tracking database", MLFLOW_TRACKING_URI_VARIABLE)
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     try:

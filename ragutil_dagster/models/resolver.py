@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from ragutil_dagster.errors import ModelUnavailableError
+from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.files import embedded_dir, embedded_tracking_uri, ragutil_home
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 
@@ -29,7 +30,7 @@ GGUF_SUFFIX = ".gguf"
 
 def default_tracking_uri() -> str:
     """``MLFLOW_TRACKING_URI`` when set, else the embedded store of ``$RAGUTIL_HOME``."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or embedded_tracking_uri(ragutil_home())
+    return os.environ.get(MLFLOW_TRACKING_URI_VARIABLE) or embedded_tracking_uri(ragutil_home())
 
 
 def model_location(name: str, *, tracking_uri: str | None = None) -> str:

@@ -28,7 +28,6 @@ import polars as pl
 
 from ragutil_dagster.data.qa import dataset_folder
 from ragutil_dagster.files import stable_hash
-from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.redaction import redact
 from ragutil_dagster.tracking.keys import PartitionRun
 from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun
@@ -173,13 +172,13 @@ def logged_model_id(tracking: MlflowTracking, experiment_id: str, spec: ModelSpe
     """The id of the external LoggedModel of ``spec``'s identity in the experiment, created on
     first use.
 
-    Find-then-create runs under a file lock in ragutil's home, so processes of one machine never
-    create the same model twice (MLflow has no unique constraint on tags)."""
+    Find-then-create holds the model's claim (``MlflowTracking.claim``), so no two processes
+    create the same model (MLflow has no unique constraint on tags)."""
     from mlflow.entities import LoggedModelStatus
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
 
     client = tracking.client()
-    with exclusive_file_lock(str(tracking.lock_path("logged-models"))):
+    with tracking.claim(f"model-{experiment_id}-{spec.key}"):
         existing = find_logged_model(client, experiment_id, spec.key)
         if existing is not None:
             return existing.model_id

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
+from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE, check_reachable, is_database_uri
 from ragutil_dagster.files import embedded_tracking_uri
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.redaction import redact, redact_uri
+from ragutil_dagster.tracking.claims import claim
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 if TYPE_CHECKING:
@@ -33,14 +35,15 @@ DEFAULT_MLFLOW_UI_URL = "http://127.0.0.1:5000"
 
 
 @functools.cache
-def _client(uri: str, schema_lock: str | None = None) -> MlflowClient:
-    """One client per URI and process. For the embedded SQLite store, the first use creates the
-    schema; ``schema_lock`` (a file) makes processes starting together do that one at a time."""
+def _client(uri: str) -> MlflowClient:
+    """One client per URI and process. For a database store, the first use creates or migrates
+    MLflow's schema; under a claim, so processes starting together do that one at a time."""
     from mlflow import MlflowClient
 
-    if schema_lock is None:
+    if not is_database_uri(uri):
         return MlflowClient(tracking_uri=uri)
-    with exclusive_file_lock(schema_lock):
+    check_reachable(uri, "the MLflow tracking database", MLFLOW_TRACKING_URI_VARIABLE)
+    with claim(uri, "mlflow-schema"):
         client = MlflowClient(tracking_uri=uri)
         # Opening the store creates or migrates its tables.
         client.search_experiments(max_results=1)
@@ -123,19 +126,29 @@ class MlflowTracking(ConfigurableResource):
     def _home(self) -> Path:
         return Path(self.home).expanduser().resolve()
 
-    def lock_path(self, name: str) -> Path:
-        """A lock file in ragutil's home, shared by the processes of this machine."""
-        return self._home() / f"{name}.lock"
+    @contextmanager
+    def claim(self, key: str) -> Iterator[None]:
+        """Hold ``key`` (file-name safe) against every other ragutil process for the block.
+
+        A database store holds it in the database (``tracking.claims``: across machines). An
+        ``http(s)://`` server gives ragutil no database access: the key is then held by a file
+        lock in ragutil's home, which only orders the processes of this machine."""
+        if is_database_uri(self.uri):
+            with claim(self.uri, key):
+                yield
+        else:
+            with exclusive_file_lock(self._home() / "claims" / f"{key}.lock"):
+                yield
 
     def client(self) -> MlflowClient:
-        if self.tracking_uri:
-            return _client(self.uri)
-        self._home().mkdir(parents=True, exist_ok=True)
-        return _client(self.uri, str(self._home() / "mlflow.db.lock"))
+        if not self.tracking_uri:
+            self._home().mkdir(parents=True, exist_ok=True)
+        return _client(self.uri)
 
     def experiment_id(self, name: str) -> str:
         """The id of experiment ``name``, created on first use (artifacts under ``<home>/mlruns``
-        for the embedded store; the server's artifact root otherwise)."""
+        for a database store — MLflow's default would be ``./mlruns`` of whatever directory the
+        process runs in; the server's artifact root for a tracking server)."""
         from mlflow.exceptions import MlflowException
 
         client = self.client()
@@ -148,7 +161,7 @@ class MlflowTracking(ConfigurableResource):
                 )
             return found.experiment_id
         location = None
-        if not self.tracking_uri:
+        if is_database_uri(self.uri):
             location = (self._home() / "mlruns" / name.replace("/", "_")).as_uri()
         try:
             return client.create_experiment(name, artifact_location=location)
@@ -180,25 +193,30 @@ class MlflowTracking(ConfigurableResource):
     ) -> Iterator[TrackedRun]:
         """Open the run tagged ``key`` in ``experiment`` — reusing one an earlier attempt left
         FINISHED, FAILED or RUNNING (a killed process) — and end it FINISHED, or FAILED if the
-        body raises."""
+        body raises.
+
+        The whole block holds the key's claim (:meth:`claim`): a process opening the same key
+        meanwhile waits, then reuses this run, so a key never gets two runs and two processes
+        never interleave their writes to one."""
         client = self.client()
         experiment_id = self.experiment_id(experiment)
-        existing = self.find_run(experiment_id, key)
-        if existing is None:
-            created = client.create_run(
-                experiment_id, run_name=name, tags={RUN_KEY_TAG: key, KIND_TAG: kind}
+        with self.claim(f"run-{key}"):
+            existing = self.find_run(experiment_id, key)
+            if existing is None:
+                created = client.create_run(
+                    experiment_id, run_name=name, tags={RUN_KEY_TAG: key, KIND_TAG: kind}
+                )
+                run_id = created.info.run_id
+            else:
+                run_id = existing.info.run_id
+                client.update_run(run_id, status=RUNNING)
+            tracked = TrackedRun(
+                client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None
             )
-            run_id = created.info.run_id
-        else:
-            run_id = existing.info.run_id
-            client.update_run(run_id, status=RUNNING)
-        tracked = TrackedRun(
-            client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None
-        )
-        status = FAILED
-        try:
-            tracked.set_tags(tags)
-            yield tracked
-            status = FINISHED
-        finally:
-            client.set_terminated(run_id, status)
+            status = FAILED
+            try:
+                tracked.set_tags(tags)
+                yield tracked
+                status = FINISHED
+            finally:
+                client.set_terminated(run_id, status)

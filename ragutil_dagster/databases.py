@@ -1,0 +1,62 @@
+"""Where ragutil's two stores live, chosen by environment variables, and one check that a
+database is reachable before Dagster or MLflow start retrying against it.
+
+- The Dagster instance (runs, event log, schedules, pool slots): SQLite under
+  ``$RAGUTIL_HOME/dagster`` by default; PostgreSQL when ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set
+  (``runner.dagster_instance`` writes it into ``dagster.yaml`` as dagster-postgres's
+  ``postgres_url``); any hand-written ``dagster.yaml`` when ``$DAGSTER_HOME`` is set.
+- MLflow tracking: ``$MLFLOW_TRACKING_URI`` (``postgresql://…``, ``sqlite:///…`` or an
+  ``http(s)://`` server), else ``sqlite:///$RAGUTIL_HOME/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+from ragutil_dagster.errors import DatabaseUnavailableError
+from ragutil_dagster.redaction import redact_uri
+
+DAGSTER_POSTGRES_URL_VARIABLE = "RAGUTIL_DAGSTER_POSTGRES_URL"
+DAGSTER_HOME_VARIABLE = "DAGSTER_HOME"
+MLFLOW_TRACKING_URI_VARIABLE = "MLFLOW_TRACKING_URI"
+
+# MLflow and Dagster accept SQLAlchemy URLs of these dialects as stores (``postgresql+psycopg2://``
+# included); ragutil reaches them directly for its claims (tracking/claims.py).
+_DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+CONNECT_TIMEOUT_SECONDS = 10
+
+
+def is_database_uri(uri: str) -> bool:
+    """Whether ``uri`` names a database (as opposed to an ``http(s)://`` server or a directory)."""
+    return uri.split(":", 1)[0].split("+", 1)[0] in _DATABASE_SCHEMES
+
+
+def dagster_postgres_url(url: str) -> str:
+    """``url`` with the psycopg2 driver named, as dagster-postgres needs it: SQLAlchemy 2.1 opens a
+    bare ``postgresql://`` URL with psycopg 3, under which dagster-postgres's ``NOTIFY``
+    statements are syntax errors."""
+    scheme, _, rest = url.partition("://")
+    return f"postgresql+psycopg2://{rest}" if scheme in ("postgresql", "postgres") else url
+
+
+def check_reachable(url: str, what: str, variable: str) -> None:
+    """Connect to the database server at ``url`` once, or raise :class:`DatabaseUnavailableError`
+    naming ``what`` and the ``variable`` that chose it (nothing to check for a SQLite file or an
+    ``http(s)://`` server). Dagster and MLflow retry a refused connection (MLflow with backoff
+    for close to an hour) instead of saying so."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    if url.startswith("sqlite") or not is_database_uri(url):
+        return
+    options = {"connect_timeout": CONNECT_TIMEOUT_SECONDS} if url.startswith("postgresql") else {}
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=options)
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.DBAPIError as err:
+        reason = str(err.orig).strip().splitlines()[0] if err.orig is not None else type(err).__name__
+        raise DatabaseUnavailableError(
+            f"cannot reach {what} at {redact_uri(url)} ({reason}); start the database or change "
+            f"or unset {variable}"
+        ) from None
+    finally:
+        engine.dispose()
