@@ -17,3 +17,21 @@ def test_user_errors_are_one_message_and_status_2(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("ragutil run: error: ") and "datasets" in err and "Traceback" not in err
     assert main(["score", str(tmp_path / "none.jsonl"), "--config", str(config)]) == 2
+
+
+def test_an_embedded_build_from_before_the_answer_nli_keeps_its_world_nli(tmp_path, monkeypatch) -> None:
+    from ragutil_dagster.cli.run import ensure_embedded_models
+    from ragutil_dagster.config import parse_config
+
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
+    old = tmp_path / "embedded"
+    (old / "nli").mkdir(parents=True)
+    (old / "nli" / "config.json").write_text("{}")
+    (old / "build.json").write_text("{}")
+    experiment = parse_config({
+        "name": "demo", "datasets": [{"name": "world", "format": "synthetic"}],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
+        "generators": [{"name": "reader", "model": "embedded:reader"}], "nli": {"model": "embedded:world-nli"},
+    })
+    ensure_embedded_models(experiment, progress=False)
+    assert (old / "world-nli" / "config.json").is_file() and not (old / "nli").exists()

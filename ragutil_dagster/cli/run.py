@@ -23,6 +23,10 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
     from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
 
     target = embedded_dir()
+    answer_nli, world_nli = target / layout.ANSWER_NLI, target / layout.WORLD_NLI
+    if answer_nli.is_dir() and not is_trained(answer_nli) and not world_nli.exists():
+        # A build from before the answer NLI: its nli/ is the world's NLI.
+        answer_nli.rename(world_nli)
     models = [g.model for g in experiment.generators] + [experiment.nli.model]
     needs_world = any(m in WORLD_ONLY_MODEL_NAMES for m in models) or any(
         is_embedded_world(d) for d in experiment.datasets)
@@ -32,14 +36,9 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
         print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
         trained = train_all(target, size=size, progress=progress)
         print(format_quality(trained.quality), flush=True)
-    answer_nli = target / layout.ANSWER_NLI
     if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models and not is_trained(answer_nli):
         from ragutil_dagster.embedded.answer_nli import train_answer_nli
 
-        world_nli = target / layout.WORLD_NLI
-        if answer_nli.is_dir() and not world_nli.exists():
-            # A build from before the answer NLI: its nli/ is the world's NLI.
-            answer_nli.rename(world_nli)
         print(f"The answer NLI is missing: training it into {answer_nli} (once).", flush=True)
         train_answer_nli(answer_nli, progress=progress)
 
