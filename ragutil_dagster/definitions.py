@@ -12,7 +12,7 @@ import dagster as dg
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
+from ragutil_dagster.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
@@ -40,7 +40,8 @@ def build_resources(
         "store": ArtifactStore(home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster)),
         "models": ModelRegistry(
             nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
-            generation_cache=str(Path(home).expanduser() / "cache" / "generations"),
+            generation_cache=_environment_value(GENERATION_CACHE_URL_VARIABLE, for_dagster)
+            or str(Path(home).expanduser() / "cache" / "generations"),
             show_progress=show_progress,
         ),
         "tracking": MlflowTracking(
