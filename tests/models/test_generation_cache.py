@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from ragutil_dagster.models.cache import ENTRIES_TABLE, SQLITE_FILE, CachedGenerator, GenerationCache
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.generation import HFGenerator, Sample
 from ragutil_dagster.sampling import SamplingParams
 
 PROMPTS = [
@@ -179,3 +179,69 @@ def test_a_stored_entry_is_never_replaced(cached: CachedGenerator) -> None:
     assert cached.generator.calls[-1] == [PROMPTS[1], PROMPTS[0]]
     assert both[0] == first[0] and _stored(cached.cache, key) == before
     assert (cached.stats.hits, cached.stats.misses) == (1, 2)
+
+
+class FakeGenerator:
+    """Samples without a model: each worker's samples carry its own tag, so the test can tell
+    whose entry a reader got."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    @property
+    def identity(self) -> str:
+        return "fake"
+
+    @property
+    def settings(self) -> dict[str, object]:
+        return {"identity": "fake"}
+
+    def sample(self, prompts, params):
+        return [
+            [Sample(f"{self.tag}:{prompt}:{i}", (i,), (-0.5,), "stop", 3) for i in range(params.n)]
+            for prompt in prompts
+        ]
+
+
+WORKER = """
+import sys, time
+from tests.models.test_generation_cache import FakeGenerator
+from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+from ragutil_dagster.sampling import SamplingParams
+location, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+cache = GenerationCache(location)
+time.sleep(max(0.0, start - time.time()))
+got = CachedGenerator(FakeGenerator(tag), cache, checkpoint_prompts=7).sample(
+    [f"prompt {i}" for i in range(40)], SamplingParams(n=2, seed=1))
+print("|".join(per[0].text for per in got))
+"""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_location(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "shared")
+    return request.getfixturevalue("postgres").create_database(f"cache_{tmp_path.name[-20:].lower()}")
+
+
+def test_concurrent_workers_share_one_entry_per_request(shared_location: str) -> None:
+    """Two processes released together on the same 40 prompts (the first creating the store):
+    the database keeps one row per request, and every worker returns the stored samples."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 6  # after every worker has imported and opened the store
+    workers = [
+        subprocess.Popen([sys.executable, "-c", WORKER, shared_location, f"w{i}", str(start)],
+                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        for i in range(2)
+    ]
+    outputs = [worker.communicate(timeout=120)[0].strip() for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers)
+    assert len(set(outputs)) == 1, "workers returned different samples for one request"
+    cache = GenerationCache(shared_location)
+    assert len(cache) == 40
+    keys = [GenerationCache.key({"identity": "fake"}, f"prompt {i}", SamplingParams(n=2, seed=1)) for i in range(40)]
+    stored = cache.get_many(keys, 2)
+    assert "|".join(stored[key][0].text for key in keys) == outputs[0]
