@@ -48,6 +48,7 @@ def build_resources(
             home=home_value,
             tracking_uri=_environment_value(MLFLOW_TRACKING_URI_VARIABLE, for_dagster),
             ui_url=_environment_value(MLFLOW_UI_URL_VARIABLE, for_dagster) or DEFAULT_MLFLOW_UI_URL,
+            artifacts_url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
         ),
     }
 

@@ -18,6 +18,7 @@ by a newer writer between its two reads finds the newer manifest and reads again
 
 from __future__ import annotations
 
+import errno
 import json
 import posixpath
 import shutil
@@ -31,18 +32,30 @@ from typing import IO, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ragutil_dagster.errors import ArtifactStoreError
+from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
 from ragutil_dagster.files import atomic_directory, stable_hash, storage_errors, write_bytes_atomic
 from ragutil_dagster.redaction import redact_uri
 
 ARTIFACTS_URL_VARIABLE = "RAGUTIL_ARTIFACTS_URL"
 """The artifact store's URL; unset, ``$RAGUTIL_HOME/artifacts``."""
 MANIFEST_SUFFIX = ".manifest.json"
+# Object stores MLflow's own artifact repositories write to under the same URL as fsspec.
+_MLFLOW_SCHEMES = ("s3", "gs")
 _FORMAT = 1
 # A reader retries this many times when newer writers keep replacing the object it was about to read.
 _READ_ATTEMPTS = 5
 
 T = TypeVar("T")
+
+
+def mlflow_artifact_root(url: str) -> str | None:
+    """Where MLflow keeps run artifacts beside the artifact store at ``url`` (``<url>/mlruns``),
+    or None when MLflow cannot write there itself (a local directory: MLflow's artifacts then stay
+    under ``$RAGUTIL_HOME/mlruns``)."""
+    scheme, separator, _ = url.partition("://")
+    if not separator or scheme not in _MLFLOW_SCHEMES:
+        return None
+    return f"{url.rstrip('/')}/mlruns"
 
 
 class ObjectStore:
@@ -110,10 +123,11 @@ class ObjectStore:
         try:
             with storage_errors(self.display(name)):
                 yield staging
-                files = {
-                    path.relative_to(staging).as_posix(): path.stat().st_size
-                    for path in sorted(staging.rglob("*")) if path.is_file()
-                }
+            files = {
+                path.relative_to(staging).as_posix(): path.stat().st_size
+                for path in sorted(staging.rglob("*")) if path.is_file()
+            }
+            with storage_errors(self.display(name)), self._remote_errors(name):
                 if not self.local:
                     self.fs.put(
                         [str(staging / file) for file in files], [posixpath.join(target, file) for file in files]
@@ -129,6 +143,19 @@ class ObjectStore:
                 shutil.rmtree(staging, ignore_errors=True)
         if previous is not None and previous["object"] != object_name:
             self._remove(self._path(folder, previous["object"]))
+
+    @contextmanager
+    def _remote_errors(self, name: str) -> Iterator[None]:
+        """An object store's refusal (no such bucket, access denied) as one ArtifactWriteError."""
+        try:
+            yield
+        except (FileNotFoundError, PermissionError) as err:
+            if self.local:
+                raise
+            raise ArtifactWriteError(
+                errno.EACCES, f"cannot write {self.display(name)}: {err} (create the bucket, give these "
+                "credentials write access, or change RAGUTIL_ARTIFACTS_URL); nothing was published"
+            ) from err
 
     def _write_single_object(self, path: str, data: bytes) -> None:
         """The commit point: one object replaced whole (a rename locally, a PUT on object stores)."""

@@ -13,7 +13,7 @@ import uuid
 import polars as pl
 import pytest
 
-from ragutil_dagster.errors import ArtifactStoreError
+from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
 from ragutil_dagster.failpoints import ENV
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE, MANIFEST_SUFFIX, ObjectStore
 from ragutil_dagster.resources import ArtifactStore
@@ -108,6 +108,12 @@ def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, 
 
     monkeypatch.setattr(fs, "open", open_after_a_newer_write)
     assert objects.read("scores/p/table.parquet", pl.read_parquet)["x"].to_list() == [2]
+
+
+def test_a_missing_bucket_is_one_clear_error(s3_environment, tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path), url="s3://no-such-bucket/ragutil")
+    with pytest.raises(ArtifactWriteError, match=r"cannot write s3://no-such-bucket/ragutil/scores/p/table.parquet.*create the bucket"):
+        store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
 
 
 def test_an_unknown_scheme_is_one_clear_error(tmp_path) -> None:

@@ -1,15 +1,18 @@
 """``ragutil run`` with its artifacts on an S3-compatible server (moto on 127.0.0.1), chosen by
 ``$RAGUTIL_ARTIFACTS_URL``: a small part of the tiny pipeline (one retriever, k = 1, three
-queries), every table read back from the bucket, nothing written under the local artifacts."""
+queries), every table read back from the bucket, MLflow's run artifacts there too, nothing
+written under the local artifacts."""
 
 from __future__ import annotations
 
 import uuid
 
 import yaml
+from mlflow import MlflowClient
 
 from ragutil_dagster.cli import main
 from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE
+from ragutil_dagster.files import embedded_tracking_uri
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore
 
@@ -44,3 +47,12 @@ def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_
     reports = store.local_files("reports", None, "summary")
     assert (reports / "summary.csv").read_text().count("\n") == 2  # header and one setting
     assert not (home / "artifacts").exists()
+    # MLflow's run artifacts went to the bucket too, and the reports read them back from there.
+    client = MlflowClient(embedded_tracking_uri(home))
+    runs = client.search_runs([client.get_experiment_by_name("ragutil/world").experiment_id])
+    assert {run.data.tags["ragutil.kind"] for run in runs} == {"partition", "comparison"}
+    assert all(run.info.artifact_uri.startswith(f"{url}/mlruns/ragutil_world/") for run in runs)
+    partition_run = next(run for run in runs if run.data.tags["ragutil.kind"] == "partition")
+    logged = {f.path.rsplit("/", 1)[-1] for f in client.list_artifacts(partition_run.info.run_id, "scores")}
+    assert {"table.parquet", "summary.json"} <= logged
+    assert not (home / "mlruns").exists()

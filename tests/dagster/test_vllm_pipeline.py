@@ -9,7 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 import pytest
 import yaml
 

@@ -5,7 +5,6 @@ runs on failure, links both ways, and the comparison run with its tables and plo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dagster as dg
