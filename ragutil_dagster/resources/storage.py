@@ -37,23 +37,24 @@ class ArtifactStore(ConfigurableResource):
         return ObjectStore(root, Path(self.home).expanduser() / "cache" / "artifacts")
 
     @staticmethod
-    def name(asset: str, partition: str | None, file: str) -> str:
+    def artifact_name(asset: str, partition: str | None, file: str) -> str:
+        """The object store's name of an asset's artifact: ``<asset>/<partition>/<file>``."""
         return "/".join([asset, *([_safe(partition)] if partition else []), file])
 
     def write_table(self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table") -> str:
         """Publish ``frame`` as ``<name>.parquet``; returns where it landed."""
         file = f"{name}.parquet"
         store = self._objects
-        with store.publish(self.name(asset, partition, file)) as staging:
+        with store.publish(self.artifact_name(asset, partition, file)) as staging:
             frame.write_parquet(staging / file)
             failpoint("parquet_write")
-        return f"{store.location(self.name(asset, partition, file))}/{file}"
+        return f"{store.location(self.artifact_name(asset, partition, file))}/{file}"
 
     def has_table(self, asset: str, partition: str | None, name: str = "table") -> bool:
-        return self._objects.exists(self.name(asset, partition, f"{name}.parquet"))
+        return self._objects.exists(self.artifact_name(asset, partition, f"{name}.parquet"))
 
     def read_table(self, asset: str, partition: str | None, name: str = "table") -> pl.DataFrame:
-        artifact = self.name(asset, partition, f"{name}.parquet")
+        artifact = self.artifact_name(asset, partition, f"{name}.parquet")
         store = self._objects
         if not store.exists(artifact):
             where = f"{asset}[{partition}]" if partition else asset
@@ -63,21 +64,21 @@ class ArtifactStore(ConfigurableResource):
         return store.read(artifact, lambda handle: pl.read_parquet(io.BytesIO(handle.read())))
 
     def delete_table(self, asset: str, partition: str | None, name: str = "table") -> None:
-        self._objects.remove(self.name(asset, partition, f"{name}.parquet"))
+        self._objects.remove(self.artifact_name(asset, partition, f"{name}.parquet"))
 
     def write_json(self, asset: str, partition: str | None, name: str, data: Any) -> str:
         """Publish ``data`` as ``<name>.json``; returns where it landed."""
         file = f"{name}.json"
         store = self._objects
-        with store.publish(self.name(asset, partition, file)) as staging:
+        with store.publish(self.artifact_name(asset, partition, file)) as staging:
             (staging / file).write_text(json.dumps(data, indent=2, sort_keys=True))
-        return f"{store.location(self.name(asset, partition, file))}/{file}"
+        return f"{store.location(self.artifact_name(asset, partition, file))}/{file}"
 
     def has_json(self, asset: str, partition: str | None, name: str) -> bool:
-        return self._objects.exists(self.name(asset, partition, f"{name}.json"))
+        return self._objects.exists(self.artifact_name(asset, partition, f"{name}.json"))
 
     def read_json(self, asset: str, partition: str | None, name: str) -> Any:
-        artifact = self.name(asset, partition, f"{name}.json")
+        artifact = self.artifact_name(asset, partition, f"{name}.json")
         store = self._objects
         if not store.exists(artifact):
             raise FileNotFoundError(f"{asset}[{partition}] has no '{name}' record at {store.display(artifact)}")
@@ -87,14 +88,14 @@ class ArtifactStore(ConfigurableResource):
     def write_files(self, asset: str, partition: str | None, name: str) -> Iterator[Path]:
         """Yield an empty local directory whose files are published as artifact ``name`` (an index,
         plots, reports) when the block ends without error."""
-        with self._objects.publish(self.name(asset, partition, name)) as staging:
+        with self._objects.publish(self.artifact_name(asset, partition, name)) as staging:
             yield staging
 
     def local_files(self, asset: str, partition: str | None, name: str) -> Path:
         """A local directory holding the published files of artifact ``name`` (on a remote store a
         copy under ``<home>/cache/artifacts``); a table or record's name includes its suffix."""
-        return self._objects.local_directory(self.name(asset, partition, name))
+        return self._objects.local_directory(self.artifact_name(asset, partition, name))
 
     def location(self, asset: str, partition: str | None, name: str) -> str:
         """The URL under which artifact ``name``'s published files are."""
-        return self._objects.location(self.name(asset, partition, name))
+        return self._objects.location(self.artifact_name(asset, partition, name))
