@@ -7,9 +7,14 @@ database is reachable before Dagster or MLflow start retrying against it.
   ``postgres_url``); any hand-written ``dagster.yaml`` when ``$DAGSTER_HOME`` is set.
 - MLflow tracking: ``$MLFLOW_TRACKING_URI`` (``postgresql://…``, ``sqlite:///…`` or an
   ``http(s)://`` server), else ``sqlite:///$RAGUTIL_HOME/mlflow.db``.
+- The generation cache (models/cache.py): ``$RAGUTIL_GENERATION_CACHE_URL`` (``postgresql://…``
+  or ``sqlite:///…``), else ``$RAGUTIL_HOME/cache/generations/generations.sqlite``.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
 
 from ragutil_dagster.errors import DatabaseUnavailableError
 from ragutil_dagster.redaction import redact_uri
@@ -17,6 +22,10 @@ from ragutil_dagster.redaction import redact_uri
 DAGSTER_POSTGRES_URL_VARIABLE = "RAGUTIL_DAGSTER_POSTGRES_URL"
 DAGSTER_HOME_VARIABLE = "DAGSTER_HOME"
 MLFLOW_TRACKING_URI_VARIABLE = "MLFLOW_TRACKING_URI"
+GENERATION_CACHE_URL_VARIABLE = "RAGUTIL_GENERATION_CACHE_URL"
+
+if TYPE_CHECKING:
+    import sqlalchemy
 
 # MLflow and Dagster accept SQLAlchemy URLs of these dialects as stores (``postgresql+psycopg2://``
 # included); ragutil reaches them directly for its claims (tracking/claims.py).
@@ -27,6 +36,24 @@ CONNECT_TIMEOUT_SECONDS = 10
 def is_database_uri(uri: str) -> bool:
     """Whether ``uri`` names a database (as opposed to an ``http(s)://`` server or a directory)."""
     return uri.split(":", 1)[0].split("+", 1)[0] in _DATABASE_SCHEMES
+
+
+@functools.cache
+def database_engine(url: str, tables: sqlalchemy.MetaData) -> sqlalchemy.Engine:
+    """One engine per database and process, with ragutil's ``tables`` created on first use."""
+    import sqlalchemy
+
+    # SQLite: wait for a writer (MLflow, another process) instead of failing "database is locked".
+    options = {"timeout": 60} if url.startswith("sqlite") else {}
+    engine = sqlalchemy.create_engine(url, connect_args=options)
+    try:
+        tables.create_all(engine)
+    except sqlalchemy.exc.DBAPIError:
+        # Processes starting together race to create the tables; losing that race is fine.
+        inspector = sqlalchemy.inspect(engine)
+        if not all(inspector.has_table(name) for name in tables.tables):
+            raise
+    return engine
 
 
 def dagster_postgres_url(url: str) -> str:

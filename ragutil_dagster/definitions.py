@@ -12,8 +12,9 @@ import dagster as dg
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
+from ragutil_dagster.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.files import ragutil_home
+from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
@@ -24,7 +25,8 @@ DEFAULT_CONFIG = "examples/demo.yaml"
 def build_resources(
     home: str | None = None, *, show_progress: bool = True, for_dagster: bool = True
 ) -> dict[str, dg.ConfigurableResource]:
-    """Storage, models and MLflow tracking under ``$RAGUTIL_HOME``; the MLflow store is
+    """Storage, models and MLflow tracking under ``$RAGUTIL_HOME``; the artifacts under
+    ``$RAGUTIL_ARTIFACTS_URL`` when set (any fsspec URL, e.g. ``s3://bucket/ragutil``); the MLflow store is
     ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``, and its run links point at
     ``$RAGUTIL_MLFLOW_UI_URL`` (set by ``ragutil ui``) when set.
 
@@ -35,16 +37,18 @@ def build_resources(
     home = home or str(ragutil_home())
     home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
     return {
-        "store": ArtifactStore(home=home_value),
+        "store": ArtifactStore(home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster)),
         "models": ModelRegistry(
             nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
-            generation_cache=str(Path(home).expanduser() / "cache" / "generations"),
+            generation_cache=_environment_value(GENERATION_CACHE_URL_VARIABLE, for_dagster)
+            or str(Path(home).expanduser() / "cache" / "generations"),
             show_progress=show_progress,
         ),
         "tracking": MlflowTracking(
             home=home_value,
             tracking_uri=_environment_value(MLFLOW_TRACKING_URI_VARIABLE, for_dagster),
             ui_url=_environment_value(MLFLOW_UI_URL_VARIABLE, for_dagster) or DEFAULT_MLFLOW_UI_URL,
+            artifacts_url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
         ),
     }
 

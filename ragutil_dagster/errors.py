@@ -78,6 +78,11 @@ class ArtifactWriteError(UserError, OSError):
     """A file could not be written for lack of space or permission; names the file and the fix."""
 
 
+class ArtifactStoreError(UserError, OSError):
+    """The artifact store's URL cannot be opened (no fsspec driver for its scheme) or an artifact
+    cannot be read consistently."""
+
+
 class CorruptGGUFError(ModelUnavailableError):
     """A file named as a GGUF model is not one, or is truncated or damaged."""
 

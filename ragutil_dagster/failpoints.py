@@ -9,7 +9,7 @@ Unset, as always outside the tests, a failpoint costs one environment lookup.
 The points: ``sampling`` (after each checkpointed batch of generations), ``nli`` (after each
 cached batch of NLI probabilities), ``scoring`` (metrics computed, nothing written yet),
 ``mlflow`` (run opened and parameters logged, metrics not yet), ``parquet_write`` (a table's
-temporary file written, not yet renamed into place).
+object written under its unique key, its manifest not yet published).
 """
 
 from __future__ import annotations

@@ -59,15 +59,18 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.
 
 
 @contextmanager
-def _storage_errors(target: Path) -> Iterator[None]:
+def storage_errors(target: str | Path) -> Iterator[None]:
+    """Turn lack of space or permission while writing ``target`` into an :class:`ArtifactWriteError`
+    naming it; any other error passes unchanged."""
     try:
         yield
     except OSError as err:
         if err.errno not in _STORAGE_ERRNOS or isinstance(err, ArtifactWriteError):
             raise
-        fix = ("free disk space there or point RAGUTIL_HOME at a larger disk"
+        fix = ("free disk space there or point RAGUTIL_HOME (RAGUTIL_ARTIFACTS_URL) at a larger disk"
                if err.errno in (errno.ENOSPC, errno.EDQUOT)
-               else "check the directory's permissions or point RAGUTIL_HOME elsewhere")
+               else "check the directory's permissions (the bucket's credentials) or point RAGUTIL_HOME "
+               "(RAGUTIL_ARTIFACTS_URL) elsewhere")
         raise ArtifactWriteError(
             err.errno, f"cannot write {target}: {os.strerror(err.errno)} ({fix}); the previous "
             "version, if any, is left intact"
@@ -80,13 +83,13 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     on failure it is removed, so readers never see a half-written file. Lack of space or
     permission is an :class:`ArtifactWriteError` naming ``target``."""
     target = Path(target)
-    with _storage_errors(target):
+    with storage_errors(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(handle)
     temporary = Path(name)
     try:
-        with _storage_errors(target):
+        with storage_errors(target):
             yield temporary
             os.replace(temporary, target)
     finally:
@@ -123,4 +126,9 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
 
 def write_text_atomic(target: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``target`` atomically."""
-    atomic_write(target, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    write_bytes_atomic(target, text.encode("utf-8"))
+
+
+def write_bytes_atomic(target: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` atomically."""
+    atomic_write(target, lambda temporary: temporary.write_bytes(data))

@@ -20,7 +20,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.assets.reports import summary_table
+from ragutil_dagster.assets.reports import REPORT, summary_table
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import StepFailedError
 from ragutil_dagster.databases import (
@@ -153,6 +153,8 @@ class RunOutcome:
     summary: pl.DataFrame
     seconds: float
     runs: int
+    reports: str
+    """Where the reports' files (summary.csv, summary.md, the ΔSePer heatmap) were published."""
 
 
 def materialize_all(
@@ -187,10 +189,14 @@ def materialize_all(
         if not result.success:
             failure = next((e for e in result.all_events if e.is_step_failure), None)
             raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
-    return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start, len(steps))
+    store = _resolved_store(resources)
+    return RunOutcome(
+        summary_table(store, parts), time.perf_counter() - start, len(steps), store.location("reports", None, REPORT)
+    )
 
 
 def _resolved_store(resources: dict) -> ArtifactStore:
-    """The store resource with its ``EnvVar`` home resolved, for use outside a Dagster run."""
-    home = resources["store"].home
-    return ArtifactStore(home=home.get_value() if isinstance(home, dg.EnvVar) else home)
+    """The store resource with its ``EnvVar`` fields resolved, for use outside a Dagster run."""
+    store = resources["store"]
+    home, url = (value.get_value() if isinstance(value, dg.EnvVar) else value for value in (store.home, store.url))
+    return ArtifactStore(home=home, url=url)

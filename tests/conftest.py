@@ -238,3 +238,47 @@ def postgres() -> PostgresServer:
         if (data / "postmaster.pid").exists():
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(data, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """An S3-compatible server of the test session (moto's server mode) and one empty bucket."""
+
+    endpoint: str
+    bucket: str
+
+    def environment(self) -> dict[str, str]:
+        """The variables pointing boto3 / s3fs (and so ragutil's store) at this server."""
+        return {
+            "AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """ONE moto S3 server for the session on a free port of 127.0.0.1 (started through
+    processes.background_server: signals reset in the child, stopped by its PID), with a bucket."""
+    import boto3
+
+    from ragutil_dagster.processes import background_server, free_port
+
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with background_server(command, f"{endpoint}/moto-api/", log, timeout=60):
+        server = S3Server(endpoint, "ragutil-test")
+        boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=server.bucket)
+        yield server
+
+
+@pytest.fixture()
+def s3_environment(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The moto server's variables set for one test."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    return s3_server

@@ -23,7 +23,7 @@ def load_index(store: ArtifactStore, models: ModelRegistry, retriever: Retriever
     """Load a saved index, checked against the corpus and (dense) the embedder it was built with."""
     dataset, _ = parse_index_partition_key(key)
     corpus = store.read_table("corpus", dataset)
-    directory = store.directory("index", key)
+    directory = store.local_files("index", key, "index")
     if retriever.kind == "bm25":
         return BM25Retriever.load(directory, corpus)
     return DenseRetriever.load(directory, models.embedder(retriever.model, retriever.revision), corpus)
@@ -45,7 +45,6 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def index(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
         dataset, retriever = split_index_key(experiment, context.partition_key)
         corpus = store.read_table("corpus", dataset)
-        directory = store.directory("index", context.partition_key)
         start = time.perf_counter()
         metadata: dict[str, dg.MetadataValue] = {}
         if retriever.kind == "bm25":
@@ -56,12 +55,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             built = DenseRetriever.build(corpus, embedder, config)
             metadata["embedder_identity"] = dg.MetadataValue.text(embedder.identity)
             metadata["dim"] = dg.MetadataValue.int(built.dim)
-        built.save(directory)
+        with store.write_files("index", context.partition_key, "index") as directory:
+            built.save(directory)
         metadata.update({
             "passages": dg.MetadataValue.int(len(built)),
             "corpus_passages": dg.MetadataValue.int(corpus.height),
             "build_seconds": dg.MetadataValue.float(time.perf_counter() - start),
-            "path": dg.MetadataValue.path(str(directory)),
+            "path": dg.MetadataValue.path(store.location("index", context.partition_key, "index")),
         })
         size_check = check_result(
             "index_size_equals_corpus_size", len(built) == corpus.height, index=len(built), corpus=corpus.height

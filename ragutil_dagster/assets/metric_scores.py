@@ -121,8 +121,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             nli = store.read_table("nli_probabilities", partition)
             groups = group_scores(samples, queries, nli)
-            ground_truth_path = store.table_path("setting_queries", setting.key, UTILITY)
-            ground_truth = pl.read_parquet(ground_truth_path) if ground_truth_path.is_file() else None
+            ground_truth = (
+                store.read_table("setting_queries", setting.key, UTILITY)
+                if store.has_table("setting_queries", setting.key, UTILITY) else None
+            )
             retrieved = store.read_table("retrieval_run", setting.key)
             qrels = store.read_table("setting_queries", setting.key, QRELS)
             documents = document_scores(
@@ -139,19 +141,25 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             documents_path = store.write_table("document_scores", partition, documents)
             correlations_path = store.write_table("retrieval_correlations", partition, correlations)
             path = store.write_table("metric_scores", partition, per_query)
-            summary_path = store.write_json("metric_scores", partition, "summary", summary)
+            store.write_json("metric_scores", partition, "summary", summary)
             scoring_seconds = time.perf_counter() - start
             costs = cost_metrics(context.instance, {
                 "closed_book_generations": closed_book_partition(context, setting),
                 "generations": str(partition), "entailment_clusters": str(partition),
                 "utility_signals": str(partition),
             }, samples, nli, scoring_seconds)
-            log_partition(
-                run, tracked.params(), summary, per_query, costs,
-                {PER_QUERY_ARTIFACT: path, DOCUMENTS_ARTIFACT: documents_path, SUMMARY_ARTIFACT: summary_path,
-                 CORRELATIONS_ARTIFACT: correlations_path},
-                store.directory("metric_scores", partition) / "plots", documents, experiment.seed,
-            )
+            logged = {
+                PER_QUERY_ARTIFACT: ("metric_scores", "table.parquet"),
+                DOCUMENTS_ARTIFACT: ("document_scores", "table.parquet"),
+                SUMMARY_ARTIFACT: ("metric_scores", "summary.json"),
+                CORRELATIONS_ARTIFACT: ("retrieval_correlations", "table.parquet"),
+            }
+            with store.write_files("metric_scores", partition, "plots") as plots:
+                log_partition(
+                    run, tracked.params(), summary, per_query, costs,
+                    {name: store.local_files(asset, partition, file) / file for name, (asset, file) in logged.items()},
+                    plots, documents, experiment.seed,
+                )
             store.write_json("metric_scores", partition, "mlflow", {
                 "run_id": run.run_id, "experiment_id": run.experiment_id, "run_key": tracked.key, "url": run.url,
                 "tracking_uri": tracking.display_uri,

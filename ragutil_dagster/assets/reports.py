@@ -9,7 +9,6 @@ import polars as pl
 from ragutil_dagster.assets.common import GROUP
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
-from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import markdown_table
@@ -18,6 +17,8 @@ from ragutil_dagster.tracking.compare import PartitionScores
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
 from ragutil_dagster.tracking.report import compare_runs
 
+REPORT = "summary"
+"""The artifact of ``reports``: summary.csv, summary.md and delta_seper_heatmap.png."""
 COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
 
 
@@ -41,8 +42,7 @@ def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
     computed) with its headline numbers."""
     rows = []
     for key in parts.setting_generator.get_partition_keys():
-        path = store.directory("metric_scores", str(key)) / "summary.json"
-        if path.is_file():
+        if store.has_json("metric_scores", str(key), "summary"):
             summary = store.read_json("metric_scores", str(key), "summary")
             rows.append(summary_row(Setting.parse(key.keys_by_dimension["setting"]), key.keys_by_dimension["generator"], summary))
     return _summary_frame(rows)
@@ -64,16 +64,16 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
         outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
         table = compared_summary_table(outcome.partitions)
-        directory = store.directory("reports")
-        atomic_write(directory / "summary.csv", lambda temporary: table.write_csv(temporary))
         markdown = markdown_table(table.to_dicts())
-        atomic_write(directory / "summary.md", lambda temporary: temporary.write_text(markdown + "\n"))
-        delta_seper_heatmap(table, directory / "delta_seper_heatmap.png")
+        with store.write_files("reports", None, REPORT) as directory:
+            table.write_csv(directory / "summary.csv")
+            (directory / "summary.md").write_text(markdown + "\n")
+            delta_seper_heatmap(table, directory / "delta_seper_heatmap.png")
         metadata = {
             "dagster/row_count": dg.MetadataValue.int(table.height),
             "summary": dg.MetadataValue.md(markdown),
             "comparison": dg.MetadataValue.md(outcome.markdown()),
-            "path": dg.MetadataValue.path(str(directory)),
+            "path": dg.MetadataValue.path(store.location("reports", None, REPORT)),
         }
         for dataset, run in outcome.runs.items():
             metadata[f"mlflow_comparison_url/{dataset}"] = dg.MetadataValue.url(run.url)

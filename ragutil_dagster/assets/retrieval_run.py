@@ -35,14 +35,14 @@ def write_setting_queries(
     path = store.write_table("setting_queries", partition, queries)
     store.write_table("setting_queries", partition, qrels, QRELS)
     store.write_json("setting_queries", partition, CORPUS_RECORD, store.read_json("corpus", dataset, CORPUS_RECORD))
-    utility = store.table_path("queries", dataset, UTILITY)
-    if utility.is_file():
-        store.write_table("setting_queries", partition, pl.read_parquet(utility), UTILITY)
+    has_utility = store.has_table("queries", dataset, UTILITY)
+    if has_utility:
+        store.write_table("setting_queries", partition, store.read_table("queries", dataset, UTILITY), UTILITY)
     else:  # a dataset that lost its ground truth must not keep an earlier version's
-        store.table_path("setting_queries", partition, UTILITY).unlink(missing_ok=True)
+        store.delete_table("setting_queries", partition, UTILITY)
     metadata = table_metadata(queries, path)
     metadata["qrels"] = dg.MetadataValue.int(qrels.height)
-    metadata["ground_truth_utility"] = dg.MetadataValue.bool(utility.is_file())
+    metadata["ground_truth_utility"] = dg.MetadataValue.bool(has_utility)
     return dg.MaterializeResult(asset_key="setting_queries", metadata=metadata)
 
 
@@ -90,7 +90,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         seconds = time.perf_counter() - start
         run = run.filter(pl.col("rank") <= setting.k)
         path = store.write_table("retrieval_run", context.partition_key, run)
-        write_trec(run, store.directory("retrieval_run", context.partition_key) / "run.trec", tag=context.partition_key)
+        with store.write_files("retrieval_run", context.partition_key, "trec") as directory:
+            write_trec(run, directory / "run.trec", tag=context.partition_key)
         k = setting.k
         _, ir = evaluate_run(run, qrels, [f"recall_{k}", f"ndcg_cut_{k}", "recip_rank", "map"])
         golds = dict(queries.select("query_id", "answers").iter_rows())

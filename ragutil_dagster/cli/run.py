@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.files import embedded_dir, ragutil_home
+from ragutil_dagster.files import embedded_dir
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 
@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))
-    print(f"\nartifacts: {ragutil_home() / 'artifacts'}   (reports/summary.csv, reports/summary.md)")
+    print(f"\nreports: {outcome.reports}   (summary.csv, summary.md, delta_seper_heatmap.png)")
     print_world_warnings(experiment)  # again below the table, where the numbers are read
     return 0
 

@@ -2,9 +2,12 @@
 
 An entry is addressed by the sha256 of everything that determines the samples — the generator's
 settings (backend, model identity, dtype, prompt formatting), the prompt, the sampling parameters,
-n and the seed — and holds the n samples plus a digest of them. Entries are written atomically
-(temp file + rename); an unreadable, truncated, tampered or inconsistent entry is detected on
-read, reported, and recomputed.
+n and the seed — and holds the n samples plus a digest of them. Entries are rows of one key–value
+table in a database (SQLite in a directory by default; PostgreSQL, shared by many workers and
+machines, when ``$RAGUTIL_GENERATION_CACHE_URL`` names one), so millions of prompts are millions
+of rows under a primary-key index, not millions of files. A row is written whole in one
+transaction, and the first row stored for a key wins; an unreadable, truncated, tampered or
+inconsistent entry is detected on read, reported, deleted and recomputed.
 """
 
 from __future__ import annotations
@@ -13,31 +16,69 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from tqdm.auto import tqdm
 
+from ragutil_dagster.databases import database_engine, is_database_uri
+from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import atomic_write, cache_root, canonical_json
+from ragutil_dagster.files import cache_root, canonical_json
+from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.redaction import redact_uri
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.versions import library_versions
 
-__all__ = ["CacheStats", "CachedGenerator", "GenerationCache"]
+__all__ = ["ENTRIES_TABLE", "CacheStats", "CachedGenerator", "GenerationCache"]
 
 log = logging.getLogger(__name__)
 _FORMAT = 1
 _FINISH = {"stop", "length"}
+SQLITE_FILE = "generations.sqlite"
+ENTRIES_TABLE = "ragutil_generations"
+# Keys per SELECT: well under every database's limit on bound parameters.
+_CHUNK = 500
+_metadata = sa.MetaData()
+_entries = sa.Table(
+    ENTRIES_TABLE,
+    _metadata,
+    sa.Column("request", sa.String(64), primary_key=True),
+    sa.Column("entry", sa.LargeBinary, nullable=False),  # zlib-compressed canonical JSON
+    sqlite_with_rowid=False,
+)
+_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 class GenerationCache:
-    """A directory of JSON entries, one per (generator settings, prompt, sampling parameters)."""
+    """The cache at ``location``: a SQLAlchemy database URL (``sqlite:///…``, ``postgresql://…``)
+    or a directory holding the embedded SQLite file (default: the user's ragutil cache)."""
 
-    def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else cache_root() / "generations"
+    def __init__(self, location: str | Path | None = None) -> None:
+        location = str(location) if location is not None else str(cache_root() / "generations")
+        if is_database_uri(location):
+            self.url = location
+        else:
+            path = Path(location).expanduser() / SQLITE_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.url = f"sqlite:///{path}"
+            # WAL lets workers read while one writes; switching a fresh file to it needs an
+            # exclusive lock SQLite does not wait for, so processes set it up one at a time.
+            with exclusive_file_lock(path.with_name(path.name + ".lock")):
+                with sa.create_engine(self.url).connect() as db:
+                    db.exec_driver_sql("PRAGMA journal_mode=WAL")
+        self.engine = database_engine(self.url, _metadata)
+        if self.engine.dialect.name not in _INSERTS:
+            raise ConfigError(
+                f"generation cache {redact_uri(self.url)}: {self.engine.dialect.name} is not supported "
+                f"(use sqlite or postgresql)"
+            )
 
     @staticmethod
     def key(settings: Mapping[str, object], prompt: str, params: SamplingParams) -> str:
@@ -51,41 +92,62 @@ class GenerationCache:
         }
         return hashlib.sha256(canonical_json(request)).hexdigest()
 
-    def path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+    def __len__(self) -> int:
+        with self.engine.connect() as db:
+            return db.execute(sa.select(sa.func.count()).select_from(_entries)).scalar_one()
 
-    def get(self, key: str, n: int) -> list[Sample] | None:
-        """The ``n`` stored samples, or None when absent or not a valid, complete entry."""
-        path = self.path(key)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            log.warning("generation cache entry %s unreadable (%s); recomputing", path, err)
-            return None
-        samples = _parse_entry(raw, key, n)
-        if samples is None:
-            log.warning("generation cache entry %s is corrupt or partial; recomputing", path)
-        return samples
+    def get_many(self, keys: Iterable[str], n: int) -> dict[str, list[Sample]]:
+        """The stored samples of those ``keys`` that hold a valid, complete entry of ``n``; an
+        invalid entry is deleted (only that exact row: a valid one written meanwhile stays)."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, list[Sample]] = {}
+        damaged: list[tuple[str, bytes]] = []
+        with self.engine.connect() as db:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start:start + _CHUNK]
+                for request, raw in db.execute(
+                    sa.select(_entries.c.request, _entries.c.entry).where(_entries.c.request.in_(chunk))
+                ):
+                    samples = _parse_entry(raw, request, n)
+                    if samples is None:
+                        damaged.append((request, raw))
+                    else:
+                        found[request] = samples
+        if damaged:
+            log.warning("%d generation cache entries in %s are corrupt or partial; recomputing",
+                        len(damaged), redact_uri(self.url))
+            with self.engine.begin() as db:
+                for request, raw in damaged:
+                    db.execute(_entries.delete().where(_entries.c.request == request, _entries.c.entry == raw))
+        return found
 
-    def put(self, key: str, samples: Sequence[Sample]) -> None:
-        """Store samples atomically: readers see the old entry or the whole new one."""
-        body = [dataclasses.asdict(s) for s in samples]
-        entry = {
-            "format": _FORMAT,
-            "key": key,
-            "samples": body,
-            "digest": hashlib.sha256(canonical_json(body)).hexdigest(),
-        }
-        atomic_write(self.path(key), lambda temporary: temporary.write_bytes(canonical_json(entry)))
+    def put_many(self, entries: Mapping[str, Sequence[Sample]]) -> None:
+        """Store entries in one transaction; a key already stored keeps its samples (another
+        worker's, which readers may already have used)."""
+        rows = [{"request": key, "entry": _entry_bytes(key, samples)} for key, samples in entries.items()]
+        if not rows:
+            return
+        insert = _INSERTS[self.engine.dialect.name](_entries).on_conflict_do_nothing()
+        with self.engine.begin() as db:
+            db.execute(insert, rows)
+
+
+def _entry_bytes(key: str, samples: Sequence[Sample]) -> bytes:
+    body = [dataclasses.asdict(s) for s in samples]
+    entry = {
+        "format": _FORMAT,
+        "key": key,
+        "samples": body,
+        "digest": hashlib.sha256(canonical_json(body)).hexdigest(),
+    }
+    return zlib.compress(canonical_json(entry))
 
 
 def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
     """The samples of a well-formed entry for ``key`` holding ``n`` consistent ones, else None."""
     try:
-        entry = json.loads(raw)
-    except ValueError:
+        entry = json.loads(zlib.decompress(raw))
+    except (zlib.error, ValueError):
         return None
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
         return None
@@ -180,8 +242,8 @@ class CachedGenerator:
         with tqdm(total=len(distinct), desc="sampling", unit="prompt",
                   disable=not self.show_progress or not distinct) as bar:
             for checkpoint in checkpoints:
-                stored = {key: self.cache.get(key, params.n) for key, _ in checkpoint}
-                missing = {key for key, samples in stored.items() if samples is None}
+                stored = self.cache.get_many([key for key, _ in checkpoint], params.n)
+                missing = {key for key, _ in checkpoint if key not in stored}
                 self.stats.hits += len(checkpoint) - len(missing)
                 self.stats.misses += len(missing)
                 if not missing:
@@ -193,10 +255,12 @@ class CachedGenerator:
                 # partition may have read them (prompts shared between settings), and a re-run
                 # must read the same values.
                 fresh = self.generator.sample([prompt for _, prompt in checkpoint], params)
-                for (key, _), samples in zip(checkpoint, fresh, strict=True):
-                    if key in missing:
-                        self.cache.put(key, samples)
-                    found[key] = stored[key] or samples
+                sampled = dict(zip((key for key, _ in checkpoint), fresh, strict=True))
+                self.cache.put_many({key: sampled[key] for key in missing})
+                # Another worker may have stored some of them first: its samples win, for every
+                # reader alike.
+                stored.update(self.cache.get_many(missing, params.n))
+                found.update({key: stored.get(key, sampled[key]) for key, _ in checkpoint})
                 bar.update(len(checkpoint))
                 failpoint("sampling")
         return [list(found[key]) for key in keys]

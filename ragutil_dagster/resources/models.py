@@ -34,8 +34,9 @@ class ModelRegistry(ConfigurableResource):
 
     ``device``: ``cuda``, ``cpu`` or empty for automatic (CUDA when present);
     ``nli_cache``: SQLite file caching NLI probabilities per (model identity, pair);
-    ``generation_cache``: directory of the content-addressed generation cache (same model
-    identity, prompt, sampling parameters, n and seed are never sampled twice). Empty: no cache.
+    ``generation_cache``: the content-addressed generation cache (same model identity, prompt,
+    sampling parameters, n and seed are never sampled twice): a directory holding its SQLite file
+    or a database URL (``$RAGUTIL_GENERATION_CACHE_URL``). Empty: no cache.
     ``checkpoint_prompts``: prompts sampled between two writes to the generation cache (the most
     a killed worker re-samples); ``generation_batch_rows``: sequences per HF decoding batch.
     """

@@ -1,9 +1,13 @@
-"""Artifact storage: Parquet tables written through polars atomically, and index directories,
-under ``$RAGUTIL_HOME/artifacts``."""
+"""Artifact storage: every asset's tables (Parquet through polars), records (JSON) and file sets
+(indexes, plots, reports), published through :mod:`ragutil_dagster.objectstore` under
+``$RAGUTIL_ARTIFACTS_URL`` (any fsspec URL), by default ``$RAGUTIL_HOME/artifacts``."""
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +15,7 @@ import polars as pl
 from dagster import ConfigurableResource
 
 from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.objectstore import ObjectStore
 
 
 def _safe(part: str) -> str:
@@ -19,45 +23,79 @@ def _safe(part: str) -> str:
 
 
 class ArtifactStore(ConfigurableResource):
-    """Where every asset keeps its outputs: ``<home>/artifacts/<asset>/<partition>/<name>.parquet``.
-
-    Writes go to a temporary file renamed into place, so a reader never sees half a table and a
-    killed run leaves the previous version intact.
+    """Where every asset keeps its outputs: artifact ``<asset>/<partition>/<file>`` under ``url``
+    (``<home>/artifacts`` when empty), published whole or not at all, so a reader never sees half
+    a table and a killed run leaves the previous version intact.
     """
 
     home: str
+    url: str = ""
 
-    def directory(self, asset: str, partition: str | None = None) -> Path:
-        path = Path(self.home).expanduser() / "artifacts" / asset
-        return path / _safe(partition) if partition else path
+    @property
+    def _objects(self) -> ObjectStore:
+        root = self.url or str(Path(self.home).expanduser() / "artifacts")
+        return ObjectStore(root, Path(self.home).expanduser() / "cache" / "artifacts")
 
-    def table_path(self, asset: str, partition: str | None, name: str = "table") -> Path:
-        return self.directory(asset, partition) / f"{name}.parquet"
+    @staticmethod
+    def artifact_name(asset: str, partition: str | None, file: str) -> str:
+        """The object store's name of an asset's artifact: ``<asset>/<partition>/<file>``."""
+        return "/".join([asset, *([_safe(partition)] if partition else []), file])
 
-    def write_table(self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table") -> Path:
-        path = self.table_path(asset, partition, name)
-
-        def write(temporary: Path) -> None:
-            frame.write_parquet(temporary)
+    def write_table(self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table") -> str:
+        """Publish ``frame`` as ``<name>.parquet``; returns where it landed."""
+        file = f"{name}.parquet"
+        store = self._objects
+        with store.publish(self.artifact_name(asset, partition, file)) as staging:
+            frame.write_parquet(staging / file)
             failpoint("parquet_write")
+        return f"{store.location(self.artifact_name(asset, partition, file))}/{file}"
 
-        atomic_write(path, write)
-        return path
+    def has_table(self, asset: str, partition: str | None, name: str = "table") -> bool:
+        return self._objects.exists(self.artifact_name(asset, partition, f"{name}.parquet"))
 
     def read_table(self, asset: str, partition: str | None, name: str = "table") -> pl.DataFrame:
-        path = self.table_path(asset, partition, name)
-        if not path.is_file():
+        artifact = self.artifact_name(asset, partition, f"{name}.parquet")
+        store = self._objects
+        if not store.exists(artifact):
             where = f"{asset}[{partition}]" if partition else asset
-            raise FileNotFoundError(f"{where} has no '{name}' table at {path}: materialise {asset} first")
-        return pl.read_parquet(path)
+            raise FileNotFoundError(
+                f"{where} has no '{name}' table at {store.display(artifact)}: materialise {asset} first"
+            )
+        return store.read(artifact, lambda handle: pl.read_parquet(io.BytesIO(handle.read())))
 
-    def write_json(self, asset: str, partition: str | None, name: str, data: Any) -> Path:
-        path = self.directory(asset, partition) / f"{name}.json"
-        atomic_write(path, lambda temporary: temporary.write_text(json.dumps(data, indent=2, sort_keys=True)))
-        return path
+    def delete_table(self, asset: str, partition: str | None, name: str = "table") -> None:
+        self._objects.remove(self.artifact_name(asset, partition, f"{name}.parquet"))
+
+    def write_json(self, asset: str, partition: str | None, name: str, data: Any) -> str:
+        """Publish ``data`` as ``<name>.json``; returns where it landed."""
+        file = f"{name}.json"
+        store = self._objects
+        with store.publish(self.artifact_name(asset, partition, file)) as staging:
+            (staging / file).write_text(json.dumps(data, indent=2, sort_keys=True))
+        return f"{store.location(self.artifact_name(asset, partition, file))}/{file}"
+
+    def has_json(self, asset: str, partition: str | None, name: str) -> bool:
+        return self._objects.exists(self.artifact_name(asset, partition, f"{name}.json"))
 
     def read_json(self, asset: str, partition: str | None, name: str) -> Any:
-        path = self.directory(asset, partition) / f"{name}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{asset}[{partition}] has no '{name}' record at {path}")
-        return json.loads(path.read_text())
+        artifact = self.artifact_name(asset, partition, f"{name}.json")
+        store = self._objects
+        if not store.exists(artifact):
+            raise FileNotFoundError(f"{asset}[{partition}] has no '{name}' record at {store.display(artifact)}")
+        return store.read(artifact, json.load)
+
+    @contextmanager
+    def write_files(self, asset: str, partition: str | None, name: str) -> Iterator[Path]:
+        """Yield an empty local directory whose files are published as artifact ``name`` (an index,
+        plots, reports) when the block ends without error."""
+        with self._objects.publish(self.artifact_name(asset, partition, name)) as staging:
+            yield staging
+
+    def local_files(self, asset: str, partition: str | None, name: str) -> Path:
+        """A local directory holding the published files of artifact ``name`` (on a remote store a
+        copy under ``<home>/cache/artifacts``); a table or record's name includes its suffix."""
+        return self._objects.local_directory(self.artifact_name(asset, partition, name))
+
+    def location(self, asset: str, partition: str | None, name: str) -> str:
+        """The URL under which artifact ``name``'s published files are."""
+        return self._objects.location(self.artifact_name(asset, partition, name))

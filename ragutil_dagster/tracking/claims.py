@@ -20,7 +20,6 @@ even on SQLite where a transaction locks the whole file.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -29,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import sqlalchemy as sa
+
+from ragutil_dagster.databases import database_engine
 
 CLAIMS_TABLE = "ragutil_claims"
 HEARTBEAT_SECONDS = 5.0
@@ -45,21 +46,6 @@ _claims = sa.Table(
     sa.Column("holder", sa.String(32), nullable=False),
     sa.Column("beat", sa.Integer, nullable=False),
 )
-
-
-@functools.cache
-def _engine(url: str) -> sa.Engine:
-    """One engine per database and process, its table created on first use."""
-    # SQLite: wait for a writer (MLflow, another process) instead of failing "database is locked".
-    options = {"timeout": 60} if url.startswith("sqlite") else {}
-    engine = sa.create_engine(url, connect_args=options)
-    try:
-        _metadata.create_all(engine)
-    except sa.exc.DBAPIError:
-        # Processes starting together race to create the table; losing that race is fine.
-        if not sa.inspect(engine).has_table(CLAIMS_TABLE):
-            raise
-    return engine
 
 
 def _try_insert(engine: sa.Engine, key: str, holder: str) -> bool:
@@ -115,7 +101,7 @@ def _heartbeat(engine: sa.Engine, key: str, holder: str, stop: threading.Event) 
 def claim(url: str, key: str, stale_after: float = STALE_SECONDS) -> Iterator[None]:
     """Hold ``key`` in the database at ``url`` (a SQLAlchemy URL) for the ``with`` block, waiting
     while another live process holds it."""
-    engine, holder = _engine(url), uuid.uuid4().hex
+    engine, holder = database_engine(url, _metadata), uuid.uuid4().hex
     _acquire(engine, key, holder, stale_after)
     stop = threading.Event()
     beating = threading.Thread(target=_heartbeat, args=(engine, key, holder, stop), daemon=True)

@@ -88,12 +88,16 @@ def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> 
     return found
 
 
+COMPARISON = "comparison"
+"""The artifact of a dataset's comparison under ``reports/<dataset>/``: its tables and plots."""
+
+
 @dataclass(frozen=True)
 class ComparisonOutcome:
     """Per dataset: the comparison, the directory holding its files, and its MLflow run."""
 
     comparisons: dict[str, Comparison]
-    directories: dict[str, Path]
+    directories: dict[str, str]
     runs: dict[str, TrackedRun]
     partitions: list[PartitionScores]
 
@@ -126,34 +130,34 @@ def compare_runs(
     comparisons, directories, runs = {}, {}, {}
     for dataset, members in by_dataset.items():
         comparison = build_comparison(members, experiment.seed)
-        directory = store.directory("reports", dataset)
-        written = write_comparison(comparison, directory)
-        compared = sorted((f"{m.setting.key}|{m.generator}", m.mlflow_run_id) for m in members)
-        key = stable_hash(
-            {
-                "experiment": experiment.fingerprint(),
+        with store.write_files("reports", dataset, COMPARISON) as directory:
+            written = write_comparison(comparison, directory)
+            compared = sorted((f"{m.setting.key}|{m.generator}", m.mlflow_run_id) for m in members)
+            key = stable_hash(
+                {
+                    "experiment": experiment.fingerprint(),
+                    "dataset": dataset,
+                    "runs": compared,
+                    "version": __version__,
+                },
+                length=32,
+            )
+            params = {
+                "experiment": experiment.name,
                 "dataset": dataset,
-                "runs": compared,
-                "version": __version__,
-            },
-            length=32,
-        )
-        params = {
-            "experiment": experiment.name,
-            "dataset": dataset,
-            "config_fingerprint": experiment.fingerprint(),
-            "ragutil_version": __version__,
-            "runs_compared": str(len(members)),
-        }
-        runs[dataset] = log_comparison(
-            tracking,
-            dataset,
-            key,
-            f"comparison|{experiment.name}",
-            comparison,
-            written,
-            params,
-            tags or {},
-        )
-        comparisons[dataset], directories[dataset] = comparison, directory
+                "config_fingerprint": experiment.fingerprint(),
+                "ragutil_version": __version__,
+                "runs_compared": str(len(members)),
+            }
+            runs[dataset] = log_comparison(
+                tracking,
+                dataset,
+                key,
+                f"comparison|{experiment.name}",
+                comparison,
+                written,
+                params,
+                tags or {},
+            )
+        comparisons[dataset], directories[dataset] = comparison, store.location("reports", dataset, COMPARISON)
     return ComparisonOutcome(comparisons, directories, runs, partitions)

@@ -21,6 +21,7 @@ from dagster import ConfigurableResource
 from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE, check_reachable, is_database_uri
 from ragutil_dagster.files import embedded_tracking_uri
 from ragutil_dagster.locks import exclusive_file_lock
+from ragutil_dagster.objectstore import mlflow_artifact_root
 from ragutil_dagster.redaction import redact, redact_uri
 from ragutil_dagster.tracking.claims import claim
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
@@ -104,12 +105,15 @@ class MlflowTracking(ConfigurableResource):
     ``home``: ragutil's state directory (the embedded store lives there);
     ``tracking_uri``: an MLflow tracking URI, empty for the embedded SQLite store;
     ``ui_url``: where the MLflow UI for a non-HTTP store is served — ``$RAGUTIL_MLFLOW_UI_URL``
-    through ``EnvVar`` under ``ragutil ui`` (the port it actually got), else ``mlflow ui``'s default.
+    through ``EnvVar`` under ``ragutil ui`` (the port it actually got), else ``mlflow ui``'s default;
+    ``artifacts_url``: the artifact store (``$RAGUTIL_ARTIFACTS_URL``); on ``s3://`` or ``gs://``,
+    experiments created for a database store keep their artifacts under ``<artifacts_url>/mlruns``.
     """
 
     home: str
     tracking_uri: str = ""
     ui_url: str = DEFAULT_MLFLOW_UI_URL
+    artifacts_url: str = ""
 
     @property
     def uri(self) -> str:
@@ -146,9 +150,10 @@ class MlflowTracking(ConfigurableResource):
         return _client(self.uri)
 
     def experiment_id(self, name: str) -> str:
-        """The id of experiment ``name``, created on first use (artifacts under ``<home>/mlruns``
-        for a database store — MLflow's default would be ``./mlruns`` of whatever directory the
-        process runs in; the server's artifact root for a tracking server)."""
+        """The id of experiment ``name``, created on first use (artifacts, for a database store,
+        under ``<artifacts_url>/mlruns`` on an object store, else ``<home>/mlruns`` — MLflow's
+        default would be ``./mlruns`` of whatever directory the process runs in; the server's
+        artifact root for a tracking server)."""
         from mlflow.exceptions import MlflowException
 
         client = self.client()
@@ -162,7 +167,9 @@ class MlflowTracking(ConfigurableResource):
             return found.experiment_id
         location = None
         if is_database_uri(self.uri):
-            location = (self._home() / "mlruns" / name.replace("/", "_")).as_uri()
+            folder = name.replace("/", "_")
+            remote = mlflow_artifact_root(self.artifacts_url)
+            location = f"{remote}/{folder}" if remote else (self._home() / "mlruns" / folder).as_uri()
         try:
             return client.create_experiment(name, artifact_location=location)
         except MlflowException:

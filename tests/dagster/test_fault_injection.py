@@ -19,6 +19,7 @@ import yaml
 from mlflow import MlflowClient
 
 from ragutil_dagster.failpoints import ENV, POINTS
+from ragutil_dagster.objectstore import MANIFEST_SUFFIX, ObjectStore
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 # (point, pass): the pass is chosen so the kill lands mid-pipeline, after some work of the same
@@ -38,13 +39,16 @@ def run_pipeline(config: Path, home: Path, failpoint: str | None = None) -> subp
 
 
 def final_scores(home: Path) -> dict[str, object]:
-    """Every table and summary of metric_scores, by partition and name."""
+    """Every published table and summary of metric_scores, by partition and name (a killed
+    writer's unpublished object is not among them)."""
+    store = ObjectStore(str(home / "artifacts"), home / "cache")
     out: dict[str, object] = {}
-    for path in sorted((home / "artifacts" / "metric_scores").glob("*/*")):
-        if path.suffix == ".parquet":
-            out[f"{path.parent.name}/{path.name}"] = pl.read_parquet(path)
-        elif path.name == "summary.json":
-            out[f"{path.parent.name}/{path.name}"] = json.loads(path.read_text())
+    for manifest in sorted((home / "artifacts" / "metric_scores").glob(f"*/*{MANIFEST_SUFFIX}")):
+        name = f"metric_scores/{manifest.parent.name}/{manifest.name.removesuffix(MANIFEST_SUFFIX)}"
+        if name.endswith(".parquet"):
+            out[name] = store.read(name, pl.read_parquet)
+        elif name.endswith("/summary.json"):
+            out[name] = store.read(name, json.load)
     return out
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
-
 import dagster as dg
 import polars as pl
 import pytest
 
 from ragutil_dagster.assets import build_assets
+from ragutil_dagster.assets.reports import REPORT
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.metrics import catalog
+from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all, plan
 
 NODES = {
@@ -80,32 +80,36 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
     assert set(outcome.summary["retriever"]) == {"bm25", "dense"}
     for key in NODES - {"model/generator", "model/nli", "model/embedder"}:
         assert instance.get_latest_materialization_event(dg.AssetKey(key)) is not None, key
-    artifacts = home / "artifacts"
-    queries = pl.read_parquet(artifacts / "queries" / "world" / "table.parquet")
-    assert queries.height == 6
-    for partition in (artifacts / "metric_scores").iterdir():
-        scores = pl.read_parquet(partition / "table.parquet")
+    store = ArtifactStore(home=str(home))
+    assert store.read_table("queries", "world").height == 6
+    parts, _ = build_assets(tiny_experiment)
+    for key in parts.setting_generator.get_partition_keys():
+        scores = store.read_table("metric_scores", key)
         assert scores.height == 6 and scores["delta_seper_s"].null_count() == 0
-        summary = json.loads((partition / "summary.json").read_text())
+        summary = store.read_json("metric_scores", key, "summary")
         mirage = [summary[m.name] for m in catalog.mirage()]
         assert len(mirage) == 4 and sum(mirage) == pytest.approx(1.0)
         assert summary["n_mirage_context_acceptability"] <= 6  # single-hop queries with a positive
-        documents = pl.read_parquet(artifacts / "document_scores" / partition.name / "table.parquet")
-        k = int(partition.name.rsplit("__k", 1)[1])
+        documents = store.read_table("document_scores", key)
+        k = int(key.rsplit("__k", 1)[1])
         assert documents.height == 6 * k
-    assert (artifacts / "reports" / "summary.csv").is_file()
-    assert (artifacts / "reports" / "delta_seper_heatmap.png").stat().st_size > 1000
+    reports = store.local_files("reports", None, REPORT)
+    assert (reports / "summary.csv").is_file()
+    assert (reports / "delta_seper_heatmap.png").stat().st_size > 1000
+    assert outcome.reports == str(reports)
 
 
-def test_generation_rows_equal_queries_times_conditions_times_n(materialized) -> None:
+def test_generation_rows_equal_queries_times_conditions_times_n(materialized, tiny_experiment) -> None:
     home, _, _ = materialized
+    store = ArtifactStore(home=str(home))
+    parts, _ = build_assets(tiny_experiment)
     per_prompt = 3 + 1  # N = 3 samples and the greedy answer the labels judge
-    closed = pl.read_parquet(next((home / "artifacts" / "closed_book_generations").iterdir()) / "table.parquet")
+    closed = store.read_table("closed_book_generations", parts.dataset_generator.get_partition_keys()[0])
     assert closed.height == 6 * per_prompt
     assert closed.filter(pl.col("decoding") == "greedy")["temperature"].to_list() == [0.0] * 6
-    for partition in (home / "artifacts" / "generations").iterdir():
-        rows = pl.read_parquet(partition / "table.parquet")
-        k = int(partition.name.rsplit("__k", 1)[1])
+    for key in parts.setting_generator.get_partition_keys():
+        rows = store.read_table("generations", key)
+        k = int(key.rsplit("__k", 1)[1])
         counts = dict(rows.group_by("condition").len().iter_rows())
         assert counts["rag"] == 6 * per_prompt
         assert counts["per_doc"] == 6 * k * per_prompt

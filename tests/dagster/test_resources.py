@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 
@@ -24,10 +26,10 @@ def test_models_are_loaded_once_per_process(tiny_world) -> None:
 def test_store_round_trip_and_missing_tables(tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path))
     frame = pl.DataFrame({"a": [1, 2]})
-    path = store.write_table("metric_scores", "lm|world__bm25__k1", frame)
-    assert path.parent.name == "lm__gen__world__bm25__k1"
+    path = Path(store.write_table("metric_scores", "lm|world__bm25__k1", frame))
+    assert path.parent.parent == tmp_path / "artifacts" / "metric_scores" / "lm__gen__world__bm25__k1"
     assert store.read_table("metric_scores", "lm|world__bm25__k1").equals(frame)
-    assert not list(path.parent.glob("*.tmp"))
+    assert sorted(p.name for p in path.parent.parent.iterdir()) == [path.parent.name, "table.parquet.manifest.json"]
     with pytest.raises(FileNotFoundError, match="materialise queries first"):
         store.read_table("queries", "world")
 

@@ -9,7 +9,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
-import polars as pl
 import pytest
 import yaml
 
@@ -17,6 +16,7 @@ from ragutil_dagster.assets import build_assets
 from ragutil_dagster.cli import main
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 
 SQUAD_RECORDS = Path(__file__).resolve().parents[2].parent / "shared/data/squad/beir/records_200.jsonl"
@@ -60,17 +60,15 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     # Token scoring ran on the engine's prompt log-probs: ConSens and likelihood utility exist;
     # attention, which an engine cannot give, is null rather than made up.
     assert row["consens"] is not None
-    signals = pl.read_parquet(
-        next((tmp_path / "home" / "artifacts" / "utility_signals").rglob("table.parquet"))
-    )
+    store = ArtifactStore(home=str(tmp_path / "home"))
+    partition = parts.setting_generator.get_partition_keys()[0]
+    signals = store.read_table("utility_signals", partition)
     assert signals.height > 0 and signals["likelihood"].is_not_null().all()
     assert (signals["likelihood"] <= 0).all() and signals["attention"].is_null().all()
     signals_event = instance.get_latest_materialization_event(dg.AssetKey("utility_signals"))
     metadata = signals_event.asset_materialization.metadata
     assert metadata["attention_utility"].value.startswith("unavailable: ")
-    summary = json.loads(
-        next((tmp_path / "home" / "artifacts" / "metric_scores").rglob("summary.json")).read_text()
-    )
+    summary = store.read_json("metric_scores", partition, "summary")
     assert not any(name.startswith("utility_attention") for name in summary)
     assert summary["queries"] == 3
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
-from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.cache import ENTRIES_TABLE, SQLITE_FILE, CachedGenerator, GenerationCache
+from ragutil_dagster.models.generation import HFGenerator, Sample
 from ragutil_dagster.sampling import SamplingParams
 
 PROMPTS = [
@@ -89,41 +91,53 @@ def test_key_covers_generator_settings() -> None:
     assert a != GenerationCache.key({"identity": "y", "chat_template": False}, "p", params)
 
 
-def _entry(cached: CachedGenerator, prompt: str, **params) -> Path:
-    key = GenerationCache.key(cached.settings, prompt, SamplingParams(**params))
-    return cached.cache.path(key)
+def _key(cached: CachedGenerator, prompt: str, **params) -> str:
+    return GenerationCache.key(cached.settings, prompt, SamplingParams(**params))
+
+
+def _stored(cache: GenerationCache, key: str) -> bytes:
+    """The raw stored entry of ``key`` (compressed canonical JSON), as the database holds it."""
+    with cache.engine.connect() as db:
+        return db.execute(sa.text(f"SELECT entry FROM {ENTRIES_TABLE} WHERE request = :k"), {"k": key}).scalar_one()
+
+
+def _overwrite(cache: GenerationCache, key: str, raw: bytes) -> None:
+    with cache.engine.begin() as db:
+        db.execute(sa.text(f"UPDATE {ENTRIES_TABLE} SET entry = :e WHERE request = :k"), {"e": raw, "k": key})
 
 
 @pytest.mark.parametrize("damage", ["truncate", "tamper", "drop_sample", "not_json", "empty"])
 def test_corrupt_or_partial_entries_are_recomputed(cached: CachedGenerator, damage: str) -> None:
     params = {"n": 2, "max_new_tokens": 5, "seed": 3}
     good = cached.sample(PROMPTS[:1], SamplingParams(**params))
-    path = _entry(cached, PROMPTS[0], **params)
-    raw = path.read_bytes()
+    key = _key(cached, PROMPTS[0], **params)
+    raw = _stored(cached.cache, key)
+    entry = json.loads(zlib.decompress(raw))
     if damage == "truncate":
-        path.write_bytes(raw[: len(raw) // 2])
+        damaged = raw[: len(raw) // 2]
     elif damage == "tamper":
-        entry = json.loads(raw)
         entry["samples"][0]["token_logprobs"][0] += 1.0
-        path.write_text(json.dumps(entry))
+        damaged = zlib.compress(json.dumps(entry).encode())
     elif damage == "drop_sample":
-        entry = json.loads(raw)
         entry["samples"] = entry["samples"][:1]
-        path.write_text(json.dumps(entry))
+        damaged = zlib.compress(json.dumps(entry).encode())
     elif damage == "not_json":
-        path.write_bytes(b"\x00\xff garbage")
+        damaged = zlib.compress(b"\x00\xff garbage")
     else:
-        path.write_bytes(b"")
-    assert cached.cache.get(path.stem, 2) is None
+        damaged = b""
+    _overwrite(cached.cache, key, damaged)
+    assert cached.cache.get_many([key], 2) == {}
     redone = cached.sample(PROMPTS[:1], SamplingParams(**params))
     assert redone == good and len(cached.generator.calls) == 2
-    assert cached.cache.get(path.stem, 2) == good[0]  # the entry was rewritten whole
+    assert cached.cache.get_many([key], 2) == {key: good[0]}  # the entry was rewritten whole
 
 
-def test_writes_leave_no_temporary_files(cached: CachedGenerator) -> None:
+def test_one_row_per_distinct_request_in_one_file(cached: CachedGenerator, tmp_path: Path) -> None:
     cached.sample(PROMPTS, SamplingParams(n=2, max_new_tokens=4))
-    files = [p.name for p in cached.cache.root.rglob("*") if p.is_file()]
-    assert len(files) == 2 and not any(name.startswith(".tmp") for name in files)
+    assert len(cached.cache) == 2
+    # One SQLite database (with its WAL files and setup lock), not a file per prompt.
+    files = {p.name for p in (tmp_path / "gen").iterdir()}
+    assert files <= {SQLITE_FILE, f"{SQLITE_FILE}-wal", f"{SQLITE_FILE}-shm", f"{SQLITE_FILE}.lock"}
 
 
 class CrashingGenerator(CountingGenerator):
@@ -157,11 +171,77 @@ def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_pa
 
 def test_a_stored_entry_is_never_replaced(cached: CachedGenerator) -> None:
     first = cached.sample(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=4, seed=5))
-    path = cached.cache.path(GenerationCache.key(cached.settings, PROMPTS[0], SamplingParams(2, 1.0, 1.0, 0, 4, (), 5)))
-    before = path.read_bytes()
+    key = GenerationCache.key(cached.settings, PROMPTS[0], SamplingParams(2, 1.0, 1.0, 0, 4, (), 5))
+    before = _stored(cached.cache, key)
     # The checkpoint holding both prompts is sampled whole (other batch-mates than the first
     # call's, so float results may differ in the last bits), but the stored entry wins.
     both = cached.sample(PROMPTS[:2], SamplingParams(n=2, max_new_tokens=4, seed=5))
     assert cached.generator.calls[-1] == [PROMPTS[1], PROMPTS[0]]
-    assert both[0] == first[0] and path.read_bytes() == before
+    assert both[0] == first[0] and _stored(cached.cache, key) == before
     assert (cached.stats.hits, cached.stats.misses) == (1, 2)
+
+
+class FakeGenerator:
+    """Samples without a model: each worker's samples carry its own tag, so the test can tell
+    whose entry a reader got."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    @property
+    def identity(self) -> str:
+        return "fake"
+
+    @property
+    def settings(self) -> dict[str, object]:
+        return {"identity": "fake"}
+
+    def sample(self, prompts, params):
+        return [
+            [Sample(f"{self.tag}:{prompt}:{i}", (i,), (-0.5,), "stop", 3) for i in range(params.n)]
+            for prompt in prompts
+        ]
+
+
+WORKER = """
+import sys, time
+from tests.models.test_generation_cache import FakeGenerator
+from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+from ragutil_dagster.sampling import SamplingParams
+location, tag, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+cache = GenerationCache(location)
+time.sleep(max(0.0, start - time.time()))
+got = CachedGenerator(FakeGenerator(tag), cache, checkpoint_prompts=7).sample(
+    [f"prompt {i}" for i in range(40)], SamplingParams(n=2, seed=1))
+print("|".join(per[0].text for per in got))
+"""
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_location(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "shared")
+    return request.getfixturevalue("postgres").create_database(f"cache_{tmp_path.name[-20:].lower()}")
+
+
+def test_concurrent_workers_share_one_entry_per_request(shared_location: str) -> None:
+    """Two processes released together on the same 40 prompts (the first creating the store):
+    the database keeps one row per request, and every worker returns the stored samples."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 6  # after every worker has imported and opened the store
+    workers = [
+        subprocess.Popen([sys.executable, "-c", WORKER, shared_location, f"w{i}", str(start)],
+                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        for i in range(2)
+    ]
+    outputs = [worker.communicate(timeout=120)[0].strip() for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers)
+    assert len(set(outputs)) == 1, "workers returned different samples for one request"
+    cache = GenerationCache(shared_location)
+    assert len(cache) == 40
+    keys = [GenerationCache.key({"identity": "fake"}, f"prompt {i}", SamplingParams(n=2, seed=1)) for i in range(40)]
+    stored = cache.get_many(keys, 2)
+    assert "|".join(stored[key][0].text for key in keys) == outputs[0]

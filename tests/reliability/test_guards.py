@@ -124,7 +124,8 @@ def test_storage_failures_name_the_file_and_leave_nothing_behind(
         store.write_table("scores", "p", pl.DataFrame({"x": [2]}))
     monkeypatch.undo()
     assert store.read_table("scores", "p")["x"].to_list() == [1]  # the previous version survives
-    assert [p.name for p in store.directory("scores", "p").iterdir()] == ["table.parquet"]
+    published = Path(store.location("scores", "p", "table.parquet"))
+    assert sorted(published.parent.iterdir()) == sorted([published, published.parent / "table.parquet.manifest.json"])
 
 
 def test_credentials_are_masked_in_uris_and_free_text() -> None:

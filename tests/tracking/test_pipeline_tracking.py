@@ -5,7 +5,6 @@ runs on failure, links both ways, and the comparison run with its tables and plo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +14,7 @@ from mlflow import MlflowClient
 
 from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
+from ragutil_dagster.objectstore import MANIFEST_SUFFIX
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking.report import compare_runs
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -125,15 +125,7 @@ def check_partition_runs(client: MlflowClient, experiment) -> None:
             "none" if "bm25" in partition else experiment.config.retriever("dense").model
         )
         assert REQUIRED_METRICS <= set(run.data.metrics), REQUIRED_METRICS - set(run.data.metrics)
-        summary = json.loads(
-            (
-                experiment.home
-                / "artifacts"
-                / "metric_scores"
-                / partition.replace("|", "__gen__")
-                / "summary.json"
-            ).read_text()
-        )
+        summary = ArtifactStore(home=str(experiment.home)).read_json("metric_scores", partition, "summary")
         assert run.data.metrics["delta_seper_s"] == pytest.approx(summary["delta_seper_s"])
         low, mean, high = (
             run.data.metrics[m]
@@ -194,14 +186,10 @@ def check_comparison(client: MlflowClient, experiment, tracking: MlflowTracking)
     directory = Path(client.download_artifacts(run.info.run_id, "tables"))
     tests = pl.read_csv(directory / "paired_tests.csv")
     assert sorted(tests["generator"]) == ["lm0", "lm1"]
-    scores = experiment.home / "artifacts" / "metric_scores"
+    store = ArtifactStore(home=str(experiment.home))
     for row in tests.iter_rows(named=True):
-        a = pl.read_parquet(
-            scores / f"{row['generator']}__gen__world__{row['retriever_a']}__k2" / "table.parquet"
-        )
-        b = pl.read_parquet(
-            scores / f"{row['generator']}__gen__world__{row['retriever_b']}__k2" / "table.parquet"
-        )
+        a = store.read_table("metric_scores", f"{row['generator']}|world__{row['retriever_a']}__k2")
+        b = store.read_table("metric_scores", f"{row['generator']}|world__{row['retriever_b']}__k2")
         joined = a.select("query_id", "delta_seper_s").join(
             b.select("query_id", "delta_seper_s"), on="query_id"
         )
@@ -303,7 +291,7 @@ def test_failed_materialisation_marks_its_run_failed_and_a_retry_reuses_it(
         / "artifacts"
         / "nli_probabilities"
         / partition.replace("|", "__gen__")
-        / "table.parquet"
+        / f"table.parquet{MANIFEST_SUFFIX}"  # unpublished: the table is missing to every reader
     )
     before = {run.info.run_id for run in partition_runs(client)}
     hidden = nli.rename(nli.with_suffix(".hidden"))

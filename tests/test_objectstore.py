@@ -1,0 +1,121 @@
+"""The artifact store's commit protocol, on local disk and on an S3-compatible server (moto on
+127.0.0.1): readers see only published manifests, a failed or killed writer leaves nothing
+visible, a newer version replaces the older whole, and files that must be on disk are fetched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import polars as pl
+import pytest
+
+from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
+from ragutil_dagster.failpoints import ENV
+from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE, MANIFEST_SUFFIX, ObjectStore
+from ragutil_dagster.resources import ArtifactStore
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request, tmp_path) -> ArtifactStore:
+    """An empty artifact store: ``$RAGUTIL_HOME/artifacts`` or a fresh prefix of the moto bucket."""
+    if request.param == "local":
+        return ArtifactStore(home=str(tmp_path / "home"))
+    server = request.getfixturevalue("s3_environment")
+    return ArtifactStore(home=str(tmp_path / "home"), url=f"s3://{server.bucket}/{uuid.uuid4().hex}")
+
+
+def objects(store: ArtifactStore, folder: str) -> set[str]:
+    """Every key under ``folder`` of the store, relative to it (what a reader could ever list)."""
+    objects = store._objects
+    root = objects._path(folder)
+    return {path.removeprefix(root + "/") for path in objects.fs.find(root)}
+
+
+def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store: ArtifactStore) -> None:
+    first, second = pl.DataFrame({"x": [1, 2]}), pl.DataFrame({"x": [3], "y": ["a"]})
+    old = store.write_table("scores", "lm|world__bm25__k1", first)
+    assert store.read_table("scores", "lm|world__bm25__k1").equals(first)
+    new = store.write_table("scores", "lm|world__bm25__k1", second)
+    assert new != old and store.read_table("scores", "lm|world__bm25__k1").equals(second)
+    store.write_json("scores", "lm|world__bm25__k1", "summary", {"a": 1.5})
+    assert store.read_json("scores", "lm|world__bm25__k1", "summary") == {"a": 1.5}
+    # The old object is gone: one manifest and one object per artifact.
+    version = new.rsplit("/", 2)[-2]
+    assert objects(store, "scores/lm__gen__world__bm25__k1") == {
+        f"table.parquet{MANIFEST_SUFFIX}", f"{version}/table.parquet",
+        f"summary.json{MANIFEST_SUFFIX}", f"{store.location('scores', 'lm|world__bm25__k1', 'summary.json').rsplit('/', 1)[-1]}/summary.json",
+    }
+    store.delete_table("scores", "lm|world__bm25__k1")
+    assert not store.has_table("scores", "lm|world__bm25__k1")
+    with pytest.raises(FileNotFoundError, match="materialise scores first"):
+        store.read_table("scores", "lm|world__bm25__k1")
+
+
+def test_a_failed_writer_publishes_nothing_and_keeps_the_previous_version(store: ArtifactStore) -> None:
+    store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
+    before = objects(store, "scores/p")
+    with pytest.raises(RuntimeError, match="died"):
+        with store.write_files("scores", "p", "table.parquet") as staging:
+            pl.DataFrame({"x": [2]}).write_parquet(staging / "table.parquet")
+            raise RuntimeError("writer died")
+    assert store.read_table("scores", "p")["x"].to_list() == [1]
+    assert objects(store, "scores/p") == before
+
+
+def test_a_killed_writer_leaves_no_visible_output(store: ArtifactStore) -> None:
+    """SIGKILL after the table's object is written, before its manifest (the ``parquet_write``
+    failpoint): readers still see the previous version."""
+    store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
+    code = (
+        "import sys, polars as pl; from ragutil_dagster.resources import ArtifactStore; "
+        "ArtifactStore(home=sys.argv[1], url=sys.argv[2]).write_table('scores', 'p', pl.DataFrame({'x': [2]}))"
+    )
+    env = {**os.environ, ENV: "parquet_write"}
+    killed = subprocess.run([sys.executable, "-c", code, store.home, store.url], env=env, check=False, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    assert store.read_table("scores", "p")["x"].to_list() == [1]
+
+
+def test_multi_file_artifacts_are_fetched_to_local_disk(store: ArtifactStore) -> None:
+    with store.write_files("index", "world__dense", "index") as staging:
+        (staging / "manifest.json").write_text("{}")
+        (staging / "vectors").mkdir()
+        (staging / "vectors" / "part-0.npy").write_bytes(b"\x93NUMPY" + bytes(100))
+    local = store.local_files("index", "world__dense", "index")
+    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == [
+        "manifest.json", "vectors/part-0.npy",
+    ]
+    assert (local / "vectors" / "part-0.npy").stat().st_size == 106
+    assert store.local_files("index", "world__dense", "index") == local  # one copy per published object
+
+
+def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, monkeypatch) -> None:
+    """The object a reader's manifest named is deleted by a newer writer before the reader opens
+    it: the reader follows the newer manifest instead of failing or mixing versions."""
+    store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
+    objects = store._objects
+    fs = objects.fs
+    opened = fs.open
+
+    def open_after_a_newer_write(path, *args, **kwargs):
+        monkeypatch.setattr(fs, "open", opened)
+        store.write_table("scores", "p", pl.DataFrame({"x": [2]}))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "open", open_after_a_newer_write)
+    assert objects.read("scores/p/table.parquet", pl.read_parquet)["x"].to_list() == [2]
+
+
+def test_a_missing_bucket_is_one_clear_error(s3_environment, tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path), url="s3://no-such-bucket/ragutil")
+    with pytest.raises(ArtifactWriteError, match=r"cannot write s3://no-such-bucket/ragutil/scores/p/table.parquet.*create the bucket"):
+        store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
+
+
+def test_an_unknown_scheme_is_one_clear_error(tmp_path) -> None:
+    with pytest.raises(ArtifactStoreError, match=rf"nosuch://bucket/x.*{ARTIFACTS_URL_VARIABLE}"):
+        ObjectStore("nosuch://bucket/x", tmp_path)
