@@ -132,6 +132,8 @@ class ReplicaStatus:
 
 @dataclass
 class _Replica:
+    """A replica's mutable state, guarded by the client's lock (``status`` gives snapshots)."""
+
     url: str
     shown: str
     outstanding: int = 0
@@ -250,8 +252,10 @@ class CompletionsClient:
                 if not fresh:
                     delay = self.retry_backoff * 2**waits
                     waits += 1
-                    log.warning("%s: retry %d/%d on %s in %.1f s", what, attempts,
-                                self.max_retries, replica.shown, delay)
+                    log.warning(
+                        "%s: no healthy replica left to try; attempt %d of %d on %s in %.1f s",
+                        what, attempts + 1, self.max_retries + 1, replica.shown, delay,
+                    )
                     time.sleep(delay)
                 tried.add(index)
                 attempts += 1

@@ -1,6 +1,7 @@
-"""The ``openai`` backend against a real vLLM server of SmolLM2 (``vllm_server``) and, for bad
-input, against tiny fake servers on 127.0.0.1 (down, failing then recovering, answering without
-log-probs or with malformed JSON, dropping the connection mid-run).
+"""The ``openai`` backend against a real vLLM server of SmolLM2 (``vllm_server``), a fleet of two
+(a second server started here and killed mid-sampling) and, for bad input and the fleet's routing,
+against tiny fake servers on 127.0.0.1 (down, failing then recovering, answering without log-probs
+or with malformed JSON, dropping the connection mid-run, busy, slow, configured otherwise).
 
 The real-server tests compare the server's log-probs with a teacher-forced HF float32 pass over
 the same token ids. Measured on a 2-core AVX-512 CPU (float32 both sides): sampled tokens, 286
@@ -205,6 +206,64 @@ def test_resume_after_the_server_died(served: OpenAIGenerator, vllm_server, tmp_
     assert resumed.settings == dying.settings, "the server's address is not part of the cache key"
     assert_same_samples(resumed.sample(PROMPTS, PARAMS), served.sample(PROMPTS, PARAMS))
     assert (resumed.stats.hits, resumed.stats.misses) == (2, 2)
+
+
+@pytest.fixture(scope="module")
+def second_replica(vllm_server, smollm2_server_launcher, tmp_path_factory):
+    """A second vLLM server of SmolLM2 beside the session's, started like it, for a test to kill."""
+    log = tmp_path_factory.mktemp("vllm-replica") / "server.log"
+    with smollm2_server_launcher(vllm_server.model_dir, log) as replica:
+        yield replica
+
+
+FLEET_QUESTIONS = [
+    f"In one sentence, what is {thing}?"
+    for thing in (
+        "a river", "a volcano", "a library", "a comet", "a violin", "a glacier",
+        "a lighthouse", "a desert", "an orchestra", "a bridge", "a forest", "a harbour",
+    )
+]
+
+
+def test_a_fleet_survives_a_replica_killed_mid_sampling(vllm_server, second_replica) -> None:
+    """Two vLLM servers of SmolLM2; once both have answered sampling requests, the second is
+    killed (SIGKILL to its process group, by PID). The run ends on the first, with the samples
+    of a one-server run of the same seeded requests."""
+    second, process = second_replica
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, stop=(), seed=13)
+    options = {"tokenizer": str(vllm_server.model_dir), "use_chat_template": True,
+               "show_progress": False, "max_retries": 2, "retry_backoff": 0.01}
+    fleet = OpenAIGenerator(
+        [vllm_server.base_url, second.base_url], vllm_server.model, max_concurrency=2, **options
+    )
+    probes = [replica.answered for replica in fleet.client.status()]
+    sampled = threading.Event()
+    at_kill: list[int] = []
+
+    def kill_once_both_served() -> None:
+        while not sampled.is_set():
+            served = [r.answered - p for r, p in zip(fleet.client.status(), probes, strict=True)]
+            if min(served) >= 1:
+                at_kill.extend(served)
+                os.killpg(process.pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_once_both_served, daemon=True)
+    killer.start()
+    try:
+        out = fleet.sample(FLEET_QUESTIONS, params)
+    finally:
+        sampled.set()
+        killer.join()
+    assert at_kill, "the second replica was not killed while sampling ran"
+    first, killed = fleet.client.status()
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert not killed.healthy and killed.failed >= 1
+    assert first.answered - probes[0] > at_kill[0]  # the first went on after the kill
+    assert first.answered - probes[0] + killed.answered - probes[1] == len(FLEET_QUESTIONS)
+    single = OpenAIGenerator(vllm_server.base_url, vllm_server.model, **options)
+    assert_same_samples(out, single.sample(FLEET_QUESTIONS, params))
 
 
 # ------------------------------------------------------------------ fake servers for bad input
