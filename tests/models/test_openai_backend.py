@@ -309,11 +309,14 @@ def _handler(respond: Responder, stop: Callable[[], None]) -> type[BaseHTTPReque
                 self.close_connection = True
                 return
             status, payload = answer
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (its timeout): nobody to answer
 
         def do_GET(self) -> None:
             self._answer("GET")
@@ -617,6 +620,23 @@ def test_a_busy_replica_is_retried_elsewhere_and_kept() -> None:
         assert len(fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)) == len(FLEET_PROMPTS)
     _, still_in = fleet.client.status()
     assert still_in.healthy and still_in.failed >= 1 and "HTTP 429" in still_in.last_failure
+
+
+def test_a_hung_replica_times_out_and_is_left_out() -> None:
+    def hangs_after_probe(k: int, body: dict) -> tuple[int, bytes]:
+        if k:
+            time.sleep(1.0)
+        return seeded(k, body)
+
+    hung = Scripted(hangs_after_probe)
+    with fake_server(hung.respond) as a, fake_server(Scripted(seeded).respond) as b:
+        reference = fake_generator(b).sample(FLEET_PROMPTS, FLEET_PARAMS)
+        fleet = fake_generator([a, b], timeout=0.3)
+        assert token_ids(fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)) == token_ids(reference)
+    left_out, _ = fleet.client.status()
+    assert not left_out.healthy and left_out.answered == 2  # /v1/models and its probe
+    # each request it held timed out; its probe is the only completion it answered
+    assert "timed out" in left_out.last_failure and len(hung.seen) == 1 + left_out.failed
 
 
 def test_a_slow_replica_gets_less_work() -> None:
