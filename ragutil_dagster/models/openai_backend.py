@@ -25,17 +25,22 @@ Decisions, and why:
   the server's ``system_fingerprint`` (vLLM: its version and a hash of its engine configuration —
   dtype, quantisation, model…), never the URLs (replicas of one model share entries; a moved
   server keeps them) nor the API key. An answer with another fingerprint than the probe's (a
-  server restarted differently mid-run, a replica configured otherwise) is refused.
-* **Several base URLs** form a fleet: prompt ``i`` goes first to replica ``i mod R``, and each
-  retry of a failed request to the next replica.
-* **Retries**: HTTP 429 and 5xx, timeouts and connection errors are retried with exponential
-  backoff a bounded number of times; then one error names the server and the prompt index.
-  Anything else (4xx, malformed JSON, missing log-probs) fails at once: retrying cannot fix it.
+  server restarted differently mid-run, a replica configured otherwise) is refused; at start
+  every replica is probed and must report the same fingerprint.
+* **Several base URLs** form a fleet (:class:`CompletionsClient`): a request goes to the healthy
+  replica with the fewest requests in flight, a failed attempt (HTTP 429 and 5xx, timeouts,
+  connection errors) is retried at once on another replica, a replica that failed is left out
+  and re-probed later, and after a bounded number of attempts one error names every replica.
+  A request's seed is a property of the request (a hash of the run's seed and the prompt), so
+  where it is served, or re-served after a replica died, does not change its samples.
+  Anything else (4xx, malformed JSON, missing log-probs) fails at once, naming the replica:
+  retrying cannot fix it.
 """
 
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import logging
 import os
@@ -88,19 +93,76 @@ _TOKEN_ID_PREFIX = "token_id:"
 # in-process backend's range, so a server and the in-process engine draw the same samples.
 _SEED_RANGE = 2**31 - 2**16
 _FINISH_REASONS = ("stop", "length")
+# A re-probe asks for the model list, which a live server answers at once; one that cannot within
+# this time is not ready for sampling requests either.
+_PROBE_TIMEOUT = 10.0
 
 
 class _RetryableError(Exception):
-    """One failed attempt worth retrying (429, 5xx, timeout, connection error)."""
+    """One failed attempt worth retrying on another replica. ``replica_down``: the replica itself
+    failed (connection error, timeout, 5xx), not merely busy (429)."""
+
+    def __init__(self, message: str, *, replica_down: bool = True) -> None:
+        super().__init__(message)
+        self.replica_down = replica_down
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A parsed JSON answer, the replica that gave it (its index in ``base_urls``) and that
+    replica's URL with credentials masked, by which errors about the answer name it."""
+
+    body: dict
+    replica: int
+    server: str
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica as the client sees it: ``healthy`` False while it is left out after a failure;
+    ``answered`` and ``failed`` count requests answered and attempts failed on it."""
+
+    url: str
+    healthy: bool
+    outstanding: int
+    answered: int
+    failed: int
+    last_failure: str | None
+
+
+@dataclass
+class _Replica:
+    """A replica's mutable state, guarded by the client's lock (``status`` gives snapshots)."""
+
+    url: str
+    shown: str
+    outstanding: int = 0
+    answered: int = 0
+    failed: int = 0
+    down_until: float | None = None  # monotonic time of its next re-probe; None while healthy
+    probing: bool = False
+    last_failure: str | None = None
 
 
 class CompletionsClient:
-    """JSON over HTTP to one model served by one or more OpenAI-compatible replicas.
+    """JSON over HTTP to one model served by one or more OpenAI-compatible replicas (or by one
+    router in front of them).
 
-    ``post`` spreads requests over the replicas, retries transient failures with exponential
-    backoff (``retry_backoff`` × 2^attempt seconds, ``max_retries`` times) and raises one
-    :class:`ServerUnavailableError` naming the server and the request. The API key is read once
-    from the environment variable named ``api_key_env`` and masked in every message.
+    * **Routing**: a request goes to the healthy replica with the fewest requests in flight
+      (ties taken in turn), so a slower replica gets less work.
+    * **Failover**: a failed attempt (connection error, timeout, 5xx, 429) is retried at once on
+      a healthy replica this request has not tried; when none is left, after ``retry_backoff`` ×
+      2^k seconds on the best remaining one (a replica left out included). At most
+      ``max_retries`` retries, then one :class:`ServerUnavailableError` naming every replica with
+      its last failure.
+    * **Health**: a replica failing with a connection error, a timeout or a 5xx is left out of
+      the rotation; ``reprobe_seconds`` later the next request re-probes it (``GET /v1/models``,
+      at most 10 s) and it rejoins when it answers.
+
+    Answers that are not JSON objects, and 4xx refusals, fail at once (:class:`ServerResponseError`
+    naming the replica): retrying cannot fix them, and a fleet answering otherwise on one replica
+    is misconfigured. The API key is read once from the environment variable named
+    ``api_key_env`` and masked in every message.
     """
 
     def __init__(
@@ -111,17 +173,22 @@ class CompletionsClient:
         timeout: float = 600.0,
         max_retries: int = 4,
         retry_backoff: float = 1.0,
+        reprobe_seconds: float = 30.0,
     ) -> None:
         if not base_urls:
             raise ValueError("give at least one base_url")
         if max_retries < 0:
             raise ValueError(f"max_retries must be at least 0, got {max_retries}")
-        self.base_urls = tuple(url.rstrip("/") for url in base_urls)
         self.api_key_env = api_key_env
         self._api_key = _read_api_key(api_key_env)
         self.timeout = timeout
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
+        self.reprobe_seconds = reprobe_seconds
+        urls = [url.rstrip("/") for url in base_urls]
+        self._replicas = [_Replica(url, redact_uri(url)) for url in urls]
+        self._lock = threading.Lock()
+        self._turns = itertools.count()
 
     def __repr__(self) -> str:
         return f"CompletionsClient(base_urls={self.shown_urls!r}, api_key_env={self.api_key_env!r})"
@@ -129,7 +196,18 @@ class CompletionsClient:
     @property
     def shown_urls(self) -> list[str]:
         """The base URLs with any credentials in them masked."""
-        return [redact_uri(url) for url in self.base_urls]
+        return [replica.shown for replica in self._replicas]
+
+    def status(self) -> list[ReplicaStatus]:
+        """Every replica's health and counters, in ``base_urls`` order."""
+        with self._lock:
+            return [
+                ReplicaStatus(
+                    r.shown, r.down_until is None, r.outstanding, r.answered, r.failed,
+                    r.last_failure,
+                )
+                for r in self._replicas
+            ]
 
     def mask(self, text: str) -> str:
         """``text`` with the API key and URI credentials masked."""
@@ -137,59 +215,155 @@ class CompletionsClient:
             text = text.replace(self._api_key, MASK)
         return redact(text)
 
-    def get(self, path: str) -> dict:
-        """GET ``path`` from the first replica (retried like :meth:`post`)."""
-        return self._with_retries(path, None, 0, f"GET {path}", None)
+    def get(self, path: str) -> Answer:
+        """GET ``path`` from any replica (routed and retried like :meth:`post`)."""
+        return self._routed(path, None, f"GET {path}", None, None)
 
     def post(
         self,
         path: str,
         body: dict,
-        replica: int,
         what: str,
         cancelled: threading.Event | None = None,
-    ) -> dict:
-        """POST ``body`` to ``path``, first on replica ``replica`` (mod R); ``what`` names the
-        request in errors (e.g. ``"prompt 3"``). Once ``cancelled`` is set (another request of
-        the same call gave up) no further retry is made."""
-        return self._with_retries(path, body, replica, what, cancelled)
+        replica: int | None = None,
+    ) -> Answer:
+        """POST ``body`` to ``path``; ``what`` names the request in errors (e.g. ``"prompt 3"``).
+        Once ``cancelled`` is set (another request of the same call gave up) no further retry is
+        made. ``replica`` pins the request to that replica for one attempt (start-up probes)."""
+        return self._routed(path, body, what, cancelled, replica)
 
-    def _with_retries(
+    def _routed(
         self,
         path: str,
         body: dict | None,
-        replica: int,
         what: str,
         cancelled: threading.Event | None,
-    ) -> dict:
-        failures: list[str] = []
-        for attempt in range(self.max_retries + 1):
-            url = self.base_urls[(replica + attempt) % len(self.base_urls)]
+        pinned: int | None,
+    ) -> Answer:
+        failures: dict[int, str] = {}
+        tried: set[int] = set()
+        waits = attempts = 0
+        while attempts <= (0 if pinned is not None else self.max_retries):
+            if attempts and cancelled is not None and cancelled.is_set():
+                break
+            index, fresh = self._acquire(tried) if pinned is None else self._claim(pinned)
+            replica = self._replicas[index]
             try:
-                return self._request(url + path, body, what)
+                if not fresh:
+                    delay = self.retry_backoff * 2**waits
+                    waits += 1
+                    log.warning(
+                        "%s: no healthy replica left to try; attempt %d of %d on %s in %.1f s",
+                        what, attempts + 1, self.max_retries + 1, replica.shown, delay,
+                    )
+                    time.sleep(delay)
+                tried.add(index)
+                attempts += 1
+                answer = self._request(replica.url + path, body, what, self.timeout)
             except _RetryableError as err:
-                failures.append(f"{redact_uri(url)}: {err}")
-                if attempt == self.max_retries or (cancelled is not None and cancelled.is_set()):
-                    break
-                delay = self.retry_backoff * 2**attempt
-                log.warning(
-                    "%s failed (%s); retry %d/%d in %.1f s",
-                    what,
-                    self.mask(failures[-1]),
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
+                failures[index] = str(err)
+                self._failed(replica, str(err), err.replica_down)
+                continue
+            except BaseException:
+                self._release(replica)
+                raise
+            self._answered(replica)
+            return Answer(answer, index, replica.shown)
+        raise self._unavailable(what, attempts, failures)
+
+    def _acquire(self, tried: set[int]) -> tuple[int, bool]:
+        """The replica for the next attempt (its request counted in flight), and whether it is a
+        healthy one this request has not tried. Re-probes a replica first when one is due."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                due = next(
+                    (
+                        r for r in self._replicas
+                        if r.down_until is not None and r.down_until <= now and not r.probing
+                    ),
+                    None,
                 )
-                time.sleep(delay)
-        raise ServerUnavailableError(
+                if due is None:
+                    healthy = [i for i, r in enumerate(self._replicas) if r.down_until is None]
+                    fresh = [i for i in healthy if i not in tried]
+                    pool = fresh or healthy or [
+                        min(range(len(self._replicas)), key=lambda i: self._replicas[i].down_until)
+                    ]
+                    turn, count = next(self._turns), len(self._replicas)
+                    index = min(
+                        pool, key=lambda i: (self._replicas[i].outstanding, (i - turn) % count)
+                    )
+                    self._replicas[index].outstanding += 1
+                    return index, bool(fresh)
+                due.probing = True
+            self._reprobe(due)
+
+    def _claim(self, index: int) -> tuple[int, bool]:
+        with self._lock:
+            self._replicas[index].outstanding += 1
+        return index, True
+
+    def _reprobe(self, replica: _Replica) -> None:
+        """Ask a replica left out whether it answers again; it rejoins when it does."""
+        what = f"re-probe of {replica.shown}"
+        try:
+            self._request(replica.url + "/v1/models", None, what, min(self.timeout, _PROBE_TIMEOUT))
+        except (_RetryableError, ServerResponseError) as err:
+            with self._lock:
+                replica.probing = False
+                replica.down_until = time.monotonic() + self.reprobe_seconds
+                replica.last_failure = str(err)
+            log.info("%s: still failing (%s)", what, self.mask(str(err)))
+            return
+        with self._lock:
+            replica.probing = False
+            replica.down_until = None
+        log.warning("replica %s answers again: back in the rotation", replica.shown)
+
+    def _release(self, replica: _Replica) -> None:
+        with self._lock:
+            replica.outstanding -= 1
+
+    def _answered(self, replica: _Replica) -> None:
+        with self._lock:
+            replica.outstanding -= 1
+            replica.answered += 1
+            replica.down_until = None
+
+    def _failed(self, replica: _Replica, failure: str, down: bool) -> None:
+        with self._lock:
+            replica.outstanding -= 1
+            replica.failed += 1
+            replica.last_failure = failure
+            newly_down = down and replica.down_until is None
+            if down:
+                replica.down_until = time.monotonic() + self.reprobe_seconds
+        if newly_down:
+            log.warning(
+                "replica %s failed (%s): left out of the rotation, re-probed in %.0f s",
+                replica.shown, self.mask(failure), self.reprobe_seconds,
+            )
+
+    def _unavailable(
+        self, what: str, attempts: int, failures: dict[int, str]
+    ) -> ServerUnavailableError:
+        """One error naming every replica with its last failure."""
+        with self._lock:
+            replicas = "; ".join(
+                f"{r.shown}: {failures.get(i) or r.last_failure or 'not tried'}"
+                for i, r in enumerate(self._replicas)
+            )
+        whom = "the server" if len(self._replicas) == 1 else f"any of {len(self._replicas)} replicas"
+        return ServerUnavailableError(
             self.mask(
-                f"{what}: no answer from the OpenAI-compatible server after {len(failures)} "
-                f"attempts ({'; '.join(failures[-2:])}); check that it is running, then re-run: "
-                "stored samples are kept"
+                f"{what}: no answer from {whom} after {attempts} "
+                f"attempt{'' if attempts == 1 else 's'} ({replicas}); check that the servers are "
+                "running, then re-run: stored samples are kept"
             )
         )
 
-    def _request(self, url: str, body: dict | None, what: str) -> dict:
+    def _request(self, url: str, body: dict | None, what: str, timeout: float) -> dict:
         """One HTTP exchange; transient failures raise :class:`_RetryableError`."""
         headers = {"Content-Type": "application/json"}
         if self._api_key:
@@ -197,12 +371,14 @@ class CompletionsClient:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as err:
             detail = _error_detail(err)
             if err.code == 429 or err.code >= 500:
-                raise _RetryableError(f"HTTP {err.code} {detail}") from None
+                raise _RetryableError(
+                    f"HTTP {err.code} {detail}", replica_down=err.code != 429
+                ) from None
             raise ServerResponseError(
                 self.mask(
                     f"{what}: {redact_uri(url)} refused the request with HTTP {err.code}: {detail}"
@@ -291,10 +467,10 @@ class ServedModel:
 def find_served_model(client: CompletionsClient, model: str) -> ServedModel:
     """The entry of ``model`` in the server's ``/v1/models`` (an error lists what it serves)."""
     listing = client.get("/v1/models")
-    entries = listing.get("data")
+    entries = listing.body.get("data")
     if not isinstance(entries, list):
         raise ServerResponseError(
-            f"{client.shown_urls[0]}/v1/models has no `data` list: not an OpenAI-compatible server"
+            f"{listing.server}/v1/models has no `data` list: not an OpenAI-compatible server"
         )
     for entry in entries:
         if isinstance(entry, dict) and entry.get("id") == model:
@@ -304,7 +480,7 @@ def find_served_model(client: CompletionsClient, model: str) -> ServedModel:
             )
     served = ", ".join(str(e.get("id")) for e in entries if isinstance(e, dict)) or "nothing"
     raise ServerResponseError(
-        f"{client.shown_urls[0]} does not serve model {model!r} (it serves: {served}); "
+        f"{listing.server} does not serve model {model!r} (it serves: {served}); "
         "set `model` to the served name (vLLM: --served-model-name)"
     )
 
@@ -353,6 +529,7 @@ class OpenAIGenerator:
         timeout: float = 600.0,
         max_retries: int = 4,
         retry_backoff: float = 1.0,
+        reprobe_seconds: float = 30.0,
         show_progress: bool = True,
     ) -> None:
         if max_concurrency < 1:
@@ -375,6 +552,7 @@ class OpenAIGenerator:
             timeout=timeout,
             max_retries=max_retries,
             retry_backoff=retry_backoff,
+            reprobe_seconds=reprobe_seconds,
         )
         self.model = model
         self.tokenizer = _load_tokenizer(tokenizer) if tokenizer is not None else None
@@ -384,12 +562,14 @@ class OpenAIGenerator:
         self.show_progress = show_progress
         self.served = find_served_model(self.client, model)
         self._identity = identity or f"openai:{self.served.id}@{self.served.root or self.served.id}"
+        # The first probe's answer sets them; every later answer is checked against them.
         self.server_fingerprint: str | None = None
-        self.server_fingerprint = self.probe_sampling()
+        self._fingerprint_server = ""
+        self.probe_replicas()
         if prompt_logprob_metrics and not self.probe_prompt_logprobs():
             raise CapabilityMissingError(
                 f"metric(s) {', '.join(prompt_logprob_metrics)} need prompt log-probs (token "
-                f"scoring), but {self.client.shown_urls[0]} returns none for `echo` with "
+                f"scoring), but {', '.join(self.client.shown_urls)} return none for `echo` with "
                 "`logprobs`; serve the model with vLLM, or drop these metrics"
             )
 
@@ -435,14 +615,13 @@ class OpenAIGenerator:
         answer = self.client.post(
             "/tokenize",
             {"model": self.model, "prompt": text},
-            index,
             f"counting the tokens of prompt {index}",
             cancelled,
         )
-        count = answer.get("count")
+        count = answer.body.get("count")
         if not isinstance(count, int):
             raise ServerResponseError(
-                f"{self.client.shown_urls[0]}/tokenize gave no token `count`; give the generator "
+                f"{answer.server}/tokenize gave no token `count`; give the generator "
                 "a local `tokenizer` to count prompt tokens"
             )
         return count
@@ -450,7 +629,6 @@ class OpenAIGenerator:
     def complete(
         self,
         prompt: list[int] | str,
-        index: int,
         what: str,
         *,
         max_tokens: int,
@@ -458,10 +636,12 @@ class OpenAIGenerator:
         seed: int = 0,
         echo: bool = False,
         cancelled: threading.Event | None = None,
-    ) -> dict:
+        replica: int | None = None,
+    ) -> Answer:
         """One ``/v1/completions`` request asking for sampled-token log-probs named by token id
-        (greedy when no sampling ``params`` are given); the answer as parsed JSON, refused when
-        it comes from a server configured otherwise than the probed one."""
+        (greedy when no sampling ``params`` are given), on any replica (or pinned to
+        ``replica``); refused when it comes from a server configured otherwise than the first
+        one probed."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
@@ -481,36 +661,48 @@ class OpenAIGenerator:
                 body["top_k"] = params.top_k
             if params.stop:
                 body["stop"] = list(params.stop)
-        answer = self.client.post("/v1/completions", body, index, what, cancelled)
-        fingerprint = answer.get("system_fingerprint")
+        answer = self.client.post("/v1/completions", body, what, cancelled, replica)
+        fingerprint = answer.body.get("system_fingerprint")
         if self.server_fingerprint is not None and fingerprint != self.server_fingerprint:
             raise ServerResponseError(
-                f"{what}: the server now reports system_fingerprint {fingerprint!r}, not "
-                f"{self.server_fingerprint!r} as at start (restarted with another version or "
-                "configuration, or a replica configured otherwise); re-run to sample under the "
-                "new configuration"
+                f"{what}: {answer.server} reports system_fingerprint {fingerprint!r}, not "
+                f"{self.server_fingerprint!r} as {self._fingerprint_server} did at start "
+                "(restarted with another version or configuration, or replicas configured "
+                "otherwise); serve every replica alike and re-run"
             )
         return answer
 
-    def probe_sampling(self) -> str | None:
-        """One greedy token, checking the server returns its log-prob and id: SePer weighs
-        every sample by p(r | q), so a server without them is refused before any sampling.
-        Returns the server's ``system_fingerprint`` (None when it gives none)."""
-        answer = self.complete(self.encode_prompts(["Hello"])[0], 0, "probe", max_tokens=1)
-        self._samples(answer, 1, "probe")
-        fingerprint = answer.get("system_fingerprint")
-        return fingerprint if isinstance(fingerprint, str) else None
+    def probe_replicas(self) -> None:
+        """One greedy token from each replica, checking it returns the token's log-prob and id
+        (SePer weighs every sample by p(r | q): a server without them is refused before any
+        sampling) and that every replica reports the first one's ``system_fingerprint``.
+        A replica that does not answer is left out (re-probed later); when none answers the
+        error names them all. Sets ``server_fingerprint`` (None when the servers give none)."""
+        prompt = self.encode_prompts(["Hello"])[0]
+        first = self.complete(prompt, "probe", max_tokens=1)
+        self._samples(first, 1, "probe")
+        fingerprint = first.body.get("system_fingerprint")
+        self.server_fingerprint = fingerprint if isinstance(fingerprint, str) else None
+        self._fingerprint_server = first.server
+        for index, replica in enumerate(self.client.status()):
+            if replica.healthy and index != first.replica:
+                try:
+                    answer = self.complete(prompt, "probe", max_tokens=1, replica=index)
+                except ServerUnavailableError as err:
+                    log.warning("%s", err)
+                    continue
+                self._samples(answer, 1, "probe")
 
     def probe_prompt_logprobs(self) -> bool:
         """Whether the server returns prompt tokens' log-probs (``echo`` with ``logprobs``),
         which token scoring needs. A refused ``echo`` request counts as no."""
         prompt = self.encode_prompts(["Hello, world"])[0]
         try:
-            answer = self.complete(prompt, 0, "probe of prompt log-probs", max_tokens=1, echo=True)
+            answer = self.complete(prompt, "probe of prompt log-probs", max_tokens=1, echo=True)
         except ServerResponseError as err:
             log.warning("prompt log-probs unavailable: %s", err)
             return False
-        choice = _choices(answer, 1, "probe of prompt log-probs", self.client)[0]
+        choice = _choices(answer, 1, "probe of prompt log-probs")[0]
         logprobs = choice.get("logprobs")
         values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
         # echoed: the prompt's tokens (the first without a log-prob) and the generated one
@@ -529,7 +721,6 @@ class OpenAIGenerator:
             what = f"prompt {index} ({_excerpt(prompts[index])})"
             answer = self.complete(
                 prompt,
-                index,
                 what,
                 max_tokens=params.max_new_tokens,
                 params=params,
@@ -547,22 +738,24 @@ class OpenAIGenerator:
             return map_concurrently(one, encoded, self.max_concurrency, bar)
 
     def _samples(
-        self, answer: dict, n: int, what: str, prompt: list[int] | str = ""
+        self, answer: Answer, n: int, what: str, prompt: list[int] | str = ""
     ) -> list[Sample]:
         """The ``n`` samples of a completions answer; ``prompt_tokens`` are the sent ids, or
         the server's count (``usage``) for a text prompt."""
-        prompt_tokens = len(prompt) if isinstance(prompt, list) else _usage_prompt_tokens(answer)
+        prompt_tokens = (
+            len(prompt) if isinstance(prompt, list) else _usage_prompt_tokens(answer.body)
+        )
         samples = []
-        for choice in _choices(answer, n, what, self.client):
-            ids, logprobs = _ids_and_logprobs(choice, what, self.client)
+        for choice in _choices(answer, n, what):
+            ids, logprobs = _ids_and_logprobs(choice, what, answer.server)
             if any(not isinstance(lp, int | float) for lp in logprobs):
                 raise MissingLogprobsError(
-                    f"{what}: {self.client.shown_urls[0]} left sampled tokens without a log-prob"
+                    f"{what}: {answer.server} left sampled tokens without a log-prob"
                 )
             finish = choice.get("finish_reason")
             if finish not in _FINISH_REASONS or not isinstance(choice.get("text"), str):
                 raise ServerResponseError(
-                    f"{what}: {self.client.shown_urls[0]} ended a completion with finish_reason "
+                    f"{what}: {answer.server} ended a completion with finish_reason "
                     f"{finish!r} (expected 'stop' or 'length') or without its text"
                 )
             samples.append(
@@ -595,9 +788,9 @@ def _usage_prompt_tokens(answer: dict) -> int:
     return count if isinstance(count, int) else 0
 
 
-def _choices(answer: dict, n: int, what: str, client: CompletionsClient) -> list[dict]:
+def _choices(answer: Answer, n: int, what: str) -> list[dict]:
     """The ``n`` choices of a completions answer, in index order."""
-    choices = answer.get("choices")
+    choices = answer.body.get("choices")
     if (
         not isinstance(choices, list)
         or len(choices) != n
@@ -605,20 +798,19 @@ def _choices(answer: dict, n: int, what: str, client: CompletionsClient) -> list
     ):
         got = len(choices) if isinstance(choices, list) else "no"
         raise ServerResponseError(
-            f"{what}: {client.shown_urls[0]} answered with {got} choices, expected {n}"
+            f"{what}: {answer.server} answered with {got} choices, expected {n}"
         )
     return sorted(choices, key=lambda c: c.get("index", 0))
 
 
-def _ids_and_logprobs(
-    choice: dict, what: str, client: CompletionsClient
-) -> tuple[list[int], list[object]]:
-    """Token ids (from ``token_id:<id>`` token names) and log-prob entries of a choice's tokens."""
+def _ids_and_logprobs(choice: dict, what: str, server: str) -> tuple[list[int], list[object]]:
+    """Token ids (from ``token_id:<id>`` token names) and log-prob entries of a choice's tokens,
+    from an answer of ``server``."""
     logprobs = choice.get("logprobs")
     values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     if not isinstance(values, list):
         raise MissingLogprobsError(
-            f"{what}: {client.shown_urls[0]} returned no token log-probs (`logprobs` in the "
+            f"{what}: {server} returned no token log-probs (`logprobs` in the "
             "completions answer); SePer needs each sample's log-probability — serve the model "
             "with vLLM, or use the hf / vllm backend"
         )
@@ -629,14 +821,14 @@ def _ids_and_logprobs(
         or not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
     ):
         raise ServerResponseError(
-            f"{what}: {client.shown_urls[0]} does not name tokens by id "
+            f"{what}: {server} does not name tokens by id "
             "(vLLM's `return_tokens_as_token_ids`); this backend needs a vLLM-compatible server"
         )
     try:
         ids = [int(t.removeprefix(_TOKEN_ID_PREFIX)) for t in tokens]
     except ValueError:
         raise ServerResponseError(
-            f"{what}: {client.shown_urls[0]} sent a malformed token id"
+            f"{what}: {server} sent a malformed token id"
         ) from None
     return ids, values
 
@@ -663,8 +855,8 @@ class OpenAITokenScorer(EngineTokenScorer):
             )
         if not generator.probe_prompt_logprobs():
             raise CapabilityMissingError(
-                f"token scoring needs prompt log-probs, which {generator.client.shown_urls[0]} "
-                "does not return"
+                "token scoring needs prompt log-probs, which "
+                f"{', '.join(generator.client.shown_urls)} do not return"
             )
         super().__init__(generator)
 
@@ -697,21 +889,17 @@ class OpenAITokenScorer(EngineTokenScorer):
             return np.zeros(0, dtype=np.float32)
         generator, what = self.generator, f"scoring pair {index}"
         sequence = prompt + continuation
-        answer = generator.complete(
-            sequence, index, what, max_tokens=1, echo=True, cancelled=cancelled
-        )
-        choice = _choices(answer, 1, what, generator.client)[0]
-        ids, values = _ids_and_logprobs(choice, what, generator.client)
+        answer = generator.complete(sequence, what, max_tokens=1, echo=True, cancelled=cancelled)
+        choice = _choices(answer, 1, what)[0]
+        ids, values = _ids_and_logprobs(choice, what, answer.server)
         if ids[: len(sequence)] != sequence:
             raise ServerResponseError(
-                f"{what}: {generator.client.shown_urls[0]} echoed other prompt tokens than it "
-                "was sent"
+                f"{what}: {answer.server} echoed other prompt tokens than it was sent"
             )
         span = values[len(prompt) : len(sequence)]
         if any(not isinstance(v, int | float) for v in span):
             raise MissingLogprobsError(
-                f"{what}: {generator.client.shown_urls[0]} returned no log-prob for some "
-                "prompt tokens"
+                f"{what}: {answer.server} returned no log-prob for some prompt tokens"
             )
         return np.asarray(span, dtype=np.float32)
 

@@ -118,7 +118,8 @@ class ModelRegistry(ConfigurableResource):
                 api_key_env=server.api_key_env,
                 prompt_logprob_metrics=TOKEN_SCORED_METRICS,
                 max_concurrency=server.max_concurrency, timeout=server.timeout_seconds,
-                max_retries=server.max_retries, show_progress=show_progress,
+                max_retries=server.max_retries, reprobe_seconds=server.reprobe_seconds,
+                show_progress=show_progress,
             ),
         )
 

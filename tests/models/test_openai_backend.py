@@ -1,6 +1,7 @@
-"""The ``openai`` backend against a real vLLM server of SmolLM2 (``vllm_server``) and, for bad
-input, against tiny fake servers on 127.0.0.1 (down, failing then recovering, answering without
-log-probs or with malformed JSON, dropping the connection mid-run).
+"""The ``openai`` backend against a real vLLM server of SmolLM2 (``vllm_server``), a fleet of two
+(a second server started here and killed mid-sampling) and, for bad input and the fleet's routing,
+against tiny fake servers on 127.0.0.1 (down, failing then recovering, answering without log-probs
+or with malformed JSON, dropping the connection mid-run, busy, slow, configured otherwise).
 
 The real-server tests compare the server's log-probs with a teacher-forced HF float32 pass over
 the same token ids. Measured on a 2-core AVX-512 CPU (float32 both sides): sampled tokens, 286
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import signal
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from ragutil_dagster.config import ServerConfig
 from ragutil_dagster.errors import (
     CapabilityMissingError,
     MissingAPIKeyError,
@@ -202,6 +208,64 @@ def test_resume_after_the_server_died(served: OpenAIGenerator, vllm_server, tmp_
     assert (resumed.stats.hits, resumed.stats.misses) == (2, 2)
 
 
+@pytest.fixture(scope="module")
+def second_replica(vllm_server, smollm2_server_launcher, tmp_path_factory):
+    """A second vLLM server of SmolLM2 beside the session's, started like it, for a test to kill."""
+    log = tmp_path_factory.mktemp("vllm-replica") / "server.log"
+    with smollm2_server_launcher(vllm_server.model_dir, log) as replica:
+        yield replica
+
+
+FLEET_QUESTIONS = [
+    f"In one sentence, what is {thing}?"
+    for thing in (
+        "a river", "a volcano", "a library", "a comet", "a violin", "a glacier",
+        "a lighthouse", "a desert", "an orchestra", "a bridge", "a forest", "a harbour",
+    )
+]
+
+
+def test_a_fleet_survives_a_replica_killed_mid_sampling(vllm_server, second_replica) -> None:
+    """Two vLLM servers of SmolLM2; once both have answered sampling requests, the second is
+    killed (SIGKILL to its process group, by PID). The run ends on the first, with the samples
+    of a one-server run of the same seeded requests."""
+    second, process = second_replica
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, stop=(), seed=13)
+    options = {"tokenizer": str(vllm_server.model_dir), "use_chat_template": True,
+               "show_progress": False, "max_retries": 2, "retry_backoff": 0.01}
+    fleet = OpenAIGenerator(
+        [vllm_server.base_url, second.base_url], vllm_server.model, max_concurrency=2, **options
+    )
+    probes = [replica.answered for replica in fleet.client.status()]
+    sampled = threading.Event()
+    at_kill: list[int] = []
+
+    def kill_once_both_served() -> None:
+        while not sampled.is_set():
+            served = [r.answered - p for r, p in zip(fleet.client.status(), probes, strict=True)]
+            if min(served) >= 1:
+                at_kill.extend(served)
+                os.killpg(process.pid, signal.SIGKILL)
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_once_both_served, daemon=True)
+    killer.start()
+    try:
+        out = fleet.sample(FLEET_QUESTIONS, params)
+    finally:
+        sampled.set()
+        killer.join()
+    assert at_kill, "the second replica was not killed while sampling ran"
+    first, killed = fleet.client.status()
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert not killed.healthy and killed.failed >= 1
+    assert first.answered - probes[0] > at_kill[0]  # the first went on after the kill
+    assert first.answered - probes[0] + killed.answered - probes[1] == len(FLEET_QUESTIONS)
+    single = OpenAIGenerator(vllm_server.base_url, vllm_server.model, **options)
+    assert_same_samples(out, single.sample(FLEET_QUESTIONS, params))
+
+
 # ------------------------------------------------------------------ fake servers for bad input
 
 
@@ -209,10 +273,10 @@ Responder = Callable[[str, str, dict, dict], "tuple[int, bytes] | None"]
 
 
 @contextmanager
-def fake_server(respond: Responder) -> Iterator[str]:
-    """An HTTP server on a free 127.0.0.1 port answering with ``respond(method, path, body,
-    headers) -> (status, body bytes)``; None stops the server, then drops the connection (a
-    server dying mid-request: later requests are refused). Yields the base URL."""
+def fake_server(respond: Responder, port: int = 0) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 (``port``, or a free one) answering with ``respond(method,
+    path, body, headers) -> (status, body bytes)``; None stops the server, then drops the
+    connection (a server dying mid-request: later requests are refused). Yields the base URL."""
     stopped, lock = [], threading.Lock()
 
     def stop() -> None:
@@ -222,7 +286,7 @@ def fake_server(respond: Responder) -> Iterator[str]:
                 server.shutdown()
                 server.server_close()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(respond, stop))
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(respond, stop))
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
     )
@@ -245,11 +309,14 @@ def _handler(respond: Responder, stop: Callable[[], None]) -> type[BaseHTTPReque
                 self.close_connection = True
                 return
             status, payload = answer
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up waiting (its timeout): nobody to answer
 
         def do_GET(self) -> None:
             self._answer("GET")
@@ -298,10 +365,10 @@ MODELS_ANSWER = {
 }
 
 
-def completion(body: dict, with_logprobs: bool = True) -> dict:
-    """A well-formed vLLM-style answer: every sample is ``max_tokens`` copies of token 7 with
+def completion(body: dict, with_logprobs: bool = True, token: int = 7) -> dict:
+    """A well-formed vLLM-style answer: every sample is ``max_tokens`` copies of ``token`` with
     log-prob -0.5 (the prompt echoed with log-probs first when asked)."""
-    tokens, values = ["token_id:7"] * body["max_tokens"], [-0.5] * body["max_tokens"]
+    tokens, values = [f"token_id:{token}"] * body["max_tokens"], [-0.5] * body["max_tokens"]
     if body.get("echo"):
         prompt = body["prompt"] if isinstance(body["prompt"], list) else [3] * 4
         tokens = [f"token_id:{t}" for t in prompt] + tokens
@@ -477,12 +544,150 @@ def test_api_key_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "bad token Bearer ***" in str(err.value)
 
 
-def test_replicas_share_the_load_and_cover_a_dead_one() -> None:
-    first, second = Scripted(ok), Scripted(ok)
-    params = SamplingParams(n=1, max_new_tokens=1)
-    with fake_server(first.respond) as a, fake_server(second.respond) as b:
-        fake_generator([a, b]).sample(["p0", "p1", "p2", "p3"], params)
-        assert len(first.seen) == 1 + 2 and len(second.seen) == 2  # the probe went to the first
-        dead = f"http://127.0.0.1:{free_port()}"
-        out = fake_generator([a, dead]).sample(["p0", "p1", "p2", "p3"], params)
-    assert len(out) == 4 and len(first.seen) == 3 + 1 + 4
+# ------------------------------------------------------------- a fleet of fake replicas
+
+
+def seeded(_k: int, body: dict) -> tuple[int, bytes]:
+    """A well-formed answer whose tokens follow from the request's seed, as a real server's
+    samples do: which replica answers must not change them."""
+    return 200, json.dumps(completion(body, token=body["seed"] % 1000)).encode()
+
+
+FLEET_PROMPTS = [f"question {i}" for i in range(12)]
+FLEET_PARAMS = SamplingParams(n=2, max_new_tokens=3, seed=5)
+
+
+def token_ids(out: list[list[Sample]]) -> list[list[tuple[int, ...]]]:
+    return [[s.token_ids for s in per] for per in out]
+
+
+def test_fleet_config_names_each_replica_once() -> None:
+    assert ServerConfig(base_url="http://a:1").base_url == ["http://a:1"]
+    with pytest.raises(ValueError, match="lists http://a:1 more than once"):
+        ServerConfig(base_url=["http://a:1", "http://b:1", "http://a:1/"])
+
+
+def test_all_replicas_down_is_one_error_naming_each() -> None:
+    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    with pytest.raises(
+        ServerUnavailableError,
+        match=r"GET /v1/models: no answer from any of 2 replicas after 3 attempts",
+    ) as err:
+        fake_generator(dead)
+    for url in dead:
+        assert f"{url}: ConnectionRefusedError" in str(err.value)
+
+
+def test_a_replica_down_at_start_is_left_out_then_rejoins() -> None:
+    later = free_port()
+    live = Scripted(seeded)
+    with fake_server(live.respond) as url:
+        fleet = fake_generator([f"http://127.0.0.1:{later}", url], reprobe_seconds=0.2)
+        alone = fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)
+        down, up = fleet.client.status()
+        assert not down.healthy and down.answered == 0 and "ConnectionRefused" in down.last_failure
+        assert up.healthy and len(live.seen) == 1 + len(FLEET_PROMPTS)  # the probe, every prompt
+        revived = Scripted(seeded)
+        with fake_server(revived.respond, port=later):
+            time.sleep(0.3)  # past reprobe_seconds: the next request re-probes it
+            again = fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)
+        assert fleet.client.status()[0].healthy and revived.seen
+    assert len(revived.seen) + len(live.seen) == 1 + 2 * len(FLEET_PROMPTS)
+    assert token_ids(again) == token_ids(alone)
+
+
+def test_a_replica_dying_mid_run_changes_no_sample() -> None:
+    """One replica answers its probe and three prompts, then drops the next connection and
+    refuses all later ones: the run ends on the other replica with a one-replica run's samples."""
+    dying, survivor = Scripted(lambda k, body: seeded(k, body) if k <= 3 else None), Scripted(seeded)
+    with fake_server(survivor.respond) as a:
+        reference = fake_generator(a).sample(FLEET_PROMPTS, FLEET_PARAMS)
+        before = len(survivor.seen)
+        with fake_server(dying.respond) as b:
+            fleet = fake_generator([a, b], max_concurrency=2)
+            out = fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)
+    assert token_ids(out) == token_ids(reference)
+    assert len(survivor.seen) - before == 1 + len(FLEET_PROMPTS) - 3  # its probe, the rest
+    alive, dead = fleet.client.status()
+    assert alive.healthy and not dead.healthy and dead.failed >= 1
+    assert dead.outstanding == alive.outstanding == 0
+
+
+def test_a_busy_replica_is_retried_elsewhere_and_kept() -> None:
+    busy = Scripted(lambda k, body: ok(k, body) if k == 0 else (429, b"too many requests"))
+    with fake_server(Scripted(ok).respond) as a, fake_server(busy.respond) as b:
+        fleet = fake_generator([a, b])
+        assert len(fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)) == len(FLEET_PROMPTS)
+    _, still_in = fleet.client.status()
+    assert still_in.healthy and still_in.failed >= 1 and "HTTP 429" in still_in.last_failure
+
+
+def test_a_hung_replica_times_out_and_is_left_out() -> None:
+    def hangs_after_probe(k: int, body: dict) -> tuple[int, bytes]:
+        if k:
+            time.sleep(1.0)
+        return seeded(k, body)
+
+    hung = Scripted(hangs_after_probe)
+    with fake_server(hung.respond) as a, fake_server(Scripted(seeded).respond) as b:
+        reference = fake_generator(b).sample(FLEET_PROMPTS, FLEET_PARAMS)
+        fleet = fake_generator([a, b], timeout=0.3)
+        assert token_ids(fleet.sample(FLEET_PROMPTS, FLEET_PARAMS)) == token_ids(reference)
+    left_out, _ = fleet.client.status()
+    assert not left_out.healthy and left_out.answered == 2  # /v1/models and its probe
+    # each request it held timed out; its probe is the only completion it answered
+    assert "timed out" in left_out.last_failure and len(hung.seen) == 1 + left_out.failed
+
+
+def test_a_slow_replica_gets_less_work() -> None:
+    """Least outstanding requests: with two in flight, the fast replica takes the next request
+    while the slow one still works on its first."""
+
+    def slow(k: int, body: dict) -> tuple[int, bytes]:
+        time.sleep(0.5)
+        return ok(k, body)
+
+    slow_replica, fast_replica = Scripted(slow), Scripted(ok)
+    with fake_server(slow_replica.respond) as a, fake_server(fast_replica.respond) as b:
+        fake_generator([a, b], max_concurrency=2).sample(FLEET_PROMPTS, FLEET_PARAMS)
+    # each had its probe; the slow one took at most a few of the twelve prompts
+    assert len(slow_replica.seen) - 1 <= 3 and len(fast_replica.seen) - 1 >= 9
+
+
+@pytest.mark.parametrize(
+    ("nonsense", "reported"),
+    [
+        (b"<html>502 Bad Gateway</html>", "answered with malformed JSON"),
+        (b'{"choices": "nonsense", "system_fingerprint": "fake-1"}', "answered with no choices"),
+    ],
+)
+def test_nonsense_from_one_replica_is_refused_naming_it(tmp_path, nonsense, reported) -> None:
+    """A replica answering nonsense after a good probe is misconfigured: the run stops, naming
+    it (retrying elsewhere would hide that), and stores nothing."""
+
+    def nonsense_after_probe(k: int, body: dict) -> tuple[int, bytes]:
+        return seeded(k, body) if k == 0 else (200, nonsense)
+
+    cache = GenerationCache(tmp_path)
+    with (
+        fake_server(Scripted(seeded).respond) as a,
+        fake_server(Scripted(nonsense_after_probe).respond) as b,
+    ):
+        with pytest.raises(
+            ServerResponseError, match=rf"prompt \d+ .*: {re.escape(b)}\S* {reported}"
+        ):
+            CachedGenerator(fake_generator([a, b]), cache).sample(FLEET_PROMPTS, FLEET_PARAMS)
+    assert not list(cache.root.rglob("*.json"))
+
+
+def test_a_replica_configured_otherwise_is_refused_at_start() -> None:
+    def other_fingerprint(_k: int, body: dict) -> tuple[int, bytes]:
+        return 200, json.dumps({**completion(body), "system_fingerprint": "fake-2"}).encode()
+
+    with (
+        fake_server(Scripted(ok).respond) as a,
+        fake_server(Scripted(other_fingerprint).respond) as b,
+        pytest.raises(ServerResponseError, match="probe: .* reports system_fingerprint") as err,
+    ):
+        fake_generator([a, b])
+    assert a in str(err.value) and b in str(err.value) and "fake-1" in str(err.value)
