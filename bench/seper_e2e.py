@@ -77,6 +77,7 @@ from ragutil_dagster.models.device import cpu_has_native_bf16
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
+from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
 REAL_RESULTS = RESULTS.with_name("seper_e2e_real.json")
@@ -582,6 +583,41 @@ def flops_per_token(lm: CausalLM, context: float) -> float:
     return 2 * linear + 4 * config.num_hidden_layers * config.hidden_size * context
 
 
+def logprob_drift(
+    lm: CausalLM, reference: CausalLM, prompts: list[str], params: SamplingParams
+) -> dict[str, float]:
+    """How far ``lm``'s sampled log-probs are from ``reference``'s teacher-forced log-probs of
+    the same tokens (bfloat16 sampling against float32 scoring): per token and per sequence."""
+    from ragutil_dagster.models.scoring import TokenScorer
+
+    samples = [
+        s
+        for per_prompt in HFGenerator(lm, show_progress=False).sample(prompts, params)
+        for s in per_prompt
+    ]
+    prompt_ids = lm.encode_prompts(prompts)
+    scored = TokenScorer(reference, show_progress=False).score_ids(
+        [prompt_ids[i // params.n] for i in range(len(samples))],
+        [list(s.token_ids) for s in samples],
+    )
+    token_diffs = np.concatenate(
+        [np.asarray(s.token_logprobs) - f32 for s, f32 in zip(samples, scored, strict=True)]
+    )
+    sequence_diffs = np.array(
+        [s.logprob - float(f32.sum()) for s, f32 in zip(samples, scored, strict=True)]
+    )
+    return {
+        "prompts": len(prompts),
+        "samples": len(samples),
+        "tokens": int(token_diffs.size),
+        "token_mean_abs": float(np.abs(token_diffs).mean()),
+        "token_max_abs": float(np.abs(token_diffs).max()),
+        "sequence_mean_abs": float(np.abs(sequence_diffs).mean()),
+        "sequence_max_abs": float(np.abs(sequence_diffs).max()),
+        "sequence_mean_logprob": float(np.mean([abs(s.logprob) for s in samples])),
+    }
+
+
 @contextmanager
 def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
     """A local OpenAI-compatible vLLM server (127.0.0.1, chunked prefill off so seeded requests
@@ -631,8 +667,11 @@ def main_real(args: argparse.Namespace) -> None:
             return Entailment(args.nli, device="cpu", cache=path, show_progress=False)
 
         nli_plain = entailment(False)
-        for dtype in ("float32", "bfloat16"):
-            lm = load_causal_lm(ref, device="cpu", dtype=dtype, use_chat_template=True)
+        lms = {
+            dtype: load_causal_lm(ref, device="cpu", dtype=dtype, use_chat_template=True)
+            for dtype in ("float32", "bfloat16")
+        }
+        for dtype, lm in lms.items():
             generator = HFGenerator(lm, max_batch_rows=args.batch_rows, show_progress=False)
             generator.sample(warm_prompt, warm_params)
             reference_samples(lm, warm_prompt[0], work.sampling, args.seed)
@@ -642,16 +681,15 @@ def main_real(args: argparse.Namespace) -> None:
             )
             label = f"authors' approach {dtype}"
             phases[label] = measured(label, lm, questions, reference_path(work, lm, nli_plain))
-            if dtype == "bfloat16":
-                context = np.mean([len(ids) for ids in lm.encode_prompts(
-                    context_prompts(
-                        work.data.queries, work.data.corpus, next(iter(work.runs.values())),
-                        work.data.qrels, work.k, work.prompts,
-                    )["prompt"].to_list()
-                )])
-                roofline["gflop_per_generated_token"] = flops_per_token(lm, context) / 1e9
-                roofline["mean_context_tokens"] = float(context)
-            del generator, lm
+        prompts = context_prompts(
+            work.data.queries, work.data.corpus, next(iter(work.runs.values())),
+            work.data.qrels, work.k, work.prompts,
+        )["prompt"].to_list()
+        context = float(np.mean([len(ids) for ids in lms["bfloat16"].encode_prompts(prompts)]))
+        roofline["gflop_per_generated_token"] = flops_per_token(lms["bfloat16"], context) / 1e9
+        roofline["mean_context_tokens"] = context
+        drift = logprob_drift(lms["bfloat16"], lms["float32"], prompts[: args.drift_prompts], warm_params)
+        del lms
         vllm = VLLMGenerator(
             ref, dtype="bfloat16", use_chat_template=True, max_model_len=2048,
             kv_cache_space_gib=2, show_progress=False,
@@ -672,7 +710,7 @@ def main_real(args: argparse.Namespace) -> None:
                 "ragutil openai (vllm serve) bfloat16", None, questions,
                 ragutil_path(work, served, entailment(True)),
             )
-    report_real(args, work, phases, roofline)
+    report_real(args, work, phases, roofline, drift)
 
 
 # (path, the authors' approach it is compared with, the target ratio of questions/s)
@@ -685,7 +723,11 @@ TARGETS = (
 
 
 def report_real(
-    args: argparse.Namespace, work: Workload, phases: dict[str, Phase], roofline: dict[str, object]
+    args: argparse.Namespace,
+    work: Workload,
+    phases: dict[str, Phase],
+    roofline: dict[str, object],
+    drift: dict[str, float],
 ) -> None:
     questions = work.data.queries.height
     rows = {name: summary(phase, phase.questions) for name, phase in phases.items()}
@@ -715,6 +757,11 @@ def report_real(
         share = rows[f"ragutil hf {dtype}"]["nli_pairs"] / rows[f"authors' approach {dtype}"]["nli_pairs"]
         targets.append({"path": f"ragutil hf {dtype}", "against": f"authors' approach {dtype} (NLI pairs)",
                         "target": 0.2, "ratio": share, "met": share <= 0.2})
+    print(
+        f"bf16 sampling vs float32 teacher-forced log-probs over {drift['tokens']} tokens: token "
+        f"mean |Δ| {drift['token_mean_abs']:.4f}, max {drift['token_max_abs']:.4f}; sequence "
+        f"mean |Δ| {drift['sequence_mean_abs']:.4f} (mean |log p| {drift['sequence_mean_logprob']:.2f})"
+    )
     for t in targets:
         print(f"{t['path']} / {t['against']}: {t['ratio']:.2f} (target {t['target']}): "
               f"{'met' if t['met'] else 'MISSED'}")
@@ -736,6 +783,7 @@ def report_real(
         "agreement": checks,
         "delta_seper_within_tolerance": all(c["within"] for rows_ in checks.values() for c in rows_),
         "roofline": roofline,
+        "bf16_logprob_drift": drift,
         "workload": {
             "model": args.model,
             "data": str(args.data),
@@ -791,6 +839,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
     parser.add_argument(
         "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+    )
+    parser.add_argument(
+        "--drift-prompts", type=int, default=8,
+        help="real-model mode: prompts whose bf16 log-probs are compared with float32",
     )
     parser.add_argument(
         "--dtype", default="float32", help="toy mode: the reader's dtype (its tables are float32)"

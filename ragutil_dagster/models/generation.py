@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
-from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -214,11 +214,15 @@ class HFGenerator:
         encoded = self.lm.encode_prompts(prompts)
         self._check_lengths(encoded)
         results: list[list[Sample]] = [[] for _ in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # less padding
+        groups = length_batches(
+            [len(ids) for ids in encoded],
+            max(1, self.max_batch_rows // params.n),
+            self.max_prefill_tokens,
+        )
         with tqdm(
             total=len(prompts), desc="sampling", unit="prompt", disable=not self.show_progress
         ) as bar:
-            for group in self._groups(order, encoded, params.n):
+            for group in groups:
                 samples = self._sample_group(
                     [prompts[i] for i in group], [encoded[i] for i in group], params
                 )
@@ -237,23 +241,6 @@ class HFGenerator:
                     f"prompts[{i}] has {len(ids)} tokens; model {self.lm.ref.name} handles "
                     f"at most {limit} positions"
                 )
-
-    def _groups(self, order: list[int], encoded: list[list[int]], n: int) -> list[list[int]]:
-        """Consecutive prompts (in length order) under the row and prefill-token budgets."""
-        per_group = max(1, self.max_batch_rows // n)
-        groups: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            width = len(encoded[i])  # sorted ascending: the newest prompt is the widest
-            if current and (
-                len(current) == per_group or (len(current) + 1) * width > self.max_prefill_tokens
-            ):
-                groups.append(current)
-                current = []
-            current.append(i)
-        if current:
-            groups.append(current)
-        return groups
 
     @torch.inference_mode()
     def _sample_group(

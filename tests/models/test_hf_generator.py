@@ -130,3 +130,24 @@ def test_directory_without_a_model_fails_clearly(tmp_path) -> None:
     (tmp_path / "README").write_text("empty")
     with pytest.raises(ModelUnavailableError, match="could not be loaded as a causal LM"):
         HFGenerator(str(tmp_path))
+
+
+def test_stop_strings_match_cutting_the_free_run(gen: HFGenerator) -> None:
+    """Stop strings are looked for in the last tokens only: every sample of a run with stop
+    strings must equal the same draws without them, cut at the earliest occurrence."""
+    prompts = [PROMPT, "The capital of France is", "hi"]
+    free = gen.sample(prompts, SamplingParams(n=6, max_new_tokens=24, seed=4))
+    stop = ("e", "ar", "\u00e9")  # one character, two, and a two-byte character
+    stopped = gen.sample(prompts, SamplingParams(n=6, max_new_tokens=24, seed=4, stop=stop))
+    hits = 0
+    for free_row, stopped_row in zip(free, stopped, strict=True):
+        for f, s in zip(free_row, stopped_row, strict=True):
+            assert s.token_ids == f.token_ids[: len(s.token_ids)]
+            cut, hit = truncate_at_stop(f.text, stop)
+            if hit and s.finish_reason == "stop" and s.token_ids[-1] not in gen.lm.eos_ids:
+                hits += 1
+                assert s.text == truncate_at_stop(gen._decode(list(s.token_ids)), stop)[0]
+                assert s.text == cut
+            else:
+                assert s.text == f.text and s.token_ids == f.token_ids
+    assert hits >= 3
