@@ -115,6 +115,7 @@ class TokenCounter:
 
     prefill: int = 0
     decode: int = 0
+    decode_steps: int = 0
 
     def hook(self, _module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -124,6 +125,7 @@ class TokenCounter:
             self.prefill += int(ids.numel())
         else:
             self.decode += int(ids.shape[0])
+            self.decode_steps += 1
 
 
 class PeakRSS:
@@ -176,6 +178,7 @@ class Phase:
     prompt_tokens: int = 0  # tokens of the distinct prompts sampled (what an engine prefills)
     prefill_tokens: int = 0  # forward positions of prefills seen by the HF hook (padding included)
     decode_rows: int = 0
+    decode_steps: int = 0
     nli_pairs: int = 0
     peak_rss_mb: float = 0.0
     start_rss_mb: float = 0.0
@@ -211,6 +214,7 @@ def measured(
             handle.remove()
     phase.peak_rss_mb = rss.peak / 2**20
     phase.prefill_tokens, phase.decode_rows = counter.prefill, counter.decode
+    phase.decode_steps = counter.decode_steps
     return phase
 
 
@@ -517,6 +521,7 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
         "prompt_tokens": phase.prompt_tokens,
         "prefill_tokens": phase.prefill_tokens,
         "decode_rows": phase.decode_rows,
+        "decode_steps": phase.decode_steps,
         "nli_pairs": phase.nli_pairs,
         "nli_pairs_per_question": phase.nli_pairs / questions,
         "sampling_s": phase.sampling_s,
@@ -589,16 +594,16 @@ def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> fl
     return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
+def linear_weights(lm: CausalLM) -> int:
+    """Weights of every linear layer, the LM head included: each is read once per forward."""
+    return sum(m.weight.numel() for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
+
+
 def flops_per_token(lm: CausalLM, context: float) -> float:
-    """Forward FLOPs of one token: 2 per weight of every linear layer (the LM head included),
-    plus attention's 4 · layers · width · context (scores and the weighted sum)."""
-    linear = sum(
-        module.weight.numel()
-        for module in lm.model.modules()
-        if isinstance(module, torch.nn.Linear)
-    )
+    """Forward FLOPs of one token: 2 per linear weight, plus attention's 4 · layers · width ·
+    context (scores and the weighted sum)."""
     config = lm.model.config
-    return 2 * linear + 4 * config.num_hidden_layers * config.hidden_size * context
+    return 2 * linear_weights(lm) + 4 * config.num_hidden_layers * config.hidden_size * context
 
 
 def logprob_drift(
@@ -706,6 +711,7 @@ def main_real(args: argparse.Namespace) -> None:
         context = float(np.mean([len(ids) for ids in lms["bfloat16"].encode_prompts(prompts)]))
         roofline["gflop_per_generated_token"] = flops_per_token(lms["bfloat16"], context) / 1e9
         roofline["mean_context_tokens"] = context
+        roofline["linear_weights"] = linear_weights(lms["bfloat16"])
         drift = logprob_drift(lms["bfloat16"], lms["float32"], prompts[: args.drift_prompts], warm_params)
         del lms
         vllm = VLLMGenerator(
@@ -801,9 +807,14 @@ def report_real(
               f"{100 * r['share_of_bf16_matmul_peak']:.1f} %, with prefill "
               f"{r['prefill_and_generated_gflops']:7.1f} GFLOP/s = "
               f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s")
+    gpu = gpu_projection(rows, roofline, args)
+    for name, g in gpu["paths"].items():
+        print(f"GPU bound {name:<30} sampling ≥ {g['sampling_s']:.3f} s "
+              f"({g['questions_per_s']:.1f} questions/s at most)")
     result = {
         "table": rows,
         "targets": targets,
+        "gpu_projection": gpu,
         "agreement": checks,
         "delta_seper_within_tolerance": all(c["within"] for rows_ in checks.values() for c in rows_),
         "roofline": roofline,
@@ -836,6 +847,32 @@ def report_real(
     write_result(args.out, result)
 
 
+def gpu_projection(
+    rows: dict[str, dict[str, float]], roofline: dict[str, object], args: argparse.Namespace
+) -> dict[str, object]:
+    """The hardware bound of the HF paths' sampling on a GPU, from the counts this run measured:
+    prefill at the GPU's bf16 matmul peak, and each decode step at the larger of reading the
+    bf16 weights once (bandwidth) and its rows' FLOPs (peak). A lower bound on time: KV-cache
+    reads, kernel launches and the NLI are left out."""
+    per_token = roofline["gflop_per_generated_token"] * 1e9
+    weight_bytes = 2 * roofline["linear_weights"]
+    peak, bandwidth = args.gpu_tflops * 1e12, args.gpu_bandwidth_gbs * 1e9
+    paths = {}
+    for name, row in rows.items():
+        if not row["decode_steps"]:
+            continue  # engines: no forward hook, their steps are not counted here
+        rows_per_step = row["decode_rows"] / row["decode_steps"]
+        step_s = max(weight_bytes / bandwidth, rows_per_step * per_token / peak)
+        seconds = row["prefill_tokens"] * per_token / peak + row["decode_steps"] * step_s
+        paths[name] = {
+            "sampling_s": seconds,
+            "questions_per_s": row["questions_per_s"] * row["seconds"] / seconds,
+            "rows_per_decode_step": rows_per_step,
+        }
+    return {"gpu_bf16_tflops": args.gpu_tflops, "gpu_bandwidth_gbs": args.gpu_bandwidth_gbs,
+            "paths": paths}
+
+
 def write_result(path: Path, result: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".json.tmp")
@@ -863,6 +900,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
     parser.add_argument(
         "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+    )
+    parser.add_argument(
+        "--gpu-tflops", type=float, default=312.0,
+        help="real-model mode, GPU projection: bf16 dense peak (default: an A100's data sheet)",
+    )
+    parser.add_argument(
+        "--gpu-bandwidth-gbs", type=float, default=2039.0,
+        help="real-model mode, GPU projection: memory bandwidth in GB/s (A100 80 GB SXM)",
     )
     parser.add_argument(
         "--drift-prompts", type=int, default=8,
