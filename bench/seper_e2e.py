@@ -570,10 +570,29 @@ def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
 # ----------------------------------------------------------------------------- real model mode
 
 
-def build_real_workload(args: argparse.Namespace) -> Workload:
+def beir_folder(data: Path, scratch: Path) -> Path:
+    """``data`` when its records carry BEIR's ``_id``; else a copy in ``scratch`` whose ``id``
+    fields are renamed ``_id`` (the shared SQuAD folder writes ``id``)."""
+    with (data / "corpus.jsonl").open() as corpus:
+        if "_id" in json.loads(corpus.readline()):
+            return data
+    folder = scratch / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        with (data / name).open() as source, (folder / name).open("w") as target:
+            for line in source:
+                record = json.loads(line)
+                target.write(json.dumps({"_id": record.pop("id"), **record}) + "\n")
+    for qrels in (data / "qrels").iterdir():
+        (folder / "qrels" / qrels.name).write_bytes(qrels.read_bytes())
+    return folder
+
+
+def build_real_workload(args: argparse.Namespace, scratch: Path) -> Workload:
     """The first ``--questions`` questions of a BEIR QA folder, BM25 top-k over its corpus."""
+    folder = beir_folder(args.data, scratch)
     data = load_dataset(
-        DatasetConfig(name="data", format="beir", path=str(args.data), max_queries=args.questions)
+        DatasetConfig(name="data", format="beir", path=str(folder), max_queries=args.questions)
     )
     searched = data.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
     name, config = next(iter(SETTINGS.items()))
@@ -672,10 +691,7 @@ def main_real(args: argparse.Namespace) -> None:
 
     ref = resolve(args.model)
     model_dir = str(ref.path)
-    work = build_real_workload(args)
-    questions = work.data.queries.height
     warm_prompt = ["Question: what is the capital of France?\nAnswer:"]
-    warm_params = work.sampling.params(args.seed)
     phases: dict[str, Phase] = {}
     roofline: dict[str, object] = {
         "matmul_gflops": {
@@ -684,6 +700,9 @@ def main_real(args: argparse.Namespace) -> None:
         }
     }
     with tempfile.TemporaryDirectory() as scratch:
+        work = build_real_workload(args, Path(scratch))
+        questions = work.data.queries.height
+        warm_params = work.sampling.params(args.seed)
 
         def entailment(cache: bool) -> Entailment:
             # A fresh pair cache per path: the measured work starts from nothing judged.
@@ -751,8 +770,9 @@ def main_real(args: argparse.Namespace) -> None:
                     ragutil_path(work, served, entailment(True)),
                 )
 
-        engine_phase("ragutil vllm bfloat16", in_process_engine)
-        engine_phase("ragutil openai (vllm serve) bfloat16", served_engine)
+        if not args.no_engines:
+            engine_phase("ragutil vllm bfloat16", in_process_engine)
+            engine_phase("ragutil openai (vllm serve) bfloat16", served_engine)
     report_real(args, work, phases, roofline, drift, failures)
 
 
@@ -926,6 +946,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
     parser.add_argument(
         "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+    )
+    parser.add_argument(
+        "--no-engines", action="store_true",
+        help="real-model mode: skip the vllm and openai rows (no vLLM here, or a quick check)",
     )
     parser.add_argument(
         "--gpu-tflops", type=float, default=312.0,
