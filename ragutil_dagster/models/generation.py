@@ -107,6 +107,25 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+# A prefill bucket holds prompts up to this many times as long as its shortest one.
+PREFILL_BUCKET_SPREAD = 1.25
+
+
+def prefill_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous ``(start, end)`` slices of ascending ``lengths`` whose longest prompt is at
+    most :data:`PREFILL_BUCKET_SPREAD` times the shortest: padding within a bucket stays under
+    a quarter of its positions."""
+    buckets: list[tuple[int, int]] = []
+    start = 0
+    for i, length in enumerate(lengths):
+        if length > PREFILL_BUCKET_SPREAD * lengths[start]:
+            buckets.append((start, i))
+            start = i
+    if lengths:
+        buckets.append((start, len(lengths)))
+    return buckets
+
+
 def _sample_tokens(
     logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor
 ) -> torch.Tensor:
@@ -246,28 +265,17 @@ class HFGenerator:
     def _sample_group(
         self, prompts: list[str], encoded: list[list[int]], params: SamplingParams
     ) -> list[list[Sample]]:
-        from transformers import DynamicCache
-
         lm, n, steps = self.lm, params.n, params.max_new_tokens
-        ids, mask, positions = left_pad(encoded, lm.pad_id, lm.device)
-        cache = DynamicCache(config=lm.model.config)
-        out = lm.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        cache, logits, mask, last_positions = self._prefill(encoded)
         # One prefill per prompt, then n copies of its cache: rows i*n .. i*n+n-1 are prompt i.
         cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].float().repeat_interleave(n, dim=0)
+        logits = logits.float().repeat_interleave(n, dim=0)
         rows = len(prompts) * n
         # The mask grows by one column per step: allocated once, sliced per step.
         width = mask.shape[1]
         mask = torch.cat([mask, mask.new_ones((len(prompts), steps))], dim=1)
         mask = mask.repeat_interleave(n, dim=0)
-        next_pos = (positions[:, -1] + 1).repeat_interleave(n)
+        next_pos = (last_positions + 1).repeat_interleave(n)
         uniforms = self._uniforms(prompts, params).to(lm.device)
         eos = torch.as_tensor(sorted(lm.eos_ids), device=lm.device)
         # Per row (sample): its tokens and log-probs by step, how many it has, and whether it is
@@ -311,6 +319,65 @@ class HFGenerator:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         return self._samples(encoded, n, token_ids, token_logprobs, lengths, done, cut_texts)
+
+    def _prefill(
+        self, encoded: list[list[int]]
+    ) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KV cache, last logits, attention mask and last positions of prompts sorted by length.
+
+        Prompts of a group can differ in length several-fold (a closed-book question beside a
+        prompt of five passages): padding them all to the widest would prefill mostly padding.
+        They are prefilled in buckets of similar length (:data:`PREFILL_BUCKET_SPREAD`), and the
+        buckets' caches are joined, each left-padded with masked positions, so decoding still runs
+        the whole group as one batch. Models whose cache has other than plain full-attention
+        layers (sliding windows) are prefilled as one padded batch.
+        """
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        lm = self.lm
+        config = lm.model.config
+        joinable = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+        caches, logits, masks, last_positions = [], [], [], []
+        for start, end in prefill_buckets([len(ids) for ids in encoded]) if joinable else [
+            (0, len(encoded))
+        ]:
+            ids, mask, positions = left_pad(encoded[start:end], lm.pad_id, lm.device)
+            cache = DynamicCache(config=config)
+            out = lm.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            caches.append(cache)
+            logits.append(out.logits[:, -1, :])
+            masks.append(mask)
+            last_positions.append(positions[:, -1])
+        if len(caches) == 1:
+            return caches[0], logits[0], masks[0], last_positions[0]
+        width = max(mask.shape[1] for mask in masks)
+
+        def joined(states: list[torch.Tensor]) -> torch.Tensor:
+            # [rows, heads, length, head_dim]: masked zeros before each bucket's positions.
+            return torch.cat(
+                [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states]
+            )
+
+        cache = DynamicCache(
+            [
+                (
+                    joined([c.layers[i].keys for c in caches]),
+                    joined([c.layers[i].values for c in caches]),
+                )
+                for i in range(len(caches[0].layers))
+            ],
+            config=config,
+        )
+        mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
+        return cache, torch.cat(logits), mask, torch.cat(last_positions)
 
     def _stopped(
         self,
