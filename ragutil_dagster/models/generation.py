@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import torch
 from tqdm.auto import tqdm
@@ -24,6 +24,9 @@ from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 __all__ = [
     "FinishReason",
@@ -113,8 +116,8 @@ PREFILL_BUCKET_SPREAD = 1.25
 
 def prefill_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
     """Contiguous ``(start, end)`` slices of ascending ``lengths`` whose longest prompt is at
-    most :data:`PREFILL_BUCKET_SPREAD` times the shortest: padding within a bucket stays under
-    a quarter of its positions."""
+    most :data:`PREFILL_BUCKET_SPREAD` times the shortest: padding stays under a fifth of a
+    bucket's positions."""
     buckets: list[tuple[int, int]] = []
     start = 0
     for i, length in enumerate(lengths):
@@ -293,8 +296,8 @@ class HFGenerator:
             chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
                 logits, dim=-1
             )
-            live = slots[~done[slots]]
             live_in_batch = ~done[slots]
+            live = slots[live_in_batch]
             token_ids[live, step] = tokens[live_in_batch]
             token_logprobs[live, step] = chosen[live_in_batch]
             lengths[live] += 1
@@ -322,7 +325,7 @@ class HFGenerator:
 
     def _prefill(
         self, encoded: list[list[int]]
-    ) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
         """KV cache, last logits, attention mask and last positions of prompts sorted by length.
 
         Prompts of a group can differ in length several-fold (a closed-book question beside a
@@ -338,10 +341,10 @@ class HFGenerator:
         lm = self.lm
         config = lm.model.config
         joinable = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+        lengths = [len(ids) for ids in encoded]
+        buckets = prefill_buckets(lengths) if joinable else [(0, len(encoded))]
         caches, logits, masks, last_positions = [], [], [], []
-        for start, end in prefill_buckets([len(ids) for ids in encoded]) if joinable else [
-            (0, len(encoded))
-        ]:
+        for start, end in buckets:
             ids, mask, positions = left_pad(encoded[start:end], lm.pad_id, lm.device)
             cache = DynamicCache(config=config)
             out = lm.model(
@@ -358,7 +361,7 @@ class HFGenerator:
             last_positions.append(positions[:, -1])
         if len(caches) == 1:
             return caches[0], logits[0], masks[0], last_positions[0]
-        width = max(mask.shape[1] for mask in masks)
+        width = max(m.shape[1] for m in masks)
 
         def joined(states: list[torch.Tensor]) -> torch.Tensor:
             # [rows, heads, length, head_dim]: masked zeros before each bucket's positions.
