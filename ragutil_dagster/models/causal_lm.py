@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.models.device import resolve_device, resolve_dtype
+from ragutil_dagster.models.device import default_causal_lm_dtype, resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
@@ -120,7 +120,8 @@ def load_causal_lm(
     system_prompt: str | None = None,
     trust_remote_code: bool = False,
 ) -> CausalLM:
-    """Resolve and load a causal LM; CUDA + bfloat16 when present, else CPU + float32.
+    """Resolve and load a causal LM: on CUDA when present, else on the CPU; ``dtype`` None or
+    ``"auto"`` follows :func:`~ragutil_dagster.models.device.default_causal_lm_dtype`.
 
     An already loaded :class:`CausalLM` is returned as is (its weights shared, the other
     arguments not applied), so generators and scorers can share one copy of a model.
@@ -131,7 +132,7 @@ def load_causal_lm(
 
     ref = model if isinstance(model, ModelRef) else resolve(model, revision)
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dt = resolve_dtype(dtype, default=default_causal_lm_dtype(dev))
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
         lm = AutoModelForCausalLM.from_pretrained(

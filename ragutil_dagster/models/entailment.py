@@ -27,7 +27,7 @@ from ragutil_dagster.files import cache_root
 from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import ModelRef, error_summary
-from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.models.resolver import resolve
 
 __all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
@@ -129,7 +129,8 @@ class Entailment:
         model: hub id, local directory or :class:`ModelRef` of a sequence-pair classifier
             (``AutoModelForSequenceClassification``).
         device, dtype: CUDA + float16 when present, else CPU + float32.
-        batch_size: pairs per forward pass (pairs are length-sorted to limit padding).
+        batch_size, max_batch_tokens: at most this many pairs, and padded tokens, per forward
+            pass (pairs are batched by token length to limit padding).
         max_length: pairs are truncated to this many tokens.
         cache: ``True`` for the default SQLite file under the ragutil cache directory, a path for
             another file, ``False`` for none.
@@ -143,7 +144,8 @@ class Entailment:
         revision: str | None = None,
         device: str | None = None,
         dtype: str | torch.dtype | None = None,
-        batch_size: int = 32,
+        batch_size: int = 64,
+        max_batch_tokens: int = 4096,
         max_length: int = 512,
         cache: bool | str | Path = True,
         trust_remote_code: bool = False,
@@ -153,7 +155,11 @@ class Entailment:
 
         self.ref = model if isinstance(model, ModelRef) else resolve(model, revision)
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device, cuda_default=torch.float16)
+        # Float32 on CPU: the NLI costs little beside generation, and its probabilities decide
+        # clusters at thresholds where bfloat16's rounding would move pairs across.
+        self.dtype = resolve_dtype(
+            dtype, default=torch.float16 if self.device.type == "cuda" else torch.float32
+        )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 self.ref.path, trust_remote_code=trust_remote_code
@@ -169,6 +175,7 @@ class Entailment:
         self.model.to(self.device).eval()
         self.order = nli_label_order(self.model.config.id2label, self.ref.name)
         self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
         self.max_length = max_length
         self.show_progress = show_progress
         self.cache = (
@@ -219,23 +226,26 @@ class Entailment:
 
     @torch.inference_mode()
     def _predict(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
-        """Model probabilities reordered to [contradiction, neutral, entailment]."""
-        order = sorted(range(len(premises)), key=lambda i: len(premises[i]) + len(hypotheses[i]))
+        """Model probabilities reordered to [contradiction, neutral, entailment].
+
+        Pairs are tokenised once, sorted by token length and batched under ``batch_size`` rows
+        and ``max_batch_tokens`` padded tokens: short pairs go many to a batch, long ones few,
+        and no batch pads a short pair to a long one's width.
+        """
+        encoded = self.tokenizer(
+            premises, hypotheses, truncation=True, max_length=self.max_length
+        )
+        lengths = [len(ids) for ids in encoded["input_ids"]]
         out = np.empty((len(premises), 3), dtype=np.float64)
-        starts = range(0, len(order), self.batch_size)
-        for start in tqdm(
-            starts,
+        batches = length_batches(lengths, self.batch_size, self.max_batch_tokens)
+        for idx in tqdm(
+            batches,
             desc="entailment",
             unit="batch",
-            disable=not self.show_progress or len(starts) < 2,
+            disable=not self.show_progress or len(batches) < 2,
         ):
-            idx = order[start : start + self.batch_size]
-            batch = self.tokenizer(
-                [premises[i] for i in idx],
-                [hypotheses[i] for i in idx],
-                truncation=True,
-                max_length=self.max_length,
-                padding=True,
+            batch = self.tokenizer.pad(
+                [{key: values[i] for key, values in encoded.items()} for i in idx],
                 return_tensors="pt",
             ).to(self.device)
             logits = self.model(**batch).logits.float()

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import torch
 from tqdm.auto import tqdm
 
 from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
-from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 __all__ = [
     "FinishReason",
@@ -107,6 +110,25 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+# A prefill bucket holds prompts up to this many times as long as its shortest one.
+PREFILL_BUCKET_SPREAD = 1.25
+
+
+def prefill_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous ``(start, end)`` slices of ascending ``lengths`` whose longest prompt is at
+    most :data:`PREFILL_BUCKET_SPREAD` times the shortest: padding stays under a fifth of a
+    bucket's positions."""
+    buckets: list[tuple[int, int]] = []
+    start = 0
+    for i, length in enumerate(lengths):
+        if length > PREFILL_BUCKET_SPREAD * lengths[start]:
+            buckets.append((start, i))
+            start = i
+    if lengths:
+        buckets.append((start, len(lengths)))
+    return buckets
+
+
 def _sample_tokens(
     logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor
 ) -> torch.Tensor:
@@ -138,18 +160,6 @@ def _sample_tokens(
     return picked.squeeze(-1)
 
 
-@dataclass
-class _Row:
-    """Decoding state of one sample."""
-
-    prompt_index: int
-    prompt_tokens: int
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: FinishReason | None = None
-    text: str | None = None
-
-
 class HFGenerator:
     """transformers backend: many prompts per batch, one prefill per prompt for its n samples.
 
@@ -157,15 +167,18 @@ class HFGenerator:
     the attention mask are then repeated ``n`` times along the batch (``num_return_sequences``
     would instead repeat the prompt before prefill, costing n prefills). Decoding is our own
     loop over the cache: each sample draws from its own pre-generated uniform numbers
-    (:func:`row_seed`), so results are reproducible and independent of batch-mates; finished
-    samples are dropped from the batch. Log-probabilities are log-softmax of the raw logits (in
-    float32), not of the processed sampling distribution.
+    (:func:`row_seed`), so results are reproducible and independent of batch-mates. Tokens and
+    log-probs stay in tensors during the loop (one host sync per step); finished samples are
+    compacted out of the batch in bulk (when a quarter of it is finished), and stop strings are
+    looked for in the last few tokens only. Log-probabilities are log-softmax of the raw logits
+    (in float32), not of the processed sampling distribution.
 
     Args:
         model: hub id, local directory, resolved :class:`ModelRef`, or a loaded :class:`CausalLM`
             (to share weights with a ``TokenScorer``).
         revision, device, dtype, use_chat_template, system_prompt, trust_remote_code: as
-            :func:`load_causal_lm` (CUDA + bfloat16 when present, else CPU + float32).
+            :func:`load_causal_lm` (dtype ``None`` / ``"auto"``: bfloat16 on CUDA and on CPUs
+            with native bfloat16, float32 elsewhere).
         max_batch_rows: samples decoded together (prompts per group = max_batch_rows // n).
         max_prefill_tokens: padded prompt tokens per prefill forward pass.
         show_progress: tqdm bar over prompts.
@@ -223,11 +236,15 @@ class HFGenerator:
         encoded = self.lm.encode_prompts(prompts)
         self._check_lengths(encoded)
         results: list[list[Sample]] = [[] for _ in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))  # less padding
+        groups = length_batches(
+            [len(ids) for ids in encoded],
+            max(1, self.max_batch_rows // params.n),
+            self.max_prefill_tokens,
+        )
         with tqdm(
             total=len(prompts), desc="sampling", unit="prompt", disable=not self.show_progress
         ) as bar:
-            for group in self._groups(order, encoded, params.n):
+            for group in groups:
                 samples = self._sample_group(
                     [prompts[i] for i in group], [encoded[i] for i in group], params
                 )
@@ -247,77 +264,185 @@ class HFGenerator:
                     f"at most {limit} positions"
                 )
 
-    def _groups(self, order: list[int], encoded: list[list[int]], n: int) -> list[list[int]]:
-        """Consecutive prompts (in length order) under the row and prefill-token budgets."""
-        per_group = max(1, self.max_batch_rows // n)
-        groups: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            width = len(encoded[i])  # sorted ascending: the newest prompt is the widest
-            if current and (
-                len(current) == per_group or (len(current) + 1) * width > self.max_prefill_tokens
-            ):
-                groups.append(current)
-                current = []
-            current.append(i)
-        if current:
-            groups.append(current)
-        return groups
-
     @torch.inference_mode()
     def _sample_group(
         self, prompts: list[str], encoded: list[list[int]], params: SamplingParams
     ) -> list[list[Sample]]:
-        from transformers import DynamicCache
-
-        lm, n = self.lm, params.n
-        ids, mask, positions = left_pad(encoded, lm.pad_id, lm.device)
-        cache = DynamicCache(config=lm.model.config)
-        out = lm.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        lm, n, steps = self.lm, params.n, params.max_new_tokens
+        cache, logits, mask, last_positions = self._prefill(encoded)
         # One prefill per prompt, then n copies of its cache: rows i*n .. i*n+n-1 are prompt i.
         cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1, :].float().repeat_interleave(n, dim=0)
+        logits = logits.float().repeat_interleave(n, dim=0)
+        rows = len(prompts) * n
+        # The mask grows by one column per step: allocated once, sliced per step.
+        width = mask.shape[1]
+        mask = torch.cat([mask, mask.new_ones((len(prompts), steps))], dim=1)
         mask = mask.repeat_interleave(n, dim=0)
-        next_pos = (positions[:, -1] + 1).repeat_interleave(n)
+        next_pos = (last_positions + 1).repeat_interleave(n)
         uniforms = self._uniforms(prompts, params).to(lm.device)
-        rows = [_Row(i, len(encoded[i])) for i in range(len(prompts)) for _ in range(n)]
-        active = list(range(len(rows)))
-        for step in range(params.max_new_tokens):
-            logprobs = torch.log_softmax(logits, dim=-1)
-            tokens = _sample_tokens(logits, params, uniforms[active, step])
-            chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-            last_step = step == params.max_new_tokens - 1
-            keep: list[int] = []
-            for slot, (row_id, tok, lp) in enumerate(
-                zip(active, tokens.tolist(), chosen.tolist(), strict=True)
-            ):
-                if not self._advance(rows[row_id], tok, lp, params.stop, last_step):
-                    keep.append(slot)
-            if not keep:
+        eos = torch.as_tensor(sorted(lm.eos_ids), device=lm.device)
+        # Per row (sample): its tokens and log-probs by step, how many it has, and whether it is
+        # done. ``slots`` maps the batch's positions to rows; finished rows stay in the batch
+        # (decoding a token nobody reads) until a quarter of it is finished, then the batch and
+        # its KV cache are compacted once, instead of copying the cache whenever a row finishes.
+        token_ids = torch.full((rows, steps), lm.pad_id, dtype=torch.long, device=lm.device)
+        token_logprobs = torch.zeros((rows, steps), dtype=torch.float32, device=lm.device)
+        lengths = torch.zeros(rows, dtype=torch.long, device=lm.device)
+        done = torch.zeros(rows, dtype=torch.bool, device=lm.device)
+        cut_texts: dict[int, str] = {}
+        slots = torch.arange(rows, device=lm.device)
+        for step in range(steps):
+            tokens = _sample_tokens(logits, params, uniforms[slots, step])
+            chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+                logits, dim=-1
+            )
+            live_in_batch = ~done[slots]
+            live = slots[live_in_batch]
+            token_ids[live, step] = tokens[live_in_batch]
+            token_logprobs[live, step] = chosen[live_in_batch]
+            lengths[live] += 1
+            finished = torch.isin(tokens[live_in_batch], eos)
+            if params.stop:
+                finished |= self._stopped(live, finished, token_ids, step, params.stop, cut_texts)
+            done[live[finished]] = True
+            if step == steps - 1 or bool(done.all()):
                 break
-            if len(keep) < len(active):
-                index = torch.as_tensor(keep, device=lm.device)
-                cache.batch_select_indices(index)
-                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
-                active = [active[k] for k in keep]
-            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            finished_in_batch = int(done[slots].sum())
+            if 4 * finished_in_batch >= len(slots):
+                keep = (~done[slots]).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                mask, next_pos, tokens, slots = mask[keep], next_pos[keep], tokens[keep], slots[keep]
             out = lm.model(
                 input_ids=tokens.unsqueeze(-1),
-                attention_mask=mask,
+                attention_mask=mask[:, : width + step + 1],
                 position_ids=next_pos.unsqueeze(-1),
                 past_key_values=cache,
                 use_cache=True,
             )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
-        return [[self._finish(rows[i * n + j]) for j in range(n)] for i in range(len(prompts))]
+        return self._samples(encoded, n, token_ids, token_logprobs, lengths, done, cut_texts)
+
+    def _prefill(
+        self, encoded: list[list[int]]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KV cache, last logits, attention mask and last positions of prompts sorted by length.
+
+        Prompts of a group can differ in length several-fold (a closed-book question beside a
+        prompt of five passages): padding them all to the widest would prefill mostly padding.
+        They are prefilled in buckets of similar length (:data:`PREFILL_BUCKET_SPREAD`), and the
+        buckets' caches are joined, each left-padded with masked positions, so decoding still runs
+        the whole group as one batch. Models whose cache has other than plain full-attention
+        layers (sliding windows) are prefilled as one padded batch.
+        """
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        lm = self.lm
+        config = lm.model.config
+        joinable = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+        lengths = [len(ids) for ids in encoded]
+        buckets = prefill_buckets(lengths) if joinable else [(0, len(encoded))]
+        caches, logits, masks, last_positions = [], [], [], []
+        for start, end in buckets:
+            ids, mask, positions = left_pad(encoded[start:end], lm.pad_id, lm.device)
+            cache = DynamicCache(config=config)
+            out = lm.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            caches.append(cache)
+            logits.append(out.logits[:, -1, :])
+            masks.append(mask)
+            last_positions.append(positions[:, -1])
+        if len(caches) == 1:
+            return caches[0], logits[0], masks[0], last_positions[0]
+        width = max(m.shape[1] for m in masks)
+
+        def joined(states: list[torch.Tensor]) -> torch.Tensor:
+            # [rows, heads, length, head_dim]: masked zeros before each bucket's positions.
+            return torch.cat(
+                [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states]
+            )
+
+        cache = DynamicCache(
+            [
+                (
+                    joined([c.layers[i].keys for c in caches]),
+                    joined([c.layers[i].values for c in caches]),
+                )
+                for i in range(len(caches[0].layers))
+            ],
+            config=config,
+        )
+        mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
+        return cache, torch.cat(logits), mask, torch.cat(last_positions)
+
+    def _stopped(
+        self,
+        live: torch.Tensor,
+        at_eos: torch.Tensor,
+        token_ids: torch.Tensor,
+        step: int,
+        stop: tuple[str, ...],
+        cut_texts: dict[int, str],
+    ) -> torch.Tensor:
+        """Which ``live`` rows completed a stop string with this step's token (their text, cut
+        before it, goes to ``cut_texts``).
+
+        A stop string first appears at the end of the text, so only the last tokens are decoded:
+        enough for the longest stop string even at one byte per token (4 bytes per character),
+        plus a margin for the window's first character, which a cut can garble. Only on a hit is
+        the whole row decoded, to cut at the earliest occurrence as :func:`truncate_at_stop` does.
+        """
+        window = 4 * max(len(s) for s in stop) + 4
+        candidates = live[~at_eos]
+        hit = torch.zeros_like(at_eos)
+        if not len(candidates):
+            return hit
+        tails = self.lm.tokenizer.batch_decode(
+            token_ids[candidates, max(0, step + 1 - window) : step + 1].tolist(),
+            skip_special_tokens=True,
+        )
+        for position, tail in enumerate(tails):
+            if not any(s in tail for s in stop):
+                continue
+            row = int(candidates[position])
+            text, found = truncate_at_stop(self._decode(token_ids[row, : step + 1].tolist()), stop)
+            if found:
+                cut_texts[row] = text
+                hit[(live == row).nonzero().squeeze(-1)] = True
+        return hit
+
+    def _samples(
+        self,
+        encoded: list[list[int]],
+        n: int,
+        token_ids: torch.Tensor,
+        token_logprobs: torch.Tensor,
+        lengths: torch.Tensor,
+        done: torch.Tensor,
+        cut_texts: dict[int, str],
+    ) -> list[list[Sample]]:
+        """The decoded rows as samples, ``n`` per prompt in order."""
+        ids_rows, logprob_rows = token_ids.tolist(), token_logprobs.tolist()
+        samples = []
+        for row, (length, finished) in enumerate(zip(lengths.tolist(), done.tolist(), strict=True)):
+            ids = ids_rows[row][:length]
+            samples.append(
+                Sample(
+                    text=cut_texts[row] if row in cut_texts else self._decode(ids),
+                    token_ids=tuple(ids),
+                    token_logprobs=tuple(logprob_rows[row][:length]),
+                    finish_reason="stop" if finished else "length",
+                    prompt_tokens=len(encoded[row // n]),
+                )
+            )
+        return [samples[i * n : (i + 1) * n] for i in range(len(encoded))]
 
     def _uniforms(self, prompts: list[str], params: SamplingParams) -> torch.Tensor:
         """Per-sample uniform draws, one per decoding step, from each sample's own seed."""
@@ -328,31 +453,5 @@ class HFGenerator:
                 draws.append(torch.rand(params.max_new_tokens, generator=gen))
         return torch.stack(draws)
 
-    def _advance(
-        self, row: _Row, token: int, logprob: float, stop: tuple[str, ...], last_step: bool
-    ) -> bool:
-        """Append a token to a row; True when the row is finished."""
-        row.ids.append(token)
-        row.logprobs.append(logprob)
-        if token in self.lm.eos_ids:
-            row.finish = "stop"
-        elif stop:
-            text, hit = truncate_at_stop(self._decode(row.ids), stop)
-            if hit:
-                row.finish, row.text = "stop", text
-        if row.finish is None and last_step:
-            row.finish = "length"
-        return row.finish is not None
-
     def _decode(self, ids: list[int]) -> str:
         return self.lm.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _finish(self, row: _Row) -> Sample:
-        text = row.text if row.text is not None else self._decode(row.ids)
-        return Sample(
-            text=text,
-            token_ids=tuple(row.ids),
-            token_logprobs=tuple(row.logprobs),
-            finish_reason=row.finish or "length",
-            prompt_tokens=row.prompt_tokens,
-        )

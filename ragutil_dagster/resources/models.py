@@ -90,9 +90,10 @@ class ModelRegistry(ConfigurableResource):
                 ),
             )
         return _memo(
-            ("hf", ref.identity, str(ref.path), self.device, spec.use_chat_template, self.generation_batch_rows),
+            ("hf", ref.identity, str(ref.path), self.device, spec.dtype, spec.use_chat_template,
+             self.generation_batch_rows),
             lambda: HFGenerator(
-                ref, device=self._device(), use_chat_template=spec.use_chat_template,
+                ref, device=self._device(), dtype=spec.dtype, use_chat_template=spec.use_chat_template,
                 trust_remote_code=spec.trust_remote_code, max_batch_rows=self.generation_batch_rows,
                 show_progress=show_progress,
             ),

@@ -127,3 +127,16 @@ def test_directory_without_a_model_fails_clearly(tmp_path: Path) -> None:
     (tmp_path / "README").write_text("empty")
     with pytest.raises(ModelUnavailableError, match="could not be loaded as an NLI classifier"):
         Entailment(str(tmp_path), cache=False)
+
+
+def test_length_batches_do_not_change_probabilities(tiny_models, tmp_path: Path) -> None:
+    """Pairs of very different lengths batched by token length (several per batch, padded to
+    the batch's width) get the probabilities each pair gets alone."""
+    premises = [f"{'the cat sat on the mat ' * k}and slept" for k in (1, 12, 2, 30, 1, 7)]
+    hypotheses = ["an animal slept", "a cat", "nothing happened", "the mat sat", "x", "slept"]
+    batched = Entailment(
+        str(tiny_models.nli), device="cpu", batch_size=4, max_batch_tokens=256, cache=False,
+        show_progress=False,
+    )
+    alone = Entailment(str(tiny_models.nli), device="cpu", batch_size=1, cache=False, show_progress=False)
+    np.testing.assert_allclose(batched(premises, hypotheses), alone(premises, hypotheses), atol=1e-5)

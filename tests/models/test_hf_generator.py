@@ -17,7 +17,9 @@ PROMPT = "Question: where is Mount Everest? Answer:"
 
 @pytest.fixture(scope="module")
 def gen(tiny_models) -> HFGenerator:
-    return HFGenerator(str(tiny_models.causal_lm), device="cpu", show_progress=False)
+    # float32: the sampler is checked against logits computed alone, where bfloat16 ties would
+    # reorder the top-k.
+    return HFGenerator(str(tiny_models.causal_lm), device="cpu", dtype="float32", show_progress=False)
 
 
 def _next_token_probs(gen: HFGenerator, prompt: str) -> torch.Tensor:
@@ -128,3 +130,70 @@ def test_directory_without_a_model_fails_clearly(tmp_path) -> None:
     (tmp_path / "README").write_text("empty")
     with pytest.raises(ModelUnavailableError, match="could not be loaded as a causal LM"):
         HFGenerator(str(tmp_path))
+
+
+def test_stop_strings_match_cutting_the_free_run(gen: HFGenerator) -> None:
+    """Stop strings are looked for in the last tokens only: every sample of a run with stop
+    strings must equal the same draws without them, cut at the earliest occurrence."""
+    prompts = [PROMPT, "The capital of France is", "hi"]
+    free = gen.sample(prompts, SamplingParams(n=6, max_new_tokens=24, seed=4))
+    stop = ("e", "ar", "\u00e9")  # one character, two, and a two-byte character
+    stopped = gen.sample(prompts, SamplingParams(n=6, max_new_tokens=24, seed=4, stop=stop))
+    hits = 0
+    for free_row, stopped_row in zip(free, stopped, strict=True):
+        for f, s in zip(free_row, stopped_row, strict=True):
+            assert s.token_ids == f.token_ids[: len(s.token_ids)]
+            cut, hit = truncate_at_stop(f.text, stop)
+            if hit and s.finish_reason == "stop" and s.token_ids[-1] not in gen.lm.eos_ids:
+                hits += 1
+                assert s.text == truncate_at_stop(gen._decode(list(s.token_ids)), stop)[0]
+                assert s.text == cut
+            else:
+                assert s.text == f.text and s.token_ids == f.token_ids
+    assert hits >= 3
+
+
+def test_prefill_buckets_bound_the_spread() -> None:
+    from ragutil_dagster.models.generation import prefill_buckets
+
+    lengths = [4, 5, 5, 7, 30, 36, 37, 200]
+    buckets = prefill_buckets(lengths)
+    assert buckets == [(0, 3), (3, 4), (4, 7), (7, 8)]
+    for start, end in buckets:
+        assert max(lengths[start:end]) <= 1.25 * lengths[start]
+    assert prefill_buckets([]) == []
+
+
+def test_bucketed_prefill_equals_one_padded_prefill(gen: HFGenerator, monkeypatch) -> None:
+    """Prompts of very different lengths prefilled in buckets and joined into one cache give
+    the samples of one padded prefill, with fewer prefill positions."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    from ragutil_dagster.models import generation
+
+    assert all(type(layer) is DynamicLayer for layer in DynamicCache(config=gen.lm.model.config).layers)
+    prompts = ["hi", PROMPT, PROMPT * 4, "The capital of France is"]
+    params = SamplingParams(n=3, max_new_tokens=10, seed=9, stop=("\n",))
+    positions: list[int] = []
+
+    def count(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] > 1:
+            positions.append(int(ids.numel()))
+
+    handle = gen.lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        bucketed = gen.sample(prompts, params)
+        bucketed_positions = sum(positions)
+        positions.clear()
+        monkeypatch.setattr(generation, "PREFILL_BUCKET_SPREAD", float("inf"))
+        padded = gen.sample(prompts, params)
+        padded_positions = sum(positions)
+    finally:
+        handle.remove()
+    assert bucketed_positions < padded_positions / 2
+    for a_row, b_row in zip(bucketed, padded, strict=True):
+        for a, b in zip(a_row, b_row, strict=True):
+            assert (a.token_ids, a.text, a.finish_reason) == (b.token_ids, b.text, b.finish_reason)
+            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)

@@ -20,7 +20,10 @@ SPANS = [
 
 @pytest.fixture(scope="module")
 def scorer(tiny_models) -> TokenScorer:
-    return TokenScorer(str(tiny_models.causal_lm), device="cpu", batch_size=2, show_progress=False)
+    # float32: compared with a float32 forward pass of an independent copy at 1e-5.
+    return TokenScorer(
+        str(tiny_models.causal_lm), device="cpu", dtype="float32", batch_size=2, show_progress=False
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,62 @@
+"""The causal LM's default dtype (one rule in models/device.py) and length batching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ragutil_dagster.models import device
+from ragutil_dagster.models.causal_lm import load_causal_lm
+from ragutil_dagster.models.device import default_causal_lm_dtype, resolve_dtype
+from ragutil_dagster.models.inputs import length_batches
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"amx_bf16": True, "avx512_bf16": False}, torch.bfloat16),
+        ({"amx_bf16": False, "avx512_bf16": True}, torch.bfloat16),
+        ({"amx_bf16": False, "avx512_bf16": False, "avx512_f": True}, torch.float32),
+        ({}, torch.float32),  # a CPU torch reports nothing about (ARM, old torch)
+    ],
+)
+def test_cpu_default_follows_native_bf16(monkeypatch, flags, expected) -> None:
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    assert default_causal_lm_dtype(torch.device("cpu")) == expected
+
+
+def test_cuda_default_is_bfloat16() -> None:
+    assert default_causal_lm_dtype(torch.device("cuda")) == torch.bfloat16
+
+
+def test_auto_and_none_take_the_default_and_names_override_it() -> None:
+    assert resolve_dtype("auto", default=torch.bfloat16) == torch.bfloat16
+    assert resolve_dtype(None, default=torch.float32) == torch.float32
+    assert resolve_dtype("float32", default=torch.bfloat16) == torch.float32
+    assert resolve_dtype(torch.float16, default=torch.bfloat16) == torch.float16
+    with pytest.raises(ValueError, match="unknown dtype 'float33'"):
+        resolve_dtype("float33", default=torch.float32)
+
+
+def test_loaded_model_follows_the_rule_on_this_machine(tiny_models) -> None:
+    """The HF backend's model is loaded in the rule's dtype, and the generation cache's
+    namespace (``settings``) says which."""
+    lm = load_causal_lm(str(tiny_models.causal_lm), device="cpu")
+    expected = device.default_causal_lm_dtype(torch.device("cpu"))
+    assert lm.dtype == expected
+    assert next(lm.model.parameters()).dtype == expected
+    assert lm.settings["dtype"] == str(expected).removeprefix("torch.")
+
+
+def test_length_batches_sort_and_respect_both_budgets() -> None:
+    lengths = [5, 1, 9, 3, 3, 20, 2, 7]
+    batches = length_batches(lengths, max_rows=3, max_tokens=16)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(lengths)
+    for batch in batches:
+        assert len(batch) <= 3
+        # over the token budget only as a batch of one row longer than the budget itself
+        assert len(batch) * max(lengths[i] for i in batch) <= 16 or len(batch) == 1
+    assert [len(b) for b in batches] == [3, 2, 1, 1, 1]
+    assert length_batches([], max_rows=4, max_tokens=8) == []
