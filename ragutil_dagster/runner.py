@@ -1,17 +1,22 @@
-"""Materialise a whole experiment in process — the engine of ``ragutil run``.
+"""Materialise a whole experiment — the engine of ``ragutil run``.
 
 Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
 instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
-instance shows every materialisation with its metadata.
+instance shows every materialisation with its metadata. With one worker the runs execute in this
+process, one after the other; with several, the partitions of a step run side by side on Dagster's
+multiprocess executor (every step in a process of its own), the instance's ``gpu`` pool admitting
+one model step at a time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from tqdm.auto import tqdm
 
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.errors import StepFailedError
 from ragutil_dagster.databases import (
     DAGSTER_HOME_VARIABLE,
@@ -148,6 +153,20 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
     return released
 
 
+STEP_JOB = "ragutil_step"
+
+
+def step_job(experiment_json: str, home: str | None, show_progress: bool, assets: list[str]) -> dg.JobDefinition:
+    """The job materialising ``assets`` (one step of :func:`plan`) on Dagster's multiprocess
+    executor. Module-level and built from JSON arguments, so the executor's child processes
+    rebuild it (``build_reconstructable_job``)."""
+    from ragutil_dagster.definitions import build_definitions
+
+    defs = build_definitions(parse_config(json.loads(experiment_json)), home, show_progress=show_progress)
+    job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=dg.multiprocess_executor)
+    return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     summary: pl.DataFrame
@@ -162,32 +181,81 @@ def materialize_all(
     instance: dg.DagsterInstance,
     progress: bool = True,
     console_log_level: str = "WARNING",
+    workers: int = 1,
 ) -> RunOutcome:
     """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`.
 
     ``console_log_level``: Dagster events at or above it are echoed to the terminal (all of them
-    are stored in the instance's event log either way)."""
+    are stored in the instance's event log either way). ``workers`` > 1 runs that many partitions
+    of a step at once, each a Dagster run on the multiprocess executor; the instance must then be
+    persistent (the executor's processes open it), and a step's partitions all finish before the
+    next step starts."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     for run_id in release_abandoned_runs(instance):
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
-    steps = [(names, key) for names, keys in plan(assets) for key in keys]
+    tags = {"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    # The instance keeps every event; the terminal shows only what needs attention.
+    loggers = {"console": {"config": {"log_level": console_log_level}}}
+    steps = plan(assets)
     start = time.perf_counter()
-    bar = tqdm(steps, desc="ragutil run", unit="step", disable=not progress)
-    for names, key in bar:
-        label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
-        bar.set_postfix_str(label)
-        result = dg.materialize(
+    bar = tqdm(total=sum(len(keys) for _, keys in steps), desc="ragutil run", unit="step", disable=not progress)
+
+    def in_process(names: list[str], key: str | None) -> dg.ExecutionResult:
+        return dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
-            raise_on_error=False,
-            tags={"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()},
-            # The instance keeps every event; the terminal shows only what needs attention.
-            run_config={"loggers": {"console": {"config": {"log_level": console_log_level}}}},
+            raise_on_error=False, tags=tags, run_config={"loggers": loggers},
         )
-        if not result.success:
-            failure = next((e for e in result.all_events if e.is_step_failure), None)
-            raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
-    return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start, len(steps))
+
+    run, pool = in_process, None
+    if workers > 1:
+        run = _multiprocess_runner(resources, experiment, instance, tags, loggers, workers)
+        # Threads only wait here: each Dagster run's steps execute in processes of their own.
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragutil-run")
+    try:
+        for names, keys in steps:
+            bar.set_postfix_str("+".join(names))
+            # One worker keeps every run in this (main) thread, as in-process engines expect.
+            runs = pool.map(lambda key: run(names, key), keys) if pool else (run(names, key) for key in keys)
+            for key, result in zip(keys, runs):
+                bar.update()
+                if not result.success:
+                    label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
+                    failure = next((e for e in result.all_events if e.is_step_failure), None)
+                    raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
+    finally:
+        if pool:  # after a failure, partitions not yet started are not started
+            pool.shutdown(cancel_futures=True)
+        bar.close()
+    return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start,
+                      sum(len(keys) for _, keys in steps))
+
+
+def _multiprocess_runner(
+    resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance, tags: dict[str, str],
+    loggers: dict, workers: int,
+) -> Callable[[list[str], str | None], dg.ExecutionResult]:
+    """Runs one partition of a step on the multiprocess executor. Its processes fork from one
+    forkserver that has imported ragutil once (a fresh interpreter per step would spend seconds
+    on imports); they rebuild the job from the experiment's JSON and the store's home, or from
+    ``$RAGUTIL_HOME`` when the store reads it."""
+    home = resources["store"].home
+    arguments = (
+        experiment.model_dump_json(), None if isinstance(home, dg.EnvVar) else home, resources["models"].show_progress,
+    )
+    run_config = {
+        "execution": {"config": {"max_concurrent": workers, "start_method": {"forkserver": {}}}},
+        "loggers": loggers,
+    }
+
+    def run(names: list[str], key: str | None) -> dg.ExecutionResult:
+        job = dg.build_reconstructable_job(__name__, step_job.__name__, (*arguments, names))
+        partition = {"dagster/partition": key} if key else {}
+        return dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition})
+
+    return run
 
 
 def _resolved_store(resources: dict) -> ArtifactStore:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import dagster as dg
 import polars as pl
@@ -142,3 +143,46 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     assert keys["retrieval_run"] == [s.key for s in tiny_experiment.settings()]
     assert keys["generations"] == [str(k) for k in parts.setting_generator.get_partition_keys()]
     assert keys["reports"] == [None]
+
+
+def test_partitions_run_side_by_side_on_the_multiprocess_executor(materialized, tiny_experiment, tmp_path, monkeypatch) -> None:
+    """``ragutil run --workers 2``: two partitions of a step at a time, each a Dagster run on the
+    multiprocess executor. The event log shows model steps (the ``gpu`` pool, limit 1) one at a
+    time, other steps beside them, every step in a process of its own; the scores equal the
+    in-process run's."""
+    from polars.testing import assert_frame_equal
+
+    from ragutil_dagster.assets.common import GPU_POOL
+    from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+    from ragutil_dagster.runner import dagster_instance
+
+    monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)
+    monkeypatch.delenv(DAGSTER_POSTGRES_URL_VARIABLE, raising=False)
+    home = tmp_path / "home"
+    parts, assets = build_assets(tiny_experiment)
+    instance = dagster_instance(home)
+    outcome = materialize_all(build_definitions(tiny_experiment, str(home)), tiny_experiment, parts, instance,
+                              progress=False, workers=2)
+    assert_frame_equal(outcome.summary, materialized[2].summary)
+
+    model_ops = {a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL}
+    steps = []  # (start, end, op, pid, run)
+    for run in instance.get_runs():
+        started = {}
+        for entry in instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}):
+            if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+                started[entry.step_key] = (entry.timestamp, entry.pid)
+            else:
+                start, pid = started.pop(entry.step_key)
+                steps.append((start, entry.timestamp, entry.step_key, pid, run.run_id))
+    assert len(instance.get_runs()) == outcome.runs and all(r.is_success for r in instance.get_runs())
+    assert {op for *_, op, _, _ in [(s[0], s[1], s[2], s[3], s[4]) for s in steps]} >= model_ops
+    model = sorted(s for s in steps if s[2] in model_ops)
+    for before, after in zip(model, model[1:]):
+        assert before[1] <= after[0], f"model steps overlapped: {before[2:]} and {after[2:]}"
+    overlapping = [
+        (a, b) for a in steps for b in steps
+        if a[4] != b[4] and a[0] < b[1] and b[0] < a[1] and {a[2], b[2]} - model_ops
+    ]
+    assert overlapping, "no step of one partition ran beside a step of another"
+    assert os.getpid() not in {s[3] for s in steps} and len({s[3] for s in steps}) == len(steps)
