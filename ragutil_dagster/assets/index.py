@@ -9,7 +9,7 @@ import time
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result
+from ragutil_dagster.assets.common import GROUP, MODEL_STEP, check_result
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
@@ -40,7 +40,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
     @dg.asset(
-        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL,
+        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, **MODEL_STEP,
         deps=[
             dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index()),
             *parts.model_dependencies("embedder"),
