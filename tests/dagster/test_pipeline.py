@@ -171,12 +171,12 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(materialized, 
         started = {}
         for entry in instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}):
             if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
-                started[entry.step_key] = (entry.timestamp, entry.pid)
+                started[entry.step_key] = (entry.timestamp, entry.dagster_event.pid)
             else:
                 start, pid = started.pop(entry.step_key)
                 steps.append((start, entry.timestamp, entry.step_key, pid, run.run_id))
     assert len(instance.get_runs()) == outcome.runs and all(r.is_success for r in instance.get_runs())
-    assert {op for *_, op, _, _ in [(s[0], s[1], s[2], s[3], s[4]) for s in steps]} >= model_ops
+    assert {op for _, _, op, _, _ in steps} >= model_ops
     model = sorted(s for s in steps if s[2] in model_ops)
     for before, after in zip(model, model[1:]):
         assert before[1] <= after[0], f"model steps overlapped: {before[2:]} and {after[2:]}"
@@ -186,3 +186,22 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(materialized, 
     ]
     assert overlapping, "no step of one partition ran beside a step of another"
     assert os.getpid() not in {s[3] for s in steps} and len({s[3] for s in steps}) == len(steps)
+
+
+def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(materialized) -> None:
+    home, instance, _ = materialized
+
+    def latest(asset: str, partition: str) -> dg.AssetMaterialization:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+        ).records
+        return records[0].asset_materialization
+
+    corpus = latest("corpus", "world")
+    fingerprint = corpus.tags["dagster/data_version"]
+    assert fingerprint.startswith("sha256:") and corpus.metadata["fingerprint"].value == fingerprint
+    for retriever in ("bm25", "dense"):
+        key = f"world__{retriever}"
+        assert latest("index", key).metadata["corpus_fingerprint"].value == fingerprint
+        manifest = json.loads((home / "artifacts" / "index" / key / "manifest.json").read_text())
+        assert manifest["corpus_fingerprint"] == fingerprint
