@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -162,6 +163,10 @@ def step_job(experiment_json: str, home: str | None, show_progress: bool, assets
     rebuild it (``build_reconstructable_job``)."""
     from ragutil_dagster.definitions import build_definitions
 
+    # Dagster's notices that ragutil uses beta APIs were shown once when ragutil built its
+    # Definitions; every step's process rebuilding them must not print them again.
+    for notice in (dg.BetaWarning, dg.PreviewWarning):
+        warnings.filterwarnings("ignore", category=notice)
     defs = build_definitions(parse_config(json.loads(experiment_json)), home, show_progress=show_progress)
     job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=dg.multiprocess_executor)
     return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
