@@ -15,9 +15,10 @@ import json
 import os
 import socket
 import time
+import multiprocessing
 import warnings
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
-from ragutil_dagster.errors import StepFailedError
+from ragutil_dagster.errors import SerializedError, StepFailedError
 from ragutil_dagster.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -208,59 +209,84 @@ def materialize_all(
     start = time.perf_counter()
     bar = tqdm(total=sum(len(keys) for _, keys in steps), desc="ragutil run", unit="step", disable=not progress)
 
-    def in_process(names: list[str], key: str | None) -> dg.ExecutionResult:
-        return dg.materialize(
+    def in_process(names: list[str], key: str | None) -> tuple[bool, str, SerializedError | None]:
+        return _outcome(dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
             raise_on_error=False, tags=tags, run_config={"loggers": loggers},
-        )
+        ))
 
-    run, pool = in_process, None
-    if workers > 1:
-        run = _multiprocess_runner(resources, experiment, instance, tags, loggers, workers)
-        # Threads only wait here: each Dagster run's steps execute in processes of their own.
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragutil-run")
+    parallel = ParallelRuns(resources, experiment, instance, tags, loggers, workers) if workers > 1 else None
     try:
         for names, keys in steps:
             bar.set_postfix_str("+".join(names))
-            # One worker keeps every run in this (main) thread, as in-process engines expect.
-            runs = pool.map(lambda key: run(names, key), keys) if pool else (run(names, key) for key in keys)
-            for key, result in zip(keys, runs):
+            outcomes = parallel.map(names, keys) if parallel else (in_process(names, key) for key in keys)
+            for key, (success, run_id, error) in zip(keys, outcomes):
                 bar.update()
-                if not result.success:
+                if not success:
                     label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
-                    failure = next((e for e in result.all_events if e.is_step_failure), None)
-                    raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
+                    raise StepFailedError(label, run_id, error)
     finally:
-        if pool:  # after a failure, partitions not yet started are not started
-            pool.shutdown(cancel_futures=True)
         bar.close()
+        if parallel:  # after a failure, partitions not yet started are not started
+            parallel.close()
     return RunOutcome(summary_table(_resolved_store(resources), parts), time.perf_counter() - start,
                       sum(len(keys) for _, keys in steps))
 
 
-def _multiprocess_runner(
-    resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance, tags: dict[str, str],
-    loggers: dict, workers: int,
-) -> Callable[[list[str], str | None], dg.ExecutionResult]:
-    """Runs one partition of a step on the multiprocess executor. Its processes fork from one
-    forkserver that has imported ragutil once (a fresh interpreter per step would spend seconds
-    on imports); they rebuild the job from the experiment's JSON and the store's home, or from
-    ``$RAGUTIL_HOME`` when the store reads it."""
-    home = resources["store"].home
-    arguments = (
-        experiment.model_dump_json(), None if isinstance(home, dg.EnvVar) else home, resources["models"].show_progress,
-    )
-    run_config = {
-        "execution": {"config": {"max_concurrent": workers, "start_method": {"forkserver": {}}}},
-        "loggers": loggers,
-    }
+def _outcome(result: dg.ExecutionResult) -> tuple[bool, str, SerializedError | None]:
+    """What the runner needs of a run's result: success, run id, the first step failure's error."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    return result.success, result.run_id, failure.step_failure_data.error if failure else None
 
-    def run(names: list[str], key: str | None) -> dg.ExecutionResult:
-        job = dg.build_reconstructable_job(__name__, step_job.__name__, (*arguments, names))
-        partition = {"dagster/partition": key} if key else {}
-        return dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition})
 
-    return run
+class ParallelRuns:
+    """Runs the partitions of a step ``workers`` at a time, each in a process of its own (Dagster
+    runs are not thread-safe: two in one process can deadlock in ``logging``). Those ``workers``
+    processes fork from a forkserver that imported ragutil once (a fresh interpreter spends ≈ 6 s
+    on imports) and serve every step; each executes its runs on the multiprocess executor, whose
+    step processes fork from a forkserver of that process, and rebuild the job from the
+    experiment's JSON and the store's home (or ``$RAGUTIL_HOME`` when the store reads it).
+    Forkservers keep the environment they started with."""
+
+    def __init__(self, resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance,
+                 tags: dict[str, str], loggers: dict, workers: int) -> None:
+        if instance.is_ephemeral:
+            raise ValueError("running partitions in parallel needs a persistent Dagster instance")
+        home = resources["store"].home
+        self.arguments = (
+            experiment.model_dump_json(), None if isinstance(home, dg.EnvVar) else home,
+            resources["models"].show_progress,
+        )
+        self.run_config = {
+            "execution": {"config": {"max_concurrent": workers, "start_method": {"forkserver": {}}}},
+            "loggers": loggers,
+        }
+        self.instance_ref, self.tags = instance.get_ref(), tags
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+    def map(self, names: list[str], keys: list[str | None]) -> Iterator[tuple[bool, str, SerializedError | None]]:
+        """The outcomes of one run per key, in the order of ``keys``."""
+        futures = [
+            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config, self.tags)
+            for key in keys
+        ]
+        return (future.result() for future in futures)
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+def _execute_partition(
+    instance_ref, arguments: tuple, names: list[str], key: str | None, run_config: dict, tags: dict[str, str],
+) -> tuple[bool, str, SerializedError | None]:
+    """One Dagster run of ``names`` for partition ``key`` on the multiprocess executor (in a
+    process of :class:`ParallelRuns`)."""
+    job = dg.build_reconstructable_job(__name__, step_job.__name__, (*arguments, names))
+    partition = {"dagster/partition": key} if key else {}
+    with dg.DagsterInstance.from_ref(instance_ref) as instance:
+        return _outcome(dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition}))
 
 
 def _resolved_store(resources: dict) -> ArtifactStore:
