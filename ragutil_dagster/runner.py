@@ -284,7 +284,8 @@ def _execute_partition(
     """One Dagster run of ``names`` for partition ``key`` on the multiprocess executor (in a
     process of :class:`ParallelRuns`)."""
     job = dg.build_reconstructable_job(__name__, step_job.__name__, (*arguments, names))
-    partition = {"dagster/partition": key} if key else {}
+    # The partition's tags, one per dimension of a multi-partition key included, as materialize sets them.
+    partition = job.get_definition().get_tags_for_partition_key(key, None) if key else {}
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
         return _outcome(dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition}))
 
