@@ -76,14 +76,25 @@ class DatasetConfig(_Strict):
         return self
 
 
+# How a dense index sits on the GPUs of the machine searching it (retrieval/dense.py): GPU 0 alone,
+# a full copy on every GPU (queries split between them), or 1/G of the vectors on each.
+GpuLayout = Literal["one", "replicas", "shards"]
+
+
 class RetrieverConfig(_Strict):
-    """A first-stage retriever: BM25 (bm25s) or dense (sentence-transformers + FAISS)."""
+    """A first-stage retriever: BM25 (bm25s) or dense (sentence-transformers + FAISS).
+
+    ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
+    ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
+    ``shards`` splits the vectors over them (memory ÷G: a flat Wikipedia index does not fit one);
+    both need faiss's GPU build and CUDA devices where the index is built and searched."""
 
     name: Slug
     kind: Literal["bm25", "dense"]
     model: ModelName | None = None
     revision: str | None = None
     index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
+    gpus: GpuLayout = "one"
 
     @model_validator(mode="after")
     def _dense_needs_a_model(self) -> RetrieverConfig:
@@ -91,6 +102,9 @@ class RetrieverConfig(_Strict):
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
         if self.kind == "bm25" and self.model:
             raise ValueError("a BM25 retriever takes no 'model'")
+        if self.gpus != "one" and (self.kind == "bm25" or self.index == "hnsw"):
+            what = "a BM25 retriever" if self.kind == "bm25" else "an hnsw index (FAISS has no GPU HNSW)"
+            raise ValueError(f"gpus: {self.gpus} spreads a FAISS index over GPUs; {what} stays on the CPU")
         return self
 
 

@@ -1,6 +1,7 @@
 """The Dagster ``Definitions`` of ragutil: the asset graph of one experiment config, its resources,
 sensors and schedules. ``dagster dev -w workspace.yaml`` serves :data:`defs`; the experiment is
-``$RAGUTIL_CONFIG`` (default ``examples/demo.yaml``)."""
+``$RAGUTIL_CONFIG`` (default ``examples/demo.yaml``), the executor ``$RAGUTIL_EXECUTOR``
+(:data:`EXECUTORS`; unset, Dagster's default: every step in a process of its own on this machine)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
+from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
@@ -20,6 +22,10 @@ from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
 
 DEFAULT_CONFIG = "examples/demo.yaml"
+EXECUTOR_VARIABLE = "RAGUTIL_EXECUTOR"
+EXECUTORS = ("k8s",)
+"""``k8s``: dagster-k8s's ``k8s_job_executor``, one Kubernetes Job per step (deploy/; the ``[k8s]``
+extra)."""
 
 
 def build_resources(
@@ -59,18 +65,35 @@ def _environment_value(name: str, for_dagster: bool) -> str | dg.EnvVar:
     return dg.EnvVar(name) if for_dagster and value else value
 
 
+def executor(name: str | None) -> dg.ExecutorDefinition | None:
+    """The executor of runs launched from the Dagster UI, the sensors or a run launcher, by name
+    (:data:`EXECUTORS`); ``None`` for Dagster's default."""
+    if not name:
+        return None
+    if name == "k8s":
+        from dagster_k8s import k8s_job_executor  # the [k8s] extra, needed only where it runs
+
+        return k8s_job_executor
+    raise ConfigError(f"{EXECUTOR_VARIABLE}={name!r}: unknown executor; choose one of {', '.join(EXECUTORS)}")
+
+
 def build_definitions(
-    experiment: ExperimentConfig, home: str | None = None, *, show_progress: bool = True
+    experiment: ExperimentConfig, home: str | None = None, *, show_progress: bool = True,
+    executor_name: str | None = None,
 ) -> dg.Definitions:
     _, assets = build_assets(experiment)
     return dg.Definitions(
         assets=with_weekly_reevaluation(assets),
         resources=build_resources(home, show_progress=show_progress),
         sensors=build_automation(experiment, assets),
+        executor=executor(executor_name),
     )
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
     """Loaded lazily, so importing this module reads no config."""
-    return build_definitions(load_config(os.environ.get("RAGUTIL_CONFIG", DEFAULT_CONFIG)))
+    return build_definitions(
+        load_config(os.environ.get("RAGUTIL_CONFIG", DEFAULT_CONFIG)),
+        executor_name=os.environ.get(EXECUTOR_VARIABLE),
+    )

@@ -1,17 +1,24 @@
-"""Materialise a whole experiment in process — the engine of ``ragutil run``.
+"""Materialise a whole experiment — the engine of ``ragutil run``.
 
 Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
 instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
-instance shows every materialisation with its metadata.
+instance shows every materialisation with its metadata. With one worker the runs execute in this
+process, one after the other; with several, the partitions of a step run side by side on Dagster's
+multiprocess executor (every step in a process of its own), the instance's ``gpu`` pool admitting
+one model step at a time.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+import multiprocessing
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +28,8 @@ from tqdm.auto import tqdm
 
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import REPORT, summary_table
-from ragutil_dagster.config import ExperimentConfig
-from ragutil_dagster.errors import StepFailedError
+from ragutil_dagster.config import ExperimentConfig, parse_config
+from ragutil_dagster.errors import SerializedError, StepFailedError
 from ragutil_dagster.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -148,6 +155,24 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
     return released
 
 
+STEP_JOB = "ragutil_step"
+
+
+def step_job(experiment_json: str, home: str | None, show_progress: bool, assets: list[str]) -> dg.JobDefinition:
+    """The job materialising ``assets`` (one step of :func:`plan`) on Dagster's multiprocess
+    executor. Module-level and built from JSON arguments, so the executor's child processes
+    rebuild it (``build_reconstructable_job``)."""
+    from ragutil_dagster.definitions import build_definitions
+
+    # Dagster's notices that ragutil uses beta APIs were shown once when ragutil built its
+    # Definitions; every step's process rebuilding them must not print them again.
+    for notice in (dg.BetaWarning, dg.PreviewWarning):
+        warnings.filterwarnings("ignore", category=notice)
+    defs = build_definitions(parse_config(json.loads(experiment_json)), home, show_progress=show_progress)
+    job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=dg.multiprocess_executor)
+    return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     summary: pl.DataFrame
@@ -164,35 +189,108 @@ def materialize_all(
     instance: dg.DagsterInstance,
     progress: bool = True,
     console_log_level: str = "WARNING",
+    workers: int = 1,
 ) -> RunOutcome:
     """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`.
 
     ``console_log_level``: Dagster events at or above it are echoed to the terminal (all of them
-    are stored in the instance's event log either way)."""
+    are stored in the instance's event log either way). ``workers`` > 1 runs that many partitions
+    of a step at once, each a Dagster run on the multiprocess executor; the instance must then be
+    persistent (the executor's processes open it), and a step's partitions all finish before the
+    next step starts."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     for run_id in release_abandoned_runs(instance):
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
-    steps = [(names, key) for names, keys in plan(assets) for key in keys]
+    tags = {"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    # The instance keeps every event; the terminal shows only what needs attention.
+    loggers = {"console": {"config": {"log_level": console_log_level}}}
+    steps = plan(assets)
     start = time.perf_counter()
-    bar = tqdm(steps, desc="ragutil run", unit="step", disable=not progress)
-    for names, key in bar:
-        label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
-        bar.set_postfix_str(label)
-        result = dg.materialize(
+    bar = tqdm(total=sum(len(keys) for _, keys in steps), desc="ragutil run", unit="step", disable=not progress)
+
+    def in_process(names: list[str], key: str | None) -> tuple[bool, str, SerializedError | None]:
+        return _outcome(dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
-            raise_on_error=False,
-            tags={"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()},
-            # The instance keeps every event; the terminal shows only what needs attention.
-            run_config={"loggers": {"console": {"config": {"log_level": console_log_level}}}},
-        )
-        if not result.success:
-            failure = next((e for e in result.all_events if e.is_step_failure), None)
-            raise StepFailedError(label, result.run_id, failure.step_failure_data.error if failure else None)
+            raise_on_error=False, tags=tags, run_config={"loggers": loggers},
+        ))
+
+    parallel = ParallelRuns(resources, experiment, instance, tags, loggers, workers) if workers > 1 else None
+    try:
+        for names, keys in steps:
+            bar.set_postfix_str("+".join(names))
+            outcomes = parallel.map(names, keys) if parallel else (in_process(names, key) for key in keys)
+            for key, (success, run_id, error) in zip(keys, outcomes):
+                bar.update()
+                if not success:
+                    label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
+                    raise StepFailedError(label, run_id, error)
+    finally:
+        bar.close()
+        if parallel:  # after a failure, partitions not yet started are not started
+            parallel.close()
     store = _resolved_store(resources)
-    return RunOutcome(
-        summary_table(store, parts), time.perf_counter() - start, len(steps), store.location("reports", None, REPORT)
-    )
+    return RunOutcome(summary_table(store, parts), time.perf_counter() - start,
+                      sum(len(keys) for _, keys in steps), store.location("reports", None, REPORT))
+
+
+def _outcome(result: dg.ExecutionResult) -> tuple[bool, str, SerializedError | None]:
+    """What the runner needs of a run's result: success, run id, the first step failure's error."""
+    failure = next((e for e in result.all_events if e.is_step_failure), None)
+    return result.success, result.run_id, failure.step_failure_data.error if failure else None
+
+
+class ParallelRuns:
+    """Runs the partitions of a step ``workers`` at a time, each in a process of its own (Dagster
+    runs are not thread-safe: two in one process can deadlock in ``logging``). Those ``workers``
+    processes fork from a forkserver that imported ragutil once (a fresh interpreter spends ≈ 6 s
+    on imports) and serve every step; each executes its runs on the multiprocess executor, whose
+    step processes fork from a forkserver of that process, and rebuild the job from the
+    experiment's JSON and the store's home (or ``$RAGUTIL_HOME`` when the store reads it).
+    Forkservers keep the environment they started with."""
+
+    def __init__(self, resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance,
+                 tags: dict[str, str], loggers: dict, workers: int) -> None:
+        if instance.is_ephemeral:
+            raise ValueError("running partitions in parallel needs a persistent Dagster instance")
+        home = resources["store"].home
+        self.arguments = (
+            experiment.model_dump_json(), None if isinstance(home, dg.EnvVar) else home,
+            resources["models"].show_progress,
+        )
+        self.run_config = {
+            "execution": {"config": {"max_concurrent": workers, "start_method": {"forkserver": {}}}},
+            "loggers": loggers,
+        }
+        self.instance_ref, self.tags = instance.get_ref(), tags
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+    def map(self, names: list[str], keys: list[str | None]) -> Iterator[tuple[bool, str, SerializedError | None]]:
+        """The outcomes of one run per key, in the order of ``keys``."""
+        futures = [
+            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config, self.tags)
+            for key in keys
+        ]
+        return (future.result() for future in futures)
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+def _execute_partition(
+    instance_ref, arguments: tuple, names: list[str], key: str | None, run_config: dict, tags: dict[str, str],
+) -> tuple[bool, str, SerializedError | None]:
+    """One Dagster run of ``names`` for partition ``key`` on the multiprocess executor (in a
+    process of :class:`ParallelRuns`)."""
+    job = dg.build_reconstructable_job(__name__, step_job.__name__, (*arguments, names))
+    # The partition's tags, one per dimension of a multi-partition key included, as materialize sets them.
+    partition = job.get_definition().get_tags_for_partition_key(key, None) if key else {}
+    with dg.DagsterInstance.from_ref(instance_ref) as instance:
+        return _outcome(dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition}))
 
 
 def _resolved_store(resources: dict) -> ArtifactStore:

@@ -35,3 +35,14 @@ def test_an_embedded_build_from_before_the_answer_nli_keeps_its_world_nli(tmp_pa
     })
     ensure_embedded_models(experiment, progress=False)
     assert (old / "world-nli" / "config.json").is_file() and not (old / "nli").exists()
+
+
+def test_run_takes_a_positive_number_of_workers(capsys) -> None:
+    import pytest
+
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(["run", "x.yaml", "--workers", bad])
+        assert exit_.value.code == 2
+        assert f"argument --workers: expected a whole number of at least 1, got '{bad}'" in capsys.readouterr().err
+    assert build_parser().parse_args(["run", "x.yaml", "--workers", "2"]).workers == 2

@@ -7,7 +7,7 @@ subtracts the same closed-book SePer.
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP
+from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
@@ -20,7 +20,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     @dg.asset(
         name="closed_book_generations", partitions_def=parts.dataset_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, pool=GPU_POOL,
+        kinds={"pytorch", "parquet"}, **MODEL_STEP,
         deps=[
             dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")),
             *parts.model_dependencies("generator"),

@@ -18,6 +18,21 @@ def model_asset_key(kind: str) -> dg.AssetKey:
     return dg.AssetKey(["model", kind])
 """Assets running a model sit in this pool; the instance limits it to one run per card."""
 
+MODEL_STEP = {
+    "pool": GPU_POOL,
+    # On Dagster's Kubernetes executor (deploy/) a model step is a pod holding one GPU; dagster-k8s
+    # reads this tag (its USER_DEFINED_K8S_CONFIG_KEY), other executors ignore it.
+    "op_tags": {
+        "dagster-k8s/config": {
+            "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            "pod_spec_config": {
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            },
+        }
+    },
+}
+"""The arguments of every asset that runs a model: the ``gpu`` pool and one GPU per step pod."""
+
 
 def step_tables(deps: list, kinds: set[str], **descriptions: str) -> list[dg.AssetSpec]:
     """The asset specs of a step writing several tables (a multi-asset): one per table, named by

@@ -9,7 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, step_tables, table_metadata
+from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.sampling import sampling_mismatch
@@ -48,7 +48,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ]
 
     @dg.multi_asset(
-        name="entailment_clusters", partitions_def=parts.setting_generator, pool=GPU_POOL,
+        name="entailment_clusters", partitions_def=parts.setting_generator, **MODEL_STEP,
         specs=step_tables(
             deps, {"pytorch", "parquet"},
             entailment_clusters="The semantic cluster (bidirectional entailment) of every sample.",

@@ -13,7 +13,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, check_result, side_table_metadata, step_tables, table_metadata
+from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.conditions import (
@@ -112,7 +112,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ]
 
     @dg.multi_asset(
-        name="generations", partitions_def=parts.setting_generator, pool=GPU_POOL,
+        name="generations", partitions_def=parts.setting_generator, **MODEL_STEP,
         specs=step_tables(
             deps, {"pytorch", "parquet"},
             generations="N sampled answers per prompt for the rag, per_doc and oracle conditions.",

@@ -1,17 +1,22 @@
-"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus."""
+"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus.
+
+The corpus fingerprint is computed once, when the corpus asset is materialised (its data version
+and its ``corpus_record``); building and loading an index read it from that record instead of
+hashing every passage again."""
 
 
 import time
 
 import dagster as dg
 
-from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result
+from ragutil_dagster.assets.common import GROUP, MODEL_STEP, check_result
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec
+from ragutil_dagster.tables import CORPUS_RECORD
 
 
 def split_index_key(experiment: ExperimentConfig, key: str) -> tuple[str, RetrieverConfig]:
@@ -20,20 +25,22 @@ def split_index_key(experiment: ExperimentConfig, key: str) -> tuple[str, Retrie
 
 
 def load_index(store: ArtifactStore, models: ModelRegistry, retriever: RetrieverConfig, key: str):
-    """Load a saved index, checked against the corpus and (dense) the embedder it was built with."""
+    """Load a saved index, checked against the corpus record and (dense) the embedder it was built
+    with, placed on the GPUs as the retriever's ``gpus`` says."""
     dataset, _ = parse_index_partition_key(key)
-    corpus = store.read_table("corpus", dataset)
+    record = store.read_json("corpus", dataset, CORPUS_RECORD)
     directory = store.local_files("index", key, "index")
     if retriever.kind == "bm25":
-        return BM25Retriever.load(directory, corpus)
-    return DenseRetriever.load(directory, models.embedder(retriever.model, retriever.revision), corpus)
+        return BM25Retriever.load(directory, record)
+    embedder = models.embedder(retriever.model, retriever.revision)
+    return DenseRetriever.load(directory, embedder, record, gpus=retriever.gpus)
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
     @dg.asset(
-        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, pool=GPU_POOL,
+        name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, **MODEL_STEP,
         deps=[
             dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index()),
             *parts.model_dependencies("embedder"),
@@ -45,14 +52,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def index(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
         dataset, retriever = split_index_key(experiment, context.partition_key)
         corpus = store.read_table("corpus", dataset)
+        fingerprint = str(store.read_json("corpus", dataset, CORPUS_RECORD)["fingerprint"])
         start = time.perf_counter()
-        metadata: dict[str, dg.MetadataValue] = {}
+        metadata: dict[str, dg.MetadataValue] = {"corpus_fingerprint": dg.MetadataValue.text(fingerprint)}
         if retriever.kind == "bm25":
-            built = BM25Retriever.build(corpus)
+            built = BM25Retriever.build(corpus, fingerprint=fingerprint)
         else:
             embedder = models.embedder(retriever.model, retriever.revision)
-            config = DenseConfig(index=FaissIndexSpec(kind=retriever.index))
-            built = DenseRetriever.build(corpus, embedder, config)
+            config = DenseConfig(index=FaissIndexSpec(kind=retriever.index), gpus=retriever.gpus)
+            built = DenseRetriever.build(corpus, embedder, config, fingerprint=fingerprint)
             metadata["embedder_identity"] = dg.MetadataValue.text(embedder.identity)
             metadata["dim"] = dg.MetadataValue.int(built.dim)
         with store.write_files("index", context.partition_key, "index") as directory:

@@ -15,7 +15,7 @@ import time
 import dagster as dg
 import polars as pl
 
-from ragutil_dagster.assets.common import GPU_POOL, step_tables, table_metadata
+from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
@@ -57,7 +57,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ]
 
     @dg.multi_asset(
-        name="retrieval", partitions_def=parts.setting, pool=GPU_POOL,
+        name="retrieval", partitions_def=parts.setting, **MODEL_STEP,
         specs=step_tables(
             deps, {"polars", "parquet"},
             retrieval_run="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",

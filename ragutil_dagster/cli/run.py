@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     defs = build_definitions(experiment, show_progress=not args.quiet)
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
-                              console_log_level="CRITICAL" if args.quiet else "WARNING")
+                              console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers)
     print()
     print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))
@@ -90,10 +90,20 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def add(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="materialise the whole evaluation graph of an experiment config",
                          description="Materialise every asset of the experiment (training the embedded models "
                          "first when the config uses them and they are missing) and print the summary table.")
     run.add_argument("config", help="experiment YAML, e.g. examples/demo.yaml")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--workers", type=_positive, default=1, metavar="N",
+                     help="run N partitions of a step at once, every step in a process of its own "
+                     "(Dagster's multiprocess executor); steps running a model still take turns "
+                     "(the instance's gpu pool). Default 1: one after the other, in this process")
     run.set_defaults(func=_run)

@@ -7,8 +7,10 @@ fingerprint). Loading against a different corpus raises :class:`IndexMismatchErr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import polars as pl
@@ -61,11 +63,14 @@ class BM25Retriever:
         )
 
     @classmethod
-    def build(cls, corpus: pl.DataFrame, config: BM25Config | None = None) -> BM25Retriever:
-        """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.data.corpus`)."""
+    def build(
+        cls, corpus: pl.DataFrame, config: BM25Config | None = None, fingerprint: str | None = None
+    ) -> BM25Retriever:
+        """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.data.corpus`);
+        ``fingerprint``, its :func:`corpus_fingerprint` when already known, saves hashing it."""
         config = config or BM25Config()
         model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
-        retriever = cls(model, corpus["id"], config, corpus_fingerprint(corpus))
+        retriever = cls(model, corpus["id"], config, fingerprint or corpus_fingerprint(corpus))
         show = corpus.height >= 10_000
         model.index(
             retriever._tokenize(indexed_texts(corpus, config.include_title), show),
@@ -112,9 +117,10 @@ class BM25Retriever:
 
     @classmethod
     def load(
-        cls, directory: str | Path, corpus: pl.DataFrame | None = None, mmap: bool = False
+        cls, directory: str | Path, corpus: pl.DataFrame | Mapping[str, Any] | None = None, mmap: bool = False
     ) -> BM25Retriever:
-        """Load a saved index. With ``corpus``, check it is the corpus the index was built from.
+        """Load a saved index. With ``corpus`` (the table, or its record), check it is the corpus
+        the index was built from (:func:`~ragutil_dagster.retrieval.io.check_corpus`).
 
         ``mmap=True`` memory-maps bm25s's score arrays instead of reading them into memory.
         """

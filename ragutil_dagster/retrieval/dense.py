@@ -6,7 +6,9 @@ large corpora ``ivf`` (inverted lists, ``nlist`` cells, ``nprobe`` searched), ``
 ``pq_m`` bytes at 8 bits — the Wikipedia-scale option; see ``docs/scale.md``), optionally with
 exact re-scoring of the top candidates from the stored vectors. When faiss has GPU support
 (``faiss-gpu``, the ``[gpu]`` extra) and CUDA is present, training, adding and search run on the
-GPU (HNSW has no GPU implementation and stays on the CPU).
+GPU (HNSW has no GPU implementation and stays on the CPU). ``DenseConfig.gpus`` spreads the index
+over every visible GPU: ``replicas`` (a full copy on each, queries split between them) or ``shards``
+(1/G of the vectors on each, every query sent to all and the top-k merged) — docs/scale.md.
 
 A saved index is a directory: ``embeddings.npy`` (float32 ``(n, dim)``, opened memory-mapped
 on load), ``index.faiss`` (FAISS's own file format), ``ids.parquet`` (passage ids in index order)
@@ -17,7 +19,7 @@ the corpus fingerprint). Loading it with another encoder or corpus raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -27,6 +29,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from ragutil_dagster.config import GpuLayout
 from ragutil_dagster.data.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.errors import IndexFormatError, IndexMismatchError
 from ragutil_dagster.files import atomic_directory, atomic_path
@@ -97,6 +100,8 @@ class DenseConfig:
     query_prefix: str = ""
     passage_prefix: str = ""
     device: Device = "auto"
+    gpus: GpuLayout = "one"
+    """``one``: GPU 0 (when ``device`` allows a GPU); ``replicas`` / ``shards``: every visible GPU."""
     block_size: int = 16_384
     """Passages embedded and added to the index per block (bounds memory, drives the progress bar)."""
 
@@ -153,10 +158,13 @@ def build_faiss_index(
     block_size: int = 16_384,
     device: Device = "cpu",
     seed: int = 0,
+    gpus: GpuLayout = "one",
 ) -> Any:
     """Build a FAISS index over ``embeddings``, adding block by block (IVF kinds are trained first
     on a random sample). On a GPU (see :func:`_to_device`) the empty index is moved there first,
-    so k-means training and list assignment — the expensive parts at scale — run on the GPU."""
+    so k-means training and list assignment — the expensive parts at scale — run on the GPU. With
+    ``gpus`` ``replicas`` or ``shards`` the trained, still empty index is then spread over every
+    GPU and the vectors are added there (FAISS's own multi-GPU recipe: train once, add to all)."""
     count, dim = embeddings.shape
     if spec.kind == "ivfpq" and dim % spec.pq_m:
         raise ValueError(
@@ -169,6 +177,7 @@ def build_faiss_index(
         # Polysemous codes only serve Hamming-distance filtering, which we never use; training them
         # costs several times the PQ codebooks themselves.
         index.do_polysemous_training = False
+    _check_gpus(spec, device, gpus)
     index = _to_device(index, spec, device)
     if not index.is_trained:
         if count < spec.nlist:
@@ -178,6 +187,7 @@ def build_faiss_index(
         sample_size = min(count, spec.train_size or max(64 * spec.nlist, 10_000))
         sample = np.sort(np.random.default_rng(seed).choice(count, size=sample_size, replace=False))
         index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
+    index = _across_gpus(index, spec, gpus)
     blocks = range(0, count, block_size)
     for start in tqdm(
         blocks, desc=f"add to {spec.kind} index", unit="block", disable=len(blocks) < 4
@@ -188,7 +198,10 @@ def build_faiss_index(
 
 
 def _on_gpu(index: Any) -> bool:
-    return hasattr(faiss, "GpuIndex") and isinstance(index, faiss.GpuIndex)
+    """A GPU index, or the replicas / shards :func:`_across_gpus` spreads over several."""
+    if not hasattr(faiss, "GpuIndex"):
+        return False
+    return isinstance(index, (faiss.GpuIndex, faiss.IndexReplicas, faiss.IndexShards))
 
 
 def _set_search_parameters(index: Any, spec: FaissIndexSpec) -> None:
@@ -215,6 +228,31 @@ def _to_device(index: Any, spec: FaissIndexSpec, device: Device) -> Any:
         spec.kind == "ivfpq"
     )  # GPU IVF-PQ needs fp16 lookup tables above 48 bytes per code
     return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index, options)
+
+
+def _check_gpus(spec: FaissIndexSpec, device: Device, gpus: GpuLayout) -> None:
+    """Several GPUs need faiss's GPU build, CUDA devices and a GPU index kind; say which is missing."""
+    if gpus == "one":
+        return
+    if device == "cpu" or spec.kind == "hnsw":
+        why = "device='cpu'" if device == "cpu" else "FAISS has no GPU HNSW"
+        raise ValueError(f"gpus={gpus!r} spreads the index over GPUs, but {why}; use gpus='one'")
+    if not gpu_available():
+        raise RuntimeError(
+            f"gpus={gpus!r} but faiss has no GPU support or sees no CUDA device; install the [gpu] "
+            "extra (faiss-gpu) on a CUDA machine, or use gpus='one'"
+        )
+
+
+def _across_gpus(index: Any, spec: FaissIndexSpec, gpus: GpuLayout) -> Any:
+    """``index`` (trained; on the CPU or GPU 0) as replicas or shards over every visible GPU."""
+    if gpus == "one":
+        return index
+    options = faiss.GpuMultipleClonerOptions()
+    options.shard = gpus == "shards"
+    options.useFloat16 = spec.kind == "ivfpq"
+    cpu_index = faiss.index_gpu_to_cpu(index) if _on_gpu(index) else index
+    return faiss.index_cpu_to_all_gpus(cpu_index, options)
 
 
 class DenseRetriever:
@@ -247,13 +285,15 @@ class DenseRetriever:
         encoder: TextEncoder,
         config: DenseConfig | None = None,
         embeddings_path: str | Path | None = None,
+        fingerprint: str | None = None,
     ) -> DenseRetriever:
         """Embed ``corpus`` with ``encoder`` and index it. ``embeddings_path`` streams the vectors
-        to a memory-mapped ``.npy`` file instead of memory (see :func:`embed_corpus`)."""
+        to a memory-mapped ``.npy`` file instead of memory (see :func:`embed_corpus`);
+        ``fingerprint``, the corpus's :func:`corpus_fingerprint` when already known, saves hashing it."""
         config = config or DenseConfig()
         embeddings = embed_corpus(corpus, encoder, config, embeddings_path)
         return cls.from_embeddings(
-            corpus["id"], embeddings, encoder.identity, corpus_fingerprint(corpus), config, encoder
+            corpus["id"], embeddings, encoder.identity, fingerprint or corpus_fingerprint(corpus), config, encoder
         )
 
     @classmethod
@@ -271,14 +311,14 @@ class DenseRetriever:
         config = config or DenseConfig()
         if embeddings.ndim != 2 or embeddings.shape[0] != len(ids):
             raise ValueError(f"embeddings of shape {embeddings.shape} do not match {len(ids)} ids")
-        index = build_faiss_index(embeddings, config.index, config.block_size, config.device)
+        index = build_faiss_index(embeddings, config.index, config.block_size, config.device, gpus=config.gpus)
         return cls(ids, embeddings, index, encoder, encoder_identity, config, fingerprint)
 
     def with_index(self, spec: FaissIndexSpec) -> DenseRetriever:
         """The same passages under another FAISS index type, built from the stored embeddings
         (no re-embedding)."""
         config = replace(self.config, index=spec)
-        index = build_faiss_index(self.embeddings, spec, config.block_size, config.device)
+        index = build_faiss_index(self.embeddings, spec, config.block_size, config.device, gpus=config.gpus)
         return DenseRetriever(
             self.ids,
             self.embeddings,
@@ -352,7 +392,8 @@ class DenseRetriever:
             faiss.write_index(cpu_index, str(staging / "index.faiss"))
             self.ids.to_frame().write_parquet(staging / "ids.parquet")
             config = asdict(self.config)
-            config.pop("device")  # a property of the machine searching, not of the index
+            for machine_setting in ("device", "gpus"):  # of the machine searching, not of the index
+                config.pop(machine_setting)
             write_manifest(
                 staging,
                 {
@@ -373,14 +414,16 @@ class DenseRetriever:
         cls,
         directory: str | Path,
         encoder: TextEncoder | None,
-        corpus: pl.DataFrame | None = None,
+        corpus: pl.DataFrame | Mapping[str, Any] | None = None,
         device: Device = "auto",
+        gpus: GpuLayout = "one",
     ) -> DenseRetriever:
         """Load a saved index; embeddings are memory-mapped.
 
         ``encoder`` must be the model the index was built with (same identity and dimension);
-        ``None`` loads it for :meth:`search_vectors` only. With ``corpus``, also checks it is the
-        corpus the index was built from.
+        ``None`` loads it for :meth:`search_vectors` only. With ``corpus`` (the table, or its record
+        as the corpus asset wrote it: no hashing), also checks it is the corpus the index was built
+        from. ``device`` and ``gpus`` place the index for searching, as in :class:`DenseConfig`.
         """
         directory = Path(directory)
         manifest = read_manifest(directory, "dense", FORMAT_VERSION)
@@ -412,9 +455,10 @@ class DenseRetriever:
             )
         stored = manifest["config"]
         config = DenseConfig(
-            **{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device}
+            **{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device, "gpus": gpus}
         )
-        index = _to_device(index, config.index, device)
+        _check_gpus(config.index, device, gpus)
+        index = _across_gpus(index, config.index, gpus) if gpus != "one" else _to_device(index, config.index, device)
         _set_search_parameters(index, config.index)
         return cls(
             ids,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +47,22 @@ def read_manifest(directory: str | Path, kind: str, format_version: int) -> dict
     return manifest
 
 
-def check_corpus(manifest: dict[str, Any], corpus: pl.DataFrame, directory: Path) -> None:
-    """Raise :class:`IndexMismatchError` unless ``corpus`` is the one the index was built from."""
-    if corpus.height != manifest["size"]:
+def check_corpus(manifest: dict[str, Any], corpus: pl.DataFrame | Mapping[str, Any], directory: Path) -> None:
+    """Raise :class:`IndexMismatchError` unless ``corpus`` is the one the index was built from.
+
+    ``corpus`` is the passage table, hashed here, or its record (``data.corpus.corpus_record``:
+    ``rows`` and ``fingerprint``), as the corpus asset wrote it once: a Wikipedia-scale corpus is
+    then neither read nor hashed again at every index load."""
+    if isinstance(corpus, pl.DataFrame):
+        rows, fingerprint = corpus.height, None
+    else:
+        rows, fingerprint = corpus["rows"], corpus["fingerprint"]
+    if rows != manifest["size"]:
         raise IndexMismatchError(
-            f"{directory}: index built over {manifest['size']} passages, given a corpus of {corpus.height}; "
+            f"{directory}: index built over {manifest['size']} passages, given a corpus of {rows}; "
             "rebuild the index for this corpus"
         )
-    fingerprint = corpus_fingerprint(corpus)
+    fingerprint = fingerprint or corpus_fingerprint(corpus)
     if fingerprint != manifest["corpus_fingerprint"]:
         raise IndexMismatchError(
             f"{directory}: index built from corpus {manifest['corpus_fingerprint']}, given corpus {fingerprint} "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import dagster as dg
 import polars as pl
 import pytest
@@ -146,3 +149,71 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     assert keys["retrieval_run"] == [s.key for s in tiny_experiment.settings()]
     assert keys["generations"] == [str(k) for k in parts.setting_generator.get_partition_keys()]
     assert keys["reports"] == [None]
+
+
+def test_partitions_run_side_by_side_on_the_multiprocess_executor(
+    materialized, tiny_world, make_tiny_config, tmp_path, monkeypatch
+) -> None:
+    """``ragutil run --workers 2`` on the BM25 half of the tiny experiment: two partitions of a
+    step at a time, each a Dagster run on the multiprocess executor. The event log shows model
+    steps (the ``gpu`` pool, limit 1) one at a time, other steps beside them, every step in a
+    process of its own; the scores equal the in-process run's."""
+    from polars.testing import assert_frame_equal
+
+    from ragutil_dagster.assets.common import GPU_POOL
+    from ragutil_dagster.config import parse_config
+    from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+    from ragutil_dagster.runner import dagster_instance
+
+    monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)
+    monkeypatch.delenv(DAGSTER_POSTGRES_URL_VARIABLE, raising=False)
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    experiment = parse_config({**config, "retrievers": config["retrievers"][:1]})
+    home = tmp_path / "home"
+    parts, assets = build_assets(experiment)
+    instance = dagster_instance(home)
+    outcome = materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance,
+                              progress=False, workers=2)
+    assert_frame_equal(outcome.summary, materialized[2].summary.filter(pl.col("retriever") == "bm25"))
+
+    model_ops = {a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL}
+    steps = []  # (start, end, op, pid, run)
+    for run in instance.get_runs():
+        started = {}
+        for entry in instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}):
+            if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+                started[entry.step_key] = (entry.timestamp, entry.dagster_event.pid)
+            else:
+                start, pid = started.pop(entry.step_key)
+                steps.append((start, entry.timestamp, entry.step_key, pid, run.run_id))
+    assert len(instance.get_runs()) == outcome.runs and all(r.is_success for r in instance.get_runs())
+    assert {op for _, _, op, _, _ in steps} >= model_ops
+    model = sorted(s for s in steps if s[2] in model_ops)
+    for before, after in zip(model, model[1:]):
+        assert before[1] <= after[0], f"model steps overlapped: {before[2:]} and {after[2:]}"
+    overlapping = [
+        (a, b) for a in steps for b in steps
+        if a[4] != b[4] and a[0] < b[1] and b[0] < a[1] and {a[2], b[2]} - model_ops
+    ]
+    assert overlapping, "no step of one partition ran beside a step of another"
+    assert os.getpid() not in {s[3] for s in steps} and len({s[3] for s in steps}) == len(steps)
+
+
+def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(materialized) -> None:
+    home, instance, _ = materialized
+
+    def latest(asset: str, partition: str) -> dg.AssetMaterialization:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+        ).records
+        return records[0].asset_materialization
+
+    corpus = latest("corpus", "world")
+    fingerprint = corpus.tags["dagster/data_version"]
+    assert fingerprint.startswith("sha256:") and corpus.metadata["fingerprint"].value == fingerprint
+    for retriever in ("bm25", "dense"):
+        key = f"world__{retriever}"
+        assert latest("index", key).metadata["corpus_fingerprint"].value == fingerprint
+        manifest = json.loads((home / "artifacts" / "index" / key / "manifest.json").read_text())
+        assert manifest["corpus_fingerprint"] == fingerprint

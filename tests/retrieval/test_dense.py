@@ -148,21 +148,61 @@ def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("gpus", ["one", "replicas", "shards"])
 @pytest.mark.parametrize(
     "spec", [FaissIndexSpec(), FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8)]
 )
-def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, tmp_path: Path) -> None:
+def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, gpus: str, tmp_path: Path) -> None:
+    """GPU 0 alone, or replicas / shards over every GPU (one GPU is enough to run them)."""
     if not gpu_available():
         pytest.skip("needs faiss with GPU support and a CUDA device")
     flat, queries = random_index
     query_ids = [f"q{i}" for i in range(len(queries))]
     cpu = flat.with_index(spec)
     gpu = DenseRetriever.from_embeddings(
-        flat.ids, flat.embeddings, "random", "", DenseConfig(index=spec, device="cuda")
+        flat.ids, flat.embeddings, "random", "", DenseConfig(index=spec, device="cuda", gpus=gpus)
     )
     exact = flat.search_vectors(query_ids, queries, 10)
     expected = _overlap(cpu.search_vectors(query_ids, queries, 10), exact)
     assert _overlap(gpu.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
     gpu.save(tmp_path / "gpu")
-    reloaded = DenseRetriever.load(tmp_path / "gpu", None, device="cpu")
+    # Saved from the GPUs, it loads on the CPU, or spread over them again.
+    reloaded = DenseRetriever.load(tmp_path / "gpu", None, device="cpu" if gpus == "one" else "cuda", gpus=gpus)
     assert _overlap(reloaded.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
+
+
+def test_a_corpus_record_checks_an_index_without_hashing_the_corpus(
+    dense: DenseRetriever, world, minilm, tmp_path: Path, monkeypatch
+) -> None:
+    """The corpus asset writes its record (fingerprint, rows) once; loading an index against
+    that record reads no passage and hashes nothing."""
+    from ragutil_dagster.data.corpus import corpus_record
+    from ragutil_dagster.retrieval import io
+
+    dense.save(tmp_path / "dense")
+    record = corpus_record(world.corpus)
+
+    def no_hashing(corpus):
+        raise AssertionError("the corpus was hashed again")
+
+    monkeypatch.setattr(io, "corpus_fingerprint", no_hashing)
+    assert len(DenseRetriever.load(tmp_path / "dense", minilm, record)) == world.corpus.height
+    with pytest.raises(IndexMismatchError, match="given corpus sha256:0+ "):
+        DenseRetriever.load(tmp_path / "dense", None, {**record, "fingerprint": "sha256:" + "0" * 64})
+    with pytest.raises(IndexMismatchError, match="given a corpus of 3"):
+        DenseRetriever.load(tmp_path / "dense", None, {**record, "rows": 3})
+
+
+def test_gpu_layouts_say_what_is_missing(random_index, world, hash_encoder) -> None:
+    flat, _ = random_index
+    with pytest.raises(ValueError, match="gpus='shards' .* device='cpu'"):
+        DenseRetriever.from_embeddings(
+            flat.ids, flat.embeddings, "random", "", DenseConfig(device="cpu", gpus="shards")
+        )
+    with pytest.raises(ValueError, match="FAISS has no GPU HNSW"):
+        DenseRetriever.from_embeddings(
+            flat.ids, flat.embeddings, "random", "", DenseConfig(index=FaissIndexSpec(kind="hnsw"), gpus="replicas")
+        )
+    if not gpu_available():
+        with pytest.raises(RuntimeError, match="gpus='replicas' but faiss has no GPU support"):
+            DenseRetriever.build(world.corpus.head(20), hash_encoder, DenseConfig(gpus="replicas"))
