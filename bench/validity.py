@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from ragutil_dagster import prompts
+from ragutil_dagster.embedded import layout
 from ragutil_dagster.metrics import seper as seper_metric
 from ragutil_dagster.metrics.answers import exact_match, f1
 from ragutil_dagster.metrics.stats import pearson
@@ -229,9 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     cases = load_cases(build_dir / "world", args.max_per_type)
-    generator = HFGenerator(str(build_dir / "reader"), device="cpu")
+    generator = HFGenerator(str(build_dir / layout.READER), device="cpu")
     samples = generator.sample([c.prompt for c in cases], SamplingParams(n=args.n, temperature=args.temperature, max_new_tokens=8, seed=args.seed))
-    entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
+    entail = Entailment(str(build_dir / layout.WORLD_NLI), device="cpu", batch_size=256, cache=False)
     rows = deltas(cases, score_cases(cases, samples, entail))
     kept, dropped = paper_protocol(rows)
     table, table_all, roles = correlations(kept), correlations(rows), role_means(rows)
