@@ -16,7 +16,7 @@ SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
 
 def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
     """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
-    reader and world NLI (the package's trained models, in seconds; trained, ≈ 20 min on 2 cores,
+    reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
     when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 4 min) when
     the config names it."""
     from ragutil_dagster.embedded import layout
@@ -38,7 +38,7 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
         not_installed = install(target, size=size)
         if not_installed:
             print(f"The embedded world and models are missing, and {not_installed}: training them "
-                  f"into {target} (once, ≈ 20 min on 2 cores).", flush=True)
+                  f"into {target} (once, ≈ 16 min of one core).", flush=True)
             trained = train_all(target, size=size, progress=progress, answer_nli_size=None)
             print(format_quality(trained.quality), flush=True)
         else:

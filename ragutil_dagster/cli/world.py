@@ -44,7 +44,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0, help="seed of world and training (default 0)")
     build.add_argument("--size", choices=("default", "ci"), default="default",
-                       help="default: 500 entities, ~20 min of one CPU core; ci: 100, ~3 min")
+                       help="default: 500 entities, ~16 min of one CPU core; ci: 100, ~3 min")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_world_build)
     ship = world_sub.add_parser(
