@@ -57,7 +57,10 @@ def test_shipped_reader_meets_quality_thresholds(quality: dict, condition: str) 
 
 def test_shipped_quality_is_what_the_training_measured(record: dict, quality: dict) -> None:
     """The weights in the package are the ones the build record describes."""
-    assert quality == pytest.approx(record["quality"])
+    assert quality.keys() == record["quality"].keys()
+    for condition, measured in record["quality"].items():
+        assert quality[condition]["n"] == measured["n"]
+        assert quality[condition]["has_answer"] == pytest.approx(measured["has_answer"]), condition
 
 
 def test_shipped_world_nli_separates_answers(record: dict) -> None:
