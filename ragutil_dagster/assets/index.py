@@ -1,4 +1,5 @@
-"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus."""
+"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus (a hybrid
+retriever has none of its own: it searches the indexes of the retrievers it fuses)."""
 
 
 import time
@@ -7,11 +8,12 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GPU_POOL, GROUP, check_result
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
+from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, Setting, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec
+from ragutil_dagster.retrieval.fusion import HybridSearcher, Searcher
 
 
 def split_index_key(experiment: ExperimentConfig, key: str) -> tuple[str, RetrieverConfig]:
@@ -27,6 +29,18 @@ def load_index(store: ArtifactStore, models: ModelRegistry, retriever: Retriever
     if retriever.kind == "bm25":
         return BM25Retriever.load(directory, corpus)
     return DenseRetriever.load(directory, models.embedder(retriever.model, retriever.revision), corpus)
+
+
+def load_searcher(store: ArtifactStore, models: ModelRegistry, experiment: ExperimentConfig, setting: Setting) -> Searcher:
+    """What ``setting``'s retriever searches with: its index, or a hybrid's fusion of the indexes
+    of the retrievers it fuses."""
+    indexes = [
+        load_index(store, models, split_index_key(experiment, key)[1], key) for key in experiment.searched_indexes(setting)
+    ]
+    retriever = experiment.retriever(setting.retriever)
+    if retriever.kind != "hybrid":
+        return indexes[0]
+    return HybridSearcher(indexes, rrf_k=retriever.rrf_k, depth=retriever.depth)
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
