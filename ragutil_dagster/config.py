@@ -99,9 +99,10 @@ class DatasetConfig(_Strict):
     @model_validator(mode="after")
     def _paths_for_the_format(self) -> DatasetConfig:
         if self.format != "synthetic" and not self.path:
-            what = {"beir": "the folder holding corpus.jsonl", "squad": "the SQuAD JSON file",
-                    "qa": "the questions file"}[self.format]
-            raise ValueError(f"a {self.format} dataset needs 'path' ({what})")
+            what = {"beir": "BEIR dataset needs 'path' (the folder holding corpus.jsonl)",
+                    "squad": "SQuAD dataset needs 'path' (the SQuAD JSON file)",
+                    "qa": "qa dataset needs 'path' (the questions file)"}[self.format]
+            raise ValueError(f"a {what}")
         if (self.format == "qa") != bool(self.corpus):
             raise ValueError("'corpus' (the passages file) is for format qa, and format qa needs it")
         if self.qrels and self.format != "qa":
