@@ -126,13 +126,15 @@ class RetrieverConfig(_Strict):
     depth: int = Field(default=100, ge=1)
 
     @model_validator(mode="after")
-    def _dense_needs_a_model(self) -> RetrieverConfig:
+    def _fields_for_the_kind(self) -> RetrieverConfig:
         if self.kind == "dense" and not self.model:
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
         if self.kind != "dense" and self.model:
             raise ValueError(f"a {self.kind} retriever takes no 'model'")
         if (self.kind == "hybrid") != (self.fuse is not None):
             raise ValueError("'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it")
+        if self.kind != "hybrid" and (given := sorted({"rrf_k", "depth"} & self.model_fields_set)):
+            raise ValueError(f"{given} are for kind hybrid, not {self.kind}")
         if self.fuse is not None and (len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)):
             raise ValueError(f"a hybrid retriever fuses two or more distinct retrievers, got {self.fuse}")
         return self
@@ -306,7 +308,7 @@ class ExperimentConfig(_Strict):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 raise ValueError(f"{what} names must be unique; repeated: {repeated}")
-        indexed = {r.name for r in self.retrievers if r.kind != "hybrid"}
+        indexed = {r.name for r in self.indexed_retrievers()}
         for retriever in self.retrievers:
             if unknown := sorted(set(retriever.fuse or ()) - indexed):
                 raise ValueError(

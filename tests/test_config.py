@@ -55,6 +55,7 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
         ({"retrievers": [{"name": "bm25", "kind": "bm25"}, {"name": "h", "kind": "hybrid", "fuse": ["bm25"]}]},
          "two or more distinct retrievers"),
         ({"retrievers": [{"name": "h", "kind": "hybrid"}]}, "kind hybrid needs it"),
+        ({"retrievers": [{"name": "bm25", "kind": "bm25", "depth": 50}]}, r"\['depth'\] are for kind hybrid, not bm25"),
         ({"retrievers": [{"name": "bm25", "kind": "bm25", "fuse": ["a", "b"]}]}, "'fuse' .* is for kind hybrid"),
         ({"retrievers": [{"name": "bm25", "kind": "bm25"}, {"name": "h", "kind": "hybrid", "fuse": ["bm25", "h"]}]},
          r"fuses \['h'\]"),
