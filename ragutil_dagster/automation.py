@@ -45,15 +45,16 @@ def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | 
     return models
 
 
-def _partition_matches(role: str, key: str | dg.MultiPartitionKey) -> bool:
+def _partition_matches(role: str, key: str | dg.MultiPartitionKey, experiment: ExperimentConfig) -> bool:
     """Whether an asset partition depends on the model of inventory key ``role``."""
     kind, _, name = role.partition(":")
     dims = key.keys_by_dimension if isinstance(key, dg.MultiPartitionKey) else _static_dimension(key)
     if kind == "generator":
         return dims.get("generator") == name
     if kind == "retriever":
-        if "setting" in dims:
-            return Setting.parse(dims["setting"]).retriever == name
+        if "setting" in dims:  # a hybrid's settings search the indexes of the retrievers it fuses
+            searched = experiment.searched_indexes(Setting.parse(dims["setting"]))
+            return any(parse_index_partition_key(index)[1] == name for index in searched)
         if "index" in dims:
             return parse_index_partition_key(dims["index"])[1] == name
     return True  # the NLI model and the reranker serve every partition that reads them
@@ -72,7 +73,7 @@ _MODEL_KIND = {"generator": "generator", "nli": "nli", "retriever": "embedder", 
 
 
 def affected_runs(
-    changed: Iterable[str], assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]
+    changed: Iterable[str], assets: Sequence[dg.AssetsDefinition | dg.SourceAsset], experiment: ExperimentConfig
 ) -> list[dg.RunRequest]:
     """The runs a change of the models in ``changed`` (inventory keys) calls for, read off the
     asset graph: everything downstream of that model's identity source asset, in the partitions
@@ -94,7 +95,7 @@ def affected_runs(
         for keys in groups.values():
             names = tuple(k.to_user_string() for k in keys)
             for partition in by_key[keys[0]].partitions_def.get_partition_keys():
-                if _partition_matches(role, partition):
+                if _partition_matches(role, partition, experiment):
                     requests.setdefault((names, str(partition)), set()).add(role)
     return [
         dg.RunRequest(
@@ -128,7 +129,7 @@ def build_model_sensor(
         changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]
         for role in changed:
             context.log.info(f"{role}: identity {seen.get(role)} → {now[role]}")
-        return dg.SensorResult(run_requests=affected_runs(changed, assets), cursor=json.dumps(now, sort_keys=True))
+        return dg.SensorResult(run_requests=affected_runs(changed, assets, experiment), cursor=json.dumps(now, sort_keys=True))
 
     return model_identity_sensor
 

@@ -57,22 +57,58 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DatasetConfig(_Strict):
-    """A QA dataset: a BEIR folder whose queries carry gold ``answers``, or the synthetic world.
+class ChunkingConfig(_Strict):
+    """Cutting long documents into passages (data/chunking.py): ``words`` — windows of ``size``
+    words (DPR's psgs_w100: 100); ``sentences`` — windows of ``size`` whole sentences; ``tokens`` —
+    whole sentences packed up to ``size`` MiniLM (bert-base-uncased) tokens (MIRAGE: 330).
+    ``overlap`` counts the words / sentences consecutive passages share."""
 
-    ``path`` defaults, for ``format: synthetic``, to the embedded world under ``RAGUTIL_HOME``.
-    """
-
-    name: Slug
-    format: Literal["synthetic", "beir"]
-    path: str | None = None
-    split: str = "test"
-    max_queries: int | None = Field(default=None, ge=1)
+    unit: Literal["words", "sentences", "tokens"]
+    size: int = Field(ge=1)
+    overlap: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
-    def _beir_needs_a_path(self) -> DatasetConfig:
-        if self.format == "beir" and not self.path:
-            raise ValueError("a BEIR dataset needs 'path' (the folder holding corpus.jsonl)")
+    def _overlap_below_size(self) -> ChunkingConfig:
+        if self.unit != "tokens" and self.overlap >= self.size:
+            raise ValueError(f"overlap ({self.overlap}) must be smaller than size ({self.size})")
+        return self
+
+
+class DatasetConfig(_Strict):
+    """A QA dataset (formats in docs/datasets.md; readers in data/qa.py):
+
+    - ``synthetic``: the embedded world (``path`` defaults to it, under ``RAGUTIL_HOME``);
+    - ``beir``: a BEIR folder whose queries carry gold ``answers``;
+    - ``squad``: an official SQuAD JSON file (paragraphs → corpus, questions → queries);
+    - ``qa``: questions with answers (JSONL / Parquet, NQ-open style) in ``path`` over the
+      passages of ``corpus`` (JSONL, Parquet or DPR's psgs_w100.tsv), judged by ``qrels`` when
+      given, else by answer containment.
+
+    Paths are relative to the working directory; ``~`` and ``$VARIABLES`` are expanded.
+    ``chunking`` cuts the corpus's documents into passages, document-level qrels mapped onto them."""
+
+    name: Slug
+    format: Literal["synthetic", "beir", "squad", "qa"]
+    path: str | None = None
+    corpus: str | None = None
+    qrels: str | None = None
+    split: str = "test"
+    max_queries: int | None = Field(default=None, ge=1)
+    chunking: ChunkingConfig | None = None
+
+    @model_validator(mode="after")
+    def _paths_for_the_format(self) -> DatasetConfig:
+        if self.format != "synthetic" and not self.path:
+            what = {"beir": "BEIR dataset needs 'path' (the folder holding corpus.jsonl)",
+                    "squad": "SQuAD dataset needs 'path' (the SQuAD JSON file)",
+                    "qa": "qa dataset needs 'path' (the questions file)"}[self.format]
+            raise ValueError(f"a {what}")
+        if (self.format == "qa") != bool(self.corpus):
+            raise ValueError("'corpus' (the passages file) is for format qa, and format qa needs it")
+        if self.qrels and self.format != "qa":
+            raise ValueError(f"'qrels' is for format qa; a {self.format} dataset carries its own")
+        if self.chunking and self.format == "synthetic":
+            raise ValueError("the synthetic world's passages are its ground truth: they cannot be chunked")
         return self
 
 
@@ -82,7 +118,8 @@ GpuLayout = Literal["one", "replicas", "shards"]
 
 
 class RetrieverConfig(_Strict):
-    """A first-stage retriever: BM25 (bm25s) or dense (sentence-transformers + FAISS).
+    """A first-stage retriever: BM25 (bm25s), dense (sentence-transformers + FAISS), or hybrid:
+    reciprocal rank fusion (``rrf_k``) of the first ``depth`` hits of the retrievers it ``fuse``s.
 
     ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
     ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
@@ -90,20 +127,29 @@ class RetrieverConfig(_Strict):
     both need faiss's GPU build and CUDA devices where the index is built and searched."""
 
     name: Slug
-    kind: Literal["bm25", "dense"]
+    kind: Literal["bm25", "dense", "hybrid"]
     model: ModelName | None = None
     revision: str | None = None
     index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
     gpus: GpuLayout = "one"
+    fuse: list[Slug] | None = None
+    rrf_k: int = Field(default=60, ge=0)
+    depth: int = Field(default=100, ge=1)
 
     @model_validator(mode="after")
-    def _dense_needs_a_model(self) -> RetrieverConfig:
+    def _fields_for_the_kind(self) -> RetrieverConfig:
         if self.kind == "dense" and not self.model:
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
-        if self.kind == "bm25" and self.model:
-            raise ValueError("a BM25 retriever takes no 'model'")
-        if self.gpus != "one" and (self.kind == "bm25" or self.index == "hnsw"):
-            what = "a BM25 retriever" if self.kind == "bm25" else "an hnsw index (FAISS has no GPU HNSW)"
+        if self.kind != "dense" and self.model:
+            raise ValueError(f"a {self.kind} retriever takes no 'model'")
+        if (self.kind == "hybrid") != (self.fuse is not None):
+            raise ValueError("'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it")
+        if self.kind != "hybrid" and (given := sorted({"rrf_k", "depth"} & self.model_fields_set)):
+            raise ValueError(f"{given} are for kind hybrid, not {self.kind}")
+        if self.fuse is not None and (len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)):
+            raise ValueError(f"a hybrid retriever fuses two or more distinct retrievers, got {self.fuse}")
+        if self.gpus != "one" and (self.kind != "dense" or self.index == "hnsw"):
+            what = "an hnsw index (FAISS has no GPU HNSW)" if self.kind == "dense" else f"a {self.kind} retriever"
             raise ValueError(f"gpus: {self.gpus} spreads a FAISS index over GPUs; {what} stays on the CPU")
         return self
 
@@ -296,6 +342,13 @@ class ExperimentConfig(_Strict):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 raise ValueError(f"{what} names must be unique; repeated: {repeated}")
+        indexed = {r.name for r in self.indexed_retrievers()}
+        for retriever in self.retrievers:
+            if unknown := sorted(set(retriever.fuse or ()) - indexed):
+                raise ValueError(
+                    f"hybrid retriever {retriever.name!r} fuses {unknown}, not a bm25 or dense retriever "
+                    f"of this config ({sorted(indexed)})"
+                )
         if self.reranker and max(self.k) > self.reranker.candidates:
             raise ValueError(
                 f"the reranker reorders {self.reranker.candidates} candidates, fewer than k = {max(self.k)}"
@@ -327,6 +380,15 @@ class ExperimentConfig(_Strict):
 
     def generator(self, name: str) -> GeneratorConfig:
         return _by_name(self.generators, name, "generator")
+
+    def indexed_retrievers(self) -> list[RetrieverConfig]:
+        """The retrievers with an index of their own (all but the hybrids, which fuse them)."""
+        return [r for r in self.retrievers if r.kind != "hybrid"]
+
+    def searched_indexes(self, setting: Setting) -> list[str]:
+        """The index partitions ``setting`` searches: its retriever's, or a hybrid's fused ones."""
+        retriever = self.retriever(setting.retriever)
+        return [index_partition_key(setting.dataset, name) for name in retriever.fuse or [retriever.name]]
 
     def fingerprint(self) -> str:
         """Hash of the whole config: part of every MLflow run key."""
@@ -368,11 +430,6 @@ class Setting:
     def key(self) -> str:
         parts = [self.dataset, self.retriever, f"k{self.k}"]
         return KEY_SEPARATOR.join(parts + ([self.reranker] if self.reranker else []))
-
-    @property
-    def index_key(self) -> str:
-        """The dataset × retriever partition of the index this setting searches."""
-        return index_partition_key(self.dataset, self.retriever)
 
     @classmethod
     def parse(cls, key: str) -> Setting:

@@ -1,4 +1,5 @@
-"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus.
+"""``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus (a hybrid
+retriever has none of its own: it searches the indexes of the retrievers it fuses).
 
 The corpus fingerprint is computed once, when the corpus asset is materialised (its data version
 and its ``corpus_record``); building and loading an index read it from that record instead of
@@ -11,11 +12,12 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, check_result
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, parse_index_partition_key
+from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, Setting, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec
+from ragutil_dagster.retrieval.fusion import HybridSearcher, Searcher
 from ragutil_dagster.tables import CORPUS_RECORD
 
 
@@ -34,6 +36,18 @@ def load_index(store: ArtifactStore, models: ModelRegistry, retriever: Retriever
         return BM25Retriever.load(directory, record)
     embedder = models.embedder(retriever.model, retriever.revision)
     return DenseRetriever.load(directory, embedder, record, gpus=retriever.gpus)
+
+
+def load_searcher(store: ArtifactStore, models: ModelRegistry, experiment: ExperimentConfig, setting: Setting) -> Searcher:
+    """What ``setting``'s retriever searches with: its index, or a hybrid's fusion of the indexes
+    of the retrievers it fuses."""
+    indexes = [
+        load_index(store, models, split_index_key(experiment, key)[1], key) for key in experiment.searched_indexes(setting)
+    ]
+    retriever = experiment.retriever(setting.retriever)
+    if retriever.kind != "hybrid":
+        return indexes[0]
+    return HybridSearcher(indexes, rrf_k=retriever.rrf_k, depth=retriever.depth)
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:

@@ -29,13 +29,15 @@ class Partitions:
 
     def dataset_to_index(self) -> dg.StaticPartitionMapping:
         return dg.StaticPartitionMapping(
-            {d.name: [index_partition_key(d.name, r.name) for r in self.experiment.retrievers] for d in self.experiment.datasets}
+            {d.name: [index_partition_key(d.name, r.name) for r in self.experiment.indexed_retrievers()]
+             for d in self.experiment.datasets}
         )
 
     def index_to_setting(self) -> dg.StaticPartitionMapping:
         table: dict[str, list[str]] = {}
         for setting in self.experiment.settings():
-            table.setdefault(setting.index_key, []).append(setting.key)
+            for index in self.experiment.searched_indexes(setting):
+                table.setdefault(index, []).append(setting.key)
         return dg.StaticPartitionMapping(table)
 
     def dataset_to_setting(self) -> dg.StaticPartitionMapping:
@@ -86,7 +88,9 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
     setting = dg.StaticPartitionsDefinition([s.key for s in experiment.settings()])
     return Partitions(
         dataset=dataset,
-        index=dg.StaticPartitionsDefinition([index_partition_key(d, r.name) for d in datasets for r in experiment.retrievers]),
+        index=dg.StaticPartitionsDefinition(
+            [index_partition_key(d, r.name) for d in datasets for r in experiment.indexed_retrievers()]
+        ),
         setting=setting,
         generator=generator,
         dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),

@@ -16,7 +16,7 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
-from ragutil_dagster.assets.index import load_index
+from ragutil_dagster.assets.index import load_searcher
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
 from ragutil_dagster.errors import ConfigError
@@ -78,7 +78,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 f"k: {setting.k} exceeds the {corpus.height} passages of dataset {setting.dataset!r}; "
                 f"list only k values up to the corpus size"
             )
-        searcher = load_index(store, models, retriever, setting.index_key)
+        searcher = load_searcher(store, models, experiment, setting)
         query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
         reranker = experiment.reranker
         depth = min(reranker.candidates, corpus.height) if reranker else setting.k

@@ -45,7 +45,8 @@ def _score(args: argparse.Namespace) -> int:
     warning = records_warning(experiment, spec, args.file)
     if warning:
         print_loudly(warning)
-    ensure_embedded_models(experiment, progress=not args.quiet)
+    # Only what scoring uses: the named generator and the NLI (not, say, another generator's world).
+    ensure_embedded_models(experiment.model_copy(update={"generators": [spec]}), progress=not args.quiet)
     models = build_resources(show_progress=not args.quiet, for_dagster=False)["models"]
     scores = score_records(
         records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)

@@ -1,9 +1,10 @@
 """Cutting long documents into retrievable passages.
 
-Two strategies, one per reference setting:
+Three strategies:
 
 - :func:`chunk_words` — fixed word windows, as DPR's 100-word Wikipedia passages
   (``psgs_w100``), optionally overlapping.
+- :func:`chunk_sentences` — windows of a fixed number of whole sentences, optionally overlapping.
 - :func:`chunk_tokens` — token-budgeted chunks that keep sentences whole, as MIRAGE §3.3
   (330 BERT-base-uncased tokens, "recursive, sentence-level"): sentences are packed greedily
   up to the budget; a sentence longer than the budget is split at word boundaries.
@@ -11,6 +12,7 @@ Two strategies, one per reference setting:
 Both return the passage schema of :mod:`ragutil_dagster.data.corpus`: ``id``, ``text``,
 ``title`` (copied from the document) and ``doc_id``. Passage ids are ``<doc_id>#<n>`` with
 ``n`` counting from 0 within the document, so they are stable across runs and name their source.
+:func:`passage_qrels` maps judgements of the documents onto their passages.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import polars as pl
 from tqdm.auto import tqdm
 
+from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.tables import PASSAGE_SCHEMA
 
 TokenCounter = Callable[[Sequence[str]], Sequence[int]]
@@ -99,6 +102,44 @@ def chunk_words(corpus: pl.DataFrame, words: int = 100, overlap: int = 0) -> pl.
             (doc_id, title, windows(text))
             for doc_id, text, title in _documents(corpus, "chunk (words)")
         )
+    )
+
+
+def chunk_sentences(corpus: pl.DataFrame, sentences: int = 5, overlap: int = 0) -> pl.DataFrame:
+    """Cut each document into windows of ``sentences`` whole sentences (:func:`split_sentences`),
+    consecutive windows sharing ``overlap`` sentences. The last window may be shorter."""
+    if sentences < 1 or not 0 <= overlap < sentences:
+        raise ValueError(
+            f"need sentences >= 1 and 0 <= overlap < sentences, got sentences={sentences}, overlap={overlap}"
+        )
+
+    def windows(text: str) -> list[str]:
+        units = split_sentences(text)
+        return _pack(units, [1] * len(units), sentences, overlap)  # a budget of `sentences` units
+
+    return _passages(
+        (
+            (doc_id, title, windows(text))
+            for doc_id, text, title in _documents(corpus, "chunk (sentences)")
+        )
+    )
+
+
+def passage_qrels(
+    qrels: pl.DataFrame, passages: pl.DataFrame, answers: dict[str, list[str]]
+) -> pl.DataFrame:
+    """Judgements of documents as judgements of the passages cut from them: of a judged document,
+    the passages holding one of the query's gold ``answers`` (DPR ``has_answer``) take its relevance
+    — the answer is what made the document relevant; when none holds one (the answer spans two
+    windows), every passage of the document does."""
+    pairs = qrels.join(
+        passages.select(pl.col("id").alias("passage_id"), "doc_id", "text"), on="doc_id"
+    )
+    holds = [has_answer(text, answers[query]) for query, text in zip(pairs["query_id"], pairs["text"])]
+    pairs = pairs.with_columns(pl.Series("holds", holds, dtype=pl.Boolean))
+    kept = pairs.filter(pl.col("holds") | ~pl.col("holds").any().over("query_id", "doc_id"))
+    return kept.select("query_id", pl.col("passage_id").alias("doc_id"), "relevance").sort(
+        "query_id", "doc_id"
     )
 
 

@@ -35,7 +35,7 @@ from ragutil_dagster.tables import BEIR_QUERY_SCHEMA, CORPUS_SCHEMA, PASSAGE_SCH
 csv.field_size_limit(1 << 30)
 
 
-def _open_error(path: Path, exc: OSError) -> CorpusValidationError:
+def open_error(path: Path, exc: OSError) -> CorpusValidationError:
     """A file that cannot be opened, as one error naming it (not an ``[Errno N]`` traceback)."""
     reason = {
         FileNotFoundError: "no such file",
@@ -52,7 +52,7 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         handle = path.open("rb")
     except OSError as exc:
-        raise _open_error(path, exc) from None
+        raise open_error(path, exc) from None
     with handle:
         for number, raw in enumerate(handle, start=1):
             try:
@@ -258,19 +258,23 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
     return collector.frame()
 
 
-def read_parquet_corpus(path: str | Path) -> pl.DataFrame:
-    """Read a Parquet corpus with columns ``id``, ``text`` and optional ``title``; rows are 1-based."""
+def read_parquet_table(path: str | Path) -> pl.DataFrame:
+    """Read a Parquet file; a missing or unreadable one is one error naming it."""
     path = Path(path)
     if not path.is_file():
-        raise _open_error(path, FileNotFoundError() if not path.exists() else IsADirectoryError())
+        raise open_error(path, FileNotFoundError() if not path.exists() else IsADirectoryError())
     try:
-        frame = pl.read_parquet(path)
+        return pl.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 — polars raises several unrelated types here
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CorpusValidationError(
             path, None, None, f"unreadable Parquet file: {reason}"
         ) from None
-    return validate_corpus(frame, source=path)
+
+
+def read_parquet_corpus(path: str | Path) -> pl.DataFrame:
+    """Read a Parquet corpus with columns ``id``, ``text`` and optional ``title``; rows are 1-based."""
+    return validate_corpus(read_parquet_table(path), source=path)
 
 
 def validate_corpus(frame: pl.DataFrame, source: str | Path = "<dataframe>") -> pl.DataFrame:
@@ -410,6 +414,26 @@ def _read_qrels_lines(path: Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={**QRELS_SCHEMA, "line": pl.Int64()}, orient="row")
 
 
+def read_judgements(
+    path: str | Path, query_ids: pl.Series, doc_ids: pl.Series, queries_file: str, corpus_file: str
+) -> pl.DataFrame:
+    """:func:`read_qrels`, every judgement naming a query of ``query_ids`` and a passage of
+    ``doc_ids`` (read from ``queries_file`` and ``corpus_file``, named in the error)."""
+    path = Path(path)
+    qrels = _read_qrels_lines(path)
+    for column, ids, what in (("query_id", query_ids, queries_file), ("doc_id", doc_ids, corpus_file)):
+        unknown = qrels.filter(~pl.col(column).is_in(ids.implode()))
+        if unknown.height:
+            raise CorpusValidationError(
+                path,
+                unknown["line"][0],
+                column,
+                f"{unknown.height} judgements name ids absent from {what}, "
+                f"e.g. {unknown[column][0]!r}",
+            )
+    return qrels.drop("line")
+
+
 @dataclass(frozen=True)
 class BeirDataset:
     """A BEIR folder: the corpus, the queries and the judgements of one split."""
@@ -432,21 +456,7 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
             raise CorpusValidationError(needed, None, None, "missing from the BEIR folder")
     corpus = read_jsonl_corpus(folder / "corpus.jsonl", id_field="_id")
     queries = read_jsonl_queries(folder / "queries.jsonl", id_field="_id")
-    qrels = _read_qrels_lines(qrels_path)
-    for column, table, what in (
-        ("query_id", queries, "queries.jsonl"),
-        ("doc_id", corpus, "corpus.jsonl"),
-    ):
-        unknown = qrels.filter(~pl.col(column).is_in(table["id"].implode()))
-        if unknown.height:
-            raise CorpusValidationError(
-                qrels_path,
-                unknown["line"][0],
-                column,
-                f"{unknown.height} judgements name ids absent from {what}, "
-                f"e.g. {unknown[column][0]!r}",
-            )
-    qrels = qrels.drop("line")
+    qrels = read_judgements(qrels_path, queries["id"], corpus["id"], "queries.jsonl", "corpus.jsonl")
     queries = queries.filter(pl.col("id").is_in(qrels["query_id"].unique().implode()))
     return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import polars as pl
 
@@ -44,3 +46,24 @@ def reciprocal_rank_fusion(
     if top is not None:
         fused = fused.filter(pl.col("rank") <= top)
     return fused.select(list(RUN_SCHEMA))
+
+
+class Searcher(Protocol):
+    """What a retriever gives: the top ``k`` passages of each query as a run table named ``name``."""
+
+    def search(self, queries: pl.DataFrame, k: int = 10, name: str = "") -> pl.DataFrame: ...
+
+
+@dataclass(frozen=True)
+class HybridSearcher:
+    """A hybrid retriever: each of ``searchers`` retrieves its first ``depth`` passages (at least
+    the k asked for), and :func:`reciprocal_rank_fusion` with constant ``rrf_k`` ranks their union."""
+
+    searchers: Sequence[Searcher]
+    rrf_k: int = 60
+    depth: int = 100
+
+    def search(self, queries: pl.DataFrame, k: int = 10, name: str = "hybrid") -> pl.DataFrame:
+        depth = max(self.depth, k)
+        runs = [searcher.search(queries, k=depth, name=f"{name}:{n}") for n, searcher in enumerate(self.searchers)]
+        return reciprocal_rank_fusion(runs, k=self.rrf_k, top=k, name=name)

@@ -64,19 +64,30 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
 def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
-           for r in affected_runs(["nli"], assets)}
+           for r in affected_runs(["nli"], assets, tiny_experiment)}
     nli_steps = (
         "document_scores", "entailment_clusters", "group_scores", "metric_scores", "nli_probabilities",
         "retrieval_correlations",
     )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
-             for r in affected_runs(["retriever:dense"], assets)}
+             for r in affected_runs(["retriever:dense"], assets, tiny_experiment)}
     assert (("index",), "world__dense") in dense
     retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages")))
     assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {"world__dense__k1", "world__dense__k2"}
     assert not any("bm25" in key for _, key in dense)
     assert set(model_inventory(tiny_experiment)) == {"generator:lm0", "nli", "retriever:dense"}
+
+
+def test_a_changed_embedder_requests_the_hybrids_fusing_its_retriever(tiny_world, make_tiny_config) -> None:
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    config["retrievers"].append({"name": "hybrid", "kind": "hybrid", "fuse": ["bm25", "dense"]})
+    experiment = parse_config(config)
+    _, assets = build_assets(experiment)
+    retrieval = {key for r in affected_runs(["retriever:dense"], assets, experiment)
+                 if "retrieval_run" in {k.to_user_string() for k in r.asset_selection} for key in [r.partition_key]}
+    assert retrieval == {f"world__{r}__k{k}" for r in ("dense", "hybrid") for k in (1, 2)}
 
 
 def test_every_asset_carries_the_weekly_condition(tiny_experiment, tmp_path) -> None:

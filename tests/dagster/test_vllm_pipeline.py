@@ -73,14 +73,17 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     assert summary["queries"] == 3
 
 
-def score_squad_records(config: dict, generator: str, tmp_path, monkeypatch, capsys) -> list[dict]:
+def score_squad_records(
+    config: dict, generator: str, tmp_path, monkeypatch, capsys, datasets: list[dict] | None = None
+) -> list[dict]:
     """``ragutil score`` of two SQuAD records with ``generator`` of ``config``; the scored rows,
-    checked for one row per record, in order, with scores in range."""
+    checked for one row per record, in order, with scores in range. ``datasets`` replace the
+    config's (default: a BEIR folder that does not exist)."""
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
     path = tmp_path / "experiment.yaml"
     # Scoring one's own records reads no dataset: the config's dataset path need not exist.
     path.write_text(yaml.safe_dump({
-        **config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+        **config, "datasets": datasets or [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
     }))
     records = tmp_path / "records.jsonl"
     with SQUAD_RECORDS.open(encoding="utf-8") as source:
@@ -114,3 +117,21 @@ def test_ragutil_score_runs_on_an_openai_compatible_server(
         {**vllm_config, "generators": [generator]}, "served", tmp_path, monkeypatch, capsys
     )
     assert all(row["per_context"] for row in scored)  # each context scored alone too
+
+
+def test_ragutil_score_serves_the_squad_example_where_its_dataset_is_absent(
+    vllm_config, tmp_path, monkeypatch, capsys
+) -> None:
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples/squad.yaml").read_text())
+    # The session's SmolLM2 copy and engine settings (no second engine) and the tiny NLI (the
+    # answer NLI would train for ~4 min); the example's dataset, reader and sampling as they are.
+    session = vllm_config["generators"][0]
+    smollm2 = next(g for g in example["generators"] if g["name"] == "smollm2")
+    smollm2.update(model=session["model"], engine=session["engine"])
+    example["nli"] = vllm_config["nli"]
+    monkeypatch.chdir(tmp_path)  # the example's relative SQuAD path leads nowhere from here
+    assert example["datasets"][0]["format"] == "squad" and not Path(example["datasets"][0]["path"]).exists()
+    scored = score_squad_records(example, "smollm2", tmp_path, monkeypatch, capsys, datasets=example["datasets"])
+    assert all(len(row["per_context"]) == 2 for row in scored)
+    # Only what scoring uses was built: no synthetic world for the example's other generator.
+    assert not (tmp_path / "home" / "embedded" / "build.json").exists()

@@ -280,6 +280,25 @@ CASES = [
     Case("beir-missing-qrels", "BEIR folder", "no `qrels/test.tsv`",
          lambda d: read_beir(_beir_without_qrels(d)),
          CorpusValidationError, ("qrels/test.tsv:", "missing from the BEIR folder")),
+    # --- SQuAD JSON and questions with answers over a corpus (docs/datasets.md) ----------------
+    Case("squad-no-answers", "dataset (SQuAD JSON)", "a question with `\"answers\": []`, not `is_impossible`",
+         lambda d: squad(d, answers=[]),
+         CorpusValidationError, ("dev.json:", "field 'data[0].paragraphs[0].qas[0].answers'", "no gold answer")),
+    Case("squad-duplicate-question-id", "dataset (SQuAD JSON)", "question id `q1` in two paragraphs",
+         lambda d: squad(d, repeat=True),
+         CorpusValidationError, ("dev.json:", "field 'data[0].paragraphs[1].qas[0].id'", "duplicate id 'q1'")),
+    Case("squad-malformed-json", "dataset (SQuAD JSON)", "`{\"data\": [` cut off on line 2",
+         lambda d: load_dataset(DatasetConfig(name="s", format="squad", path=str(write(d, "dev.json", '{"data": [\n{"title": ')))),
+         CorpusValidationError, ("dev.json:2:", "invalid JSON")),
+    Case("qa-no-answer-field", "dataset (questions + corpus)", "line 2 is `{\"question\": \"Who?\"}`",
+         lambda d: questions(d, [{"question": "Where was Ada born?", "answer": ["Paris"]}, {"question": "Who?"}]),
+         CorpusValidationError, ("nq.jsonl:2:", "field 'answers'", "one of answers, answer")),
+    Case("qa-empty-answer-list", "dataset (questions + corpus)", "`\"answer\": []`",
+         lambda d: questions(d, [{"question": "Who?", "answer": []}]),
+         CorpusValidationError, ("nq.jsonl:1:", "field 'answer'", "non-empty list")),
+    Case("qa-qrels-unknown-passage", "dataset (questions + corpus)", "qrels judge passage `d9` of no corpus",
+         lambda d: questions(d, [{"id": "q1", "question": "Who?", "answer": ["Ada"]}], qrels="q1\td9\t1\n"),
+         CorpusValidationError, ("qrels.tsv:1:", "field 'doc_id'", "absent from", "'d9'")),
     # --- gold answers and ground truth --------------------------------------------------------
     Case("answers-empty-gold", "gold answers", "`\"answers\": [\"\"]`",
          lambda d: dataset(d, {"queries.jsonl": [{**QUERIES[0], "answers": [""]}]}),
@@ -388,6 +407,25 @@ def _parquet(folder: Path, columns: dict) -> Path:
     path = folder / "corpus.parquet"
     pl.DataFrame(columns).write_parquet(path)
     return path
+
+
+def squad(folder: Path, answers: list | None = None, repeat: bool = False) -> QADataset:
+    """A one-article SQuAD file with question ``q1`` (its answers replaced by ``answers``; asked
+    again about the second paragraph when ``repeat``), loaded."""
+    qa = {"id": "q1", "question": "Where was Ada born?", "answers": [{"text": "Paris"}] if answers is None else answers}
+    paragraphs = [{"context": "Ada was born in Paris.", "qas": [qa]}, {"context": "Rome.", "qas": [qa] if repeat else []}]
+    path = write(folder, "dev.json", json.dumps({"data": [{"title": "Ada", "paragraphs": paragraphs}]}))
+    return load_dataset(DatasetConfig(name="s", format="squad", path=str(path)))
+
+
+def questions(folder: Path, records: list[dict], qrels: str | None = None) -> QADataset:
+    """NQ-open style ``records`` over the valid corpus (as JSONL with ``id``), judged by ``qrels``
+    when given, loaded."""
+    corpus = write(folder, "corpus.jsonl", [{"id": r["_id"], "text": r["text"]} for r in CORPUS])
+    return load_dataset(DatasetConfig(
+        name="nq", format="qa", path=str(write(folder, "nq.jsonl", records)), corpus=str(corpus),
+        qrels=str(write(folder, "qrels.tsv", qrels)) if qrels else None,
+    ))
 
 
 def _beir_without_qrels(folder: Path) -> Path:
