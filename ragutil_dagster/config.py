@@ -144,7 +144,10 @@ class RetrieverConfig(_Strict):
             raise ValueError(f"a {self.kind} retriever takes no 'model'")
         if (self.kind == "hybrid") != (self.fuse is not None):
             raise ValueError("'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it")
-        if self.kind != "hybrid" and (given := sorted({"rrf_k", "depth"} & self.model_fields_set)):
+        # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
+        # multiprocess executor's workers rebuild it from JSON) sets every field.
+        fields = type(self).model_fields
+        if self.kind != "hybrid" and (given := [f for f in ("depth", "rrf_k") if getattr(self, f) != fields[f].default]):
             raise ValueError(f"{given} are for kind hybrid, not {self.kind}")
         if self.fuse is not None and (len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)):
             raise ValueError(f"a hybrid retriever fuses two or more distinct retrievers, got {self.fuse}")

@@ -179,7 +179,10 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
     instance = dagster_instance(home)
     outcome = materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance,
                               progress=False, workers=2)
-    assert_frame_equal(outcome.summary, materialized[2].summary.filter(pl.col("retriever") == "bm25"))
+    # Equal up to float reduction order: the step processes run the models' matmuls with their own
+    # thread pools (ΔSePer_S differed by 7e-6 here once).
+    assert_frame_equal(outcome.summary, materialized[2].summary.filter(pl.col("retriever") == "bm25"),
+                       check_exact=False, rel_tol=1e-3, abs_tol=1e-4)
 
     model_ops = {a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL}
     steps = []  # (start, end, op, pid, run)
@@ -219,5 +222,6 @@ def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(m
     for retriever in ("bm25", "dense"):
         key = f"world__{retriever}"
         assert latest("index", key).metadata["corpus_fingerprint"].value == fingerprint
-        manifest = json.loads((home / "artifacts" / "index" / key / "manifest.json").read_text())
+        index_files = ArtifactStore(home=str(home)).local_files("index", key, "index")
+        manifest = json.loads((index_files / "manifest.json").read_text())
         assert manifest["corpus_fingerprint"] == fingerprint
