@@ -86,14 +86,23 @@ def test_generators_with_the_same_settings_share_one_engine(vllm_engine: VLLMGen
     assert answer.text.strip() and answer.prompt_tokens == len(encoded)
 
 
-def test_seeded_samples_are_reproducible_bit_for_bit(vllm_engine: VLLMGenerator) -> None:
+def _assert_same_samples(left: list[list], right: list[list]) -> None:
+    """The same token ids and texts; log-probs equal up to the last float bits, which move when
+    the engine's steps batch the requests differently (it did once on a loaded machine: 8.6e-6)."""
+    assert [[(s.token_ids, s.text, s.finish_reason) for s in per] for per in left] == \
+        [[(s.token_ids, s.text, s.finish_reason) for s in per] for per in right]
+    for left_per, right_per in zip(left, right):
+        for a, b in zip(left_per, right_per):
+            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, rtol=0, atol=1e-4)
+
+
+def test_seeded_samples_are_reproducible(vllm_engine: VLLMGenerator) -> None:
     params = SamplingParams(n=4, max_new_tokens=12, seed=21)
     first = vllm_engine.sample(PROMPTS, params)
-    reordered = vllm_engine.sample(PROMPTS[::-1], params)[::-1]
-    assert first == reordered  # token ids, texts and log-probs, bit for bit
+    _assert_same_samples(first, vllm_engine.sample(PROMPTS[::-1], params)[::-1])
     # vLLM seeds sample j with (prompt seed + j): asking for fewer keeps the first ones.
     fewer = vllm_engine.sample(PROMPTS, SamplingParams(n=2, max_new_tokens=12, seed=21))
-    assert [per[:2] for per in first] == fewer
+    _assert_same_samples([per[:2] for per in first], fewer)
 
 
 def test_many_long_seeded_prompts_do_not_crash_the_engine(vllm_engine: VLLMGenerator) -> None:
