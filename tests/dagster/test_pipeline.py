@@ -180,9 +180,11 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
     outcome = materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance,
                               progress=False, workers=2)
     # Equal up to float reduction order: the step processes run the models' matmuls with their own
-    # thread pools (ΔSePer_S differed by 7e-6 here once).
+    # thread pools and batch mates, and the untrained tiny models sit near ties, so a last-bit
+    # difference can move a sampled token of a low-likelihood sample (measured here: ΔSePer_S
+    # 7e-6 apart once, a Pearson correlation 2.3e-4 apart another time).
     assert_frame_equal(outcome.summary, materialized[2].summary.filter(pl.col("retriever") == "bm25"),
-                       check_exact=False, rel_tol=1e-3, abs_tol=1e-4)
+                       check_exact=False, rel_tol=1e-2, abs_tol=2e-3)
 
     model_ops = {a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL}
     steps = []  # (start, end, op, pid, run)

@@ -226,9 +226,10 @@ FLEET_QUESTIONS = [
 
 
 def test_a_fleet_survives_a_replica_killed_mid_sampling(vllm_server, second_replica) -> None:
-    """Two vLLM servers of SmolLM2; once both have answered sampling requests, the second is
-    killed (SIGKILL to its process group, by PID). The run ends on the first, with the samples
-    of a one-server run of the same seeded requests."""
+    """Two vLLM servers of SmolLM2; once the first has answered a sampling request while the
+    second is working on one, the second is killed (SIGKILL to its process group, by PID): its
+    request in flight fails and is retried on the first. The run ends on the first, with the
+    samples of a one-server run of the same seeded requests."""
     second, process = second_replica
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, stop=(), seed=13)
     options = {"tokenizer": str(vllm_server.model_dir), "use_chat_template": True,
@@ -240,16 +241,18 @@ def test_a_fleet_survives_a_replica_killed_mid_sampling(vllm_server, second_repl
     sampled = threading.Event()
     at_kill: list[int] = []
 
-    def kill_once_both_served() -> None:
+    def kill_the_second_mid_request() -> None:
         while not sampled.is_set():
-            served = [r.answered - p for r, p in zip(fleet.client.status(), probes, strict=True)]
-            if min(served) >= 1:
-                at_kill.extend(served)
+            # Waiting for the second's first answer instead raced the end of the run once: a
+            # slow second replica answered its only request as the last one.
+            status = fleet.client.status()
+            if status[0].answered > probes[0] and status[1].outstanding >= 1:
+                at_kill.extend(r.answered - p for r, p in zip(status, probes, strict=True))
                 os.killpg(process.pid, signal.SIGKILL)
                 return
             time.sleep(0.01)
 
-    killer = threading.Thread(target=kill_once_both_served, daemon=True)
+    killer = threading.Thread(target=kill_the_second_mid_request, daemon=True)
     killer.start()
     try:
         out = fleet.sample(FLEET_QUESTIONS, params)
