@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 import torch
 from tqdm.auto import tqdm
@@ -23,10 +27,9 @@ from tqdm.auto import tqdm
 from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts, length_batches
+from ragutil_dagster.models.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, switched_attention
 from ragutil_dagster.sampling import SamplingParams
 
-if TYPE_CHECKING:
-    from transformers import DynamicCache
 
 __all__ = [
     "FinishReason",
@@ -268,81 +271,107 @@ class HFGenerator:
     def _sample_group(
         self, prompts: list[str], encoded: list[list[int]], params: SamplingParams
     ) -> list[list[Sample]]:
+        from transformers import DynamicCache
+
         lm, n, steps = self.lm, params.n, params.max_new_tokens
-        cache, logits, mask, last_positions = self._prefill(encoded)
-        # One prefill per prompt, then n copies of its cache: rows i*n .. i*n+n-1 are prompt i.
-        cache.batch_repeat_interleave(n)
+        prefilled, logits, mask, last_positions = self._prefill(encoded)
+        # Rows i*n .. i*n+n-1 are prompt i's samples. With a shared prefix the prompts' cache
+        # stays one copy each and ``cache`` holds only the generated tokens; otherwise the
+        # prompt's cache is copied n times and decoded with a growing attention mask.
+        shared = isinstance(prefilled, list)
+        if shared:
+            prefix = SharedPrefix.from_layers(prefilled, mask, n)
+            cache = DynamicCache(config=lm.model.config)
+        else:
+            cache = prefilled
+            cache.batch_repeat_interleave(n)
+            width = mask.shape[1]
+            mask = torch.cat([mask, mask.new_ones((len(prompts), steps))], dim=1)
+            mask = mask.repeat_interleave(n, dim=0)
         logits = logits.float().repeat_interleave(n, dim=0)
         rows = len(prompts) * n
-        # The mask grows by one column per step: allocated once, sliced per step.
-        width = mask.shape[1]
-        mask = torch.cat([mask, mask.new_ones((len(prompts), steps))], dim=1)
-        mask = mask.repeat_interleave(n, dim=0)
         next_pos = (last_positions + 1).repeat_interleave(n)
         uniforms = self._uniforms(prompts, params).to(lm.device)
         eos = torch.as_tensor(sorted(lm.eos_ids), device=lm.device)
         # Per row (sample): its tokens and log-probs by step, how many it has, and whether it is
         # done. ``slots`` maps the batch's positions to rows; finished rows stay in the batch
-        # (decoding a token nobody reads) until a quarter of it is finished, then the batch and
-        # its KV cache are compacted once, instead of copying the cache whenever a row finishes.
+        # (decoding a token nobody reads) until a quarter of it can leave — of its rows, or with a
+        # shared prefix of its prompts, whose rows leave together — then the batch and its caches
+        # are compacted once, instead of copying the cache whenever a row finishes.
         token_ids = torch.full((rows, steps), lm.pad_id, dtype=torch.long, device=lm.device)
         token_logprobs = torch.zeros((rows, steps), dtype=torch.float32, device=lm.device)
         lengths = torch.zeros(rows, dtype=torch.long, device=lm.device)
         done = torch.zeros(rows, dtype=torch.bool, device=lm.device)
         cut_texts: dict[int, str] = {}
         slots = torch.arange(rows, device=lm.device)
-        for step in range(steps):
-            tokens = _sample_tokens(logits, params, uniforms[slots, step])
-            chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
-                logits, dim=-1
-            )
-            live_in_batch = ~done[slots]
-            live = slots[live_in_batch]
-            token_ids[live, step] = tokens[live_in_batch]
-            token_logprobs[live, step] = chosen[live_in_batch]
-            lengths[live] += 1
-            finished = torch.isin(tokens[live_in_batch], eos)
-            if params.stop:
-                finished |= self._stopped(live, finished, token_ids, step, params.stop, cut_texts)
-            done[live[finished]] = True
-            if step == steps - 1 or bool(done.all()):
-                break
-            finished_in_batch = int(done[slots].sum())
-            if 4 * finished_in_batch >= len(slots):
-                keep = (~done[slots]).nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                mask, next_pos, tokens, slots = mask[keep], next_pos[keep], tokens[keep], slots[keep]
-            out = lm.model(
-                input_ids=tokens.unsqueeze(-1),
-                attention_mask=mask[:, : width + step + 1],
-                position_ids=next_pos.unsqueeze(-1),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :].float()
-            next_pos = next_pos + 1
+        attention = switched_attention(lm.model, SHARED_PREFIX_ATTENTION) if shared else nullcontext()
+        with attention:
+            for step in range(steps):
+                tokens = _sample_tokens(logits, params, uniforms[slots, step])
+                chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+                    logits, dim=-1
+                )
+                live_in_batch = ~done[slots]
+                live = slots[live_in_batch]
+                token_ids[live, step] = tokens[live_in_batch]
+                token_logprobs[live, step] = chosen[live_in_batch]
+                lengths[live] += 1
+                finished = torch.isin(tokens[live_in_batch], eos)
+                if params.stop:
+                    finished |= self._stopped(live, finished, token_ids, step, params.stop, cut_texts)
+                done[live[finished]] = True
+                if step == steps - 1 or bool(done.all()):
+                    break
+                kept = ~done[slots]
+                if shared:
+                    kept = kept.view(-1, n).any(dim=1)
+                if 4 * int((~kept).sum()) >= len(kept):
+                    keep = kept.nonzero().squeeze(-1)
+                    if shared:
+                        prefix = prefix.select(keep)
+                        keep = (keep[:, None] * n + torch.arange(n, device=lm.device)).flatten()
+                    if cache.get_seq_length() > 0:
+                        cache.batch_select_indices(keep)
+                    next_pos, tokens, slots = next_pos[keep], tokens[keep], slots[keep]
+                    if not shared:
+                        mask = mask[keep]
+                inputs = {"shared_prefix": prefix} if shared else {"attention_mask": mask[:, : width + step + 1]}
+                out = lm.model(
+                    input_ids=tokens.unsqueeze(-1),
+                    position_ids=next_pos.unsqueeze(-1),
+                    past_key_values=cache,
+                    use_cache=True,
+                    **inputs,
+                )
+                logits = out.logits[:, -1, :].float()
+                next_pos = next_pos + 1
         return self._samples(encoded, n, token_ids, token_logprobs, lengths, done, cut_texts)
 
     def _prefill(
         self, encoded: list[list[int]]
-    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """KV cache, last logits, attention mask and last positions of prompts sorted by length.
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The prompts' keys and values, last logits, attention mask and last positions.
 
         Prompts of a group can differ in length several-fold (a closed-book question beside a
         prompt of five passages): padding them all to the widest would prefill mostly padding.
         They are prefilled in buckets of similar length (:data:`PREFILL_BUCKET_SPREAD`), and the
-        buckets' caches are joined, each left-padded with masked positions, so decoding still runs
-        the whole group as one batch. Models whose cache has other than plain full-attention
-        layers (sliding windows) are prefilled as one padded batch.
+        buckets' keys and values are joined per layer (``[prompts, kv_heads, length, head_dim]``),
+        each left-padded with masked positions, so decoding runs the whole group as one batch
+        against a :class:`SharedPrefix`. Models whose cache has other than plain full-attention
+        layers (sliding windows), or whose attention cannot be switched (remote code outside
+        transformers' attention interface), are prefilled as one padded batch and their cache is
+        returned as it is.
         """
         from transformers import DynamicCache
         from transformers.cache_utils import DynamicLayer
 
         lm = self.lm
         config = lm.model.config
-        joinable = all(type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers)
+        shareable = lm.model._can_set_attn_implementation() and all(
+            type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers
+        )
         lengths = [len(ids) for ids in encoded]
-        buckets = prefill_buckets(lengths) if joinable else [(0, len(encoded))]
+        buckets = prefill_buckets(lengths) if shareable else [(0, len(encoded))]
         caches, logits, masks, last_positions = [], [], [], []
         for start, end in buckets:
             ids, mask, positions = left_pad(encoded[start:end], lm.pad_id, lm.device)
@@ -359,7 +388,7 @@ class HFGenerator:
             logits.append(out.logits[:, -1, :])
             masks.append(mask)
             last_positions.append(positions[:, -1])
-        if len(caches) == 1:
+        if not shareable:
             return caches[0], logits[0], masks[0], last_positions[0]
         width = max(m.shape[1] for m in masks)
 
@@ -369,18 +398,12 @@ class HFGenerator:
                 [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states]
             )
 
-        cache = DynamicCache(
-            [
-                (
-                    joined([c.layers[i].keys for c in caches]),
-                    joined([c.layers[i].values for c in caches]),
-                )
-                for i in range(len(caches[0].layers))
-            ],
-            config=config,
-        )
+        layers = [
+            (joined([c.layers[i].keys for c in caches]), joined([c.layers[i].values for c in caches]))
+            for i in range(len(caches[0].layers))
+        ]
         mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
-        return cache, torch.cat(logits), mask, torch.cat(last_positions)
+        return layers, torch.cat(logits), mask, torch.cat(last_positions)
 
     def _stopped(
         self,

@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
+from ragutil_dagster.models.shared_prefix import switched_attention
 
 __all__ = ["ScoredContinuation", "TokenScorer"]
 
@@ -192,7 +192,8 @@ class TokenScorer:
         batches = self._attention_batches(
             todo, [len(encoded[i][0]) + len(cont_ids[i]) for i in range(len(prompts))]
         )
-        with self._eager_attention(), _LastLayerAttention(self.lm.model) as probe:
+        # Attention weights exist only in the eager implementation.
+        with switched_attention(self.lm.model, "eager"), _LastLayerAttention(self.lm.model) as probe:
             for batch in tqdm(
                 batches,
                 desc="attention",
@@ -236,19 +237,6 @@ class TokenScorer:
             else:
                 batches.append([i])
         return batches
-
-    @contextmanager
-    def _eager_attention(self) -> Iterator[None]:
-        """Attention weights exist only in the eager implementation; switch to it temporarily."""
-        model = self.lm.model
-        previous = model.config._attn_implementation
-        if previous != "eager":
-            model.set_attn_implementation("eager")
-        try:
-            yield
-        finally:
-            if previous != "eager":
-                model.set_attn_implementation(previous)
 
 
 class _LastLayerAttention:

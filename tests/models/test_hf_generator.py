@@ -197,3 +197,34 @@ def test_bucketed_prefill_equals_one_padded_prefill(gen: HFGenerator, monkeypatc
         for a, b in zip(a_row, b_row, strict=True):
             assert (a.token_ids, a.text, a.finish_reason) == (b.token_ids, b.text, b.finish_reason)
             np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
+
+
+def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, monkeypatch) -> None:
+    """The prompts' cache kept once per prompt (grouped-query attention over it, finished prompts
+    leaving the batch) gives the samples of the cache copied n times, and the model's attention
+    implementation is restored afterwards."""
+    from ragutil_dagster.models import generation
+
+    config = gen.lm.model.config
+    assert config.num_key_value_heads < config.num_attention_heads  # grouped-query, as SmolLM2
+    prompts = ["hi", PROMPT, PROMPT * 4, "The capital of France is", "Once upon a time"]
+    params = SamplingParams(n=4, max_new_tokens=24, seed=5, stop=("\n", "."))
+    built = []
+    original = generation.SharedPrefix.from_layers
+
+    def recorded(*args, **kwargs):
+        built.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(generation.SharedPrefix, "from_layers", recorded)
+    shared = gen.sample(prompts, params)
+    assert built and config._attn_implementation == "sdpa"
+    monkeypatch.setattr(type(gen.lm.model), "_can_set_attn_implementation", lambda self: False)
+    copied = gen.sample(prompts, params)
+    assert len(built) == 1
+    lengths = {len(s.token_ids) for row in shared for s in row}
+    assert len(lengths) > 2  # samples finished at different steps: the batch was compacted
+    for a_row, b_row in zip(shared, copied, strict=True):
+        for a, b in zip(a_row, b_row, strict=True):
+            assert (a.token_ids, a.text, a.finish_reason) == (b.token_ids, b.text, b.finish_reason)
+            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
