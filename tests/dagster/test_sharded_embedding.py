@@ -4,6 +4,8 @@ retriever with one shard retrieves."""
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 import numpy as np
 import pytest
@@ -104,3 +106,45 @@ def test_the_index_step_names_the_shard_not_embedded(tiny_world, make_tiny_confi
     instance = dg.DagsterInstance.ephemeral()
     with pytest.raises(IncompleteEmbeddingsError, match=r"not embedded: world__dense__shard-2-of-3; materialise"):
         materialise_retrieval(experiment, tmp_path, instance, skip={"world__dense__shard-2-of-3"})
+
+
+def test_shards_run_in_processes_of_their_own_on_the_multiprocess_executor(
+    three_shards, tiny_world, make_tiny_config, tmp_path, monkeypatch
+) -> None:
+    """The shard step as ``ragutil run --workers 3`` runs it, the ``gpu`` pool opened to three slots
+    (three cards): each shard a Dagster run on the multiprocess executor, in a process of its own,
+    all writing into one file — the in-process run's vectors (up to the step processes' own thread
+    pools). Whether the three overlapped in time is not asserted: the steps last a fraction of a
+    second here; tests/retrieval/test_embedding_shards.py races processes for real."""
+    from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+    from ragutil_dagster.runner import ParallelRuns, dagster_instance
+
+    monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)
+    monkeypatch.delenv(DAGSTER_POSTGRES_URL_VARIABLE, raising=False)
+    experiment, in_process_home = dense_experiment(tiny_world, make_tiny_config, 3), three_shards[1]
+    home = tmp_path / "home"
+    instance = dagster_instance(home)
+    instance.event_log_storage.set_concurrency_slots(GPU_POOL, 3)
+    defs = build_definitions(experiment, str(home))
+    dg.materialize(list(defs.assets), selection=["queries", "corpus"], partition_key="world", instance=instance,
+                   resources=dict(defs.resources))
+    runs = ParallelRuns(dict(defs.resources), experiment, instance, {}, {"console": {"config": {"log_level": "WARNING"}}}, 3)
+    try:
+        outcomes = list(runs.map(["passage_embeddings"], SHARDS))
+    finally:
+        runs.close()
+    assert [success for success, _, _ in outcomes] == [True] * 3, outcomes
+    records = [
+        instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("passage_embeddings"), asset_partitions=[key]), limit=1
+        ).records[0]
+        for key in SHARDS
+    ]
+    pids = {record.event_log_entry.dagster_event.pid for record in records}
+    assert len(pids) == 3 and os.getpid() not in pids
+
+    def vectors(root) -> np.ndarray:
+        (path,) = (root / "scratch" / "passage_embeddings" / "world__dense").glob("*/embeddings.npy")
+        return np.load(path)
+
+    np.testing.assert_allclose(vectors(home), vectors(in_process_home), atol=1e-6)
