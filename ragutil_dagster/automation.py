@@ -25,6 +25,7 @@ from ragutil_dagster.config import (
     KEY_SEPARATOR,
     ExperimentConfig,
     Setting,
+    parse_embedding_partition_key,
     parse_index_partition_key,
 )
 from ragutil_dagster.resources.models import ModelRegistry
@@ -61,8 +62,11 @@ def _partition_matches(role: str, key: str | dg.MultiPartitionKey, experiment: E
 
 
 def _static_dimension(key: str) -> dict[str, str]:
-    """A single partition key by what it names: a setting, an index or a dataset (names never
-    contain the separator, so the number of parts tells them apart)."""
+    """A single partition key by what it names: an embedding shard (by its index: both use the
+    same embedder), a setting, an index or a dataset (names never contain the separator, so the
+    number of parts tells the last three apart)."""
+    if shard := parse_embedding_partition_key(key):
+        return {"index": shard[0]}
     parts = key.count(KEY_SEPARATOR) + 1
     return {"setting": key} if parts >= 3 else {"index": key} if parts == 2 else {"dataset": key}
 

@@ -124,7 +124,11 @@ class RetrieverConfig(_Strict):
     ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
     ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
     ``shards`` splits the vectors over them (memory ÷G: a flat Wikipedia index does not fit one);
-    both need faiss's GPU build and CUDA devices where the index is built and searched."""
+    both need faiss's GPU build and CUDA devices where the index is built and searched.
+
+    ``embedding_shards`` (dense only): the corpus is embedded in that many contiguous row ranges,
+    one ``passage_embeddings`` partition (one step, one GPU) each, written into one file the index
+    is then built from (docs/scale.md)."""
 
     name: Slug
     kind: Literal["bm25", "dense", "hybrid"]
@@ -132,6 +136,7 @@ class RetrieverConfig(_Strict):
     revision: str | None = None
     index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
     gpus: GpuLayout = "one"
+    embedding_shards: int = Field(default=1, ge=1)
     fuse: list[Slug] | None = None
     rrf_k: int = Field(default=60, ge=0)
     depth: int = Field(default=100, ge=1)
@@ -154,6 +159,8 @@ class RetrieverConfig(_Strict):
         if self.gpus != "one" and (self.kind != "dense" or self.index == "hnsw"):
             what = "an hnsw index (FAISS has no GPU HNSW)" if self.kind == "dense" else f"a {self.kind} retriever"
             raise ValueError(f"gpus: {self.gpus} spreads a FAISS index over GPUs; {what} stays on the CPU")
+        if self.kind != "dense" and self.embedding_shards != fields["embedding_shards"].default:
+            raise ValueError(f"embedding_shards splits the embedding of passages; a {self.kind} retriever embeds none")
         return self
 
 
@@ -388,6 +395,18 @@ class ExperimentConfig(_Strict):
         """The retrievers with an index of their own (all but the hybrids, which fuse them)."""
         return [r for r in self.retrievers if r.kind != "hybrid"]
 
+    def embedding_partitions(self) -> dict[str, list[str]]:
+        """The ``passage_embeddings`` partition keys of every dense index, by index partition key."""
+        return {
+            index_partition_key(dataset.name, retriever.name): [
+                embedding_partition_key(index_partition_key(dataset.name, retriever.name), shard, retriever.embedding_shards)
+                for shard in range(1, retriever.embedding_shards + 1)
+            ]
+            for dataset in self.datasets
+            for retriever in self.retrievers
+            if retriever.kind == "dense"
+        }
+
     def searched_indexes(self, setting: Setting) -> list[str]:
         """The index partitions ``setting`` searches: its retriever's, or a hybrid's fused ones."""
         retriever = self.retriever(setting.retriever)
@@ -418,6 +437,29 @@ def parse_index_partition_key(key: str) -> tuple[str, str]:
     """(dataset, retriever) of an index partition key."""
     dataset, retriever = key.split(KEY_SEPARATOR)
     return dataset, retriever
+
+
+def embedding_shard_name(shard: int, shards: int) -> str:
+    """The name of shard ``shard`` (1-based) of ``shards``: ``shard-2-of-8``."""
+    return f"shard-{shard}-of-{shards}"
+
+
+_EMBEDDING_SHARD = re.compile(r"shard-(\d+)-of-(\d+)")
+
+
+def embedding_partition_key(index_key: str, shard: int, shards: int) -> str:
+    """The partition key of one embedding shard of an index: ``world__e5__shard-2-of-8``."""
+    return f"{index_key}{KEY_SEPARATOR}{embedding_shard_name(shard, shards)}"
+
+
+def parse_embedding_partition_key(key: str) -> tuple[str, int, int] | None:
+    """(index key, shard, shards) of an embedding shard's partition key; None for any other key
+    (a setting key's third part is ``k<N>``, never a shard name)."""
+    index_key, _, last = key.rpartition(KEY_SEPARATOR)
+    found = _EMBEDDING_SHARD.fullmatch(last)
+    if not found or index_key.count(KEY_SEPARATOR) != 1:
+        return None
+    return index_key, int(found[1]), int(found[2])
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
+from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
 
@@ -32,18 +33,22 @@ def build_resources(
     home: str | None = None, *, show_progress: bool = True, for_dagster: bool = True
 ) -> dict[str, dg.ConfigurableResource]:
     """Storage, models and MLflow tracking under ``$RAGUTIL_HOME``; the artifacts under
-    ``$RAGUTIL_ARTIFACTS_URL`` when set (any fsspec URL, e.g. ``s3://bucket/ragutil``); the MLflow store is
+    ``$RAGUTIL_ARTIFACTS_URL`` when set (any fsspec URL, e.g. ``s3://bucket/ragutil``), the working
+    files shared by step processes under ``$RAGUTIL_SCRATCH_DIR`` when set; the MLflow store is
     ``$MLFLOW_TRACKING_URI`` when set, else ``<home>/mlflow.db``, and its run links point at
     ``$RAGUTIL_MLFLOW_UI_URL`` (set by ``ragutil ui``) when set.
 
-    For Dagster (``for_dagster``) those two variables are read through ``EnvVar``, so the run
+    For Dagster (``for_dagster``) those variables are read through ``EnvVar``, so the run
     worker resolves them; outside Dagster (``ragutil score``, ``compare``, the runner's summary)
     their values are used directly."""
     from_env = for_dagster and home is None
     home = home or str(ragutil_home())
     home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
     return {
-        "store": ArtifactStore(home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster)),
+        "store": ArtifactStore(
+            home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
+            scratch=_environment_value(SCRATCH_DIR_VARIABLE, for_dagster),
+        ),
         "models": ModelRegistry(
             nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
             generation_cache=_environment_value(GENERATION_CACHE_URL_VARIABLE, for_dagster)

@@ -58,6 +58,11 @@ class IndexFormatError(UserError, ValueError):
     """A saved index directory is incomplete or its manifest is unreadable."""
 
 
+class IncompleteEmbeddingsError(UserError, RuntimeError):
+    """Passage embeddings computed in shards are not all there, or some were recorded for another
+    corpus or encoder; names the shards (their ``passage_embeddings`` partition keys)."""
+
+
 class ModelUnavailableError(UserError, RuntimeError):
     """A model cannot be found locally and cannot be fetched; the message says how to provide it."""
 

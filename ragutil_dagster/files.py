@@ -78,11 +78,10 @@ def storage_errors(target: str | Path) -> Iterator[None]:
 
 
 @contextmanager
-def atomic_path(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``target``; on success it replaces ``target`` in one step,
-    on failure it is removed, so readers never see a half-written file. Lack of space or
-    permission is an :class:`ArtifactWriteError` naming ``target``."""
-    target = Path(target)
+def _temporary_beside(target: Path) -> Iterator[Path]:
+    """A fresh temporary file in ``target``'s directory (created if missing), removed when the
+    block ends; lack of space or permission inside the block is an :class:`ArtifactWriteError`
+    naming ``target``."""
     with storage_errors(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -91,9 +90,36 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     try:
         with storage_errors(target):
             yield temporary
-            os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success it replaces ``target`` in one step,
+    on failure it is removed, so readers never see a half-written file. Lack of space or
+    permission is an :class:`ArtifactWriteError` naming ``target``."""
+    target = Path(target)
+    with _temporary_beside(target) as temporary:
+        yield temporary
+        os.replace(temporary, target)
+
+
+def create_once(target: str | Path, write: Callable[[Path], None]) -> bool:
+    """Put at ``target`` the file ``write(temporary_path)`` makes, unless ``target`` exists; True
+    when this call created it. Safe when several processes race to create the same file: the
+    first to finish wins whole and the others' files are discarded — a hard link, unlike a
+    rename, never replaces an existing file, and is atomic on local and network file systems."""
+    target = Path(target)
+    if target.exists():
+        return False
+    with _temporary_beside(target) as temporary:
+        write(temporary)
+        try:
+            os.link(temporary, target)
+        except FileExistsError:
+            return False
+    return True
 
 
 def atomic_write(target: str | Path, write: Callable[[Path], None]) -> None:

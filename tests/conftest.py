@@ -3,6 +3,7 @@ experiment shared by the pipeline and tracking tests: the CI-sized synthetic wor
 tiny untrained models built locally, BM25 and a tiny dense retriever — enough to run every asset
 for real."""
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,37 @@ def tiny_config(models, world: Path, generators: int = 1) -> dict:
         "nli": {"model": str(models.nli)},
         "sampling": {"n": 3, "max_new_tokens": 4},
     }
+
+
+def _release_together(commands: list, directory: Path) -> list[dict]:
+    """Start one process per command — ``command(ready_file, go_file)`` gives its argv: it creates
+    READY_FILE once imported, then waits for GO_FILE — release them together, and return the JSON
+    each printed on its last line."""
+    go = directory / "go"
+    processes, ready = [], []
+    for index, command in enumerate(commands):
+        ready.append(directory / f"ready{index}")
+        processes.append(subprocess.Popen(
+            command(ready[-1], go), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))
+    deadline = time.monotonic() + 120
+    while not all(path.exists() for path in ready):
+        assert all(p.poll() is None for p in processes), [p.communicate() for p in processes]
+        assert time.monotonic() < deadline, "the workers did not start"
+        time.sleep(0.05)
+    go.touch()
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+@pytest.fixture(scope="session")
+def release_together():
+    """``release_together(commands, directory)``: processes started at once to race each other."""
+    return _release_together
 
 
 @pytest.fixture(scope="session")

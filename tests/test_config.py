@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragutil_dagster.config import Setting, load_config, parse_config
+from ragutil_dagster.config import Setting, load_config, parse_config, parse_embedding_partition_key
 from ragutil_dagster.errors import ConfigError, ModelUnavailableError
 from ragutil_dagster.models.resolver import model_location
 
@@ -30,6 +30,16 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
     assert config.sampling.n == 10 and config.sampling.temperature == 1.0
 
 
+def test_embedding_shard_keys_name_their_index() -> None:
+    config = parse_config(with_changes(retrievers=[
+        {"name": "bm25", "kind": "bm25"}, {"name": "e5", "kind": "dense", "model": "m", "embedding_shards": 2},
+    ]))
+    assert config.embedding_partitions() == {"world__e5": ["world__e5__shard-1-of-2", "world__e5__shard-2-of-2"]}
+    assert parse_embedding_partition_key("world__e5__shard-2-of-2") == ("world__e5", 2, 2)
+    for other in ("world", "world__e5", "world__e5__k5", "world__e5__k5__shard-1-of-2"):
+        assert parse_embedding_partition_key(other) is None
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -42,6 +52,10 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
         ({"retrievers": [{"name": "d", "kind": "dense", "model": "m", "index": "hnsw", "gpus": "replicas"}]},
          "an hnsw index \\(FAISS has no GPU HNSW\\) stays on the CPU"),
         ({"retrievers": [{"name": "d", "kind": "dense", "model": "m", "gpus": "all"}]}, r"retrievers\.0\.gpus: Input should be 'one', 'replicas' or 'shards'"),
+        ({"retrievers": [{"name": "bm25", "kind": "bm25", "embedding_shards": 4}]},
+         r"retrievers\.0: embedding_shards splits the embedding of passages; a bm25 retriever embeds none"),
+        ({"retrievers": [{"name": "d", "kind": "dense", "model": "m", "embedding_shards": 0}]},
+         r"retrievers\.0\.embedding_shards: Input should be greater than or equal to 1"),
         ({"retrievers": [{"name": "Bad Name", "kind": "bm25"}]}, r"retrievers\.0\.name"),
         ({"generators": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]}, "generator names must be unique"),
         ({"prompts": {"closed_book": "nope"}}, "unknown prompt 'nope'"),

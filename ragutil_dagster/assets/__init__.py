@@ -11,6 +11,7 @@ from ragutil_dagster.assets import (
     index,
     metric_scores,
     model_identities,
+    passage_embeddings,
     reports,
     retrieval_run,
 )
@@ -26,6 +27,9 @@ NODES = (
 def build_assets(
     experiment: ExperimentConfig,
 ) -> tuple[Partitions, list[dg.AssetsDefinition | dg.SourceAsset]]:
-    """The graph of one config: the model identities it reads, then one definition per node."""
+    """The graph of one config: the model identities it reads, the passage embeddings of its dense
+    indexes (none without one), then one definition per node."""
     parts = build_partitions(experiment)
-    return parts, [*model_identities.build(parts), *(node.build(parts) for node in NODES)]
+    return parts, [
+        *model_identities.build(parts), *passage_embeddings.build(parts), *(node.build(parts) for node in NODES)
+    ]

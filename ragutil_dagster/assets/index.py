@@ -1,5 +1,6 @@
 """``index[dataset × retriever]``: a BM25 (bm25s) or dense (FAISS) index over the corpus (a hybrid
-retriever has none of its own: it searches the indexes of the retrievers it fuses).
+retriever has none of its own: it searches the indexes of the retrievers it fuses). A dense index
+is built from the passage vectors its ``passage_embeddings`` shards wrote, once all are there.
 
 The corpus fingerprint is computed once, when the corpus asset is materialised (its data version
 and its ``corpus_record``); building and loading an index read it from that record instead of
@@ -12,11 +13,13 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, check_result
 from ragutil_dagster.assets.partitions import Partitions
+from ragutil_dagster.assets.passage_embeddings import ASSET as PASSAGE_EMBEDDINGS
+from ragutil_dagster.assets.passage_embeddings import dense_config, sharded_embeddings
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, Setting, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
-from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec
+from ragutil_dagster.retrieval.dense import DenseRetriever
 from ragutil_dagster.retrieval.fusion import HybridSearcher, Searcher
 from ragutil_dagster.tables import CORPUS_RECORD
 
@@ -57,26 +60,33 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         name="index", partitions_def=parts.index, group_name=GROUP, kinds={"faiss", "bm25s"}, **MODEL_STEP,
         deps=[
             dg.AssetDep("corpus", partition_mapping=parts.dataset_to_index()),
+            *([dg.AssetDep(PASSAGE_EMBEDDINGS, partition_mapping=parts.embedding_to_index())] if parts.embedding else []),
             *parts.model_dependencies("embedder"),
         ],
         check_specs=[dg.AssetCheckSpec("index_size_equals_corpus_size", asset="index")],
-        description="Retrieval index (bm25s, or sentence-transformers + FAISS) with a manifest "
+        description="Retrieval index (bm25s, or FAISS over the passage embeddings) with a manifest "
         "recording model identity and corpus fingerprint.",
     )
     def index(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
         dataset, retriever = split_index_key(experiment, context.partition_key)
         corpus = store.read_table("corpus", dataset)
-        fingerprint = str(store.read_json("corpus", dataset, CORPUS_RECORD)["fingerprint"])
+        record = store.read_json("corpus", dataset, CORPUS_RECORD)
+        fingerprint = str(record["fingerprint"])
         start = time.perf_counter()
         metadata: dict[str, dg.MetadataValue] = {"corpus_fingerprint": dg.MetadataValue.text(fingerprint)}
         if retriever.kind == "bm25":
             built = BM25Retriever.build(corpus, fingerprint=fingerprint)
         else:
-            embedder = models.embedder(retriever.model, retriever.revision)
-            config = DenseConfig(index=FaissIndexSpec(kind=retriever.index), gpus=retriever.gpus)
-            built = DenseRetriever.build(corpus, embedder, config, fingerprint=fingerprint)
-            metadata["embedder_identity"] = dg.MetadataValue.text(embedder.identity)
+            # The identity names the embeddings to build from; the model itself is not loaded.
+            identity = models.identity(retriever.model, retriever.revision)
+            embeddings = sharded_embeddings(store, retriever, context.partition_key, record, identity)
+            built = DenseRetriever.from_embeddings(
+                corpus["id"], embeddings.open(), identity, fingerprint, dense_config(retriever)
+            )
+            metadata["embedder_identity"] = dg.MetadataValue.text(identity)
             metadata["dim"] = dg.MetadataValue.int(built.dim)
+            metadata["embeddings_path"] = dg.MetadataValue.path(str(embeddings.path))
+            metadata["embedding_shards"] = dg.MetadataValue.int(embeddings.shards)
         with store.write_files("index", context.partition_key, "index") as directory:
             built.save(directory)
         metadata.update({

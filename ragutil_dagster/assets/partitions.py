@@ -1,6 +1,7 @@
 """Partitions from the experiment config and the mappings between them.
 
-``dataset`` → ``index`` (dataset × retriever) → ``setting`` (dataset × retriever × k × reranker);
+``dataset`` → ``embedding`` (dense index × shard) → ``index`` (dataset × retriever) → ``setting``
+(dataset × retriever × k × reranker);
 ``dataset × generator`` for closed-book samples; ``setting × generator`` for everything that
 depends on both. Mappings are explicit tables built from the config, so the lineage graph's
 partition links are exact.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from ragutil_dagster.assets.common import model_asset_key
-from ragutil_dagster.config import ExperimentConfig, index_partition_key
+from ragutil_dagster.config import ExperimentConfig, index_partition_key, parse_index_partition_key
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class Partitions:
     generator: dg.StaticPartitionsDefinition
     dataset_generator: dg.MultiPartitionsDefinition
     setting_generator: dg.MultiPartitionsDefinition
+    embedding: dg.StaticPartitionsDefinition | None
+    """The embedding shards of every dense index (``world__e5__shard-2-of-8``); None without any."""
     experiment: ExperimentConfig
 
     # --- mappings ------------------------------------------------------------------------
@@ -31,6 +34,18 @@ class Partitions:
         return dg.StaticPartitionMapping(
             {d.name: [index_partition_key(d.name, r.name) for r in self.experiment.indexed_retrievers()]
              for d in self.experiment.datasets}
+        )
+
+    def dataset_to_embedding(self) -> dg.StaticPartitionMapping:
+        table: dict[str, list[str]] = {}
+        for index, shards in self.experiment.embedding_partitions().items():
+            table.setdefault(parse_index_partition_key(index)[0], []).extend(shards)
+        return dg.StaticPartitionMapping(table)
+
+    def embedding_to_index(self) -> dg.StaticPartitionMapping:
+        """Every shard → its index (a BM25 index has none)."""
+        return dg.StaticPartitionMapping(
+            {shard: index for index, shards in self.experiment.embedding_partitions().items() for shard in shards}
         )
 
     def index_to_setting(self) -> dg.StaticPartitionMapping:
@@ -59,22 +74,19 @@ class Partitions:
         names = [r.name for r in self.experiment.retrievers if r.kind == "dense"]
         return dg.StaticPartitionsDefinition(names) if names else None
 
-    def model_dependencies(self, kind: str) -> list[dg.AssetDep]:
+    def model_dependencies(self, kind: str, per_embedding_shard: bool = False) -> list[dg.AssetDep]:
         """The dependency of an asset reading the configured models of ``kind`` on their
         identities, partition to partition: a generator's identity → its partitions, an
-        embedder's → the indexes of its retriever; the NLI model and the reranker serve all."""
+        embedder's → the indexes of its retriever (``per_embedding_shard``: their embedding
+        shards); the NLI model and the reranker serve all."""
         key = model_asset_key(kind)
         if kind == "generator":
             return [dg.AssetDep(key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("generator"))]
         if kind == "embedder":
-            dense = self.dense_retrievers()
-            if dense is None:
-                return []
-            table = {
-                name: [index_partition_key(d.name, name) for d in self.experiment.datasets]
-                for name in dense.get_partition_keys()
-            }
-            return [dg.AssetDep(key, partition_mapping=dg.StaticPartitionMapping(table))]
+            table: dict[str, list[str]] = {}
+            for index, shards in self.experiment.embedding_partitions().items():
+                table.setdefault(parse_index_partition_key(index)[1], []).extend(shards if per_embedding_shard else [index])
+            return [dg.AssetDep(key, partition_mapping=dg.StaticPartitionMapping(table))] if table else []
         if kind == "reranker" and self.experiment.reranker is None:
             return []
         return [dg.AssetDep(key)]
@@ -86,6 +98,7 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
     dataset = dg.StaticPartitionsDefinition(datasets)
     generator = dg.StaticPartitionsDefinition(generators)
     setting = dg.StaticPartitionsDefinition([s.key for s in experiment.settings()])
+    shards = [shard for keys in experiment.embedding_partitions().values() for shard in keys]
     return Partitions(
         dataset=dataset,
         index=dg.StaticPartitionsDefinition(
@@ -95,6 +108,7 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
         generator=generator,
         dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),
         setting_generator=dg.MultiPartitionsDefinition({"setting": setting, "generator": generator}),
+        embedding=dg.StaticPartitionsDefinition(shards) if shards else None,
         experiment=experiment,
     )
 

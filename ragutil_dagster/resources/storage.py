@@ -1,6 +1,7 @@
 """Artifact storage: every asset's tables (Parquet through polars), records (JSON) and file sets
 (indexes, plots, reports), published through :mod:`ragutil_dagster.objectstore` under
-``$RAGUTIL_ARTIFACTS_URL`` (any fsspec URL), by default ``$RAGUTIL_HOME/artifacts``."""
+``$RAGUTIL_ARTIFACTS_URL`` (any fsspec URL), by default ``$RAGUTIL_HOME/artifacts``; and the
+working files several step processes write into in place (``$RAGUTIL_SCRATCH_DIR``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.objectstore import ObjectStore
 
 
+SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
+"""A directory on a POSIX file system for working files that cannot live on an object store (the
+passage embeddings, memory-mapped and filled in place by several shard steps); unset,
+``$RAGUTIL_HOME/scratch``. Every step process must see the same directory: on Kubernetes it must be
+a shared volume (ReadWriteMany) mounted in every step pod."""
+
+
 def _safe(part: str) -> str:
     return part.replace("|", "__gen__").replace("/", "_")
 
@@ -25,11 +33,13 @@ def _safe(part: str) -> str:
 class ArtifactStore(ConfigurableResource):
     """Where every asset keeps its outputs: artifact ``<asset>/<partition>/<file>`` under ``url``
     (``<home>/artifacts`` when empty), published whole or not at all, so a reader never sees half
-    a table and a killed run leaves the previous version intact.
+    a table and a killed run leaves the previous version intact. ``scratch`` (``<home>/scratch``
+    when empty) holds the working files of :meth:`scratch_directory`.
     """
 
     home: str
     url: str = ""
+    scratch: str = ""
 
     @property
     def _objects(self) -> ObjectStore:
@@ -95,6 +105,13 @@ class ArtifactStore(ConfigurableResource):
         """A local directory holding the published files of artifact ``name`` (on a remote store a
         copy under ``<home>/cache/artifacts``); a table or record's name includes its suffix."""
         return self._objects.local_directory(self.artifact_name(asset, partition, name))
+
+    def scratch_directory(self, asset: str, partition: str) -> Path:
+        """The working directory of an asset's partition on a POSIX file system: for files that are
+        memory-mapped and written in place by several processes, which the store cannot publish.
+        Not versioned by the store: its user names what it keeps there by content."""
+        root = Path(self.scratch or Path(self.home) / "scratch").expanduser()
+        return root / asset / _safe(partition)
 
     def location(self, asset: str, partition: str | None, name: str) -> str:
         """The URL under which artifact ``name``'s published files are."""

@@ -19,7 +19,9 @@ the corpus fingerprint). Loading it with another encoder or corpus raises
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -111,6 +113,28 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
+RowWriter = Callable[[int, np.ndarray], None]
+"""``write(first_row, vectors)``: takes the vectors of consecutive passages from row ``first_row`` on."""
+
+
+def embed_rows(
+    corpus: pl.DataFrame,
+    encoder: TextEncoder,
+    config: DenseConfig,
+    rows: range,
+    write: RowWriter,
+    label: str = "embed passages",
+) -> None:
+    """Embed the passages ``rows`` (a contiguous range) of ``corpus`` block by block, with a
+    progress bar, handing each block's float32 vectors to ``write``: the one embedding loop of
+    :func:`embed_corpus` and of every shard (:mod:`ragutil_dagster.retrieval.embedding_shards`)."""
+    blocks = range(rows.start, rows.stop, config.block_size)
+    for start in tqdm(blocks, desc=label, unit="block", disable=len(blocks) < 2):
+        passages = corpus.slice(start, min(config.block_size, rows.stop - start))
+        texts = [config.passage_prefix + text for text in indexed_texts(passages, config.include_title)]
+        write(start, _vectors(encoder.encode(texts), encoder.dim))
+
+
 def embed_corpus(
     corpus: pl.DataFrame,
     encoder: TextEncoder,
@@ -122,27 +146,59 @@ def embed_corpus(
     With ``out_path`` the vectors are streamed into a ``.npy`` file (written atomically) and the
     result is that file opened memory-mapped, so corpora larger than memory can be embedded.
     """
-    texts = [config.passage_prefix + text for text in indexed_texts(corpus, config.include_title)]
-    blocks = range(0, len(texts), config.block_size)
-
-    def fill(target: np.ndarray) -> None:
-        for start in tqdm(blocks, desc="embed passages", unit="block", disable=len(blocks) < 2):
-            target[start : start + config.block_size] = _vectors(
-                encoder.encode(texts[start : start + config.block_size]), encoder.dim
-            )
-
+    shape = (corpus.height, encoder.dim)
     if out_path is None:
-        embeddings = np.empty((len(texts), encoder.dim), dtype=np.float32)
-        fill(embeddings)
+        embeddings = np.empty(shape, dtype=np.float32)
+
+        def into_memory(first_row: int, vectors: np.ndarray) -> None:
+            embeddings[first_row : first_row + len(vectors)] = vectors
+
+        embed_rows(corpus, encoder, config, range(corpus.height), into_memory)
         return embeddings
     with atomic_path(out_path) as temporary:
-        mapped = np.lib.format.open_memmap(
-            temporary, mode="w+", dtype=np.float32, shape=(len(texts), encoder.dim)
-        )
-        fill(mapped)
-        mapped.flush()
-        del mapped
+        allocate_npy(temporary, shape)
+        with npy_row_writer(temporary, shape) as write:
+            embed_rows(corpus, encoder, config, range(corpus.height), write)
     return np.load(out_path, mmap_mode="r", allow_pickle=False)
+
+
+def allocate_npy(path: str | Path, shape: tuple[int, int]) -> None:
+    """Write at ``path`` a float32 ``.npy`` of ``shape`` whose rows are all zero, without writing
+    them: the file is sparse until rows are written into it."""
+    mapped = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    mapped.flush()
+    del mapped
+
+
+@contextmanager
+def npy_row_writer(path: str | Path, shape: tuple[int, int]) -> Iterator[RowWriter]:
+    """A :data:`RowWriter` into the existing float32 ``.npy`` of ``shape`` at ``path``, writing
+    each block's bytes in place (``pwrite``), durable (``fsync``) when the block ends.
+
+    Not through a writable memory map: on a network file system (NFS) a page that the rows of two
+    writers share is written back whole by each machine, overwriting the other's rows; ``pwrite``
+    sends exactly the bytes it is given."""
+    mapped = np.load(path, mmap_mode="r", allow_pickle=False)  # reads the header only
+    if mapped.dtype != np.float32 or mapped.shape != tuple(shape) or not mapped.flags.c_contiguous:
+        raise IndexFormatError(f"{path}: holds {mapped.dtype} {mapped.shape}, expected float32 {tuple(shape)}")
+    offset, row_bytes = mapped.offset, shape[1] * 4
+    del mapped
+    descriptor = os.open(path, os.O_WRONLY)
+
+    def write(first_row: int, vectors: np.ndarray) -> None:
+        if first_row < 0 or first_row + len(vectors) > shape[0]:
+            raise IndexError(f"rows {first_row}..{first_row + len(vectors)} outside the {shape[0]} rows of {path}")
+        data = memoryview(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1).view(np.uint8))
+        position = offset + first_row * row_bytes
+        while data:  # pwrite may write less than asked
+            written = os.pwrite(descriptor, data, position)
+            data, position = data[written:], position + written
+
+    try:
+        yield write
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _vectors(array: Any, dim: int) -> np.ndarray:

@@ -73,6 +73,7 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
              for r in affected_runs(["retriever:dense"], assets, tiny_experiment)}
     assert (("index",), "world__dense") in dense
+    assert (("passage_embeddings",), "world__dense__shard-1-of-1") in dense
     retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages")))
     assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {"world__dense__k1", "world__dense__k2"}
     assert not any("bm25" in key for _, key in dense)

@@ -18,6 +18,7 @@ from ragutil_dagster.assets.common import GPU_POOL
 from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
 from ragutil_dagster.definitions import EXECUTOR_VARIABLE, build_definitions
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -43,7 +44,9 @@ def test_a_model_step_is_a_kubernetes_job_with_one_gpu(tiny_experiment, tmp_path
     assert defs.executor is k8s_job_executor
     ops = {a.op.name: a.op for a in defs.assets if isinstance(a, dg.AssetsDefinition)}
     model_ops = {name for name, op in ops.items() if op.pool == GPU_POOL}
-    assert model_ops == {"index", "retrieval", "closed_book_generations", "generations", "entailment_clusters"}
+    assert model_ops == {
+        "passage_embeddings", "index", "retrieval", "closed_book_generations", "generations", "entailment_clusters"
+    }
     for name, op in ops.items():
         job = construct_dagster_k8s_job(
             DagsterK8sJobConfig(job_image="REGISTRY/ragutil:TAG", dagster_home="/opt/dagster/dagster_home"),
@@ -74,6 +77,13 @@ def test_the_deployment_instance_opens_with_the_k8s_launcher_on_postgres(postgre
     checked = process_config(resolve_to_config_type(K8sRunLauncher.config_type()), launcher["config"])
     assert checked.success, checked.errors
     assert checked.value["env_secrets"] == ["ragutil-env"] and checked.value["load_incluster_config"]
+    # Every pod mounts the ReadWriteMany claim of scratch-pvc.yaml where $RAGUTIL_SCRATCH_DIR points.
+    claim = yaml.safe_load((DEPLOY / "scratch-pvc.yaml").read_text())
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    (volume,) = checked.value["volumes"]
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert checked.value["volume_mounts"] == [{"name": volume["name"], "mountPath": "/mnt/ragutil-scratch"}]
+    assert f"{SCRATCH_DIR_VARIABLE}=/mnt/ragutil-scratch" in checked.value["env_vars"]
 
     # The same file, but the launcher reads a kubeconfig (parsed, never contacted) instead of
     # the in-cluster service account this machine does not have.

@@ -17,7 +17,7 @@ from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all, plan
 
 NODES = {
-    "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
+    "queries", "corpus", "passage_embeddings", "index", "retrieval_run", "setting_queries", "retrieved_passages",
     "closed_book_generations", "generations", "consens", "utility_signals",
     "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
     "retrieval_correlations", "reports",
@@ -30,7 +30,8 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == NODES
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
-    assert parents["index"] == {"corpus", "model/embedder"}
+    assert parents["passage_embeddings"] == {"corpus", "model/embedder"}
+    assert parents["index"] == {"corpus", "passage_embeddings", "model/embedder"}
     setting_inputs = {"retrieval_run", "setting_queries", "retrieved_passages"}
     # A step's outputs share its inputs; every table a step reads is one of its parents.
     for name in setting_inputs:
@@ -143,7 +144,8 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
     steps = plan(assets)
     assert [names for names, _ in steps] == [
-        ["queries", "corpus"], ["index"], ["retrieval_run", "setting_queries", "retrieved_passages"],
+        ["queries", "corpus"], ["passage_embeddings"], ["index"],
+        ["retrieval_run", "setting_queries", "retrieved_passages"],
         ["closed_book_generations"],
         ["generations", "consens", "utility_signals", "entailment_clusters", "nli_probabilities",
          "metric_scores", "document_scores", "group_scores", "retrieval_correlations"],

@@ -3,9 +3,7 @@ on PostgreSQL — a dead holder's claim taken over, and a database that is down 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -31,32 +29,11 @@ def store(request, tmp_path) -> str:
     return request.getfixturevalue("postgres").create_database(f"race_{os.getpid()}_{time.monotonic_ns()}")
 
 
-def _race(uri: str, home: Path, key: str, contenders: int = 2) -> list[dict]:
-    """Start ``contenders`` worker processes, release them together, return what each printed."""
-    go = home / "go"
-    processes, ready = [], []
-    for index in range(contenders):
-        ready.append(home / f"ready{index}")
-        processes.append(subprocess.Popen(
-            [sys.executable, str(WORKER), uri, str(home), key, str(ready[-1]), str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
-    deadline = time.monotonic() + 120
-    while not all(path.exists() for path in ready):
-        assert all(p.poll() is None for p in processes), [p.communicate() for p in processes]
-        assert time.monotonic() < deadline, "the workers did not start"
-        time.sleep(0.05)
-    go.touch()
-    results = []
-    for process in processes:
-        out, err = process.communicate(timeout=300)
-        assert process.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results
+def test_racing_processes_share_one_run_and_one_model_and_never_interleave(store, tmp_path, release_together) -> None:
+    def contender(ready: Path, go: Path) -> list[str]:
+        return [sys.executable, str(WORKER), store, str(tmp_path), "race-key", str(ready), str(go)]
 
-
-def test_racing_processes_share_one_run_and_one_model_and_never_interleave(store, tmp_path) -> None:
-    first, second = sorted(_race(store, tmp_path, "race-key"), key=lambda r: r["start"])
+    first, second = sorted(release_together([contender, contender], tmp_path), key=lambda r: r["start"])
     assert first["run_id"] == second["run_id"]
     assert (first["reused"], second["reused"]) == (False, True)
     assert first["model_id"] == second["model_id"]
