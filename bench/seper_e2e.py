@@ -78,8 +78,10 @@ import psutil
 import torch
 from tqdm.auto import tqdm
 
+from ragutil_dagster.cli.run import ensure_answer_nli
 from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig
 from ragutil_dagster.data.qa import QADataset, load_dataset
+from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.sampling import sample_prompts
@@ -95,6 +97,7 @@ from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.device import cpu_has_native_bf16
 from ragutil_dagster.models.entailment import Entailment
+from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.sampling import SamplingParams
@@ -690,6 +693,8 @@ def main_real(args: argparse.Namespace) -> None:
     from ragutil_dagster.models.resolver import resolve
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
 
+    if args.nli == f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}":
+        ensure_answer_nli()
     ref = resolve(args.model)
     model_dir = str(ref.path)
     warm_prompt = ["Question: what is the capital of France?\nAnswer:"]

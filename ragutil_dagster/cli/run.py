@@ -44,9 +44,17 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
         else:
             print(f"The embedded world and the package's trained reader and world NLI: installed "
                   f"into {target}.", flush=True)
-    if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models and not is_trained(answer_nli):
-        from ragutil_dagster.embedded.answer_nli import train_answer_nli
+    if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models:
+        ensure_answer_nli(progress)
 
+
+def ensure_answer_nli(progress: bool = True) -> None:
+    """Train the answer NLI ``embedded:nli`` into ``$RAGUTIL_HOME`` unless it is there (≈ 4 min)."""
+    from ragutil_dagster.embedded import layout
+    from ragutil_dagster.embedded.answer_nli import is_trained, train_answer_nli
+
+    answer_nli = embedded_dir() / layout.ANSWER_NLI
+    if not is_trained(answer_nli):
         print(f"The answer NLI is missing: training it into {answer_nli} (once).", flush=True)
         train_answer_nli(answer_nli, progress=progress)
 
