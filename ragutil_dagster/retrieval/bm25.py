@@ -3,6 +3,12 @@
 A saved index is a directory holding ``bm25s/`` (bm25s's sparse score matrix and vocabulary),
 ``ids.parquet`` (passage ids in index order) and ``manifest.json`` (parameters, size, corpus
 fingerprint). Loading against a different corpus raises :class:`IndexMismatchError`.
+
+bm25s is imported when an index is built or loaded, not with this module: bm25s imports numba,
+whose llvmlite library object breaks vLLM 0.32's kernel scan in every process that has it
+(``'_lib_fn_wrapper' object has no attribute 'get'`` at engine start). vLLM's engine processes
+are spawned and re-import the calling script's top-level imports, so a script that merely
+imports this module at its top could not start an in-process vLLM engine.
 """
 
 from __future__ import annotations
@@ -10,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import bm25s
 import polars as pl
 import Stemmer
 
@@ -21,6 +26,16 @@ from ragutil_dagster.errors import IndexFormatError
 from ragutil_dagster.files import atomic_directory
 from ragutil_dagster.retrieval.io import check_corpus, read_manifest, write_manifest
 from ragutil_dagster.retrieval.runs import run_from_matrix
+
+if TYPE_CHECKING:
+    import bm25s
+
+
+def _bm25s() -> Any:
+    """bm25s, imported on first use (see the module doc)."""
+    import bm25s
+
+    return bm25s
 
 FORMAT_VERSION = 1
 
@@ -54,7 +69,7 @@ class BM25Retriever:
         self._stemmer = Stemmer.Stemmer(config.stemmer) if config.stemmer else None
 
     def _tokenize(self, texts: list[str], show_progress: bool) -> list[list[str]]:
-        return bm25s.tokenize(
+        return _bm25s().tokenize(
             texts,
             stopwords=self.config.stopwords,
             stemmer=self._stemmer,
@@ -69,7 +84,7 @@ class BM25Retriever:
         """Index every passage of ``corpus`` (schema of :mod:`~ragutil_dagster.data.corpus`);
         ``fingerprint``, its :func:`corpus_fingerprint` when already known, saves hashing it."""
         config = config or BM25Config()
-        model = bm25s.BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
+        model = _bm25s().BM25(k1=config.k1, b=config.b, method=config.method, backend="numba")
         retriever = cls(model, corpus["id"], config, fingerprint or corpus_fingerprint(corpus))
         show = corpus.height >= 10_000
         model.index(
@@ -111,7 +126,7 @@ class BM25Retriever:
                     "config": asdict(self.config),
                     "size": len(self.ids),
                     "corpus_fingerprint": self.fingerprint,
-                    "bm25s_version": bm25s.__version__,
+                    "bm25s_version": _bm25s().__version__,
                 },
             )
 
@@ -133,7 +148,7 @@ class BM25Retriever:
             raise IndexFormatError(
                 f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}"
             )
-        model = bm25s.BM25.load(
+        model = _bm25s().BM25.load(
             str(directory / "bm25s"), mmap=mmap, allow_pickle=False, show_progress=False, verbosity=0
         )
         # bm25s's saved parameters do not include the backend; restore the numba one.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -77,3 +79,17 @@ def test_bm25_options_and_no_match() -> None:
     assert run.filter(pl.col("query_id") == "q1")["doc_id"].to_list() == ["a"]
     assert run.filter(pl.col("query_id") == "q2").height == 0  # titles not indexed, no shared term
     assert run.filter(pl.col("query_id") == "q3").height == 2
+
+
+def test_importing_the_retrievers_does_not_load_numba() -> None:
+    """vLLM 0.32's engine processes are spawned, re-import the calling script's top-level
+    imports, and fail at start in a process holding numba's llvmlite library object: a script
+    importing the retrievers at its top must still be able to start an in-process engine."""
+    probe = (
+        "import sys, ragutil_dagster.retrieval.bm25, ragutil_dagster.retrieval.dense, "
+        "ragutil_dagster.definitions; print('llvmlite.binding.ffi' in sys.modules)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()[-1]
+    assert loaded == "False"
