@@ -19,7 +19,7 @@ from ragutil_dagster.metrics import answers as answer_metrics
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.erag import erag_scores
 from ragutil_dagster.metrics.mirage import adaptability
-from ragutil_dagster.metrics.seper import EntailFn, SePerInput, nli_pairs, seper_batch
+from ragutil_dagster.metrics.seper import EntailFn, SePerInput, judge_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
 from ragutil_dagster.retrieval.runs import mirage_retrieval
@@ -76,12 +76,13 @@ def _greedy_answers(generations: pl.DataFrame) -> dict[tuple, str]:
 
 
 def compute_nli(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> pl.DataFrame:
-    """Every distinct NLI pair SePer needs for these generations, with its probabilities."""
+    """Every distinct NLI pair SePer reads for these generations, with its probabilities."""
     _, items = _groups(generations, queries)
-    pairs = nli_pairs(items)
-    if not pairs:
+    judged = judge_pairs(items, entail)
+    if not judged:
         return pl.DataFrame(schema=NLI_SCHEMA)
-    probs = np.asarray(entail([p for p, _ in pairs], [h for _, h in pairs]), dtype=np.float64)
+    pairs = sorted(judged)
+    probs = np.stack([judged[pair] for pair in pairs])
     return pl.DataFrame(
         {
             "premise": [p for p, _ in pairs],

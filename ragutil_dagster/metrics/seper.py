@@ -22,8 +22,13 @@ code) or ``"mean"`` (the paper's eq. 10). Deliberate deviation: with several gol
 reference code mis-pairs likelihoods and answers (a reshape bug); here every answer gets its
 intended score.
 
-Every distinct (premise, hypothesis) pair goes to ``entail`` once, in one call — also across
-many questions with :func:`seper_batch`.
+Every distinct (premise, hypothesis) pair goes to ``entail`` once — also across many questions
+with :func:`seper_batch` — and only the pairs the computation reads: each response both ways
+against each gold answer (the kernels), and the pairs the greedy clustering visits, judged in
+rounds (one ``entail`` call per round for all questions) because which response opens the next
+cluster depends on the labels already seen; the reverse direction of a pair is judged only when
+the forward label leaves equivalence possible (strict: entailment; loose: not contradiction).
+With N diverse answers that is about half of the N(N−1) ordered pairs the authors' code judges.
 """
 
 from __future__ import annotations
@@ -117,17 +122,48 @@ def equivalent(label_ab: int, label_ba: int, strict: bool) -> bool:
     return CONTRADICTION not in (label_ab, label_ba) and (label_ab, label_ba) != (NEUTRAL, NEUTRAL)
 
 
-def _greedy_clusters(texts: Sequence[str], label: Callable[[str, str], int], strict: bool) -> np.ndarray:
-    """The semantic-entropy code's greedy clustering (``get_semantic_ids``)."""
+def _rules_out(forward: int, strict: bool) -> bool:
+    """Whether the forward label alone makes two texts not equivalent under the rule."""
+    return forward != ENTAILMENT if strict else forward == CONTRADICTION
+
+
+Label = Callable[[str, str], "int | None"]
+"""NLI label of (premise, hypothesis), or None while the pair has not been judged."""
+
+
+def _greedy_clusters(texts: Sequence[str], label: Label, strict: bool, unjudged: set | None = None) -> np.ndarray | None:
+    """The semantic-entropy code's greedy clustering (``get_semantic_ids``): each response not yet
+    assigned opens a cluster and takes every later response equivalent to it.
+
+    With ``unjudged``, ``label`` may answer None: the walk stops at the first opener whose
+    comparisons need unjudged pairs, adds those pairs to ``unjudged`` and returns None."""
     ids = [-1] * len(texts)
     next_id = 0
     for i, first in enumerate(texts):
         if ids[i] != -1:
             continue
         ids[i] = next_id
+        needed: set[tuple[str, str]] = set()
+        members = []
         for j in range(i + 1, len(texts)):
-            if equivalent(label(first, texts[j]), label(texts[j], first), strict):
-                ids[j] = next_id
+            forward = label(first, texts[j])
+            if forward is None:
+                needed.add((first, texts[j]))
+                continue
+            if _rules_out(forward, strict):
+                continue
+            backward = label(texts[j], first)
+            if backward is None:
+                needed.add((texts[j], first))
+            elif equivalent(forward, backward, strict):
+                members.append(j)
+        if needed:
+            if unjudged is None:
+                raise KeyError(f"NLI pairs not judged: {sorted(needed)[:3]}")
+            unjudged |= needed
+            return None
+        for j in members:
+            ids[j] = next_id
         next_id += 1
     return np.asarray(ids, dtype=np.int64)
 
@@ -161,18 +197,45 @@ def _prepare(item: SePerInput, position: int, length_norm: LengthNorm) -> _Prepa
     )
 
 
-def _pairs_needed(prepared: _Prepared) -> set[tuple[str, str]]:
-    """Every ordered pair clustering or the kernels may ask for (the greedy loop's path depends
-    on the answers, so all response pairs are requested up front, once)."""
-    distinct = list(dict.fromkeys(prepared.texts))
-    pairs = {(a, b) for a in distinct for b in distinct if a != b}
-    # A repeated response is compared with its own copy by the greedy loop.
-    pairs.update((t, t) for t in distinct if prepared.texts.count(t) > 1)
-    for gold in prepared.golds:
-        for text in distinct:
-            pairs.add((text, gold))
-            pairs.add((gold, text))
-    return pairs
+def _unjudged_pairs(prepared: _Prepared, table: dict[tuple[str, str], np.ndarray], strict: bool) -> set[tuple[str, str]]:
+    """The pairs ``prepared`` needs next that ``table`` lacks: every response both ways against
+    every gold answer, and the clustering's pairs as far as the judged labels lead."""
+    needed = {
+        pair
+        for gold in prepared.golds
+        for text in prepared.texts
+        for pair in ((text, gold), (gold, text))
+        if pair not in table
+    }
+
+    def label(premise: str, hypothesis: str) -> int | None:
+        probs = table.get((premise, hypothesis))
+        return None if probs is None else int(np.argmax(probs))
+
+    _greedy_clusters(prepared.texts, label, strict, needed)
+    return needed
+
+
+def judge_pairs(
+    items: Sequence[SePerInput], entail: EntailFn, *, strict: bool = True, length_norm: LengthNorm = "mean"
+) -> dict[tuple[str, str], np.ndarray]:
+    """Every (premise, hypothesis) pair :func:`seper_batch` reads for ``items``, judged by
+    ``entail`` in rounds (one call per round for all items) → [contradiction, neutral, entailment]
+    probabilities per pair — for computing NLI ahead of scoring (and caching it)."""
+    prepared = [_prepare(item, position, length_norm) for position, item in enumerate(items)]
+    return _judge(prepared, entail, strict)
+
+
+def _judge(prepared: Sequence[_Prepared], entail: EntailFn, strict: bool) -> dict[tuple[str, str], np.ndarray]:
+    table: dict[tuple[str, str], np.ndarray] = {}
+    while True:
+        pending: set[tuple[str, str]] = set()
+        for p in prepared:
+            pending |= _unjudged_pairs(p, table, strict)
+        if not pending:
+            return table
+        ordered = sorted(pending)
+        table.update(zip(ordered, _entail_pairs(entail, ordered)))
 
 
 def _score(
@@ -186,6 +249,7 @@ def _score(
         return int(np.argmax(probs(premise, hypothesis)))
 
     cluster_ids = _greedy_clusters(prepared.texts, label, strict)
+    assert cluster_ids is not None  # every label is known: no walk stops early
     weights = prepared.weights
     per_gold = np.empty(len(prepared.golds))
     for g, gold in enumerate(prepared.golds):
@@ -234,19 +298,6 @@ def _entail_pairs(entail: EntailFn, pairs: list[tuple[str, str]]) -> np.ndarray:
     return result
 
 
-def _distinct_pairs(prepared: Sequence[_Prepared]) -> list[tuple[str, str]]:
-    needed: set[tuple[str, str]] = set()
-    for p in prepared:
-        needed |= _pairs_needed(p)
-    return sorted(needed)
-
-
-def nli_pairs(items: Sequence[SePerInput]) -> list[tuple[str, str]]:
-    """The distinct (premise, hypothesis) pairs :func:`seper_batch` sends to ``entail`` for
-    ``items``, in the order it sends them — for computing NLI ahead of scoring (and caching it)."""
-    return _distinct_pairs([_prepare(item, position, "mean") for position, item in enumerate(items)])
-
-
 def seper_batch(
     items: Sequence[SePerInput],
     entail: EntailFn,
@@ -258,13 +309,13 @@ def seper_batch(
 ) -> list[SePerResult]:
     """SePer for many questions (or conditions) with a single ``entail`` call.
 
-    Each distinct (premise, hypothesis) pair over all items is sent once. Use this for a whole
-    evaluation: pairs repeat heavily across samples, conditions and questions.
+    Each distinct (premise, hypothesis) pair over all items is sent once, in rounds of one
+    ``entail`` call each (:func:`judge_pairs`). Use this for a whole evaluation: pairs repeat
+    heavily across samples, conditions and questions.
     """
     _check_options(kernel, gold_reduce)
     prepared = [_prepare(item, position, length_norm) for position, item in enumerate(items)]
-    pairs = _distinct_pairs(prepared)
-    table = dict(zip(pairs, _entail_pairs(entail, pairs))) if pairs else {}
+    table = _judge(prepared, entail, strict)
 
     def probs(premise: str, hypothesis: str) -> np.ndarray:
         return table[(premise, hypothesis)]

@@ -75,7 +75,7 @@ def test_weights_are_softmax_of_mean_or_summed_logprobs() -> None:
 
 
 def test_question_prefix_and_pair_deduplication() -> None:
-    """With a question, each NLI text is "q? text"; each distinct pair is sent once, in one call."""
+    """With a question, each NLI text is "q? text"; each distinct pair is sent once."""
     q = "Where was Ada born"
     nli = MeaningNLI({"Paris": "paris", "paris, France": "paris", "Rome": "rome"}, question=q)
     responses = ["Paris", "Paris", "paris, France", "Rome", "Paris"]
@@ -83,13 +83,26 @@ def test_question_prefix_and_pair_deduplication() -> None:
     assert len(nli.calls) == 1
     sent = nli.calls[0]
     assert len(sent) == len(set(sent))
-    # 3 distinct responses: 6 ordered pairs + "Paris" against its own copy. The gold "Paris" is
-    # itself a response, so its pairs are among those 7. The reference loop would ask for
-    # N·(N−1) = 20 response pairs and 2·N = 10 gold pairs.
-    assert len(sent) == 7
+    # The 3 distinct responses both ways against the gold "Paris" (itself a response: 5 pairs)
+    # hold every pair the clustering reads. The reference loop would ask for N·(N−1) = 20
+    # response pairs and 2·N = 10 gold pairs.
+    assert len(sent) == 5
     assert all(p.startswith("Where was Ada born? ") and h.startswith("Where was Ada born? ") for p, h in sent)
     assert result.score == pytest.approx(0.8)
     np.testing.assert_array_equal(result.cluster_ids, [0, 0, 0, 1, 0])
+
+
+def test_diverse_answers_need_about_half_the_reference_pairs() -> None:
+    """Ten answers of ten meanings: each pair is judged one way only (the forward label already
+    rules equivalence out), in one round per cluster opener, never twice."""
+    nli = MeaningNLI()
+    responses = [f"answer {i}" for i in range(10)]
+    result = seper(responses, equal_logprobs(10), ["gold"], nli)
+    sent = [pair for call in nli.calls for pair in call]
+    assert len(sent) == len(set(sent))
+    assert len(sent) == 45 + 20  # i < j forward, and both ways against the gold
+    assert len(nli.calls) == 9  # the last opener has nobody after it
+    np.testing.assert_array_equal(result.cluster_ids, np.arange(10))
 
 
 def test_batch_makes_one_call_for_many_questions() -> None:
@@ -266,6 +279,45 @@ def test_identical_responses_with_and_without_context_give_zero_delta(data, kern
         kernel=kernel,
     )
     assert delta_seper(with_ctx, without_ctx) == 0.0
+
+
+def reference_clusters(texts: list[str], label, strict: bool) -> list[int]:
+    """The semantic-entropy code's loop as written there: both labels of every visited pair."""
+    ids = [-1] * len(texts)
+    next_id = 0
+    for i, first in enumerate(texts):
+        if ids[i] != -1:
+            continue
+        ids[i] = next_id
+        for j in range(i + 1, len(texts)):
+            forward, backward = label(first, texts[j]), label(texts[j], first)
+            if (forward == backward == 2) if strict else (0 not in (forward, backward) and (forward, backward) != (1, 1)):
+                ids[j] = next_id
+        next_id += 1
+    return ids
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from("ABCD"), min_size=1, max_size=10),
+    st.dictionaries(st.tuples(st.sampled_from("ABCD"), st.sampled_from("ABCD")), st.sampled_from([0, 1, 2]), min_size=4),
+    st.booleans(),
+)
+def test_judged_pairs_give_the_reference_loops_clusters(responses, labels, strict) -> None:
+    """Whatever the NLI's labels (one-way entailment, neutral, non-transitive), the clusters from
+    the pairs judged in rounds equal the reference loop's with every pair judged."""
+    rows = (CONTRADICT, NEUTRAL, ENTAIL)
+
+    def label(premise: str, hypothesis: str) -> int:
+        return labels.get((premise, hypothesis), 2 if premise == hypothesis else 0)
+
+    def nli(premises, hypotheses):
+        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+
+    result = seper(responses, equal_logprobs(len(responses)), "A", nli, strict=strict)
+    reference = reference_clusters(responses, label, strict)
+    # Cluster numbers follow the openers, so the partitions must be equal as numbered.
+    np.testing.assert_array_equal(result.cluster_ids, reference)
 
 
 @settings(max_examples=40, deadline=None)
