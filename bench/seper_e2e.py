@@ -981,7 +981,7 @@ def parse_args() -> argparse.Namespace:
         "--baseline-questions",
         type=int,
         default=None,
-        help="run (b) on the first this many questions only (its cost is per question)",
+        help="toy mode: run (b) on the first this many questions only (its cost is per question)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -1001,6 +1001,8 @@ def parse_args() -> argparse.Namespace:
     real = args.model is not None or args.data is not None
     if real and (args.model is None or args.data is None):
         parser.error("real-model mode needs both --model and --data")
+    if real and args.baseline_questions is not None:
+        parser.error("--baseline-questions is for toy mode: real-model mode runs every path on the same questions")
     args.questions = args.questions or (8 if real else 200)
     args.max_new_tokens = args.max_new_tokens or (32 if real else 12)
     args.out = args.out or (REAL_RESULTS if real else RESULTS)
