@@ -124,7 +124,9 @@ class GenerationCache:
     def put_many(self, entries: Mapping[str, Sequence[Sample]]) -> None:
         """Store entries in one transaction; a key already stored keeps its samples (another
         worker's, which readers may already have used)."""
-        rows = [{"request": key, "entry": _entry_bytes(key, samples)} for key, samples in entries.items()]
+        # Rows go in key order: two workers inserting overlapping keys then take the unique
+        # index's row locks in the same order, and PostgreSQL cannot deadlock them.
+        rows = [{"request": key, "entry": _entry_bytes(key, entries[key])} for key in sorted(entries)]
         if not rows:
             return
         insert = _INSERTS[self.engine.dialect.name](_entries).on_conflict_do_nothing()

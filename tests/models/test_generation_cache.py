@@ -245,3 +245,36 @@ def test_concurrent_workers_share_one_entry_per_request(shared_location: str) ->
     keys = [GenerationCache.key({"identity": "fake"}, f"prompt {i}", SamplingParams(n=2, seed=1)) for i in range(40)]
     stored = cache.get_many(keys, 2)
     assert "|".join(stored[key][0].text for key in keys) == outputs[0]
+
+
+OPPOSITE_ORDER_WRITER = """
+import sys, time
+from ragutil_dagster.models.cache import GenerationCache
+from ragutil_dagster.models.generation import Sample
+location, order, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+cache = GenerationCache(location)
+time.sleep(max(0.0, start - time.time()))
+for batch in range(15):
+    keys = [f"{batch:02d}-{i:04d}" for i in range(300)]
+    if order == "descending":
+        keys.reverse()
+    cache.put_many({key: [Sample(key, (1,), (-0.5,), "stop", 3)] for key in keys})
+"""
+
+
+def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_location: str) -> None:
+    """Callers hand ``put_many`` their entries in any order (a set's order differs between
+    processes); two writers of the same keys, one ascending and one descending, both commit."""
+    import subprocess
+    import sys
+    import time
+
+    start = time.time() + 6
+    writers = [
+        subprocess.Popen([sys.executable, "-c", OPPOSITE_ORDER_WRITER, shared_location, order, str(start)],
+                         stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        for order in ("ascending", "descending")
+    ]
+    errors = [writer.communicate(timeout=120)[1] for writer in writers]
+    assert [writer.returncode for writer in writers] == [0, 0], "\n".join(errors)
+    assert len(GenerationCache(shared_location)) == 15 * 300
