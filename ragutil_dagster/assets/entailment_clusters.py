@@ -67,6 +67,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         path = store.write_table("nli_probabilities", context.partition_key, nli)
         yield dg.MaterializeResult(asset_key="nli_probabilities", metadata={
             **table_metadata(nli, path), "nli_identity": dg.MetadataValue.text(nli_model.identity),
+            "nli_dtype": dg.MetadataValue.text(str(nli_model.dtype).removeprefix("torch.")),
         })
         path = store.write_table("entailment_clusters", context.partition_key, clusters)
         per_group = clusters.group_by("query_id", "condition", "doc_id").agg(pl.col("cluster_id").max() + 1)

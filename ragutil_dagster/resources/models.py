@@ -13,7 +13,7 @@ from typing import Any
 
 from dagster import ConfigurableResource
 
-from ragutil_dagster.config import GeneratorConfig, ModelConfig
+from ragutil_dagster.config import GeneratorConfig, NliConfig
 from ragutil_dagster.models.resolver import resolve
 
 _loaded: dict[tuple, Any] = {}
@@ -144,15 +144,15 @@ class ModelRegistry(ConfigurableResource):
         assert isinstance(generator, HFGenerator)
         return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
 
-    def entailment(self, spec: ModelConfig):
+    def entailment(self, spec: NliConfig):
         from ragutil_dagster.models.entailment import Entailment
 
         ref = resolve(spec.model, spec.revision)
         cache: bool | str = self.nli_cache or False
         return _memo(
-            ("nli", ref.identity, str(ref.path), self.device, cache),
+            ("nli", ref.identity, str(ref.path), self.device, spec.dtype, cache),
             lambda: Entailment(
-                ref, device=self._device(), cache=Path(cache) if cache else False,
+                ref, device=self._device(), dtype=spec.dtype, cache=Path(cache) if cache else False,
                 trust_remote_code=spec.trust_remote_code, show_progress=self.show_progress,
             ),
         )

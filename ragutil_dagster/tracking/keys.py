@@ -100,6 +100,7 @@ class PartitionRun:
             "nli_model": experiment.nli.model,
             "nli_revision": experiment.nli.revision or "none",
             "nli_identity": self.identities.nli,
+            "nli_dtype": experiment.nli.dtype,
             "embedder": retriever.model or "none",
             "embedder_revision": retriever.revision or "none",
             "embedder_identity": self.identities.embedder or "none",

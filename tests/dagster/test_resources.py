@@ -7,7 +7,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ragutil_dagster.config import GeneratorConfig, ModelConfig
+import torch
+
+from ragutil_dagster.config import GeneratorConfig, NliConfig
 from ragutil_dagster.resources import ArtifactStore, ModelRegistry
 from ragutil_dagster.sampling import SamplingParams
 
@@ -18,9 +20,21 @@ def test_models_are_loaded_once_per_process(tiny_world) -> None:
     spec = GeneratorConfig(name="lm", model=str(models.causal_lm))
     assert registry.generator(spec) is ModelRegistry(show_progress=False).generator(spec)
     assert registry.scorer(spec).lm is registry.generator(spec).lm
-    nli = ModelConfig(model=str(models.nli))
+    nli = NliConfig(model=str(models.nli))
     assert registry.entailment(nli) is registry.entailment(nli)
     assert registry.identity(str(models.nli)).startswith("sha256:")
+
+
+def test_the_nli_runs_in_the_configured_dtype(tiny_world) -> None:
+    """``nli.dtype`` reaches the model, and judgements in two dtypes never share a cache entry."""
+    _, _, models = tiny_world
+    registry = ModelRegistry(show_progress=False)
+    default = registry.entailment(NliConfig(model=str(models.nli)))
+    bf16 = registry.entailment(NliConfig(model=str(models.nli), dtype="bfloat16"))
+    assert (default.model.dtype, bf16.model.dtype) == (torch.float32, torch.bfloat16)
+    assert default.cache_key != bf16.cache_key
+    probs = bf16(["Question: who? Answer: Ada"], ["Question: who? Answer: Ada"])
+    assert probs.shape == (1, 3) and abs(probs.sum() - 1) < 1e-6
 
 
 def test_store_round_trip_and_missing_tables(tmp_path) -> None:

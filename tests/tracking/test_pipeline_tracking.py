@@ -39,6 +39,7 @@ REQUIRED_PARAMS = {
     "nli_model",
     "nli_revision",
     "nli_identity",
+    "nli_dtype",
     "embedder",
     "n",
     "temperature",
