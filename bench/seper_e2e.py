@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import tempfile
 import threading
@@ -669,7 +670,6 @@ def logprob_drift(
 def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
     """A local OpenAI-compatible vLLM server (127.0.0.1, chunked prefill off so seeded requests
     run, raw log-probs), stopped by its process group on exit; yields its base URL."""
-    import os
     import sys
 
     from ragutil_dagster.processes import background_server, free_port
@@ -710,12 +710,14 @@ def main_real(args: argparse.Namespace) -> None:
         questions = work.data.queries.height
         warm_params = work.sampling.params(args.seed)
 
-        def entailment(cache: bool) -> Entailment:
-            # A fresh pair cache per path: the measured work starts from nothing judged.
-            path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite" if cache else False
-            return Entailment(args.nli, device="cpu", cache=path, show_progress=False)
+        def entailment() -> Entailment:
+            # ragutil's paths: a fresh pair cache each (the measured work starts from nothing
+            # judged) and the --nli-dtype a config's nli.dtype would give.
+            path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite"
+            return Entailment(args.nli, device="cpu", dtype=args.nli_dtype, cache=path, show_progress=False)
 
-        nli_plain = entailment(False)
+        # The authors' code judges every pair afresh, in float32.
+        nli_plain = Entailment(args.nli, device="cpu", cache=False, show_progress=False)
         lms = {
             dtype: load_causal_lm(ref, device="cpu", dtype=dtype, use_chat_template=True)
             for dtype in ("float32", "bfloat16")
@@ -726,7 +728,7 @@ def main_real(args: argparse.Namespace) -> None:
             reference_samples(lm, warm_prompt[0], work.sampling, args.seed)
             label = f"ragutil hf {dtype}"
             phases[label] = measured(
-                label, lm, questions, ragutil_path(work, generator, entailment(True))
+                label, lm, questions, ragutil_path(work, generator, entailment())
             )
             label = f"authors' approach {dtype}"
             phases[label] = measured(label, lm, questions, reference_path(work, lm, nli_plain))
@@ -759,7 +761,7 @@ def main_real(args: argparse.Namespace) -> None:
                 vllm.sample(warm_prompt, warm_params)
                 return measured(
                     "ragutil vllm bfloat16", None, questions,
-                    ragutil_path(work, vllm, entailment(True)),
+                    ragutil_path(work, vllm, entailment()),
                 )
             finally:
                 release_engine()
@@ -773,7 +775,7 @@ def main_real(args: argparse.Namespace) -> None:
                 served.sample(warm_prompt, warm_params)
                 return measured(
                     "ragutil openai (vllm serve) bfloat16", None, questions,
-                    ragutil_path(work, served, entailment(True)),
+                    ragutil_path(work, served, entailment()),
                 )
 
         if not args.no_engines:
@@ -875,6 +877,9 @@ def report_real(
             "model": args.model,
             "data": str(args.data),
             "nli": args.nli,
+            "nli_dtype_ragutil": args.nli_dtype,
+            "nli_dtype_authors": "float32",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "unset"),
             "questions": questions,
             "conditions": list(CONDITIONS),
             "retriever": list(work.runs),
@@ -950,6 +955,10 @@ def parse_args() -> argparse.Namespace:
         "--data", type=Path, default=None, help="real-model mode: a BEIR QA folder with answers"
     )
     parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
+    parser.add_argument(
+        "--nli-dtype", default="float32", choices=("float32", "bfloat16"),
+        help="real-model mode: ragutil's NLI dtype (a config's nli.dtype); the authors' stays float32",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
     )
