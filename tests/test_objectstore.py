@@ -11,12 +11,14 @@ import sys
 import uuid
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
 from ragutil_dagster.failpoints import ENV
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE, MANIFEST_SUFFIX, ObjectStore
 from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.resources.storage import _parquet_rows
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -53,6 +55,25 @@ def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store:
     assert not store.has_table("scores", "lm|world__bm25__k1")
     with pytest.raises(FileNotFoundError, match="materialise scores first"):
         store.read_table("scores", "lm|world__bm25__k1")
+
+
+def test_a_row_range_of_a_table_is_read_from_the_row_groups_holding_it(store: ArtifactStore, tmp_path, monkeypatch) -> None:
+    table = pl.DataFrame({"row": list(range(1000)), "text": [f"passage {i}" for i in range(1000)]})
+    store.write_table("corpus", "world", table)
+    for rows in (range(0, 1000), range(250, 500), range(999, 1000), range(990, 1010), range(5, 5)):
+        assert store.read_table("corpus", "world", rows=rows).equals(table[rows.start:rows.stop])
+    # Of a file in row groups of 100 rows, rows 250–499 need groups 2, 3 and 4 only.
+    path = tmp_path / "grouped.parquet"
+    table.write_parquet(path, row_group_size=100)
+    fetched: list[list[int]] = []
+    read_row_groups = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups",
+                        lambda self, groups, *args, **kwargs: fetched.append(list(groups)) or read_row_groups(self, groups, *args, **kwargs))
+    with path.open("rb") as handle:
+        assert _parquet_rows(handle, range(250, 500)).equals(table[250:500])
+    assert fetched == [[2, 3, 4]]
+    with path.open("rb") as handle, pytest.raises(ValueError, match="contiguous"):
+        _parquet_rows(handle, range(0, 10, 2))
 
 
 def test_a_failed_writer_publishes_nothing_and_keeps_the_previous_version(store: ArtifactStore) -> None:

@@ -68,7 +68,8 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         embedder = models.embedder(retriever.model, retriever.revision)
         embeddings = sharded_embeddings(store, retriever, index_key, record, embedder.identity)
         start = time.perf_counter()
-        rows = embeddings.fill(shard, store.read_table("corpus", dataset), embedder, dense_config(retriever))
+        passages = store.read_table("corpus", dataset, rows=embeddings.rows_of(shard))
+        rows = embeddings.fill(shard, passages, embedder, dense_config(retriever))
         seconds = time.perf_counter() - start
         return dg.MaterializeResult(metadata={
             "rows": dg.MetadataValue.int(len(rows)),

@@ -118,21 +118,22 @@ RowWriter = Callable[[int, np.ndarray], None]
 
 
 def embed_rows(
-    corpus: pl.DataFrame,
+    passages: pl.DataFrame,
     encoder: TextEncoder,
     config: DenseConfig,
-    rows: range,
+    first_row: int,
     write: RowWriter,
     label: str = "embed passages",
 ) -> None:
-    """Embed the passages ``rows`` (a contiguous range) of ``corpus`` block by block, with a
-    progress bar, handing each block's float32 vectors to ``write``: the one embedding loop of
-    :func:`embed_corpus` and of every shard (:mod:`ragutil_dagster.retrieval.embedding_shards`)."""
-    blocks = range(rows.start, rows.stop, config.block_size)
+    """Embed ``passages`` — the corpus's rows from ``first_row`` on — block by block, with a
+    progress bar, handing each block's float32 vectors to ``write`` at their corpus rows: the one
+    embedding loop of :func:`embed_corpus` and of every shard
+    (:mod:`ragutil_dagster.retrieval.embedding_shards`)."""
+    blocks = range(0, passages.height, config.block_size)
     for start in tqdm(blocks, desc=label, unit="block", disable=len(blocks) < 2):
-        passages = corpus.slice(start, min(config.block_size, rows.stop - start))
-        texts = [config.passage_prefix + text for text in indexed_texts(passages, config.include_title)]
-        write(start, _vectors(encoder.encode(texts), encoder.dim))
+        block = passages.slice(start, config.block_size)
+        texts = [config.passage_prefix + text for text in indexed_texts(block, config.include_title)]
+        write(first_row + start, _vectors(encoder.encode(texts), encoder.dim))
 
 
 def embed_corpus(
@@ -153,12 +154,12 @@ def embed_corpus(
         def into_memory(first_row: int, vectors: np.ndarray) -> None:
             embeddings[first_row : first_row + len(vectors)] = vectors
 
-        embed_rows(corpus, encoder, config, range(corpus.height), into_memory)
+        embed_rows(corpus, encoder, config, 0, into_memory)
         return embeddings
     with atomic_path(out_path) as temporary:
         allocate_npy(temporary, shape)
         with npy_row_writer(temporary, shape) as write:
-            embed_rows(corpus, encoder, config, range(corpus.height), write)
+            embed_rows(corpus, encoder, config, 0, write)
     return np.load(out_path, mmap_mode="r", allow_pickle=False)
 
 

@@ -81,30 +81,37 @@ class ShardedEmbeddings:
         return self.directory / f"{embedding_shard_name(shard, self.shards)}.json"
 
     def _expected_record(self, shard: int) -> dict:
-        rows = shard_rows(shard, self.shards, self.rows)
+        rows = self.rows_of(shard)
         return {
             "format": FORMAT_VERSION, "shard": shard, "shards": self.shards, "rows": [rows.start, rows.stop],
             "corpus_fingerprint": self.fingerprint, "encoder_identity": self.encoder_identity,
         }
 
-    def fill(self, shard: int, corpus: pl.DataFrame, encoder: TextEncoder, config: DenseConfig) -> range:
-        """Embed shard ``shard``'s rows of ``corpus`` into the shared file (allocating it when this
-        shard comes first), then record the shard done; returns its rows. Shards may run in any
-        order, at the same time, in processes on different machines."""
-        if corpus.height != self.rows:
-            raise IndexMismatchError(f"{self.shard_name(shard)}: given a corpus of {corpus.height} passages, "
-                                     f"expected {self.rows}")
+    def rows_of(self, shard: int) -> range:
+        """The corpus rows shard ``shard`` embeds."""
+        return shard_rows(shard, self.shards, self.rows)
+
+    def fill(self, shard: int, passages: pl.DataFrame, encoder: TextEncoder, config: DenseConfig) -> range:
+        """Embed ``passages`` — the corpus's rows :meth:`rows_of` ``shard``, all a shard step needs
+        to read — into the shared file (allocating it when this shard comes first), then record the
+        shard done; returns its rows. Shards may run in any order, at the same time, in processes on
+        different machines."""
+        rows = self.rows_of(shard)
+        if passages.height != len(rows):
+            raise IndexMismatchError(
+                f"{self.shard_name(shard)}: given {passages.height} passages for rows [{rows.start}, {rows.stop}) "
+                f"of a corpus of {self.rows}"
+            )
         if encoder.identity != self.encoder_identity:
             raise IndexMismatchError(f"{self.shard_name(shard)}: given encoder {encoder.identity}, "
                                      f"expected {self.encoder_identity}")
-        rows = shard_rows(shard, self.shards, self.rows)
         record = self._record_path(shard)
         # Its rows are about to be rewritten: the shard is not done until its new record is written.
         record.unlink(missing_ok=True)
         shape = (self.rows, encoder.dim)
         create_once(self.path, lambda temporary: allocate_npy(temporary, shape))
         with npy_row_writer(self.path, shape) as write:
-            embed_rows(corpus, encoder, config, rows, write, label=f"embed {self.shard_name(shard)}")
+            embed_rows(passages, encoder, config, rows.start, write, label=f"embed {self.shard_name(shard)}")
         write_text_atomic(record, json.dumps({**self._expected_record(shard), "dim": encoder.dim}, indent=2))
         return rows
 

@@ -32,7 +32,8 @@ if action == "fill":
     embeddings = ShardedEmbeddings.under(
         root, "world__hash", corpus_fingerprint(corpus), corpus.height, encoder.identity, config, int(shards)
     )
-    rows = embeddings.fill(int(shard), corpus, encoder, config)
+    shard_range = embeddings.rows_of(int(shard))
+    rows = embeddings.fill(int(shard), corpus.slice(shard_range.start, len(shard_range)), encoder, config)
     print(json.dumps({"rows": [rows.start, rows.stop]}))
 else:
     (target,) = arguments

@@ -22,6 +22,12 @@ WORKER = Path(__file__).with_name("shard_worker.py")
 CONFIG = DenseConfig(block_size=32)
 
 
+def rows_of(corpus, embeddings: ShardedEmbeddings, shard: int):
+    """The passages a shard step reads: its rows of ``corpus``."""
+    rows = embeddings.rows_of(shard)
+    return corpus.slice(rows.start, len(rows))
+
+
 def sharded(world, root: Path, shards: int, encoder: HashEncoder | None = None, fingerprint: str | None = None):
     encoder = encoder or HashEncoder()
     return ShardedEmbeddings.under(
@@ -44,7 +50,7 @@ def test_shards_filled_out_of_order_give_the_one_shot_bytes(world, tmp_path: Pat
     encoder = HashEncoder()
     embeddings = sharded(world, tmp_path, 4)
     for shard in (3, 1, 4, 2):
-        rows = embeddings.fill(shard, world.corpus, encoder, CONFIG)
+        rows = embeddings.fill(shard, rows_of(world.corpus, embeddings, shard), encoder, CONFIG)
         assert rows == shard_rows(shard, 4, world.corpus.height)
     finished = embeddings.open()
     assert isinstance(finished, np.memmap) and not finished.flags.writeable
@@ -52,7 +58,7 @@ def test_shards_filled_out_of_order_give_the_one_shot_bytes(world, tmp_path: Pat
     assert finished.tobytes() == one_shot.tobytes()
     assert embed_corpus(world.corpus, encoder, CONFIG, tmp_path / "one.npy").tobytes() == one_shot.tobytes()
     # Filling a shard again rewrites its rows only: still the same bytes.
-    embeddings.fill(2, world.corpus, encoder, CONFIG)
+    embeddings.fill(2, rows_of(world.corpus, embeddings, 2), encoder, CONFIG)
     assert embeddings.open().tobytes() == one_shot.tobytes()
 
 
@@ -91,7 +97,7 @@ def test_processes_creating_one_file_at_once_leave_exactly_one_whole(tmp_path: P
 def test_a_missing_shard_is_named(world, tmp_path: Path) -> None:
     embeddings = sharded(world, tmp_path, 3)
     for shard in (1, 3):
-        embeddings.fill(shard, world.corpus, HashEncoder(), CONFIG)
+        embeddings.fill(shard, rows_of(world.corpus, embeddings, shard), HashEncoder(), CONFIG)
     with pytest.raises(IncompleteEmbeddingsError, match=r"not embedded: world__hash__shard-2-of-3; materialise") as error:
         embeddings.open()
     assert "shard-1-of-3" not in str(error.value) and "shard-3-of-3" not in str(error.value)
@@ -101,7 +107,7 @@ def test_embeddings_of_another_corpus_or_encoder_are_never_used(world, tmp_path:
     encoder = HashEncoder()
     embeddings = sharded(world, tmp_path, 2)
     for shard in (1, 2):
-        embeddings.fill(shard, world.corpus, encoder, CONFIG)
+        embeddings.fill(shard, rows_of(world.corpus, embeddings, shard), encoder, CONFIG)
     assert embeddings.open().shape == (world.corpus.height, encoder.dim)
 
     # Another encoder or corpus looks elsewhere and finds nothing of its own.
@@ -124,6 +130,6 @@ def test_embeddings_of_another_corpus_or_encoder_are_never_used(world, tmp_path:
 
     # A shard is only filled with the encoder and corpus it was set up for.
     with pytest.raises(IndexMismatchError, match="given encoder hash-encoder-v2, expected hash-encoder-v1"):
-        embeddings.fill(1, world.corpus, HashEncoder(identity="hash-encoder-v2"), CONFIG)
-    with pytest.raises(IndexMismatchError, match="given a corpus of 10 passages"):
+        embeddings.fill(1, rows_of(world.corpus, embeddings, 1), HashEncoder(identity="hash-encoder-v2"), CONFIG)
+    with pytest.raises(IndexMismatchError, match=rf"given 10 passages for rows \[0, {world.corpus.height // 2}\) of a corpus of {world.corpus.height}"):
         embeddings.fill(1, world.corpus.head(10), encoder, CONFIG)
