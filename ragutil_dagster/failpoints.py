@@ -9,7 +9,9 @@ Unset, as always outside the tests, a failpoint costs one environment lookup.
 The points: ``sampling`` (after each checkpointed batch of generations), ``nli`` (after each
 cached batch of NLI probabilities), ``scoring`` (metrics computed, nothing written yet),
 ``mlflow`` (run opened and parameters logged, metrics not yet), ``parquet_write`` (a table's
-object written under its unique key, its manifest not yet published).
+files written — on a local disk under its object's unique key, for an object store still staged
+locally), ``publish`` (any artifact's object in the store — uploaded to an object store — its
+manifest not yet published).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import signal
 
 ENV = "RAGUTIL_FAILPOINT"
-POINTS = ("sampling", "nli", "scoring", "mlflow", "parquet_write")
+POINTS = ("sampling", "nli", "scoring", "mlflow", "parquet_write", "publish")
 
 _passes: dict[str, int] = {}
 

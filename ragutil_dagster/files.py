@@ -40,6 +40,16 @@ def cache_root() -> Path:
     return Path(xdg) / "ragutil"
 
 
+def newest_mtime(directory: Path) -> float:
+    """The latest modification time of ``directory`` and of everything under it."""
+    return max([directory.stat().st_mtime, *(path.stat().st_mtime for path in directory.rglob("*"))])
+
+
+def tree_size(directory: Path) -> int:
+    """The bytes of the files under ``directory``."""
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
 def canonical_json(data: object) -> bytes:
     """The canonical JSON encoding of ``data``: sorted keys, no spaces, UTF-8; values JSON cannot
     encode are written as their ``str``."""

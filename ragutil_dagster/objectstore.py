@@ -21,11 +21,14 @@ from __future__ import annotations
 import errno
 import json
 import posixpath
+import re
 import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, TypeVar
 
@@ -33,7 +36,10 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
-from ragutil_dagster.files import atomic_directory, stable_hash, storage_errors, write_bytes_atomic
+from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.files import (
+    atomic_directory, newest_mtime, stable_hash, storage_errors, tree_size, write_bytes_atomic,
+)
 from ragutil_dagster.redaction import redact_uri
 
 ARTIFACTS_URL_VARIABLE = "RAGUTIL_ARTIFACTS_URL"
@@ -45,7 +51,39 @@ _FORMAT = 1
 # A reader retries this many times when newer writers keep replacing the object it was about to read.
 _READ_ATTEMPTS = 5
 
+# An object's key: the artifact's file name and the writer's uuid (``table.parquet.<32 hex>``).
+_OBJECT_KEY = re.compile(r".+\.[0-9a-f]{32}")
+# Under the cache directory: remote artifacts' files before their upload.
+_STAGING = "staging"
+# MLflow's run artifacts may live under the same URL (mlflow_artifact_root); never ours to sweep.
+_FOREIGN_FOLDERS = ("mlruns",)
+
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """What ``ragutil clean`` may delete: where it is, its size, and why nothing needs it."""
+
+    location: str
+    size: int
+    reason: str
+    path: str
+    local: bool
+    """A directory on this machine's file system (a copy of an object, scratch files), not an object of the store."""
+
+
+def _modified(info: dict) -> float:
+    """A listed file's modification time (seconds since the epoch), whichever fsspec driver listed it."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    raise ArtifactStoreError(f"{info.get('name')}: the store reports no modification time")
 
 
 def mlflow_artifact_root(url: str) -> str | None:
@@ -117,7 +155,7 @@ class ObjectStore:
         target = self._path(folder, object_name)
         # On a local disk the unpublished object is written in place; elsewhere it is staged on
         # local disk and uploaded (writers such as FAISS and matplotlib need a real file).
-        staging = Path(target) if self.local else Path(tempfile.mkdtemp(prefix="ragutil-publish-"))
+        staging = Path(target) if self.local else self._staging_directory()
         with storage_errors(self.display(name)):
             staging.mkdir(parents=True, exist_ok=True)
         try:
@@ -132,6 +170,7 @@ class ObjectStore:
                     self.fs.put(
                         [str(staging / file) for file in files], [posixpath.join(target, file) for file in files]
                     )
+                failpoint("publish")
                 previous = self.manifest(name)
                 manifest = {"format": _FORMAT, "object": object_name, "files": files}
                 self._write_single_object(self._path(name + MANIFEST_SUFFIX), json.dumps(manifest).encode())
@@ -143,6 +182,13 @@ class ObjectStore:
                 shutil.rmtree(staging, ignore_errors=True)
         if previous is not None and previous["object"] != object_name:
             self._remove(self._path(folder, previous["object"]))
+
+    def _staging_directory(self) -> Path:
+        """A fresh local directory where a remote artifact's files are written before upload
+        (under the cache directory, where ``ragutil clean`` finds those of writers that died)."""
+        root = self.cache_dir / _STAGING
+        root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="publish-", dir=root))
 
     @contextmanager
     def _remote_errors(self, name: str) -> Iterator[None]:
@@ -177,6 +223,53 @@ class ObjectStore:
             return
         self._remove(self._path(name + MANIFEST_SUFFIX))
         self._remove(self._path(posixpath.dirname(name), manifest["object"]))
+
+    def garbage(self, older_than: float, now: float) -> list[Garbage]:
+        """Objects no manifest names — left by writers that died before publishing, or that lost a
+        race to publish one artifact — and local copies of objects no manifest names any more,
+        each untouched for ``older_than`` seconds before ``now``. The grace period spares objects
+        being uploaded right now: it must exceed the longest upload."""
+        root = self.root.rstrip("/")
+        entries = self.fs.find(root, withdirs=True, detail=True)
+        manifests = sorted(path for path, info in entries.items()
+                           if info["type"] == "file" and path.endswith(MANIFEST_SUFFIX))
+        named = {path: json.loads(raw)["object"] for path, raw in (self.fs.cat(manifests) if manifests else {}).items()}
+        published = {posixpath.join(posixpath.dirname(path), key) for path, key in named.items()}
+        copies = {stable_hash([self.url, posixpath.relpath(path[: -len(MANIFEST_SUFFIX)], root), key], 32)
+                  for path, key in named.items()}
+        objects: dict[str, tuple[int, float]] = {}
+        for path, info in entries.items():
+            parts = posixpath.relpath(path, root).split("/")
+            is_file = info["type"] == "file"
+            # A directory counts by its own time only where the store keeps one (local disks do;
+            # an object store's "directories" are prefixes): an object a writer left empty.
+            if parts[0] in _FOREIGN_FOLDERS or (not is_file and info.get("mtime") is None):
+                continue
+            depth = next((i for i, part in enumerate(parts[:-1] if is_file else parts)
+                          if _OBJECT_KEY.fullmatch(part)), None)
+            if depth is None:
+                continue
+            key = posixpath.join(root, *parts[: depth + 1])
+            size, modified = objects.get(key, (0, 0.0))
+            objects[key] = (size + (int(info.get("size") or 0) if is_file else 0), max(modified, _modified(info)))
+        found = [
+            Garbage(self._url(key), size, "unpublished object (its writer died or lost a race)", key, local=False)
+            for key, (size, modified) in sorted(objects.items())
+            if key not in published and now - modified >= older_than
+        ]
+        local = [(entry, "local copy of a replaced or removed object") for entry in _directories(self.cache_dir)
+                 if entry.name != _STAGING and entry.name not in copies]
+        local += [(entry, "staged files of a writer that died before uploading")
+                  for entry in _directories(self.cache_dir / _STAGING)]
+        return found + [Garbage(str(entry), tree_size(entry), reason, str(entry), local=True)
+                        for entry, reason in local if now - newest_mtime(entry) >= older_than]
+
+    def delete(self, garbage: Garbage) -> None:
+        """Delete what :meth:`garbage` found."""
+        if garbage.local:
+            shutil.rmtree(garbage.path, ignore_errors=True)
+        else:
+            self._remove(garbage.path)
 
     def _with_published(self, name: str, use: Callable[[dict], T]) -> T:
         """``use(manifest)``, read again from a newer manifest when a writer deleted the object
@@ -218,6 +311,10 @@ class ObjectStore:
             return copy
 
         return self._with_published(name, use)
+
+
+def _directories(folder: Path) -> list[Path]:
+    return sorted(entry for entry in folder.iterdir() if entry.is_dir()) if folder.is_dir() else []
 
 
 def _only_file(manifest: dict, where: str) -> str:

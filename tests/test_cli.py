@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from ragutil_dagster.cli import build_parser, main
 
 
 def test_every_subcommand_is_registered() -> None:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(sub.choices) == {"world", "run", "score", "compare", "ui"}
+    assert set(sub.choices) == {"world", "run", "score", "compare", "ui", "clean"}
 
 
 def test_user_errors_are_one_message_and_status_2(tmp_path, capsys) -> None:
@@ -46,3 +50,28 @@ def test_run_takes_a_positive_number_of_workers(capsys) -> None:
         assert exit_.value.code == 2
         assert f"argument --workers: expected a whole number of at least 1, got '{bad}'" in capsys.readouterr().err
     assert build_parser().parse_args(["run", "x.yaml", "--workers", "2"]).workers == 2
+
+
+def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
+    for variable in ("RAGUTIL_ARTIFACTS_URL", "RAGUTIL_SCRATCH_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    partition = tmp_path / "scratch" / "passage_embeddings" / "world__dense"
+    for version, moment in (("superseded", 1_000_000_000), ("current", 1_000_000_100)):
+        (partition / version).mkdir(parents=True)
+        (partition / version / "embeddings.npy").write_bytes(bytes(2048))
+        for path in (partition / version / "embeddings.npy", partition / version):
+            os.utime(path, (moment, moment))
+    assert main(["clean"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0] == f"    2.0 kB  superseded working files (a newer version is beside them): {partition / 'superseded'}"
+    assert listed[1] == "1 unneeded, 2.0 kB; run again with --delete to remove them"
+    assert (partition / "superseded").is_dir()
+    assert main(["clean", "--older-than-hours", "1", "--delete"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "deleted 1, 2.0 kB"
+    assert sorted(p.name for p in partition.iterdir()) == ["current"]
+    assert main(["clean"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+    with pytest.raises(SystemExit) as exit_:
+        main(["clean", "--older-than-hours", "-1"])
+    assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import polars as pl
@@ -35,6 +36,19 @@ def objects(store: ArtifactStore, folder: str) -> set[str]:
     objects = store._objects
     root = objects._path(folder)
     return {path.removeprefix(root + "/") for path in objects.fs.find(root)}
+
+
+def kill_a_writer(store: ArtifactStore, point: str = "publish") -> None:
+    """A process writing table ``scores[p]``, SIGKILLed at failpoint ``point``: ``publish``, between
+    its uploaded object and its manifest; ``parquet_write``, once the table is written (on an
+    object store: staged, not uploaded)."""
+    code = (
+        "import sys, polars as pl; from ragutil_dagster.resources import ArtifactStore; "
+        "ArtifactStore(home=sys.argv[1], url=sys.argv[2]).write_table('scores', 'p', pl.DataFrame({'x': [2]}))"
+    )
+    env = {**os.environ, ENV: point}
+    killed = subprocess.run([sys.executable, "-c", code, store.home, store.url], env=env, check=False, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
 
 
 def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store: ArtifactStore) -> None:
@@ -91,14 +105,9 @@ def test_a_killed_writer_leaves_no_visible_output(store: ArtifactStore) -> None:
     """SIGKILL after the table's object is written, before its manifest (the ``parquet_write``
     failpoint): readers still see the previous version."""
     store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
-    code = (
-        "import sys, polars as pl; from ragutil_dagster.resources import ArtifactStore; "
-        "ArtifactStore(home=sys.argv[1], url=sys.argv[2]).write_table('scores', 'p', pl.DataFrame({'x': [2]}))"
-    )
-    env = {**os.environ, ENV: "parquet_write"}
-    killed = subprocess.run([sys.executable, "-c", code, store.home, store.url], env=env, check=False, timeout=120)
-    assert killed.returncode == -signal.SIGKILL
-    assert store.read_table("scores", "p")["x"].to_list() == [1]
+    for point in ("parquet_write", "publish"):
+        kill_a_writer(store, point)
+        assert store.read_table("scores", "p")["x"].to_list() == [1]
 
 
 def test_multi_file_artifacts_are_fetched_to_local_disk(store: ArtifactStore) -> None:
@@ -112,6 +121,51 @@ def test_multi_file_artifacts_are_fetched_to_local_disk(store: ArtifactStore) ->
     ]
     assert (local / "vectors" / "part-0.npy").stat().st_size == 106
     assert store.local_files("index", "world__dense", "index") == local  # one copy per published object
+
+
+def test_clean_finds_only_what_nothing_needs_and_deletes_it(store: ArtifactStore) -> None:
+    store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
+    kill_a_writer(store)  # leaves its unpublished object
+    kill_a_writer(store, "parquet_write")  # on an object store, leaves its staged files
+    with store.write_files("index", "world__dense", "index") as staging:
+        (staging / "vectors.npy").write_bytes(bytes(100))
+    old_copy = store.local_files("index", "world__dense", "index")
+    with store.write_files("index", "world__dense", "index") as staging:
+        (staging / "vectors.npy").write_bytes(bytes(50))
+    current_copy = store.local_files("index", "world__dense", "index")
+    # MLflow's run artifacts under the same URL are never taken for ragutil's objects.
+    mlflow_file = store._objects._path("mlruns", "1", f"model.{'a' * 32}", "MLmodel")
+    store._objects.fs.makedirs(os.path.dirname(mlflow_file), exist_ok=True)
+    store._objects.fs.pipe_file(mlflow_file, b"x")
+    scratch = store.scratch_directory("passage_embeddings", "world__dense")
+    for version, age in (("0ld", 7200), ("new", 3600)):
+        (scratch / version).mkdir(parents=True)
+        (scratch / version / "embeddings.npy").write_bytes(bytes(10))
+        moment = time.time() - age
+        for path in (scratch / version / "embeddings.npy", scratch / version):
+            os.utime(path, (moment, moment))
+
+    assert [(g.reason, g.size) for g in store.garbage(older_than=1800) if "scratch" in g.location or "unpublished" in g.reason] == [
+        ("superseded working files (a newer version is beside them)", 10)
+    ]  # the dead writer's object is fresh: spared
+    found = store.garbage(older_than=0, now=time.time() + 1)
+    reasons = sorted(g.reason.split(" (")[0] for g in found)
+    remote = not store._objects.local
+    # Locally both writers leave an object; remotely, both their staged files, and one its upload.
+    assert reasons == sorted(["unpublished object", "superseded working files"] + (
+        ["local copy of a replaced or removed object"] + ["staged files of a writer that died before uploading"] * 2
+        if remote else ["unpublished object"]))
+    assert all("mlruns" not in g.location for g in found)
+    assert all("/scores/p/table.parquet." in g.location and g.size > 0 for g in found if g.reason.startswith("unpublished"))
+    if remote:
+        assert next(g.path for g in found if g.reason.startswith("local copy")) == str(old_copy) != str(current_copy)
+    for item in found:
+        store.delete(item)
+    assert store.garbage(older_than=0, now=time.time() + 1) == []
+    assert store.read_table("scores", "p")["x"].to_list() == [1]
+    assert (store.local_files("index", "world__dense", "index") / "vectors.npy").stat().st_size == 50
+    assert sorted(p.name for p in scratch.iterdir()) == ["new"]
+    assert store._objects.fs.exists(mlflow_file)
 
 
 def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, monkeypatch) -> None:

@@ -11,14 +11,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ragutil_dagster.cli import compare, run, score, ui, world
+from ragutil_dagster.cli import clean, compare, run, score, ui, world
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``ragutil`` argument parser with every subcommand."""
     parser = argparse.ArgumentParser(prog="ragutil", description="Retrieval utility in RAG.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (world, run, score, compare, ui):
+    for command in (world, run, score, compare, ui, clean):
         command.add(sub)
     return parser
 

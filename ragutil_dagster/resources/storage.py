@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,8 @@ import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 
 from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.objectstore import ObjectStore
+from ragutil_dagster.files import newest_mtime, tree_size
+from ragutil_dagster.objectstore import Garbage, ObjectStore
 
 
 SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
@@ -132,12 +134,35 @@ class ArtifactStore(ConfigurableResource):
         copy under ``<home>/cache/artifacts``); a table or record's name includes its suffix."""
         return self._objects.local_directory(self.artifact_name(asset, partition, name))
 
+    @property
+    def _scratch_root(self) -> Path:
+        return Path(self.scratch or Path(self.home) / "scratch").expanduser()
+
     def scratch_directory(self, asset: str, partition: str) -> Path:
         """The working directory of an asset's partition on a POSIX file system: for files that are
         memory-mapped and written in place by several processes, which the store cannot publish.
-        Not versioned by the store: its user names what it keeps there by content."""
-        root = Path(self.scratch or Path(self.home) / "scratch").expanduser()
-        return root / asset / _safe(partition)
+        Its user keeps one sub-directory per version of what it holds, named by content; the
+        newest is the current one (:meth:`garbage` offers the others)."""
+        return self._scratch_root / asset / _safe(partition)
+
+    def garbage(self, older_than: float, now: float | None = None) -> list[Garbage]:
+        """What nothing needs any more, untouched for ``older_than`` seconds: the object store's
+        unpublished objects and stale local copies (:meth:`ObjectStore.garbage`), and every
+        scratch version but the newest of each partition."""
+        now = time.time() if now is None else now
+        found = self._objects.garbage(older_than, now)
+        for partition in sorted(self._scratch_root.glob("*/*")):
+            versions = sorted((entry for entry in partition.iterdir() if entry.is_dir()), key=newest_mtime)
+            found += [
+                Garbage(str(version), tree_size(version), "superseded working files (a newer version is beside them)",
+                        str(version), local=True)
+                for version in versions[:-1] if now - newest_mtime(version) >= older_than
+            ]
+        return found
+
+    def delete(self, garbage: Garbage) -> None:
+        """Delete what :meth:`garbage` found."""
+        self._objects.delete(garbage)
 
     def location(self, asset: str, partition: str | None, name: str) -> str:
         """The URL under which artifact ``name``'s published files are."""

@@ -24,7 +24,7 @@ from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 # (point, pass): the pass is chosen so the kill lands mid-pipeline, after some work of the same
 # kind has completed — e.g. the second checkpoint of sampling, the third Parquet table.
-KILLS = [("sampling", 2), ("nli", 1), ("scoring", 2), ("mlflow", 1), ("parquet_write", 4)]
+KILLS = [("sampling", 2), ("nli", 1), ("scoring", 2), ("mlflow", 1), ("parquet_write", 4), ("publish", 6)]
 
 
 def run_pipeline(config: Path, home: Path, failpoint: str | None = None) -> subprocess.CompletedProcess:
