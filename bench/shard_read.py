@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.retrieval.embedding_shards import shard_rows
@@ -40,8 +41,6 @@ def publish_corpus(home: Path, passages: int) -> int:
     })
     store = ArtifactStore(home=str(home))
     store.write_table("corpus", "bench", frame)
-    import pyarrow.parquet as pq
-
     return store._objects.read("corpus/bench/table.parquet", lambda handle: pq.ParquetFile(handle).num_row_groups)
 
 

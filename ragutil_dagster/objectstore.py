@@ -38,7 +38,12 @@ from fsspec.implementations.local import LocalFileSystem
 from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.files import (
-    atomic_directory, newest_mtime, stable_hash, storage_errors, tree_size, write_bytes_atomic,
+    atomic_directory,
+    newest_mtime,
+    stable_hash,
+    storage_errors,
+    tree_size,
+    write_bytes_atomic,
 )
 from ragutil_dagster.redaction import redact_uri
 
@@ -82,7 +87,7 @@ def _modified(info: dict) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         if isinstance(value, str):
-            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            return datetime.fromisoformat(value).timestamp()
     raise ArtifactStoreError(f"{info.get('name')}: the store reports no modification time")
 
 
@@ -235,7 +240,7 @@ class ObjectStore:
                            if info["type"] == "file" and path.endswith(MANIFEST_SUFFIX))
         named = {path: json.loads(raw)["object"] for path, raw in (self.fs.cat(manifests) if manifests else {}).items()}
         published = {posixpath.join(posixpath.dirname(path), key) for path, key in named.items()}
-        copies = {stable_hash([self.url, posixpath.relpath(path[: -len(MANIFEST_SUFFIX)], root), key], 32)
+        copies = {self._copy_name(posixpath.relpath(path[: -len(MANIFEST_SUFFIX)], root), key)
                   for path, key in named.items()}
         objects: dict[str, tuple[int, float]] = {}
         for path, info in entries.items():
@@ -293,6 +298,10 @@ class ObjectStore:
 
         return self._with_published(name, use)
 
+    def _copy_name(self, name: str, object_key: str) -> str:
+        """The directory under ``cache_dir`` holding the local copy of object ``object_key`` of ``name``."""
+        return stable_hash([self.url, name, object_key], 32)
+
     def local_directory(self, name: str) -> Path:
         """A local directory holding the published files of ``name``: the object itself on a local
         disk, else a downloaded copy in ``cache_dir`` (made once per object)."""
@@ -301,7 +310,7 @@ class ObjectStore:
             source = self._path(posixpath.dirname(name), manifest["object"])
             if self.local:
                 return Path(source)
-            copy = self.cache_dir / stable_hash([self.url, name, manifest["object"]], 32)
+            copy = self.cache_dir / self._copy_name(name, manifest["object"])
             if not copy.is_dir():
                 with atomic_directory(copy) as staging:
                     files = list(manifest["files"])

@@ -74,7 +74,7 @@ def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store:
 def test_a_row_range_of_a_table_is_read_from_the_row_groups_holding_it(store: ArtifactStore, tmp_path, monkeypatch) -> None:
     table = pl.DataFrame({"row": list(range(1000)), "text": [f"passage {i}" for i in range(1000)]})
     store.write_table("corpus", "world", table)
-    for rows in (range(0, 1000), range(250, 500), range(999, 1000), range(990, 1010), range(5, 5)):
+    for rows in (range(1000), range(250, 500), range(999, 1000), range(990, 1010), range(5, 5)):
         assert store.read_table("corpus", "world", rows=rows).equals(table[rows.start:rows.stop])
     # Of a file in row groups of 100 rows, rows 250–499 need groups 2, 3 and 4 only.
     path = tmp_path / "grouped.parquet"

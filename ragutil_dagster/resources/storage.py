@@ -21,7 +21,6 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.files import newest_mtime, tree_size
 from ragutil_dagster.objectstore import Garbage, ObjectStore
 
-
 SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
 """A directory on a POSIX file system for working files that cannot live on an object store (the
 passage embeddings, memory-mapped and filled in place by several shard steps); unset,
@@ -152,11 +151,11 @@ class ArtifactStore(ConfigurableResource):
         now = time.time() if now is None else now
         found = self._objects.garbage(older_than, now)
         for partition in sorted(self._scratch_root.glob("*/*")):
-            versions = sorted((entry for entry in partition.iterdir() if entry.is_dir()), key=newest_mtime)
+            versions = sorted((newest_mtime(entry), entry) for entry in partition.iterdir() if entry.is_dir())
             found += [
                 Garbage(str(version), tree_size(version), "superseded working files (a newer version is beside them)",
                         str(version), local=True)
-                for version in versions[:-1] if now - newest_mtime(version) >= older_than
+                for modified, version in versions[:-1] if now - modified >= older_than
             ]
         return found
 
