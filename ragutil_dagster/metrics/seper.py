@@ -14,13 +14,17 @@ follows the code:
 * clustering: the greedy loop of the semantic-entropy code (each response not yet assigned opens
   a cluster and is compared with every later response, re-assigning those it matches); strict =
   entailment both ways, loose = no contradiction either way and not neutral both ways;
-* hard kernel: a cluster counts for a gold answer when its first member and that answer are
+* hard kernel: a cluster matches a gold answer when its first member and that answer are
   equivalent by the loose rule; soft kernel: k_i = max(P_ent(r_i ⇒ a), P_ent(a ⇒ r_i)).
 
-Both kernels compute one score per gold answer, reduced by ``gold_reduce``: ``"max"`` (the
-code) or ``"mean"`` (the paper's eq. 10). Deliberate deviation: with several gold answers the
-reference code mis-pairs likelihoods and answers (a reshape bug); here every answer gets its
-intended score.
+Several gold answers (aliases) combine by ``gold_reduce`` (:func:`combine_gold_answers`), by
+default as the authors' code intends for each kernel: the hard kernel counts a cluster once when
+it matches *any* gold answer (``"any"``), the soft kernel scores each answer and keeps the best
+one (``"max"``). ``"any"`` for the soft kernel credits each response by its best answer;
+``"mean"`` averages the per-answer scores (the paper's eq. 10 read literally). Deliberate
+deviation: the reference code reshapes its (answer, response) scores in the wrong order, which
+mis-pairs responses and answers whenever there are several gold answers; here every pair is the
+one it names.
 
 Every distinct (premise, hypothesis) pair goes to ``entail`` once — also across many questions
 with :func:`seper_batch` — and only the pairs the computation reads: each response both ways
@@ -35,18 +39,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
 from scipy.special import softmax
 
 from ragutil_dagster.metrics.answers import gold_aliases
 
+if TYPE_CHECKING:
+    import polars as pl
+
 EntailFn = Callable[[Sequence[str], Sequence[str]], np.ndarray]
 """NLI model: ``entail(premises, hypotheses)`` → (n, 3) probabilities [contradiction, neutral, entailment]."""
 
 Kernel = Literal["soft", "hard"]
-GoldReduce = Literal["max", "mean"]
+GoldReduce = Literal["any", "max", "mean"]
+AUTHORS_GOLD_REDUCE: dict[str, GoldReduce] = {"hard": "any", "soft": "max"}
+"""How the authors' code combines several gold answers, per kernel (the default ``gold_reduce``)."""
 LengthNorm = Literal["mean", "sum"]
 
 CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
@@ -77,6 +86,10 @@ class SePerResult:
     weights: np.ndarray
     cluster_ids: np.ndarray
     semantic_entropy: float
+
+
+Scores: TypeAlias = "SePerResult | float | np.ndarray | pl.Expr"
+"""What :func:`delta_seper` subtracts: a result, a score, or a column of scores."""
 
 
 def response_weights(
@@ -238,6 +251,22 @@ def _judge(prepared: Sequence[_Prepared], entail: EntailFn, strict: bool) -> dic
         table.update(zip(ordered, _entail_pairs(entail, ordered)))
 
 
+def combine_gold_answers(match: np.ndarray, mass: np.ndarray, gold_reduce: GoldReduce) -> tuple[float, np.ndarray]:
+    """SePer of one question (eqs. 9–10, Σ_u k(u, a*) p(u)) from ``match[u, g]`` — how far unit u
+    matches gold answer g: the soft kernel's k_i for each response, the hard kernel's 0 / 1 for
+    each cluster — and each unit's probability mass p(u).
+
+    Returns the score and the per-answer scores Σ_u p(u) match[u, g]. ``gold_reduce``:
+    ``"any"`` counts each unit once, by its best answer, Σ_u p(u) max_g match[u, g] (for the
+    hard kernel: the mass of the clusters matching any gold answer); ``"max"`` keeps the best
+    per-answer score; ``"mean"`` averages them. With one gold answer the three agree.
+    """
+    per_gold = mass @ match
+    if gold_reduce == "any":
+        return float(mass @ match.max(axis=1)), per_gold
+    return float(per_gold.max() if gold_reduce == "max" else per_gold.mean()), per_gold
+
+
 def _score(
     prepared: _Prepared,
     probs: Callable[[str, str], np.ndarray],
@@ -251,23 +280,19 @@ def _score(
     cluster_ids = _greedy_clusters(prepared.texts, label, strict)
     assert cluster_ids is not None  # every label is known: no walk stops early
     weights = prepared.weights
-    per_gold = np.empty(len(prepared.golds))
-    for g, gold in enumerate(prepared.golds):
-        if kernel == "soft":
-            kernel_values = np.array(
-                [max(probs(t, gold)[ENTAILMENT], probs(gold, t)[ENTAILMENT]) for t in prepared.texts]
-            )
-            per_gold[g] = float(weights @ kernel_values)
-        else:
-            n_clusters = int(cluster_ids.max()) + 1
-            firsts = [int(np.flatnonzero(cluster_ids == c)[0]) for c in range(n_clusters)]
-            counted = [
-                c
-                for c, first in enumerate(firsts)
-                if equivalent(label(prepared.texts[first], gold), label(gold, prepared.texts[first]), False)
-            ]
-            per_gold[g] = float(weights[np.isin(cluster_ids, counted)].sum())
-    score = float(per_gold.max() if gold_reduce == "max" else per_gold.mean())
+    if kernel == "soft":
+        match = np.array(
+            [[max(probs(t, gold)[ENTAILMENT], probs(gold, t)[ENTAILMENT]) for gold in prepared.golds] for t in prepared.texts]
+        )
+        mass = weights
+    else:
+        firsts = [prepared.texts[int(np.flatnonzero(cluster_ids == c)[0])] for c in range(int(cluster_ids.max()) + 1)]
+        match = np.array(
+            [[equivalent(label(first, gold), label(gold, first), False) for gold in prepared.golds] for first in firsts],
+            dtype=np.float64,
+        )
+        mass = np.bincount(cluster_ids, weights=weights)
+    score, per_gold = combine_gold_answers(match, mass, gold_reduce)
     return SePerResult(
         score=score,
         per_gold=per_gold,
@@ -277,11 +302,15 @@ def _score(
     )
 
 
-def _check_options(kernel: str, gold_reduce: str) -> None:
+def _gold_reduce(kernel: str, gold_reduce: str | None) -> GoldReduce:
+    """The checked options: ``gold_reduce`` or, when None, the authors' rule for ``kernel``."""
     if kernel not in ("soft", "hard"):
         raise ValueError(f"kernel must be 'soft' or 'hard', got {kernel!r}")
-    if gold_reduce not in ("max", "mean"):
-        raise ValueError(f"gold_reduce must be 'max' or 'mean', got {gold_reduce!r}")
+    if gold_reduce is None:
+        return AUTHORS_GOLD_REDUCE[kernel]
+    if gold_reduce not in ("any", "max", "mean"):
+        raise ValueError(f"gold_reduce must be 'any', 'max' or 'mean', got {gold_reduce!r}")
+    return gold_reduce  # type: ignore[return-value]
 
 
 def _entail_pairs(entail: EntailFn, pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -303,7 +332,7 @@ def seper_batch(
     entail: EntailFn,
     *,
     kernel: Kernel = "soft",
-    gold_reduce: GoldReduce = "max",
+    gold_reduce: GoldReduce | None = None,
     strict: bool = True,
     length_norm: LengthNorm = "mean",
 ) -> list[SePerResult]:
@@ -311,9 +340,10 @@ def seper_batch(
 
     Each distinct (premise, hypothesis) pair over all items is sent once, in rounds of one
     ``entail`` call each (:func:`judge_pairs`). Use this for a whole evaluation: pairs repeat
-    heavily across samples, conditions and questions.
+    heavily across samples, conditions and questions. ``gold_reduce`` None (the default) takes
+    the authors' rule for the kernel (``AUTHORS_GOLD_REDUCE``: hard ``"any"``, soft ``"max"``).
     """
-    _check_options(kernel, gold_reduce)
+    gold_reduce = _gold_reduce(kernel, gold_reduce)
     prepared = [_prepare(item, position, length_norm) for position, item in enumerate(items)]
     table = _judge(prepared, entail, strict)
 
@@ -330,7 +360,7 @@ def seper(
     entail: EntailFn,
     question: str | None = None,
     kernel: Kernel = "soft",
-    gold_reduce: GoldReduce = "max",
+    gold_reduce: GoldReduce | None = None,
     strict: bool = True,
     length_norm: LengthNorm = "mean",
 ) -> SePerResult:
@@ -346,9 +376,13 @@ def seper(
     )[0]
 
 
-def delta_seper(with_context: SePerResult | float, without_context: SePerResult | float) -> float:
-    """ΔSePer = SePer(a* | q, D) − SePer(a* | q) — eq. 11, the retrieval utility of D."""
-    def value(result: SePerResult | float) -> float:
-        return result.score if isinstance(result, SePerResult) else float(result)
+def delta_seper(with_context: Scores, without_context: Scores) -> float | np.ndarray | pl.Expr:
+    """ΔSePer = SePer(a* | q, D) − SePer(a* | q) — eq. 11, the retrieval utility of D.
 
-    return value(with_context) - value(without_context)
+    Takes two results or two scores, or two columns of scores (numpy arrays, polars
+    expressions: one score per question or per document), subtracted elementwise."""
+
+    def score(value: Scores) -> float | np.ndarray | pl.Expr:
+        return value.score if isinstance(value, SePerResult) else value
+
+    return score(with_context) - score(without_context)

@@ -195,15 +195,36 @@ def test_strict_and_loose_clustering_differ_on_one_way_entailment() -> None:
 
 
 def test_several_gold_answers_score_each_answer_then_reduce() -> None:
-    """The intended per-answer scores (the reference code mis-pairs them): max by default,
-    the paper's eq. 10 mean on request."""
+    """Per-answer scores (the reference code mis-pairs them): the soft kernel keeps the best one
+    by default, as the authors' code; the paper's eq. 10 mean and the union on request."""
     nli = MeaningNLI()
     responses = counts(Paris=6, Lyon=3, Rome=1)
-    by_max = seper(responses, equal_logprobs(10), ["Paris", "Lyon", "Berlin"], nli)
-    by_mean = seper(responses, equal_logprobs(10), ["Paris", "Lyon", "Berlin"], nli, gold_reduce="mean")
+    golds = ["Paris", "Lyon", "Berlin"]
+    by_max = seper(responses, equal_logprobs(10), golds, nli)
+    by_mean = seper(responses, equal_logprobs(10), golds, nli, gold_reduce="mean")
+    by_any = seper(responses, equal_logprobs(10), golds, nli, gold_reduce="any")
     np.testing.assert_allclose(by_max.per_gold, [0.6, 0.3, 0.0])
     assert by_max.score == pytest.approx(0.6)
     assert by_mean.score == pytest.approx(0.3)
+    assert by_any.score == pytest.approx(0.9)
+
+
+def test_hard_kernel_counts_a_cluster_matching_any_gold_alias_once() -> None:
+    """The authors' hard kernel: a cluster counts once when it matches *any* gold answer. Five
+    "JFK" and five "John F. Kennedy" with both as gold answers, and an NLI that finds each
+    response equivalent only to its own string: SePer_H = 1.0 (per-answer max would say 0.5)."""
+    nli = MeaningNLI()  # each text means itself: "JFK" and "John F. Kennedy" are not equivalent
+    golds = ["JFK", "John F. Kennedy"]
+    responses = [golds[0]] * 5 + [golds[1]] * 5
+    hard = seper(responses, equal_logprobs(10), golds, nli, kernel="hard")
+    np.testing.assert_array_equal(hard.cluster_ids, [0] * 5 + [1] * 5)
+    np.testing.assert_allclose(hard.per_gold, [0.5, 0.5])
+    assert hard.score == pytest.approx(1.0)
+    assert seper(responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="max").score == pytest.approx(0.5)
+    assert seper(responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="mean").score == pytest.approx(0.5)
+    # The soft kernel of the authors' code keeps the best answer's score; "any" is its union.
+    assert seper(responses, equal_logprobs(10), golds, nli, kernel="soft").score == pytest.approx(0.5)
+    assert seper(responses, equal_logprobs(10), golds, nli, kernel="soft", gold_reduce="any").score == pytest.approx(1.0)
 
 
 def test_semantic_entropy_of_weights_by_cluster() -> None:
@@ -221,6 +242,7 @@ def test_semantic_entropy_of_weights_by_cluster() -> None:
         ({"gold_answers": [""]}, "gold answer #0 is empty"),
         ({"gold_answers": []}, "list of gold aliases is empty"),
         ({"kernel": "fuzzy"}, "kernel must be"),
+        ({"gold_reduce": "sum"}, "gold_reduce must be"),
     ],
 )
 def test_bad_input_names_the_problem(kwargs: dict, message: str) -> None:
@@ -328,3 +350,76 @@ def test_soft_score_is_invariant_to_permuting_responses(data, rng) -> None:
     a = seper([r for r, _ in data], [lp for _, lp in data], "Paris", soft_nli)
     b = seper([r for r, _ in shuffled], [lp for _, lp in shuffled], "Paris", soft_nli)
     assert a.score == pytest.approx(b.score, abs=1e-12)
+
+
+def softmax_weights(mean_logprobs: list[float]) -> np.ndarray:
+    values = np.exp(np.asarray(mean_logprobs) - max(mean_logprobs))
+    return values / values.sum()
+
+
+def authors_hard_seper(responses: list[str], golds: list[str], weights: np.ndarray, label) -> float:
+    """The authors' hard kernel as their code intends it (each cluster paired with each answer,
+    not by their reshape): strict clusters, each counted once, by its summed weight, when its
+    first member matches any gold answer by the loose rule."""
+    ids = reference_clusters(responses, label, strict=True)
+    total = 0.0
+    for cluster in set(ids):
+        members = [i for i, c in enumerate(ids) if c == cluster]
+        first = responses[members[0]]
+        labels = [(label(first, g), label(g, first)) for g in golds]
+        if any(0 not in pair and pair != (1, 1) for pair in labels):
+            total += sum(weights[i] for i in members)
+    return total
+
+
+def authors_soft_seper(responses: list[str], golds: list[str], weights: np.ndarray, entail) -> float:
+    """The authors' soft kernel as their code intends it: per gold answer Σ_i w_i ·
+    max(P(r_i ⇒ a), P(a ⇒ r_i)), the best answer's sum kept."""
+
+    def p(premise: str, hypothesis: str) -> float:
+        return float(entail([premise], [hypothesis])[0][2])
+
+    return max(sum(w * max(p(r, g), p(g, r)) for r, w in zip(responses, weights)) for g in golds)
+
+
+arbitrary_labels = st.dictionaries(
+    st.tuples(st.sampled_from("ABCDE"), st.sampled_from("ABCDE")), st.sampled_from([0, 1, 2]), min_size=4
+)
+gold_lists = st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=3, unique=True)
+mean_logprob_lists = st.lists(st.floats(-6, 0), min_size=1, max_size=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("ABCD"), min_size=1, max_size=10), gold_lists, arbitrary_labels, mean_logprob_lists)
+def test_default_kernels_equal_the_authors_code_with_several_gold_answers(responses, golds, labels, means) -> None:
+    """Whatever the NLI says (one-way, neutral, non-transitive) and however many gold answers:
+    the defaults give the authors' SePer_H (union over answers) and SePer_S (best answer)."""
+    rows = (CONTRADICT, NEUTRAL, ENTAIL)
+    n = min(len(responses), len(means))
+    responses, means = responses[:n], means[:n]
+
+    def label(premise: str, hypothesis: str) -> int:
+        return labels.get((premise, hypothesis), 2 if premise == hypothesis else 0)
+
+    def nli(premises, hypotheses):
+        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+
+    weights = softmax_weights(means)
+    logprobs = [[m] for m in means]
+    hard = seper(responses, logprobs, golds, nli, kernel="hard")
+    assert hard.score == pytest.approx(authors_hard_seper(responses, golds, weights, label), abs=1e-12)
+    soft = seper(responses, logprobs, golds, soft_nli, kernel="soft")
+    assert soft.score == pytest.approx(authors_soft_seper(responses, golds, weights, soft_nli), abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(samples, gold_lists, st.sampled_from(["soft", "hard"]))
+def test_union_bounds_the_best_answer_which_bounds_the_mean(data, golds, kernel) -> None:
+    """Σ_u p(u) max_g ≥ max_g Σ_u p(u) ≥ mean_g Σ_u p(u); one gold answer makes them equal."""
+    responses = [r for r, _ in data]
+    logprobs = [lp for _, lp in data]
+    by = {rule: seper(responses, logprobs, golds, soft_nli, kernel=kernel, gold_reduce=rule).score
+          for rule in ("any", "max", "mean")}
+    assert by["any"] >= by["max"] - 1e-12 and by["max"] >= by["mean"] - 1e-12
+    if len(golds) == 1:
+        assert by["any"] == pytest.approx(by["max"]) and by["max"] == pytest.approx(by["mean"])
