@@ -102,6 +102,19 @@ class RetrieverMetrics:
     ndcg: float
 
 
+MIRAGE_RETRIEVAL_DEPTH = 5
+"""How many chunks MIRAGE retrieves per question (its config.yaml, ``retriever_info.top_k``): its
+code scores NDCG@1, @3 and @5 of Table 2 within this one top-5 list."""
+
+
+def mirage_ideal_relevance(relevance: np.ndarray, k: int) -> np.ndarray:
+    """The ideal ranking of MIRAGE's NDCG@k: the relevance labels of the top max(k, 5) retrieved,
+    sorted, cut at k. MIRAGE's code sorts the labels of its whole retrieved list (the top 5, see
+    ``MIRAGE_RETRIEVAL_DEPTH``) for every k it reports (1, 3, 5); a k above 5 needs a list of k
+    (``top_k: k`` in its config), whose labels it sorts."""
+    return np.sort(relevance[: max(k, MIRAGE_RETRIEVAL_DEPTH)])[::-1][:k]
+
+
 def retriever_metrics(
     ranked: Sequence[str],
     positives: Sequence[str] | set[str],
@@ -112,11 +125,13 @@ def retriever_metrics(
     ranked list with binary relevance (MIRAGE Table 2).
 
     ``ndcg="standard"`` takes the ideal DCG from the number of positives in the pool.
-    ``ndcg="mirage"`` reproduces MIRAGE's code, which sorts the relevance labels of the whole
-    retrieved list (every retrieved item, not only the first k) and cuts that at k: relevance
-    [0, 1, 0, 0, 1] gives NDCG@3 = 0.3869, not the 0.6309 of sorting only the first k labels.
-    The two agree when the list holds every positive; with positives missing from the list,
-    "mirage" is higher.
+    ``ndcg="mirage"`` reproduces MIRAGE's code (:func:`mirage_ideal_relevance`): the ideal from
+    the labels of the top max(k, 5) retrieved — relevance [0, 1, 0, 0, 1, 1] gives NDCG@3 =
+    0.3869 (ideal [1, 1, 0] from the top 5), neither the 0.6309 of sorting the first 3 labels
+    nor the 0.2961 of sorting all six.
+    ``ranked`` must then hold the top max(k, 5) the retriever returned, as MIRAGE's list does;
+    a shorter one gives the ideal of what it holds. The two agree when the top max(k, 5) holds
+    every positive; with positives beyond it, "mirage" is higher.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
@@ -130,10 +145,7 @@ def retriever_metrics(
     precision = hits / k
     recall = hits / len(positive_set)
     f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
-    if ndcg == "standard":
-        ideal = np.ones(min(k, len(positive_set)))
-    else:
-        ideal = np.sort(relevance)[::-1][:k]
+    ideal = np.ones(min(k, len(positive_set))) if ndcg == "standard" else mirage_ideal_relevance(relevance, k)
     ideal_dcg = dcg(ideal)
     ndcg_value = dcg(relevance[:k]) / ideal_dcg if ideal_dcg > 0 else 0.0
     return RetrieverMetrics(precision=precision, recall=recall, f1=f1, ndcg=ndcg_value)

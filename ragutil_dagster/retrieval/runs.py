@@ -189,7 +189,9 @@ def mirage_retrieval(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> pl.DataF
     """MIRAGE Table 2: precision, recall, F1 and NDCG@k of each retriever in ``run`` against the
     positives (relevance > 0) of ``qrels`` — both NDCG variants of
     :func:`~ragutil_dagster.metrics.mirage.retriever_metrics` (``ndcg``: ideal from the query's
-    positives; ``ndcg_retrieved``: ideal from the retrieved list's labels, MIRAGE's code).
+    positives; ``ndcg_retrieved``: ideal from the retrieved list's labels, MIRAGE's code). A
+    setting's run holds its top k only, so for 1 < k < 5 ``ndcg_retrieved`` is what MIRAGE's code
+    gives retrieving k (``top_k: k``), not Table 2's Top-k column, scored within a top 5.
 
     Each column is the mean over the queries with a positive of the per-query value; F1 too is
     a per-query mean, as in Table 2, whose F1 is not the harmonic mean of its P and R columns

@@ -1,5 +1,7 @@
 """MIRAGE: RAG-adaptability metrics (eqs. 1–6) and retriever metrics."""
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -48,7 +50,7 @@ def test_mismatched_lengths_are_rejected() -> None:
         adaptability([True], [True, False], [True])
 
 
-def test_mirage_ndcg_uses_the_whole_retrieved_list_for_the_ideal() -> None:
+def test_mirage_ndcg_takes_the_ideal_from_the_top_five_retrieved() -> None:
     ranked = ["n1", "p1", "n2", "n3", "p2"]  # relevance [0, 1, 0, 0, 1]
     mirage = retriever_metrics(ranked, {"p1", "p2"}, k=3, ndcg="mirage")
     assert mirage.ndcg == pytest.approx(0.3869, abs=5e-5)
@@ -56,6 +58,33 @@ def test_mirage_ndcg_uses_the_whole_retrieved_list_for_the_ideal() -> None:
     standard = retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="standard")
     assert standard.ndcg == pytest.approx((1 / 1.5849625) / (1 + 1 / 1.5849625 + 0.5), abs=1e-6)
     assert retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="mirage").ndcg == pytest.approx(mirage.ndcg)
+
+
+def discount(rank: int) -> float:
+    return 1 / math.log2(rank + 1)
+
+
+# Relevance [0, 1, 0, 0, 1, 0, 1, 1, 0, 0]: two positives in the top 5, four in the top 10.
+TEN = ["n1", "p1", "n2", "n3", "p2", "n4", "p3", "p4", "n5", "n6"]
+
+
+@pytest.mark.parametrize(("k", "expected"), [
+    (1, 0.0),
+    # MIRAGE's code scores k = 1, 3, 5 within its top-5 list: the ideal holds its 2 positives.
+    (3, discount(2) / (discount(1) + discount(2))),
+    (5, (discount(2) + discount(5)) / (discount(1) + discount(2))),
+    # k = 10 needs a top-10 list (top_k: 10), whose 4 positives make the ideal.
+    (10, sum(map(discount, (2, 5, 7, 8))) / sum(map(discount, (1, 2, 3, 4)))),
+])
+def test_mirage_ndcg_at_every_k_as_mirage_code_scores_its_retrieved_list(k: int, expected: float) -> None:
+    # The deeper positives p3, p4 (ranks 7, 8) do not enter the ideal below k = 7.
+    assert retriever_metrics(TEN, {"p1", "p2", "p3", "p4"}, k, ndcg="mirage").ndcg == pytest.approx(expected)
+    assert retriever_metrics(TEN[:max(k, 5)], {"p1", "p2", "p3", "p4"}, k, ndcg="mirage").ndcg == pytest.approx(expected)
+
+
+def test_mirage_ndcg_at_one_is_the_first_label() -> None:
+    assert retriever_metrics(["p1", "n1"], {"p1"}, 1, ndcg="mirage").ndcg == 1.0
+    assert retriever_metrics(["n1", "p1"], {"p1"}, 1, ndcg="mirage").ndcg == 0.0
 
 
 def test_precision_over_k_recall_over_pool_positives() -> None:
