@@ -281,7 +281,7 @@ def build_workload(args: argparse.Namespace) -> Workload:
 def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Workload) -> None:
     """ΔSePer_S / _H per query (rag − closed book) and per document (passage alone − closed book)."""
     per_query = query_scores(groups, work.data.queries)
-    per_doc = document_scores(groups, work.runs[setting], work.k)
+    per_doc = document_scores(groups, work.data.queries, work.runs[setting], work.k)
     for kernel in ("s", "h"):
         column = f"delta_seper_{kernel}"
         phase.deltas[(setting, "rag", kernel)] = dict(

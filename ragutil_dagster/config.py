@@ -29,6 +29,7 @@ from pydantic import (
 
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import stable_hash
+from ragutil_dagster.metrics.erag import DownstreamMetric
 from ragutil_dagster.prompts import PROMPTS
 from ragutil_dagster.sampling import SamplingParams, check_sampling_field
 
@@ -327,6 +328,16 @@ class PromptConfig(_Strict):
         return name
 
 
+class ERAGConfig(_Strict):
+    """eRAG's document labels (eq. 1): ``label`` is the downstream metric E_M of the judged answer
+    with the document alone that the eRAG aggregates of the summary read — ``exact_match``
+    (KILT's metric for QA, as the paper's Table 1), ``has_answer`` (DPR answer containment) or
+    ``token_f1`` (SQuAD token F1, graded: only P@k and Hit@k are then defined, eRAG §3). The
+    documents table holds all three labels whatever the choice."""
+
+    label: DownstreamMetric = "exact_match"
+
+
 class ExperimentConfig(_Strict):
     """One evaluation grid: every dataset × retriever × k (× reranker) × generator."""
 
@@ -342,6 +353,7 @@ class ExperimentConfig(_Strict):
     nli: NliConfig
     sampling: SamplingConfig = SamplingConfig()
     prompts: PromptConfig = PromptConfig()
+    erag: ERAGConfig = ERAGConfig()
 
     @field_validator("k")
     @classmethod

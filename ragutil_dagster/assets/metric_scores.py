@@ -128,10 +128,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             retrieved = store.read_table("retrieval_run", setting.key)
             qrels = store.read_table("setting_queries", setting.key, QRELS)
             documents = document_scores(
-                groups, retrieved, setting.k, store.read_table("utility_signals", partition), ground_truth,
+                groups, queries, retrieved, setting.k, store.read_table("utility_signals", partition), ground_truth,
             )
             per_query = query_scores(groups, queries, store.read_table("consens", partition))
-            summary = {**summarize(per_query, documents, setting.k), **retriever_summary(retrieved, qrels, setting.k)}
+            summary = {
+                **summarize(per_query, documents, setting.k, experiment.erag.label),
+                **retriever_summary(retrieved, qrels, setting.k),
+            }
             containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)
             correlations = retrieval_predictors_table(
                 per_query, documents, qrels, containment, setting.k, experiment.bootstrap_resamples, experiment.seed,

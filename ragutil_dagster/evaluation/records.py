@@ -56,7 +56,7 @@ def score_records(
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
     per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens).iter_rows(named=True)}
-    documents = document_scores(groups, records.run, records.max_contexts)
+    documents = document_scores(groups, records.queries, records.run, records.max_contexts)
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
         per_context.setdefault(row["query_id"], []).append(

@@ -17,9 +17,16 @@ import polars as pl
 
 from ragutil_dagster.metrics import answers as answer_metrics
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.metrics.erag import erag_scores
+from ragutil_dagster.metrics.erag import (
+    BINARY_DOWNSTREAM_METRICS,
+    DOWNSTREAM_METRICS,
+    DownstreamMetric,
+    erag_labels,
+    erag_measure_names,
+    erag_scores,
+)
 from ragutil_dagster.metrics.mirage import adaptability
-from ragutil_dagster.metrics.seper import EntailFn, SePerInput, judge_pairs, seper_batch
+from ragutil_dagster.metrics.seper import EntailFn, SePerInput, delta_seper, judge_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
 from ragutil_dagster.retrieval.runs import mirage_retrieval
@@ -176,37 +183,63 @@ def _condition(groups: pl.DataFrame, condition: str, suffix: str) -> pl.DataFram
     )
 
 
+# The documents table's eRAG label column of each downstream metric (eRAG eq. 1): EM, the
+# paper's metric for QA, in ``erag_label``; each other metric in ``erag_label_<metric>``.
+ERAG_LABEL_COLUMNS: dict[str, str] = {
+    metric: "erag_label" if metric == "exact_match" else f"erag_label_{metric}" for metric in DOWNSTREAM_METRICS
+}
+
+
+def erag_label_table(groups: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
+    """eRAG's label of every document judged alone (eq. 1, through
+    :func:`~ragutil_dagster.metrics.erag.erag_labels`): the judged answer of its ``per_doc``
+    group scored against the query's gold answers by each downstream metric, one column per
+    metric (``ERAG_LABEL_COLUMNS``; Int32 for binary metrics, Float64 for token F1)."""
+    per_doc = groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer")
+    outputs: dict[str, dict[str, str]] = {}
+    for qid, doc_id, answer in per_doc.iter_rows():
+        outputs.setdefault(qid, {})[doc_id] = answer
+    golds = dict(queries.select("query_id", "answers").iter_rows())
+    keys = per_doc.select("query_id", "doc_id")
+    columns = []
+    for metric, column in ERAG_LABEL_COLUMNS.items():
+        labels = erag_labels(outputs, golds, DOWNSTREAM_METRICS[metric])
+        dtype = pl.Int32 if metric in BINARY_DOWNSTREAM_METRICS else pl.Float64
+        columns.append(pl.Series(column, [labels[qid][doc_id] for qid, doc_id in keys.iter_rows()]).cast(dtype))
+    return keys.with_columns(columns)
+
+
 def document_scores(
     groups: pl.DataFrame,
+    queries: pl.DataFrame,
     run: pl.DataFrame,
     k: int,
     utility_signals: pl.DataFrame | None = None,
     ground_truth: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Per retrieved document: rank, ΔSePer_S/H of the document alone (SePer §3.4), its eRAG
-    label (eRAG eq. 1: the downstream metric, EM for QA as KILT, of the judged output with the
-    document alone; ``erag_label_has_answer`` the has_answer variant), gold utility
+    """Per retrieved document: rank, ΔSePer_S/H of the document alone (SePer eq. 11 with the
+    document as context), its eRAG labels (eRAG eq. 1, :func:`erag_label_table`: EM, KILT's
+    metric for QA, in ``erag_label``; has_answer and token F1 beside it), gold utility
     (LLM-specific utility eq. 1), and — when given — likelihood / attention utility signals
-    and ground-truth utility."""
+    and ground-truth utility. ``queries`` gives the gold answers (``query_id``, ``answers``)."""
     closed = _condition(groups, "closed_book", "closed").select(
         "query_id", "seper_s_closed", "seper_h_closed", "answer_has_closed"
     )
     per_doc = groups.filter(pl.col("condition") == "per_doc").select(
-        "query_id", "doc_id", "seper_s", "seper_h", "answer_em", "answer_has"
+        "query_id", "doc_id", "seper_s", "seper_h", "answer_has"
     )
     top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
     table = (
         top.join(per_doc, on=["query_id", "doc_id"], how="left")
+        .join(erag_label_table(groups, queries), on=["query_id", "doc_id"], how="left")
         .join(closed, on="query_id", how="left")
         .with_columns(
-            (pl.col("seper_s") - pl.col("seper_s_closed")).alias("delta_seper_s"),
-            (pl.col("seper_h") - pl.col("seper_h_closed")).alias("delta_seper_h"),
-            pl.col("answer_em").cast(pl.Int32).alias("erag_label"),
-            pl.col("answer_has").cast(pl.Int32).alias("erag_label_has_answer"),
+            delta_seper(pl.col("seper_s"), pl.col("seper_s_closed")).alias("delta_seper_s"),
+            delta_seper(pl.col("seper_h"), pl.col("seper_h_closed")).alias("delta_seper_h"),
             (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility"),
         )
         .select(
-            "query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", "erag_label", "erag_label_has_answer",
+            "query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", *ERAG_LABEL_COLUMNS.values(),
             "gold_utility",
         )
     )
@@ -237,8 +270,8 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
             on="query_id", how="left",
         )
         .with_columns(
-            (pl.col("seper_s_rag") - pl.col("seper_s_closed")).alias("delta_seper_s"),
-            (pl.col("seper_h_rag") - pl.col("seper_h_closed")).alias("delta_seper_h"),
+            delta_seper(pl.col("seper_s_rag"), pl.col("seper_s_closed")).alias("delta_seper_s"),
+            delta_seper(pl.col("seper_h_rag"), pl.col("seper_h_closed")).alias("delta_seper_h"),
         )
     )
     if consens is not None:
@@ -341,10 +374,14 @@ def retriever_summary(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> dict[st
     return dict(out)
 
 
-def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> dict[str, float]:
+def summarize(
+    queries_table: pl.DataFrame, documents: pl.DataFrame, k: int, erag_label: DownstreamMetric = "exact_match"
+) -> dict[str, float]:
     """Headline numbers of one setting × generator, each with its n (``n_<name>``): means over
-    queries, MIRAGE's four metrics, eRAG aggregates, LLM-specific-utility set / rank metrics
-    over all queries and over the known / unknown ones (answered, or not, by the judged
+    queries, MIRAGE's four metrics, eRAG aggregates of the ``erag_label`` labels (the measures
+    :func:`~ragutil_dagster.metrics.erag.erag_measure_names` defines for them),
+    LLM-specific-utility set / rank metrics over all queries and over the known / unknown ones
+    (answered, or not, by the judged
     closed-book answer, §3.4), ConSens, and — when the dataset has ground-truth utility — SePer
     Table 2's validity correlations (:func:`_validity_correlations`)."""
     summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
@@ -365,10 +402,10 @@ def summarize(queries_table: pl.DataFrame, documents: pl.DataFrame, k: int) -> d
         # The questions behind each share (its two groups G(b, o, m), eqs. 2–5).
         summary.update({f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()})
     ranked = {qid: docs for qid, docs in documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
-    labels: dict[str, dict[str, int]] = {}
-    for qid, doc, label in documents.select("query_id", "doc_id", "erag_label").iter_rows():
-        labels.setdefault(qid, {})[doc] = int(label)
-    erag = erag_scores(ranked, labels, [f"P_{k}", f"success_{k}", "map", "recip_rank", f"ndcg_cut_{k}"])
+    labels: dict[str, dict[str, float]] = {}
+    for qid, doc, label in documents.select("query_id", "doc_id", ERAG_LABEL_COLUMNS[erag_label]).iter_rows():
+        labels.setdefault(qid, {})[doc] = float(label)
+    erag = erag_scores(ranked, labels, erag_measure_names(erag_label, k))
     for name, value in erag.mean.items():
         summary.add(f"erag_{name}", value, len(ranked))
     gold = {qid: set() for qid in ranked}

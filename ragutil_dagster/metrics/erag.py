@@ -11,12 +11,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
+from ragutil_dagster.metrics.answers import exact_match, f1, has_answer
 from ragutil_dagster.metrics.ranking import ir_measures, parse_measure, ranks_to_run
 
 _NON_BINARY_MEASURES = ("P", "success")
+
+DownstreamMetric = Literal["exact_match", "has_answer", "token_f1"]
+DOWNSTREAM_METRICS: dict[str, Callable[[str, object], float | bool]] = {
+    "exact_match": exact_match,  # KILT's metric for QA, as eRAG Table 1 uses on NQ / TriviaQA / HotpotQA
+    "has_answer": has_answer,  # DPR / KILT answer containment (binary)
+    "token_f1": f1,  # SQuAD token F1: graded labels in [0, 1]
+}
+"""The downstream metrics E_M an eRAG label can use (eq. 1), by name; every name of
+``DownstreamMetric``."""
+BINARY_DOWNSTREAM_METRICS = frozenset({"exact_match", "has_answer"})
+
+
+def erag_measure_names(downstream_metric: DownstreamMetric, k: int) -> list[str]:
+    """The eRAG aggregates defined for labels of ``downstream_metric`` at cut-off k (pytrec_eval
+    names): P, success (Hit), MAP, MRR and NDCG for a binary metric; P (mean label of the top k)
+    and success (max label) only for a graded one (eRAG §3, footnotes of Table 1; the authors'
+    code refuses the others). Chosen by the metric, not by the values, so a graded metric whose
+    labels happen to be 0 / 1 reports the same measures."""
+    binary = [f"P_{k}", f"success_{k}", "map", "recip_rank", f"ndcg_cut_{k}"]
+    return binary if downstream_metric in BINARY_DOWNSTREAM_METRICS else binary[:2]
 
 
 @dataclass(frozen=True)

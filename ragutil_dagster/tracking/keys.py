@@ -113,6 +113,7 @@ class PartitionRun:
             "prompt_closed_book": experiment.prompts.closed_book,
             "prompt_with_context": experiment.prompts.with_context,
             "prompt_template_hash": prompt_template_hash(experiment),
+            "erag_label": experiment.erag.label,
             "config_fingerprint": experiment.fingerprint(),
             "ragutil_version": self.version,
         }

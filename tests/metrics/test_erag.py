@@ -1,12 +1,21 @@
 """eRAG: per-document labels from the downstream metric, aggregation as the authors' code does."""
 
+import typing
+
 import pytest
 import pytrec_eval
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragutil_dagster.metrics.answers import exact_match, f1
-from ragutil_dagster.metrics.erag import erag_labels, erag_scores
+from ragutil_dagster.metrics.erag import (
+    BINARY_DOWNSTREAM_METRICS,
+    DOWNSTREAM_METRICS,
+    DownstreamMetric,
+    erag_labels,
+    erag_measure_names,
+    erag_scores,
+)
 
 RETRIEVED = {"q1": ["d1", "d2", "d3"], "q2": ["d4", "d5", "d6"], "q3": ["d7", "d8", "d9"]}
 
@@ -16,6 +25,24 @@ def test_labels_apply_the_downstream_metric_to_each_documents_own_output() -> No
     assert erag_labels(outputs, {"q1": ["Paris"]}, exact_match) == {"q1": {"d1": 1.0, "d2": 0.0, "d3": 0.0}}
     labels = erag_labels(outputs, {"q1": ["Paris"]}, f1)
     assert labels["q1"]["d2"] == pytest.approx(0.5)
+
+
+def test_every_downstream_metric_name_has_its_function() -> None:
+    assert set(DOWNSTREAM_METRICS) == set(typing.get_args(DownstreamMetric))
+    assert BINARY_DOWNSTREAM_METRICS < set(DOWNSTREAM_METRICS)
+
+
+def test_token_f1_labels_are_graded_and_aggregate_by_p_and_hit_only() -> None:
+    """eRAG allows a non-binary downstream metric (§3): token F1 labels; only P@k (mean) and
+    Hit@k (max) are then defined, whatever values the labels happen to take."""
+    outputs = {"q1": {"d1": "Paris France", "d2": "Rome"}}
+    labels = erag_labels(outputs, {"q1": ["Paris"]}, DOWNSTREAM_METRICS["token_f1"])
+    assert labels == {"q1": {"d1": pytest.approx(2 / 3), "d2": 0.0}}
+    assert erag_measure_names("token_f1", 2) == ["P_2", "success_2"]
+    assert erag_measure_names("exact_match", 2) == ["P_2", "success_2", "map", "recip_rank", "ndcg_cut_2"]
+    assert erag_measure_names("has_answer", 2) == erag_measure_names("exact_match", 2)
+    scores = erag_scores({"q1": ["d1", "d2"]}, labels, erag_measure_names("token_f1", 2))
+    assert scores.mean == {"P_2": pytest.approx(1 / 3), "success_2": pytest.approx(2 / 3)}
 
 
 def test_labels_outside_unit_interval_are_rejected() -> None:
