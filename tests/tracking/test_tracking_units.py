@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from ragutil_dagster.config import Setting, parse_config
+from ragutil_dagster.config import ERAGConfig, Setting, parse_config
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
     bootstrap_paired_diff_ci,
@@ -66,6 +66,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
         PartitionRun(config, Setting("world", "dense", 1), "lm0", identities),
         PartitionRun(config, setting, "lm1", identities),
         PartitionRun(config.model_copy(update={"seed": 1}), setting, "lm0", identities),
+        PartitionRun(config.model_copy(update={"erag": ERAGConfig(label="token_f1")}), setting, "lm0", identities),
         PartitionRun(config, setting, "lm0", identities, version="0.0.0-other"),
     ]
     assert len({run.key} | {other.key for other in changed}) == len(changed) + 1
@@ -79,6 +80,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert (
         params["n"] == "10" and params["max_new_tokens"] == "512" and params["temperature"] == "1.0"
     )
+    assert params["erag_label"] == "exact_match" and changed[-2].params()["erag_label"] == "token_f1"
 
 
 @pytest.fixture()
