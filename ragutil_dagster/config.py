@@ -338,6 +338,30 @@ class ERAGConfig(_Strict):
     label: DownstreamMetric = "exact_match"
 
 
+ValidityNegative = Literal["random", "hard"]
+
+
+class ValidityConfig(_Strict):
+    """The papers' validity experiments (docs/metrics.md, "Validity"): per judged query, its
+    positive passages (label 1) and ``per_query`` sampled negatives (label 0) of each kind in
+    ``negatives``, each scored alone, every per-passage measure set against the label.
+
+    ``random``: a passage of another document, drawn with ``seed``; ``hard``: the best-ranked
+    passage of the config's (first) bm25 retriever that the qrels do not judge for the query.
+    No negative holds a gold answer (DPR's has_answer)."""
+
+    negatives: Annotated[list[ValidityNegative], Field(min_length=1)] = ["random", "hard"]
+    per_query: int = Field(default=1, ge=1)
+    seed: int = 0
+
+    @field_validator("negatives")
+    @classmethod
+    def _each_kind_once(cls, kinds: list[str]) -> list[str]:
+        if len(set(kinds)) != len(kinds):
+            raise ValueError(f"lists a kind of negative more than once: {kinds}")
+        return kinds
+
+
 class ExperimentConfig(_Strict):
     """One evaluation grid: every dataset × retriever × k (× reranker) × generator."""
 
@@ -354,6 +378,9 @@ class ExperimentConfig(_Strict):
     sampling: SamplingConfig = SamplingConfig()
     prompts: PromptConfig = PromptConfig()
     erag: ERAGConfig = ERAGConfig()
+    # Off unless given (``validity: {}`` takes the defaults): it samples every positive and
+    # negative alone, N + 1 generations each.
+    validity: ValidityConfig | None = None
 
     @field_validator("k")
     @classmethod
@@ -383,6 +410,24 @@ class ExperimentConfig(_Strict):
             raise ValueError(
                 f"the reranker reorders {self.reranker.candidates} candidates, fewer than k = {max(self.k)}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _validity_inputs(self) -> ExperimentConfig:
+        if self.validity is None:
+            return self
+        if "hard" in self.validity.negatives and self.hard_negative_retriever() is None:
+            raise ValueError(
+                "validity.negatives: hard negatives are the best-ranked BM25 passages; add a retriever "
+                "of kind bm25 or leave 'hard' out"
+            )
+        for position, dataset in enumerate(self.datasets):
+            if dataset.format == "qa" and not dataset.qrels:
+                raise ValueError(
+                    f"validity needs relevance judgments: datasets.{position} ({dataset.name!r}, format qa) "
+                    f"has no 'qrels' file, so its qrels only say which passages hold an answer; give "
+                    f"datasets.{position}.qrels or remove the validity section"
+                )
         return self
 
     # --- partitions --------------------------------------------------------------------------
@@ -426,6 +471,13 @@ class ExperimentConfig(_Strict):
             for retriever in self.retrievers
             if retriever.kind == "dense"
         }
+
+    def hard_negative_retriever(self) -> RetrieverConfig | None:
+        """The bm25 retriever whose ranking gives validity's hard negatives (the config's first),
+        or None when no validity negative is hard."""
+        if self.validity is None or "hard" not in self.validity.negatives:
+            return None
+        return next((r for r in self.retrievers if r.kind == "bm25"), None)
 
     def searched_indexes(self, setting: Setting) -> list[str]:
         """The index partitions ``setting`` searches: its retriever's, or a hybrid's fused ones."""

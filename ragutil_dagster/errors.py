@@ -79,6 +79,11 @@ class UnparseableOutputError(UserError, ValueError):
     """A verbalized utility judgment did not follow the requested output format."""
 
 
+class ValidityError(UserError, ValueError):
+    """The validity experiments cannot run on a dataset: it has no relevance judgments (no
+    positive passage in its qrels); names the dataset and the config field."""
+
+
 class ArtifactWriteError(UserError, OSError):
     """A file could not be written for lack of space or permission; names the file and the fix."""
 

@@ -116,6 +116,31 @@ RETRIEVAL_CORRELATION_SCHEMA: dict[str, pl.DataType] = {
     "undefined": pl.String,  # why the correlation is null (constant vector, < 3 queries)
 }
 
+# --- validity: the papers' validity experiments on judged datasets (evaluation/validity.py) ----
+# Per judged query, every passage scored alone against its judgment: the qrels' positives (label 1)
+# and the sampled negatives (label 0). ``kind``: "positive", or the negative's kind ("random", "hard").
+VALIDITY_PASSAGE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "kind": pl.String, "label": pl.Int32,
+}
+# Teacher-forced signals of a passage shown alone for the query's pseudo-answer a
+# (evaluation/signals.alone_signals): log P(a | q, d) and ConSens with the passage as the context.
+ALONE_SIGNAL_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "consens": pl.Float64,
+}
+# One row per measure × query subset × negatives: how well the per-passage measure separates the
+# positives from the negatives — ROC AUC with its stratified bootstrap 95 % interval, the
+# point-biserial r (Pearson r with the 0/1 label, SePer Table 2's statistic) with its p-value.
+VALIDITY_SCHEMA: dict[str, pl.DataType] = {
+    "measure": pl.String,  # a column of the validity step's per-passage table
+    "label": pl.String,
+    "subset": pl.String,  # "unanswered" (SePer Table 2: closed book not answered) or "answered"
+    "negatives": pl.String,  # "all", or one kind ("random", "hard")
+    "n": pl.Int32, "n_positive": pl.Int32, "n_negative": pl.Int32,
+    "auc": pl.Float64, "auc_ci_low": pl.Float64, "auc_ci_high": pl.Float64, "auc_resamples": pl.Int32,
+    "r_pb": pl.Float64, "p_value": pl.Float64,
+    "undefined": pl.String,  # why a statistic is null (no positive / negative, constant values)
+}
+
 # --- side tables: written beside an asset's main table, read by name ---------------------------
 # (A table another step reads is an asset of its own, so the lineage graph shows the read.)
 QRELS = "qrels"  # queries, setting_queries
@@ -123,6 +148,7 @@ UTILITY = "utility"  # queries, setting_queries: ground-truth utility of the syn
 CORPUS_RECORD = "corpus_record"  # corpus, setting_queries (JSON): data.corpus.corpus_record
 PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown in the metadata
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
+VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
 
 
 def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:

@@ -61,6 +61,15 @@ class Partitions:
             table.setdefault(setting.dataset, []).append(setting.key)
         return dg.StaticPartitionMapping(table)
 
+    def hard_negative_index_to_dataset(self) -> dg.StaticPartitionMapping:
+        """The BM25 index ranking validity's hard negatives (config.hard_negative_retriever) → its
+        dataset."""
+        retriever = self.experiment.hard_negative_retriever()
+        assert retriever is not None, "no validity negative is hard"
+        return dg.StaticPartitionMapping(
+            {index_partition_key(d.name, retriever.name): d.name for d in self.experiment.datasets}
+        )
+
     def dataset_generator_to_setting_generator(self) -> dg.MultiPartitionMapping:
         """dataset × generator → setting × generator: datasets to their settings, generator to itself."""
         return dg.MultiPartitionMapping({

@@ -190,12 +190,12 @@ ERAG_LABEL_COLUMNS: dict[str, str] = {
 }
 
 
-def erag_label_table(groups: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
+def erag_label_table(groups: pl.DataFrame, queries: pl.DataFrame, condition: str = "per_doc") -> pl.DataFrame:
     """eRAG's label of every document judged alone (eq. 1, through
-    :func:`~ragutil_dagster.metrics.erag.erag_labels`): the judged answer of its ``per_doc``
+    :func:`~ragutil_dagster.metrics.erag.erag_labels`): the judged answer of its ``condition``
     group scored against the query's gold answers by each downstream metric, one column per
     metric (``ERAG_LABEL_COLUMNS``; Int32 for binary metrics, Float64 for token F1)."""
-    per_doc = groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer")
+    per_doc = groups.filter(pl.col("condition") == condition).select("query_id", "doc_id", "answer")
     outputs: dict[str, dict[str, str]] = {}
     for qid, doc_id, answer in per_doc.iter_rows():
         outputs.setdefault(qid, {})[doc_id] = answer
@@ -217,21 +217,36 @@ def document_scores(
     utility_signals: pl.DataFrame | None = None,
     ground_truth: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Per retrieved document: rank, ΔSePer_S/H of the document alone (SePer eq. 11 with the
-    document as context), its eRAG labels (eRAG eq. 1, :func:`erag_label_table`: EM, KILT's
-    metric for QA, in ``erag_label``; has_answer and token F1 beside it), gold utility
+    """The :func:`passage_scores` of every retrieved document (its ``per_doc`` group), with its
+    rank."""
+    top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
+    return passage_scores(groups, queries, top, "per_doc", utility_signals, ground_truth).sort("query_id", "rank")
+
+
+def passage_scores(
+    groups: pl.DataFrame,
+    queries: pl.DataFrame,
+    passages: pl.DataFrame,
+    condition: str,
+    utility_signals: pl.DataFrame | None = None,
+    ground_truth: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Per passage of ``passages`` (``query_id``, ``doc_id`` and any columns to keep) shown alone
+    under ``condition`` (``per_doc``: a retrieved document; ``validity``: a validity passage):
+    ΔSePer_S/H (SePer eq. 11 with the passage as the context), its eRAG labels (eRAG eq. 1,
+    :func:`erag_label_table`: EM, KILT's metric for QA, in ``erag_label``; has_answer and token
+    F1 beside it), gold utility
     (LLM-specific utility eq. 1), and — when given — likelihood / attention utility signals
     and ground-truth utility. ``queries`` gives the gold answers (``query_id``, ``answers``)."""
     closed = _condition(groups, "closed_book", "closed").select(
         "query_id", "seper_s_closed", "seper_h_closed", "answer_has_closed"
     )
-    per_doc = groups.filter(pl.col("condition") == "per_doc").select(
+    alone = groups.filter(pl.col("condition") == condition).select(
         "query_id", "doc_id", "seper_s", "seper_h", "answer_has"
     )
-    top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
     table = (
-        top.join(per_doc, on=["query_id", "doc_id"], how="left")
-        .join(erag_label_table(groups, queries), on=["query_id", "doc_id"], how="left")
+        passages.join(alone, on=["query_id", "doc_id"], how="left")
+        .join(erag_label_table(groups, queries, condition), on=["query_id", "doc_id"], how="left")
         .join(closed, on="query_id", how="left")
         .with_columns(
             delta_seper(pl.col("seper_s"), pl.col("seper_s_closed")).alias("delta_seper_s"),
@@ -239,14 +254,14 @@ def document_scores(
             (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility"),
         )
         .select(
-            "query_id", "doc_id", "rank", "delta_seper_s", "delta_seper_h", *ERAG_LABEL_COLUMNS.values(),
+            *passages.columns, "delta_seper_s", "delta_seper_h", *ERAG_LABEL_COLUMNS.values(),
             "gold_utility",
         )
     )
     if table["delta_seper_s"].null_count():
         missing = table.filter(pl.col("delta_seper_s").is_null()).row(0, named=True)
         raise ValueError(
-            f"query {missing['query_id']!r}, document {missing['doc_id']!r}: no per_doc or closed-book samples"
+            f"query {missing['query_id']!r}, document {missing['doc_id']!r}: no {condition} or closed-book samples"
         )
     if utility_signals is not None:
         table = table.join(utility_signals, on=["query_id", "doc_id"], how="left")
@@ -255,7 +270,7 @@ def document_scores(
             ground_truth.select("query_id", "doc_id", pl.col("utility").alias("true_utility")),
             on=["query_id", "doc_id"], how="left",
         )  # null: a passage the ground truth does not judge
-    return table.sort("query_id", "rank")
+    return table
 
 
 def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -230,3 +230,74 @@ def paired_permutation_test(
         n_resamples=n_resamples, alternative="two-sided", rng=np.random.default_rng(seed),
     )
     return PermutationTest(mean_difference=float(np.mean(a - b)), pvalue=float(result.pvalue))
+
+
+def roc_auc(positives: Sequence[float], negatives: Sequence[float], axis: int = -1) -> np.ndarray | float:
+    """ROC AUC of a score separating ``positives`` from ``negatives``: the share of (positive,
+    negative) pairs the score orders correctly, ties counting half — the Mann–Whitney U of the
+    positives over n₊·n₋ (scipy.stats.mannwhitneyu; vectorised along ``axis``)."""
+    a, b = np.asarray(positives, dtype=np.float64), np.asarray(negatives, dtype=np.float64)
+    u = stats.mannwhitneyu(a, b, axis=axis, method="asymptotic").statistic
+    return u / (a.shape[axis] * b.shape[axis])
+
+
+@dataclass(frozen=True)
+class BinaryValidity:
+    """How well a per-passage measure separates passages labelled 1 from passages labelled 0
+    (ConSens §3 reports the ROC AUC, SePer Table 2 the Pearson r with a 1 / 0 utility — against a
+    0/1 label, the point-biserial r).
+
+    ``auc_low`` / ``auc_high``: stratified percentile bootstrap interval (positives and negatives
+    resampled separately, so every resample holds both), None with fewer than two of either; a
+    constant measure has AUC ½ in every resample, so [½, ½]. ``r`` and ``pvalue``
+    (scipy.stats.pointbiserialr: the t-test SePer §4.1.2 uses) are None when the measure is
+    constant; every statistic is None without a positive or a negative, and ``undefined`` says
+    why."""
+
+    auc: float | None
+    auc_low: float | None
+    auc_high: float | None
+    resamples: int
+    r: float | None
+    pvalue: float | None
+    n_positive: int
+    n_negative: int
+    undefined: str | None
+
+    @property
+    def n(self) -> int:
+        return self.n_positive + self.n_negative
+
+
+def binary_validity(
+    values: Sequence[float],
+    labels: Sequence[int],
+    confidence: float = 0.95,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> BinaryValidity:
+    """ROC AUC (with its bootstrap interval) and point-biserial r (with its p-value) of
+    ``values`` against 0/1 ``labels``."""
+    a, b = _paired(values, labels, 0)
+    if not np.isin(b, (0, 1)).all():
+        raise ValueError(f"labels must be 0 or 1, got {sorted(set(b.tolist()) - {0.0, 1.0})[:5]}")
+    positives, negatives = a[b == 1], a[b == 0]
+    counts = {"n_positive": positives.size, "n_negative": negatives.size}
+    if not positives.size or not negatives.size:
+        missing = "" if not a.size else "positive " if not positives.size else "negative "
+        return BinaryValidity(None, None, None, 0, None, None, **counts, undefined=f"no {missing}passage")
+    auc = float(roc_auc(positives, negatives))
+    if np.ptp(a) == 0:  # every pair is a tie: AUC 1/2 in every resample, r undefined
+        return BinaryValidity(auc, auc, auc, 0, None, None, **counts, undefined="constant measure: every passage has the same value")
+    correlation = stats.pointbiserialr(b, a)
+    low = high = None
+    resamples = 0
+    if positives.size >= 2 and negatives.size >= 2:
+        interval = stats.bootstrap(
+            (positives, negatives), roc_auc, vectorized=True, paired=False, confidence_level=confidence,
+            n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed),
+        ).confidence_interval
+        low, high, resamples = float(interval.low), float(interval.high), n_resamples
+    return BinaryValidity(
+        auc, low, high, resamples, float(correlation.statistic), float(correlation.pvalue), **counts, undefined=None,
+    )
