@@ -56,6 +56,7 @@ import torch
 
 from ragutil_dagster import prompts
 from ragutil_dagster.embedded import layout
+from ragutil_dagster.evaluation.validity import BASELINES, LABELS as VALIDITY_LABELS, REDUCTIONS
 from ragutil_dagster.metrics import seper as seper_metric
 from ragutil_dagster.metrics.answers import exact_match, f1
 from ragutil_dagster.metrics.stats import pearson
@@ -65,10 +66,10 @@ from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).resolve().parent / "results"
-METRICS = ("em", "f1", "perplexity", "entropy", "semantic_entropy", "seper_h", "seper_s")
-LABELS = {"em": "ΔEM", "f1": "ΔF1", "perplexity": "Δperplexity", "entropy": "Δentropy",
-          "semantic_entropy": "Δsemantic entropy", "seper_h": "ΔSePer_H", "seper_s": "ΔSePer_S"}
-REDUCTIONS = {"perplexity", "entropy", "semantic_entropy"}  # Δ = closed book − with passage
+# SePer Table 2's rows and their sign (an uncertainty's Δ is its reduction): the pipeline's own
+# definitions (evaluation/validity.py), so the bench and the validity step agree.
+METRICS = (*BASELINES, "seper_h", "seper_s")
+LABELS = {m: VALIDITY_LABELS[f"delta_{m}"] for m in METRICS}
 
 
 @dataclass(frozen=True)

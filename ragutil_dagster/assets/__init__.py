@@ -14,6 +14,8 @@ from ragutil_dagster.assets import (
     passage_embeddings,
     reports,
     retrieval_run,
+    validity,
+    validity_passages,
 )
 from ragutil_dagster.assets.partitions import Partitions, build_partitions
 from ragutil_dagster.config import ExperimentConfig
@@ -28,8 +30,10 @@ def build_assets(
     experiment: ExperimentConfig,
 ) -> tuple[Partitions, list[dg.AssetsDefinition | dg.SourceAsset]]:
     """The graph of one config: the model identities it reads, the passage embeddings of its dense
-    indexes (none without one), then one definition per node."""
+    indexes (none without one), one definition per node, then the validity experiments (none
+    without a ``validity`` section)."""
     parts = build_partitions(experiment)
     return parts, [
-        *model_identities.build(parts), *passage_embeddings.build(parts), *(node.build(parts) for node in NODES)
+        *model_identities.build(parts), *passage_embeddings.build(parts), *(node.build(parts) for node in NODES),
+        *validity_passages.build(parts), *validity.build(parts),
     ]

@@ -1,6 +1,7 @@
 """``generations[setting × generator]``: N samples per prompt of the context conditions — the
 top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
-(``per_doc``) and the positives alone (``oracle``) — and, from the same loaded generator, its
+(``per_doc``), the positives alone (``oracle``) and, with a validity section, every validity
+passage alone (``validity``) — and, from the same loaded generator, its
 teacher-forced signals: ``consens`` per query and ``utility_signals`` (likelihood- / attention-
 based utility) per retrieved passage.
 
@@ -21,13 +22,14 @@ from ragutil_dagster.evaluation.conditions import (
     closed_book_prompts,
     consens_prompts,
     context_prompts,
+    validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
 from ragutil_dagster.evaluation.signals import utility_signals
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, markdown_table
+from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -130,6 +132,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         run = store.read_table("retrieval_run", setting.key)
         budget = prompt_budget(context, models, experiment)
         prompts = context_prompts(queries, passages, run, qrels, setting.k, experiment.prompts, budget)
+        if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
+            judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
+            prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
         samples, result = sample_and_store(context, store, models, experiment, prompts, "generations")
         yield dg.MaterializeResult(asset_key="generations", metadata=result.metadata, check_results=result.check_results)
         start = time.perf_counter()

@@ -56,10 +56,11 @@ def compared_summary_table(partitions: list[PartitionScores]) -> pl.DataFrame:
 def build(parts: Partitions) -> dg.AssetsDefinition:
     @dg.asset(
         name="reports", group_name=GROUP, kinds={"polars", "csv"},
-        deps=["metric_scores"],
+        deps=["metric_scores", *(["validity"] if parts.experiment.validity else [])],
         description="Cross-partition comparison: headline metrics of every setting × generator, "
         "as CSV, Markdown and a ΔSePer heatmap; the papers' comparison tables with paired tests "
-        "between retrievers, logged as an MLflow comparison run per dataset.",
+        "between retrievers (and, with validity, SePer Table 2), logged as an MLflow comparison run "
+        "per dataset.",
     )
     def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
         outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))

@@ -4,10 +4,10 @@ the metadata.
 
 The same step writes the setting's evaluation inputs, ``setting_queries`` (questions, gold
 answers, qrels, ground-truth utility) and ``retrieved_passages`` (the text of every passage a
-prompt of the setting can show: the top k and the positives), so every step downstream reads
-only its declared parents — Dagster maps a setting × generator partition onto its setting, not
-onto its dataset — and no generation step loads a Wikipedia-scale corpus for a few thousand
-passages."""
+prompt of the setting can show: the top k, the positives and any validity passages), so every
+step downstream reads only its declared parents — Dagster maps a setting × generator partition
+onto its setting, not onto its dataset — and no generation step loads a Wikipedia-scale corpus
+for a few thousand passages."""
 
 
 import time
@@ -25,13 +25,15 @@ from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, write_trec
-from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, markdown_table
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, VALIDITY_PASSAGES, markdown_table
 
 
 def write_setting_queries(
-    store: ArtifactStore, partition: str, dataset: str, queries: pl.DataFrame, qrels: pl.DataFrame
+    store: ArtifactStore, partition: str, dataset: str, queries: pl.DataFrame, qrels: pl.DataFrame,
+    validity: pl.DataFrame | None = None,
 ) -> dg.MaterializeResult:
-    """The dataset's queries, qrels, ground-truth utility and corpus record as the setting's own."""
+    """The dataset's queries, qrels, ground-truth utility, corpus record and (with a validity
+    section) validity passages as the setting's own."""
     path = store.write_table("setting_queries", partition, queries)
     store.write_table("setting_queries", partition, qrels, QRELS)
     store.write_json("setting_queries", partition, CORPUS_RECORD, store.read_json("corpus", dataset, CORPUS_RECORD))
@@ -40,9 +42,15 @@ def write_setting_queries(
         store.write_table("setting_queries", partition, store.read_table("queries", dataset, UTILITY), UTILITY)
     else:  # a dataset that lost its ground truth must not keep an earlier version's
         store.delete_table("setting_queries", partition, UTILITY)
+    if validity is not None:
+        store.write_table("setting_queries", partition, validity, VALIDITY_PASSAGES)
+    else:  # validity turned off: no stale passages
+        store.delete_table("setting_queries", partition, VALIDITY_PASSAGES)
     metadata = table_metadata(queries, path)
     metadata["qrels"] = dg.MetadataValue.int(qrels.height)
     metadata["ground_truth_utility"] = dg.MetadataValue.bool(has_utility)
+    if validity is not None:
+        metadata["validity_passages"] = dg.MetadataValue.int(validity.height)
     return dg.MaterializeResult(asset_key="setting_queries", metadata=metadata)
 
 
@@ -53,6 +61,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
         dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),
         dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting()),
+        *([dg.AssetDep("validity_passages", partition_mapping=parts.dataset_to_setting())] if experiment.validity else []),
         *parts.model_dependencies("reranker"),
     ]
 
@@ -104,8 +113,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage_retrieval(run, qrels, k)))
         metadata.update({name: dg.MetadataValue.float(v) for name, v in retriever_summary(run, qrels, k).items()})
         yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
-        yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels)
-        shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id")]).unique()
+        validity = store.read_table("validity_passages", setting.dataset) if experiment.validity else None
+        yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels, validity)
+        shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id"),
+                           *([validity.select("doc_id")] if validity is not None else [])]).unique()
         passages = corpus.join(shown, left_on="id", right_on="doc_id", how="semi").sort("id")
         path = store.write_table("retrieved_passages", context.partition_key, passages)
         yield dg.MaterializeResult(asset_key="retrieved_passages", metadata=table_metadata(passages, path))

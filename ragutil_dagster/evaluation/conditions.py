@@ -8,11 +8,14 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
   setting: the retriever's top-k from the pool, relevant and noisy chunks together;
 * ``per_doc`` — each of the top-k passages alone (per-document ΔSePer, eRAG labels, gold utility);
 * ``oracle`` — MIRAGE's oracle setting: one relevant passage, for single-hop queries with a
-  positive in the qrels (``prompts.oracle: all_positives``: every positive, multi-hop included).
+  positive in the qrels (``prompts.oracle: all_positives``: every positive, multi-hop included);
+* ``validity`` — with a ``validity`` section, each positive and sampled negative of the validity
+  experiments alone, prompted as ``per_doc`` (evaluation/validity.py).
 
 Two more conditions are scored (teacher-forced), never sampled: ConSens's evaluator template
 with the context left empty (``consens_empty``) and with the passages of the ``rag`` prompt
-(``consens_context``).
+(``consens_context``); for the validity passages also with each passage alone
+(``consens_passage``).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from ragutil_dagster.errors import PromptTooLongError
 from ragutil_dagster.metrics.mirage import oracle_passages
 from ragutil_dagster.tables import PROMPT_SCHEMA
 
-CONDITIONS = ("closed_book", "rag", "per_doc", "oracle")
+VALIDITY_CONDITION = "validity"
+CONDITIONS = ("closed_book", "rag", "per_doc", "oracle", VALIDITY_CONDITION)
 CONSENS_CONDITIONS = ("consens_empty", "consens_context")
+CONSENS_PASSAGE = "consens_passage"
 
 
 @dataclass(frozen=True)
@@ -229,4 +234,45 @@ def context_prompts(
             add(qid, "per_doc", doc, [doc], question)
         if qid in positives:
             add(qid, "oracle", None, positives[qid], question)
+    return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
+
+
+def validity_prompts(
+    queries: pl.DataFrame,
+    corpus: pl.DataFrame,
+    passages: pl.DataFrame,
+    prompts: PromptConfig,
+    budget: PromptBudget | None = None,
+) -> pl.DataFrame:
+    """One ``validity`` prompt per validity passage (``passages``: ``VALIDITY_PASSAGE_SCHEMA``),
+    the passage alone as a ``per_doc`` prompt shows it, fitted to ``budget``."""
+    texts = _passages(corpus)
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    rows = [
+        prompt_row(qid, VALIDITY_CONDITION, doc, fit_context_prompt(qid, questions[qid], [texts[doc]], prompts.with_context, budget))
+        for qid, doc in passages.select("query_id", "doc_id").iter_rows()
+    ]
+    return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
+
+
+def consens_passage_prompts(
+    queries: pl.DataFrame,
+    alone_prompts: pl.DataFrame,
+    corpus: pl.DataFrame,
+    prompts: PromptConfig,
+    budget: PromptBudget | None = None,
+) -> pl.DataFrame:
+    """ConSens §3's evaluator prompts (``prompts.consens``) for passages shown alone
+    (``alone_prompts``: rows with a ``doc_id``, e.g. the validity prompts): per query the context
+    left empty (``consens_empty``, P_E), and each passage as the context (``consens_passage``,
+    P_C), fitted to ``budget``. No rows when ``prompts.consens`` is null."""
+    if prompts.consens is None:
+        return pl.DataFrame(schema=PROMPT_SCHEMA)
+    texts = _passages(corpus)
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    rows = []
+    for qid, docs in alone_prompts.group_by("query_id", maintain_order=True).agg("doc_id").iter_rows():
+        for condition, doc, shown in ((CONSENS_CONDITIONS[0], None, []), *((CONSENS_PASSAGE, d, [d]) for d in docs)):
+            fitted = fit_context_prompt(qid, questions[qid], [texts[d] for d in shown], prompts.consens, budget)
+            rows.append(prompt_row(qid, condition, doc, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)

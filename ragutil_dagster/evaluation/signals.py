@@ -10,14 +10,16 @@ a passage is selected by likelihood when P(a | q, d) > P(a | q). Attention only 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS
+from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS, CONSENS_PASSAGE
 from ragutil_dagster.evaluation.scoring import judged_answers
 from ragutil_dagster.metrics.consens import consens, content_token_mask
-from ragutil_dagster.models.scoring import TokenScorer
-from ragutil_dagster.tables import CONSENS_SCHEMA, SIGNAL_SCHEMA
+from ragutil_dagster.models.scoring import ScoredContinuation, TokenScorer
+from ragutil_dagster.tables import ALONE_SIGNAL_SCHEMA, CONSENS_SCHEMA, SIGNAL_SCHEMA
 
 
 def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
@@ -145,3 +147,53 @@ def utility_signals(
     """
     consens_table = consens_scores(prompts, generations, queries, scorer)
     return consens_table, passage_utility(prompts, generations, corpus, scorer, consens_table)
+
+
+def _consens_of(empty: ScoredContinuation, with_context: ScoredContinuation, question: str) -> float | None:
+    """ConSens (§2) of one answer scored with the context left empty and with the context, over
+    its content words absent from the question; None when it has none."""
+    keep = content_token_mask(empty.tokens, question, empty.word_ids)
+    return consens(empty.token_logprobs, with_context.token_logprobs, keep) if keep.any() else None
+
+
+def alone_signals(
+    prompts: pl.DataFrame,
+    answers: Mapping[str, str],
+    queries: pl.DataFrame,
+    scorer: TokenScorer,
+    condition: str,
+) -> pl.DataFrame:
+    """Teacher-forced signals of every passage shown alone under ``condition`` (its prompts in
+    ``prompts``) for the pseudo-answers ``answers`` (``ALONE_SIGNAL_SCHEMA``): likelihood utility
+    (eq. 7: log P(a | q, d)) and the passage's own ConSens — a with the context left empty
+    against a with the passage as the context, under ConSens's evaluator template (the
+    ``consens_empty`` and ``consens_passage`` prompts of ``prompts``; without them, under the
+    ``closed_book`` prompt and the passage's own prompt). Queries whose pseudo-answer is blank
+    get no signals."""
+    answers = {qid: text for qid, text in answers.items() if text.strip()}
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    evaluator = (prompts["condition"] == CONSENS_PASSAGE).any()
+    empty = dict(
+        _prompts(prompts, CONSENS_CONDITIONS[0] if evaluator else "closed_book", list(answers))
+        .select("query_id", "prompt").iter_rows()
+    )
+    alone = _prompts(prompts, condition, list(empty))
+    keys = list(alone.select("query_id", "doc_id").iter_rows())
+    qids = list(dict.fromkeys(qid for qid, _ in keys))
+    batch = [(prompt, answers[qid]) for (qid, _), prompt in zip(keys, alone["prompt"])]
+    batch += [(empty[qid], answers[qid]) for qid in qids]
+    if evaluator:
+        with_passage = {
+            (qid, doc): prompt
+            for qid, doc, prompt in _prompts(prompts, CONSENS_PASSAGE, qids).select("query_id", "doc_id", "prompt").iter_rows()
+        }
+        batch += [(with_passage[key], answers[key[0]]) for key in keys]
+    scored = scorer.score([prompt for prompt, _ in batch], [answer for _, answer in batch])
+    likelihood, empties = scored[: len(keys)], dict(zip(qids, scored[len(keys) : len(keys) + len(qids)]))
+    contexts = scored[len(keys) + len(qids) :] if evaluator else likelihood
+    rows = [
+        {"query_id": qid, "doc_id": doc, "likelihood": alone_scored.logprob,
+         "consens": _consens_of(empties[qid], context, questions[qid])}
+        for (qid, doc), alone_scored, context in zip(keys, likelihood, contexts)
+    ]
+    return pl.DataFrame(rows, schema=ALONE_SIGNAL_SCHEMA)

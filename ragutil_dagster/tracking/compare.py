@@ -5,7 +5,9 @@
 - MIRAGE's four metrics (percent) by k, generator and retriever (MIRAGE Table 1);
 - eRAG aggregates and LLM-specific-utility set / rank metrics by retriever;
 - paired bootstrap 95% intervals and paired permutation p-values of the per-query ΔSePer_S
-  difference between every two retrievers on the same queries (same dataset, k, generator).
+  difference between every two retrievers on the same queries (same dataset, k, generator);
+- with a validity section, SePer Table 2: every per-passage measure's point-biserial r and ROC
+  AUC against the judgments, one column per run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import polars as pl
 
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.predictors import figure_one, table_one
+from ragutil_dagster.evaluation.validity import table_two_across
 from ragutil_dagster.files import atomic_write
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
@@ -49,6 +52,7 @@ class PartitionScores:
     per_query: pl.DataFrame
     mlflow_run_id: str = ""
     correlations: pl.DataFrame | None = None  # eRAG Table 1 (RETRIEVAL_CORRELATION_SCHEMA)
+    validity: pl.DataFrame | None = None  # the validity step's table (VALIDITY_SCHEMA)
 
     @property
     def retriever_label(self) -> str:
@@ -169,6 +173,18 @@ def _labelled_correlations(partitions: Iterable[PartitionScores]) -> pl.DataFram
             dataset=pl.lit(p.setting.dataset), retriever=pl.lit(p.retriever_label), generator=pl.lit(p.generator)
         )
         for p in partitions if p.correlations is not None
+    ]
+    return pl.concat(tables) if tables else pl.DataFrame()
+
+
+def _labelled_validity(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
+    """Every partition's validity rows with its dataset, retriever, k and generator."""
+    tables = [
+        p.validity.with_columns(
+            dataset=pl.lit(p.setting.dataset), retriever=pl.lit(p.retriever_label), k=pl.lit(p.setting.k),
+            generator=pl.lit(p.generator),
+        )
+        for p in partitions if p.validity is not None
     ]
     return pl.concat(tables) if tables else pl.DataFrame()
 
@@ -311,6 +327,17 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
         figure_one(correlations) if not correlations.is_empty() else correlations,
         "Kendall τ with EM as k varies (eRAG Figure 1 as a table)",
     )
+    validity = _labelled_validity(partitions)
+    if not validity.is_empty():
+        tables["validity_r"], titles["validity_r"] = (
+            table_two_across(validity, "r_pb"),
+            "Validity: point-biserial r of each per-passage measure with the judgments, questions answered "
+            "closed book left out (SePer Table 2 layout)",
+        )
+        tables["validity_auc"], titles["validity_auc"] = (
+            table_two_across(validity, "auc"),
+            "Validity: ROC AUC of each per-passage measure, positives vs random and hard negatives (same questions)",
+        )
     tables["delta_seper_ci"], titles["delta_seper_ci"] = (
         delta_seper_intervals(partitions, seed),
         "ΔSePer_S mean and bootstrap 95% interval per setting",

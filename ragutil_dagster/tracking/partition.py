@@ -13,6 +13,7 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.evaluation.validity import validity_metrics
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
@@ -26,6 +27,8 @@ PER_QUERY_ARTIFACT = "table.parquet"
 DOCUMENTS_ARTIFACT = "documents.parquet"
 SUMMARY_ARTIFACT = "summary.json"
 CORRELATIONS_ARTIFACT = "retrieval_correlations.parquet"
+VALIDITY_ARTIFACT = "validity.parquet"  # the validity step's table (evaluation/validity.py)
+VALIDITY_PASSAGES_ARTIFACT = "validity_passages.parquet"
 
 CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
@@ -172,4 +175,16 @@ def log_partition(
             run.log_artifact(staged, "scores")
     for path in partition_plots(summary, per_query, documents, plot_directory):
         run.log_artifact(path, "plots")
+    return metrics
+
+
+def log_validity(run: TrackedRun, validity: pl.DataFrame, passages: pl.DataFrame) -> dict[str, float]:
+    """Log the validity step's figures to the partition's run (``validity_metrics``) and its
+    table and per-passage scores under ``scores/``; return the metrics."""
+    metrics = validity_metrics(validity)
+    run.log_metrics(metrics)
+    with tempfile.TemporaryDirectory() as staging:
+        for name, table in ((VALIDITY_ARTIFACT, validity), (VALIDITY_PASSAGES_ARTIFACT, passages)):
+            table.write_parquet(Path(staging) / name)
+            run.log_artifact(Path(staging) / name, "scores")
     return metrics

@@ -26,7 +26,12 @@ from ragutil_dagster.tracking.compare import (
     write_comparison,
 )
 from ragutil_dagster.tracking.keys import KIND_TAG, mlflow_experiment_name
-from ragutil_dagster.tracking.partition import CORRELATIONS_ARTIFACT, PER_QUERY_ARTIFACT, SUMMARY_ARTIFACT
+from ragutil_dagster.tracking.partition import (
+    CORRELATIONS_ARTIFACT,
+    PER_QUERY_ARTIFACT,
+    SUMMARY_ARTIFACT,
+    VALIDITY_ARTIFACT,
+)
 from ragutil_dagster.tracking.resource import FINISHED, MlflowTracking, TrackedRun
 
 
@@ -49,15 +54,16 @@ def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str, finge
 
 
 def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScores:
-    """A partition run's summary, per-query table and eRAG Table 1, read from its artifacts
-    (``scores/``; a run logged before Table 1 existed has none)."""
+    """A partition run's summary, per-query table, eRAG Table 1 and validity table, read from its
+    artifacts (``scores/``; a run logged before Table 1 existed, or without validity, has none)."""
     client = tracking.client()
     summary = client.download_artifacts(run.info.run_id, f"scores/{SUMMARY_ARTIFACT}", str(directory))
     table = client.download_artifacts(run.info.run_id, f"scores/{PER_QUERY_ARTIFACT}", str(directory))
     logged = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "scores")}
-    correlations = (
-        pl.read_parquet(client.download_artifacts(run.info.run_id, f"scores/{CORRELATIONS_ARTIFACT}", str(directory)))
-        if CORRELATIONS_ARTIFACT in logged else None
+    correlations, validity = (
+        pl.read_parquet(client.download_artifacts(run.info.run_id, f"scores/{name}", str(directory)))
+        if name in logged else None
+        for name in (CORRELATIONS_ARTIFACT, VALIDITY_ARTIFACT)
     )
     return PartitionScores(
         setting=Setting.parse(run.data.params["setting"]),
@@ -66,6 +72,7 @@ def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScor
         per_query=pl.read_parquet(table),
         mlflow_run_id=run.info.run_id,
         correlations=correlations,
+        validity=validity,
     )
 
 
