@@ -21,8 +21,10 @@ utility). The measures:
   Δsemantic entropy; then ΔSePer_H and ΔSePer_S (eq. 11 with the passage as context);
 * eRAG's label (eq. 1: EM of the judged answer with the passage alone) and LLM-specific utility's
   gold utility (eq. 1);
-* every utility signal of the per-document signals table (``utility_signals``: its float columns —
-  likelihood, the passage's own ConSens, attention where defined, and any signal added there);
+* every teacher-forced signal of the passages' signals table (its float columns,
+  :func:`signal_columns`, from ``signals.alone_signals``: likelihood utility and the passage's
+  own ConSens; a signal added there becomes a row). Attention utility is a share of one prompt's
+  attention among the passages shown together: a passage shown alone has none;
 * the dataset's ground-truth utility, where it has one (the synthetic world).
 
 As SePer Table 2 filters them, questions whose judged closed-book answer already holds a gold
@@ -66,8 +68,7 @@ LABELS: dict[str, str] = {
     **{f"delta_{column}": label for column, label in BASELINES.items()},
     "delta_seper_h": "ΔSePer_H", "delta_seper_s": "ΔSePer_S",
     "consens": "ConSens", "erag_label": "eRAG label (EM)", "gold_utility": "gold utility",
-    "likelihood": "likelihood utility", "attention": "attention utility",
-    "true_utility": "ground truth",
+    "likelihood": "likelihood utility", "true_utility": "ground truth",
 }
 SUBSETS = {"unanswered": False, "answered": True}
 """Query subsets by whether the judged closed-book answer holds a gold answer."""
@@ -82,10 +83,11 @@ def validity_passages(
     config: ValidityConfig,
     hard_run: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Every judged query's positives and sampled negatives (``VALIDITY_PASSAGE_SCHEMA``, sorted
-    by query, label descending, kind, document). ``hard_run``: the BM25 ranking (``RUN_SCHEMA``,
-    at least :data:`HARD_NEGATIVE_DEPTH` deep) when ``config.negatives`` holds ``hard``. A query
-    whose candidates run out gets fewer negatives than ``config.per_query``: the counts show it."""
+    """Every judged query's positives and sampled negatives (``VALIDITY_PASSAGE_SCHEMA``; per
+    query, in id order, its positives, then hard, then random negatives). ``hard_run``: the BM25
+    ranking (``RUN_SCHEMA``, at least :data:`HARD_NEGATIVE_DEPTH` deep) when ``config.negatives``
+    holds ``hard``. A query whose candidates run out gets fewer negatives than
+    ``config.per_query``: :func:`negative_shortfall` counts them."""
     positives = qrels.filter(pl.col("relevance") > 0)
     if positives.is_empty():
         raise ValidityError(
@@ -171,13 +173,14 @@ def passage_table(
         ],
         "answered_closed_book",
     )
-    return scored.join(deltas, on=list(KEYS), how="left").sort("query_id", "label", "kind", "doc_id", descending=[False, True, False, False])
+    return scored.join(deltas, on=list(KEYS), how="left").sort(
+        "query_id", "label", "kind", "doc_id", descending=[False, True, False, False]
+    )
 
 
 def measures(passages: pl.DataFrame, signals: Sequence[str]) -> list[str]:
     """The measures a passage table defines for some passage, in the table's order: those of
-    :data:`LABELS`, then any other signal. (Attention utility is a share of one prompt's
-    attention among the passages shown together: a passage shown alone has none.)"""
+    :data:`LABELS`, then any other signal."""
     names = [m for m in LABELS if m in passages.columns] + [s for s in signals if s not in LABELS]
     return [m for m in names if passages[m].is_not_null().any()]
 
