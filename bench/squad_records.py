@@ -1,7 +1,9 @@
 """Does ΔSePer_S tell a question's gold paragraph from an unrelated one? Per-context ΔSePer_S of
 ``ragutil score`` output on SQuAD records whose ``contexts`` are [the gold paragraph, a paragraph of
 another article] (``/work/shared/data/squad/beir/records_200.jsonl``): the mean for each, and the
-ROC AUC of ΔSePer_S separating gold (positive) from unrelated (negative) contexts.
+ROC AUC of ΔSePer_S separating gold (positive) from unrelated (negative) contexts; and whether the
+judge inflates SePer: mean SePer_S closed book beside the closed-book accuracy the lexical judge
+gives (``has_answer`` of the greedy closed-book answer against the gold answers).
 
     ragutil score /work/shared/data/squad/beir/records_200.jsonl --config examples/squad.yaml \\
         --generator smollm2 --out scored.jsonl
@@ -37,6 +39,22 @@ def context_scores(scored: Path, records: Path) -> tuple[np.ndarray, np.ndarray]
     return np.array(gold, dtype=float), np.array(unrelated, dtype=float)
 
 
+def closed_book(scored: Path, records: Path) -> tuple[float, float]:
+    """(mean SePer_S closed book, share of greedy closed-book answers holding a gold answer)."""
+    from ragutil_dagster.metrics.answers import has_answer
+
+    golds = {}
+    for line in records.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        golds[record["id"]] = record["answers"]
+    seper, lexical = [], []
+    for line in scored.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        seper.append(row["seper_s_without_context"])
+        lexical.append(has_answer(row["answer_without_context"], golds[row["id"]]))
+    return float(np.mean(seper)), float(np.mean(lexical))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scored", type=Path, help="ragutil score output (JSONL)")
@@ -45,9 +63,12 @@ def main() -> None:
     gold, unrelated = context_scores(args.scored, args.records)
     labels = np.r_[np.ones(gold.size), np.zeros(unrelated.size)]
     auc = roc_auc_score(labels, np.r_[gold, unrelated])
-    print("| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | ROC AUC gold vs unrelated |")
-    print("|---|---|---|---|")
-    print(f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {auc:.3f} |")
+    seper_closed, lexical_closed = closed_book(args.scored, args.records)
+    print("| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | difference "
+          "| ROC AUC gold vs unrelated | SePer_S closed book | lexical accuracy closed book |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {gold.mean() - unrelated.mean():.3f} "
+          f"| {auc:.3f} | {seper_closed:.3f} | {lexical_closed:.3f} |")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,18 @@ def _world_texts(worlds: Sequence[World]) -> Iterator[str]:
     for pool, values in (("occupation", OCCUPATIONS), ("industry", INDUSTRIES), ("year", YEARS)):
         yield " ".join(" ".join(value_aliases(pool, v)) for v in values)
     yield " ".join(f"{c} City {c} Group" for c in worlds[0].pools.cities)
-    yield " ".join(prompts.PROMPTS.values()) + prompts.format_reference([("t", "x")] * 9)
+    yield " ".join(world_prompts().values()) + prompts.format_reference([("t", "x")] * 9)
+
+
+# The templates whose words the world's tokenizer knows and whose text its models are
+# fingerprinted with: the reader is trained on the first two and scored under the others. A
+# template added later (an LLM's verbalized judgment, say) is no reason to retrain the world.
+WORLD_PROMPT_NAMES = ("closed_book", "with_context", "seper_closed_book", "consens_evaluator",
+                      "seper_with_context")
+
+
+def world_prompts() -> dict[str, str]:
+    return {name: prompts.PROMPTS[name] for name in WORLD_PROMPT_NAMES}
 
 
 def build_tokenizer(worlds: Sequence[World]) -> Tokenizer:
@@ -724,7 +735,7 @@ def fingerprint(size: str, seed: int) -> str:
         return [asdict(x) for x in (*w.entities, *w.passages, *w.questions)]
 
     return stable_hash({"world": content(world), "reading_world": content(reading),
-                        "tokenizer": tokenizer.to_str(), "prompts": prompts.PROMPTS,
+                        "tokenizer": tokenizer.to_str(), "prompts": world_prompts(),
                         "config": asdict(config), "seed": seed})
 
 

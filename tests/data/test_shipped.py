@@ -124,3 +124,13 @@ def test_run_trains_when_the_shipped_models_do_not_fit(
     out = capsys.readouterr().out
     assert "another world" in out and "training them" in out
     assert calls == [(tmp_path / "home" / "embedded", "default", None)]
+
+
+def test_a_new_prompt_template_does_not_retrain_the_world(monkeypatch) -> None:
+    """Only the templates the world's models read are in its tokenizer and fingerprint."""
+    from ragutil_dagster import prompts
+    from ragutil_dagster.embedded.training import fingerprint
+
+    before = fingerprint("ci", 0)
+    monkeypatch.setitem(prompts.PROMPTS, "judge_something", "Judge this unusual wording: {question}")
+    assert fingerprint("ci", 0) == before
