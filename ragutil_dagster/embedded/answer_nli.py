@@ -59,7 +59,7 @@ class AnswerNLIConfig:
 
 
 ANSWER_NLI_CONFIGS: dict[str, AnswerNLIConfig] = {
-    "default": AnswerNLIConfig(steps=340, batch=32),
+    "default": AnswerNLIConfig(steps=500, batch=32),
     # Seconds, for tests of determinism and of the saved directory's format.
     "tiny": AnswerNLIConfig(steps=3, batch=4, warmup=1),
 }

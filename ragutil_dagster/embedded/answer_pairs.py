@@ -45,8 +45,8 @@ CATEGORY_LABELS: dict[str, str] = {
 }
 # Shares of the categories in a stream of pairs: the three labels about equally often.
 CATEGORY_SHARES: dict[str, float] = {
-    "identical": 0.06, "alias": 0.17, "extension": 0.12, "sentence": 0.10,
-    "other_value": 0.13, "partial_overlap": 0.13, "unrelated": 0.11, "non_answer": 0.18,
+    "identical": 0.06, "alias": 0.16, "extension": 0.11, "sentence": 0.10,
+    "other_value": 0.12, "partial_overlap": 0.12, "unrelated": 0.09, "non_answer": 0.24,
 }
 
 # --- word lists --------------------------------------------------------------------------------
@@ -911,8 +911,12 @@ def _cut(question: Question, rng: random.Random) -> str:
     words = before.split()
     if len(words) > 2 and rng.random() < 0.3:
         words = words[: rng.randint(2, len(words) - 1)]
+    text = " ".join(words)
+    if rng.random() < 0.3:
+        # Cut mid-word, as a token limit does ("... who fought Genghis Khan at Des").
+        return text[: rng.randint(max(1, len(text) // 2), len(text))]
     tail = f" {_pick(rng, DANGLING)}" if rng.random() < 0.35 else ""
-    return " ".join(words) + tail
+    return text + tail
 
 
 def non_answer(question: Question, answer: str, rng: random.Random) -> str:
