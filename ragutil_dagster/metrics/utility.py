@@ -1,9 +1,14 @@
-"""LLM-specific utility — Zhang et al., 2025: which passages help *this* LLM (§3.2.1, §3.4).
+"""LLM-specific utility — Zhang et al., 2025: which passages help *this* LLM (§3.2.1, §3.3, §3.4).
 
 A passage is gold-utilitarian for an LLM on a query when the LLM answers correctly with it and
 not without it: u_i = 1[has_answer(L(q, d_i)) > has_answer(L(q, ∅))] (eq. 1), G_q = {d_i | u_i = 1}
 (eq. 2). A query is *known* when the LLM answers it correctly without passages (§3.4); its gold
 set is then empty, and the right judgment selects nothing.
+
+The verbalized judgment methods (§3.3.1–3.3.2, prompts in App. A, Figs. 5–6): pointwise and
+listwise selection and listwise ranking, each directly or with the pseudo-answer (``_answer``).
+Their outputs are parsed here; a judgment not in the requested format raises
+:class:`UnparseableOutputError`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,16 @@ import regex
 
 from ragutil_dagster.errors import UnparseableOutputError
 from ragutil_dagster.metrics.ranking import ir_measures, ranks_to_run
+
+SELECTION_METHODS = ("pointwise", "pointwise_answer", "listwise", "listwise_answer")
+"""Verbalized selection (§3.3.1, eqs. 3–4): each passage judged alone, or the candidates listed
+together; ``_answer``: with the pseudo-answer in the prompt."""
+RANKING_METHODS = ("ranking", "ranking_answer")
+"""Verbalized listwise ranking (§3.3.2, eq. 5), directly or with the pseudo-answer."""
+VERBALIZED_METHODS = (*SELECTION_METHODS, *RANKING_METHODS)
+
+RANK_CUTOFF = 5
+"""The cut-off of the ranking metrics, NDCG@5 and Recall@5 (§3.4, Table 4)."""
 
 
 def gold_utility(has_answer_without: bool, has_answer_with_each: Mapping[str, bool]) -> set[str]:
@@ -115,10 +130,23 @@ def rank_metrics(
     )
 
 
-_SELECTION_PREFIX = regex.compile(r"my\s*selection\s*[:：]?", regex.IGNORECASE)
-_SELECTION_BODY = regex.compile(r"\[?\s*(?:\[\s*\d+\s*\]\s*(?:,\s*)?)*\]?\s*\.?")
+# Quotes, backticks and Markdown emphasis a chat model may wrap its answer in.
+_DECORATION = regex.compile(r"[\"'`*_“”‘’]+")
 _PASSAGE_NUMBER = regex.compile(r"\[\s*(\d+)\s*\]")
-_RANKING_BODY = regex.compile(r"\[\s*\d+\s*\](?:\s*>\s*\[\s*\d+\s*\])*\s*\.?")
+_POINTWISE = regex.compile(r"utility\s*judge?ment\s*[:：]?\s*(yes|no)\b(?!\s*/)", regex.IGNORECASE)
+_BARE_VERDICT = regex.compile(r"\W*(yes|no)\b(?!\s*/)", regex.IGNORECASE)
+_SELECTION_PREFIX = regex.compile(r"my\s*selection\s*(?:is)?\s*[:：]?", regex.IGNORECASE)
+_SELECTION_LIST = regex.compile(
+    r"\[\s*\[?\s*\]?\s*\]"  # [] or [[]]: nothing selected
+    r"|\[?\s*\[\s*\d+\s*\](?:\s*,?\s*\[\s*\d+\s*\])*\s*\]?"  # [[1],[3]] or [1],[3]
+    r"|\[\s*\d+(?:\s*,\s*\d+)*\s*\]"  # [1, 3]
+)
+_RANKING_PREFIX = regex.compile(r"(?:my\s*)?ranking\s*(?:is)?\s*[:：]", regex.IGNORECASE)
+_RANKING_CHAIN = regex.compile(r"\[\s*\d+\s*\](?:\s*>\s*\[\s*\d+\s*\])*")
+
+
+def _undecorated(text: str) -> str:
+    return _DECORATION.sub("", text).strip()
 
 
 def _check_range(numbers: list[int], n_passages: int | None, text: str) -> None:
@@ -130,32 +158,69 @@ def _check_range(numbers: list[int], n_passages: int | None, text: str) -> None:
             )
 
 
-def parse_selection(text: str, n_passages: int | None = None) -> list[int]:
-    """Parse a pointwise/listwise selection (paper Fig. 5): ``My selection:[[1],[3]]`` → [1, 3].
-
-    Spacing, a missing outer bracket and a final period are tolerated; ``My selection:[]`` is
-    an empty selection. Anything else raises :class:`UnparseableOutputError`.
-    """
-    match = _SELECTION_PREFIX.search(text)
-    if match is None:
-        raise UnparseableOutputError(f"no 'My selection:' in {text!r}")
-    body = text[match.end() :].strip()
-    if not _SELECTION_BODY.fullmatch(body):
-        raise UnparseableOutputError(f"selection is not a list like [[1],[3]]: {body!r}")
-    numbers = list(dict.fromkeys(int(n) for n in _PASSAGE_NUMBER.findall(body)))
+def _numbers(listed: str, rest: str, n_passages: int | None, text: str) -> list[int]:
+    """The passage numbers of ``listed``, first occurrence kept; ``rest`` (what follows the list)
+    may hold any text but another passage number, which would make the judgment ambiguous."""
+    if _PASSAGE_NUMBER.search(rest):
+        raise UnparseableOutputError(f"passage numbers after the judgment's list in {text!r}")
+    numbers = list(dict.fromkeys(int(n) for n in regex.findall(r"\d+", listed)))
     _check_range(numbers, n_passages, text)
     return numbers
+
+
+def parse_pointwise(text: str) -> bool:
+    """Parse a pointwise judgment (Fig. 5, ``Utility judgment: Yes/No.``): True for yes.
+
+    Case, spacing, quotes and Markdown emphasis are tolerated, as is a bare ``Yes`` / ``No``
+    opening the answer; the template's own ``Yes/No`` echoed back, or no verdict at all, raises
+    :class:`UnparseableOutputError`.
+    """
+    plain = _undecorated(text)
+    found = _POINTWISE.search(plain) or _BARE_VERDICT.match(plain)
+    if found is None:
+        raise UnparseableOutputError(f"no 'Utility judgment: Yes' or 'No' in {text!r}")
+    return found[1].lower() == "yes"
+
+
+def parse_selection(text: str, n_passages: int | None = None) -> list[int]:
+    """Parse a listwise selection (Fig. 5, ``My selection:[[1],[3]]``) → [1, 3].
+
+    The list is read right after ``My selection:``, or at the start of the answer when the
+    prefix is missing; ``[[1],[3]]``, ``[1],[3]`` and ``[1, 3]`` are accepted, with any spacing,
+    quotes or Markdown emphasis, and ``[]`` is an empty selection. Text after the list is
+    ignored unless it names another passage. A repeated passage counts once. Anything else —
+    no list, or a number outside 1..``n_passages`` — raises :class:`UnparseableOutputError`.
+    """
+    plain = _undecorated(text)
+    prefix = _SELECTION_PREFIX.search(plain)
+    body = plain[prefix.end():].lstrip() if prefix else plain
+    listed = _SELECTION_LIST.match(body)
+    if listed is None:
+        raise UnparseableOutputError(f"no selection list like [[1],[3]] in {text!r}")
+    return _numbers(listed[0], body[listed.end():], n_passages, text)
 
 
 def parse_ranking(text: str, n_passages: int | None = None) -> list[int]:
-    """Parse a listwise ranking (paper Fig. 7): ``[2] > [1] > [3]`` → [2, 1, 3].
+    """Parse a listwise ranking (Fig. 6, ``[2] > [1] > [3]``) → [2, 1, 3].
 
-    Spacing and a final period are tolerated; a repeated passage keeps its first position.
-    Anything else raises :class:`UnparseableOutputError`.
+    The chain is read at the start of the answer (after an optional ``Ranking:``), with any
+    spacing, quotes or Markdown emphasis; text after it is ignored unless it names another
+    passage. A repeated passage keeps its first position; a partial ranking is returned as
+    given (:func:`complete_ranking` appends the rest). Anything else raises
+    :class:`UnparseableOutputError`.
     """
-    body = text.strip()
-    if not _RANKING_BODY.fullmatch(body):
-        raise UnparseableOutputError(f"ranking is not of the form [2] > [1] > [3]: {body!r}")
-    numbers = list(dict.fromkeys(int(n) for n in _PASSAGE_NUMBER.findall(body)))
-    _check_range(numbers, n_passages, text)
-    return numbers
+    plain = _undecorated(text)
+    prefix = _RANKING_PREFIX.match(plain)
+    body = plain[prefix.end():].lstrip() if prefix else plain
+    chain = _RANKING_CHAIN.match(body)
+    if chain is None:
+        raise UnparseableOutputError(f"ranking is not of the form [2] > [1] > [3]: {text!r}")
+    return _numbers(chain[0], body[chain.end():], n_passages, text)
+
+
+def complete_ranking(order: Sequence[int], n_passages: int) -> list[int]:
+    """A full ranking of passages 1..``n_passages``: ``order`` first, then every passage it
+    leaves out in its original (retrieval) order — as RankGPT-style rerankers read a partial
+    answer."""
+    listed = list(dict.fromkeys(order))
+    return listed + [n for n in range(1, n_passages + 1) if n not in set(listed)]
