@@ -6,6 +6,14 @@ prompts verbatim plus an ``Answer:`` cue, for instruction-tuned LLMs. ``closed_b
 ``with_context`` keep their structure (question, documents, answer cue) without the instruction
 sentences: the project's small CPU-trained reader learns the task from the format, and every
 prompt token costs training time on CPU.
+
+``utility_<method>`` are the verbalized utility judgments of LLM-specific utility (Zhang et al.,
+2025, App. A, Figs. 5–6) for every method of ``metrics.utility.VERBALIZED_METHODS``: the figures
+show the prompts with the pseudo-answer (``_answer``); the direct ones leave out the sentences
+naming the reference answer. The listwise prompts are a conversation in the paper (the user sends
+each passage, the assistant acknowledges it); here they are one prompt holding the user's turns in
+order — a chat template wraps it as one user turn — with fields ``{num}`` (passages shown),
+``{passages}`` (:func:`format_numbered`) and ``{answer}`` (the pseudo-answer).
 """
 
 from __future__ import annotations
@@ -30,6 +38,70 @@ PROMPTS: dict[str, str] = {
         "Question: {question}\nAnswer:"
     ),
 }
+
+
+# Figs. 5–6: the definition of utility every judgment prompt states, and each output format.
+_CRITERIA = (
+    "Determine if the passage has utility based on two strict criteria:\n"
+    "1. Usefulness: The passage should not only be relevant to the question but also be useful in "
+    "generating a correct, reasonable, and perfect answer to the question.\n"
+    "2. Novelty: Is the useful information new to you? This means it must NOT be part of your "
+    "pre-existing knowledge.\n"
+)
+_POINTWISE_OUTPUT = "Directly output your response. The format of the output is: 'Utility judgment: Yes/No.'"
+_LISTWISE_OPENING = "I will provide you with {num} passages, each indicated by number identifier []. "
+_REFERENCE_OFFER = "I will also give you a reference answer. "
+_SELECTION_TASK = "Select the passages that have utility for yourself in answering the question: {question}.\n"
+_RANKING_TASK = (
+    "Rank the passages based on the passages' utility for yourself in answering the question: {question}.\n"
+)
+_SELECTION_OUTPUT = (
+    "Directly output the passages you selected that have utility for yourself in answering the "
+    "question. The format of the output is: 'My selection:[[i],[j],...].'. Only response the "
+    "selection results, do not say any word or explain."
+)
+_RANKING_OUTPUT = (
+    "Directly output the ranked the passages in descending order of utility for yourself in "
+    "answering the question. The format of the output is: '[i]>[j]>...'. Only response the ranked "
+    "results, do not say any word or explain."
+)
+
+
+def _listwise(task: str, output: str, with_answer: bool) -> str:
+    reference = "Reference answer: {answer}\n" if with_answer else ""
+    return (
+        _LISTWISE_OPENING + (_REFERENCE_OFFER if with_answer else "") + task + "{passages}\n"
+        "Question: {question}.\n" + reference + _CRITERIA + output
+    )
+
+
+PROMPTS.update({
+    "utility_pointwise": "Question: {question}\nPassage: {passage}\n" + _CRITERIA + _POINTWISE_OUTPUT,
+    "utility_pointwise_answer": (
+        "Question: {question}\nPassage: {passage}\nThe reference answer: {answer}\n" + _CRITERIA + _POINTWISE_OUTPUT
+    ),
+    "utility_listwise": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=False),
+    "utility_listwise_answer": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=True),
+    "utility_ranking": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=False),
+    "utility_ranking_answer": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=True),
+})
+
+
+def format_numbered(passages: Sequence[tuple[str, str]]) -> str:
+    """The ``{passages}`` block of a listwise judgment: one ``[i] text`` line per (title, text)
+    passage, numbered from 1 as the judgment names them (the title left out, as in
+    :func:`format_reference`)."""
+    return "\n".join(f"[{i}] {text}" for i, (_title, text) in enumerate(passages, start=1))
+
+
+def utility_judgment(method: str, question: str, passages: Sequence[tuple[str, str]], answer: str) -> str:
+    """The verbalized utility judgment prompt of ``method`` (``utility_<method>``) over (title,
+    text) passages — the one passage of a pointwise judgment, the numbered list of a listwise
+    one — with the pseudo-answer ``answer`` (unused by the direct methods)."""
+    return render(
+        f"utility_{method}", question=question, passage="\n".join(text for _title, text in passages),
+        num=str(len(passages)), passages=format_numbered(passages), answer=answer,
+    )
 
 
 def format_reference(passages: Sequence[tuple[str, str]]) -> str:

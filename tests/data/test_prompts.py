@@ -27,3 +27,25 @@ def test_unknown_prompt_and_missing_field_say_which() -> None:
         prompts.render("nope", question="q")
     with pytest.raises(KeyError, match="needs the field 'reference'"):
         prompts.render("with_context", question="q")
+
+
+@pytest.mark.parametrize("method", ["pointwise", "pointwise_answer", "listwise", "listwise_answer", "ranking", "ranking_answer"])
+def test_utility_judgment_prompts_follow_figures_5_and_6(method) -> None:
+    passages = [("t1", "Ada founded Acme."), ("t2", "Acme sells rope.")]
+    shown = passages[:1] if method.startswith("pointwise") else passages
+    text = prompts.utility_judgment(method, "Who founded Acme?", shown, "Ada")
+    # The utility definition every judgment states (both criteria), then the output format.
+    assert "1. Usefulness: The passage should not only be relevant to the question" in text
+    assert "2. Novelty: Is the useful information new to you?" in text
+    assert ("reference answer" in text.lower()) is method.endswith("_answer")
+    assert ("Ada\n" in text or "Ada Determine" in text) is method.endswith("_answer")
+    if method.startswith("pointwise"):
+        assert text.startswith("Question: Who founded Acme?\nPassage: Ada founded Acme.\n")
+        assert text.endswith("The format of the output is: 'Utility judgment: Yes/No.'")
+        assert "Acme sells rope" not in text
+    else:
+        assert text.startswith("I will provide you with 2 passages, each indicated by number identifier [].")
+        assert "\n[1] Ada founded Acme.\n[2] Acme sells rope.\nQuestion: Who founded Acme?.\n" in text
+        assert "t1" not in text  # titles are left out, as in every ragutil prompt
+        expected = "'My selection:[[i],[j],...].'" if method.startswith("listwise") else "'[i]>[j]>...'"
+        assert expected in text and text.endswith("do not say any word or explain.")
