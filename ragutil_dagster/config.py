@@ -30,6 +30,7 @@ from pydantic import (
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import stable_hash
 from ragutil_dagster.metrics.erag import DownstreamMetric
+from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.prompts import PROMPTS
 from ragutil_dagster.sampling import SamplingParams, check_sampling_field
 
@@ -338,6 +339,30 @@ class ERAGConfig(_Strict):
     label: DownstreamMetric = "exact_match"
 
 
+class UtilityConfig(_Strict):
+    """LLM-specific utility judgments (Zhang et al., 2025 §3.3–3.4) over each query's top
+    ``candidates`` passages of the setting's ranking (the paper: top 20), whatever the RAG k.
+
+    ``methods`` are the verbalized judgments the generator makes (greedy, prompts of App. A):
+    ``pointwise`` / ``listwise`` selection and listwise ``ranking``, each also with the
+    pseudo-answer (``_answer``); an empty list runs none. The default is the paper's best
+    selection and ranking methods (Tables 2 and 4), two long prompts per query; the pointwise
+    ones cost a prompt per candidate. Likelihood and attention utility are always computed over
+    the candidates. Cost per query: one greedy answer per candidate ranked beyond k (gold
+    utility, eq. 1), one pseudo-answer, ``candidates`` short prompts per pointwise method, one
+    long prompt per listwise method, one RAG answer per method (docs/pipeline.md)."""
+
+    candidates: int = Field(default=20, ge=1)
+    methods: tuple[Literal[VERBALIZED_METHODS], ...] = ("listwise_answer", "ranking_answer")
+
+    @field_validator("methods")
+    @classmethod
+    def _each_once(cls, methods: tuple[str, ...]) -> tuple[str, ...]:
+        if repeated := sorted({m for m in methods if methods.count(m) > 1}):
+            raise ValueError(f"lists {', '.join(repeated)} more than once")
+        return methods
+
+
 ValidityNegative = Literal["random", "hard"]
 
 
@@ -378,6 +403,7 @@ class ExperimentConfig(_Strict):
     sampling: SamplingConfig = SamplingConfig()
     prompts: PromptConfig = PromptConfig()
     erag: ERAGConfig = ERAGConfig()
+    utility: UtilityConfig = UtilityConfig()
     # Off unless given (``validity: {}`` takes the defaults): it samples every positive and
     # negative alone, N + 1 generations each.
     validity: ValidityConfig | None = None
@@ -409,6 +435,12 @@ class ExperimentConfig(_Strict):
         if self.reranker and max(self.k) > self.reranker.candidates:
             raise ValueError(
                 f"the reranker reorders {self.reranker.candidates} candidates, fewer than k = {max(self.k)}"
+            )
+        if self.reranker and self.utility.candidates > self.reranker.candidates:
+            raise ValueError(
+                f"utility.candidates ({self.utility.candidates}) exceeds the {self.reranker.candidates} "
+                "passages the reranker ranks (reranker.candidates): the utility candidates are the "
+                "setting's ranking"
             )
         return self
 

@@ -70,11 +70,30 @@ DECODING_SAMPLE, DECODING_GREEDY = "sample", "greedy"
 # One SePer group: the samples of one prompt (doc_id is set for per-document prompts only).
 GROUP_KEYS = ("query_id", "condition", "doc_id")
 
-CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64, "answer_logprob_closed": pl.Float64}
+CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64}
+# Per utility candidate: log P(a | q, d), ragutil's selection rule on it, the attention share.
 SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
     # Attention ranks passages only (LLM-specific utility §3.3.2): it has no selection rule.
     "attention": pl.Float64,
+}
+# Per query and verbalized utility method (LLM-specific utility §3.3): what the generator judged.
+UTILITY_JUDGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String,
+    "method": pl.String,
+    "shown": pl.List(pl.String),  # the candidates the judgment saw, in rank order (after fitting)
+    "selected": pl.List(pl.String),  # selection methods: the passages judged useful; null for rankings
+    "ranking": pl.List(pl.String),  # ranking methods: every candidate, most useful first; null for selections
+    "rag_doc_ids": pl.List(pl.String),  # the passages of the method's RAG prompt: the selection, or the top k
+    "judgments": pl.Int32,  # judgment prompts (pointwise: one per candidate)
+    "unparseable": pl.Int32,  # of them, answers not in the requested format
+}
+# Per utility candidate: its judged answer alone, gold utility (eq. 1) and the signals.
+CANDIDATE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "rank": pl.Int32, "answer": pl.String,
+    "answer_has": pl.Boolean, "gold_utility": pl.Boolean, **{
+        name: dtype for name, dtype in SIGNAL_SCHEMA.items() if name not in ("query_id", "doc_id")
+    },
 }
 NLI_SCHEMA: dict[str, pl.DataType] = {
     "premise": pl.String,

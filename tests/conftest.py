@@ -17,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from ragutil_dagster.config import ExperimentConfig, parse_config
+from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 
 # Tests never reach a model hub; anything that tries must fail fast.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -52,6 +53,8 @@ def tiny_config(models, world: Path, generators: int = 1) -> dict:
         "generators": [{"name": f"lm{i}", "model": str(models.causal_lm)} for i in range(generators)],
         "nli": {"model": str(models.nli)},
         "sampling": {"n": 3, "max_new_tokens": 4},
+        # Every verbalized method, over four candidates: short prompts (the tiny LM decodes on CPU).
+        "utility": {"candidates": 4, "methods": list(VERBALIZED_METHODS)},
     }
 
 

@@ -14,6 +14,7 @@ from ragutil_dagster.assets import (
     passage_embeddings,
     reports,
     retrieval_run,
+    utility_judgments,
     validity,
     validity_passages,
 )
@@ -21,7 +22,7 @@ from ragutil_dagster.assets.partitions import Partitions, build_partitions
 from ragutil_dagster.config import ExperimentConfig
 
 NODES = (
-    dataset, index, retrieval_run, closed_book_generations, generations,
+    dataset, index, retrieval_run, closed_book_generations, generations, utility_judgments,
     entailment_clusters, metric_scores, reports,
 )
 

@@ -2,8 +2,7 @@
 top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
 (``per_doc``), the positives alone (``oracle``) and, with a validity section, every validity
 passage alone (``validity``) — and, from the same loaded generator, its
-teacher-forced signals: ``consens`` per query and ``utility_signals`` (likelihood- / attention-
-based utility) per retrieved passage.
+teacher-forced ``consens`` per query.
 
 The prompts sampled and the generation issues (empty or non-finite samples) are the step's
 diagnostics: written beside the samples and shown in the metadata (path, columns, preview)."""
@@ -25,7 +24,7 @@ from ragutil_dagster.evaluation.conditions import (
     validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
-from ragutil_dagster.evaluation.signals import utility_signals
+from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -119,7 +118,6 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             deps, {"pytorch", "parquet"},
             generations="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
             consens="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context.",
-            utility_signals="Likelihood- and attention-based utility of every retrieved passage to the generator.",
         ),
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
     )
@@ -142,17 +140,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             closed_book_prompts(queries, experiment.prompts, budget), prompts,
             consens_prompts(queries, prompts, passages, experiment.prompts, budget),
         ])
-        scorer = models.scorer(spec)
-        consens, signals = utility_signals(all_prompts, samples, queries, passages, scorer)
+        consens = consens_scores(all_prompts, samples, queries, models.scorer(spec))
         seconds = dg.MetadataValue.float(time.perf_counter() - start)
         path = store.write_table("consens", context.partition_key, consens)
         metadata = {**table_metadata(consens, path), "signals_seconds": seconds}
         metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))
         yield dg.MaterializeResult(asset_key="consens", metadata=metadata)
-        path = store.write_table("utility_signals", context.partition_key, signals)
-        metadata = {**table_metadata(signals, path), "signals_seconds": seconds}
-        if not scorer.supports_attention:
-            metadata["attention_utility"] = dg.MetadataValue.text(f"unavailable: {scorer.attention_unavailable}")
-        yield dg.MaterializeResult(asset_key="utility_signals", metadata=metadata)
 
     return generations

@@ -1,9 +1,10 @@
 """``metric_scores[setting × generator]``: every paper's metric on the same samples — SePer_S/H
 with and without context and ΔSePer per query and per document, semantic entropy, EM / F1 /
 has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens, LLM-specific gold
-utility and the set / rank metrics of likelihood- and attention-based utility — with its two
-finer tables, ``document_scores`` (per retrieved passage) and ``group_scores`` (per SePer
-group: the samples of one prompt)."""
+utility over the utility candidates with the set / rank metrics of likelihood, attention and the
+verbalized judgments — with its finer tables, ``document_scores`` (per retrieved passage),
+``candidate_scores`` (per utility candidate) and ``group_scores`` (per SePer group: the samples
+of one prompt)."""
 
 
 import time
@@ -26,6 +27,7 @@ from ragutil_dagster.evaluation.scoring import (
     query_scores,
     retriever_summary,
     summarize,
+    utility_scores,
 )
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
@@ -80,10 +82,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     on_setting = dg.MultiToSingleDimensionPartitionMapping("setting")
     deps = [
-        "generations", "nli_probabilities", "consens", "utility_signals",
+        "generations", "nli_probabilities", "consens", "utility_signals", "utility_generations", "utility_judgments",
         dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
         *(dg.AssetDep(name, partition_mapping=on_setting)
-          for name in ("retrieval_run", "setting_queries", "retrieved_passages")),
+          for name in ("retrieval_run", "setting_queries", "retrieved_passages", "utility_candidates")),
     ]
 
     @dg.multi_asset(
@@ -93,6 +95,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             metric_scores="Per-query scores of all five papers' metrics, and their summary.",
             document_scores="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
             group_scores="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
+            candidate_scores="Per utility candidate: its answer alone, gold utility (LLM-specific utility eq. 1), "
+                "likelihood and attention utility.",
             retrieval_correlations="eRAG Table 1: Kendall τ and Spearman ρ (bootstrap 95% CIs) over queries "
                 "between each retrieval evaluation and the rag condition's EM / has_answer.",
         ),
@@ -131,8 +135,13 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 groups, queries, retrieved, setting.k, store.read_table("utility_signals", partition), ground_truth,
             )
             per_query = query_scores(groups, queries, store.read_table("consens", partition))
+            utility = utility_scores(
+                groups, queries, store.read_table("utility_candidates", setting.key),
+                store.read_table("utility_generations", partition), store.read_table("utility_signals", partition),
+                store.read_table("utility_judgments", partition),
+            )
             summary = {
-                **summarize(per_query, documents, setting.k, experiment.erag.label),
+                **summarize(per_query, documents, setting.k, experiment.erag.label, utility),
                 **retriever_summary(retrieved, qrels, setting.k),
             }
             containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)
@@ -142,6 +151,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             failpoint("scoring")
             groups_path = store.write_table("group_scores", partition, groups)
             documents_path = store.write_table("document_scores", partition, documents)
+            candidates_path = store.write_table("candidate_scores", partition, utility.candidates)
             correlations_path = store.write_table("retrieval_correlations", partition, correlations)
             path = store.write_table("metric_scores", partition, per_query)
             store.write_json("metric_scores", partition, "summary", summary)
@@ -149,7 +159,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             costs = cost_metrics(context.instance, {
                 "closed_book_generations": closed_book_partition(context, setting),
                 "generations": str(partition), "entailment_clusters": str(partition),
-                "utility_signals": str(partition),
+                "consens": str(partition), "utility_generations": str(partition),
             }, samples, nli, scoring_seconds)
             logged = {
                 PER_QUERY_ARTIFACT: ("metric_scores", "table.parquet"),
@@ -170,6 +180,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         headline = {m.name: summary[m.name] for m in catalog.headline() if m.name in summary}
         yield dg.MaterializeResult(asset_key="group_scores", metadata=table_metadata(groups, groups_path))
         yield dg.MaterializeResult(asset_key="document_scores", metadata=table_metadata(documents, documents_path))
+        yield dg.MaterializeResult(asset_key="candidate_scores", metadata=table_metadata(utility.candidates, candidates_path))
         yield dg.MaterializeResult(asset_key="retrieval_correlations", metadata={
             **table_metadata(correlations, correlations_path),
             "erag_table_1": dg.MetadataValue.md(markdown_table(table_one(correlations))),

@@ -1,13 +1,14 @@
 """``retrieval_run[setting]``: top-k passages per query (reranked when configured), with the
 standard IR measures against qrels, answer recall@k and MIRAGE's retriever metrics (Table 2) in
-the metadata.
+the metadata; ``utility_candidates[setting]``: the top ``utility.candidates`` of the same ranking,
+the passages LLM-specific utility judges whatever k.
 
 The same step writes the setting's evaluation inputs, ``setting_queries`` (questions, gold
 answers, qrels, ground-truth utility) and ``retrieved_passages`` (the text of every passage a
-prompt of the setting can show: the top k, the positives and any validity passages), so every
-step downstream reads only its declared parents — Dagster maps a setting × generator partition
-onto its setting, not onto its dataset — and no generation step loads a Wikipedia-scale corpus
-for a few thousand passages."""
+prompt of the setting can show: the top k, the utility candidates, the positives and any validity
+passages), so every step downstream reads only its declared parents — Dagster maps a setting ×
+generator partition onto its setting, not onto its dataset — and no generation step loads a
+Wikipedia-scale corpus for a few thousand passages."""
 
 
 import time
@@ -70,10 +71,12 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         specs=step_tables(
             deps, {"polars", "parquet"},
             retrieval_run="Ranked passages per query (query_id, rank, doc_id, score, retriever) and a TREC run file.",
+            utility_candidates="The top utility.candidates passages per query of the same ranking, "
+                "judged by LLM-specific utility whatever k.",
             setting_queries="The questions this setting evaluates, with gold answers, qrels and "
                 "(when known) ground-truth passage utility.",
-            retrieved_passages="Every passage a prompt of this setting can show (the top k of each "
-                "query and its positives), with title and text.",
+            retrieved_passages="Every passage a prompt of this setting can show (the top k and the "
+                "utility candidates of each query, and its positives), with title and text.",
         ),
     )
     def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
@@ -90,14 +93,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         searcher = load_searcher(store, models, experiment, setting)
         query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
         reranker = experiment.reranker
-        depth = min(reranker.candidates, corpus.height) if reranker else setting.k
+        depth = min(reranker.candidates if reranker else max(setting.k, experiment.utility.candidates), corpus.height)
         start = time.perf_counter()
-        run = searcher.search(query_table, k=depth, name=retriever.name)
+        ranking = searcher.search(query_table, k=depth, name=retriever.name)
         if reranker:
             model = models.reranker(reranker.model, reranker.revision)
-            run = rerank(run, query_table, corpus, model, top_n=depth, k=setting.k, name=f"{retriever.name}+{reranker.name}")
+            ranking = rerank(ranking, query_table, corpus, model, top_n=depth, k=depth, name=f"{retriever.name}+{reranker.name}")
         seconds = time.perf_counter() - start
-        run = run.filter(pl.col("rank") <= setting.k)
+        run = ranking.filter(pl.col("rank") <= setting.k)
+        candidates = ranking.filter(pl.col("rank") <= experiment.utility.candidates)
         path = store.write_table("retrieval_run", context.partition_key, run)
         with store.write_files("retrieval_run", context.partition_key, "trec") as directory:
             write_trec(run, directory / "run.trec", tag=context.partition_key)
@@ -113,9 +117,12 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage_retrieval(run, qrels, k)))
         metadata.update({name: dg.MetadataValue.float(v) for name, v in retriever_summary(run, qrels, k).items()})
         yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
+        path = store.write_table("utility_candidates", context.partition_key, candidates)
+        yield dg.MaterializeResult(asset_key="utility_candidates", metadata=table_metadata(candidates, path))
         validity = store.read_table("validity_passages", setting.dataset) if experiment.validity else None
         yield write_setting_queries(store, context.partition_key, setting.dataset, queries, qrels, validity)
-        shown = pl.concat([run.select("doc_id"), qrels.filter(pl.col("relevance") > 0).select("doc_id"),
+        shown = pl.concat([candidates.select("doc_id"), run.select("doc_id"),
+                           qrels.filter(pl.col("relevance") > 0).select("doc_id"),
                            *([validity.select("doc_id")] if validity is not None else [])]).unique()
         passages = corpus.join(shown, left_on="id", right_on="doc_id", how="semi").sort("id")
         path = store.write_table("retrieved_passages", context.partition_key, passages)

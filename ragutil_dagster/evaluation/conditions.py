@@ -36,6 +36,19 @@ VALIDITY_CONDITION = "validity"
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle", VALIDITY_CONDITION)
 CONSENS_CONDITIONS = ("consens_empty", "consens_context")
 CONSENS_PASSAGE = "consens_passage"
+# LLM-specific utility's greedy-only conditions (evaluation/verbalized.py): the utility candidates
+# together (the pseudo-answer), one candidate alone beyond the top k, and per verbalized method
+# ``judge_<method>`` (its judgments) and ``rag_<method>`` (RAG with the passages it chose).
+UTILITY_PSEUDO_ANSWER = "candidates"
+UTILITY_PER_CANDIDATE = "per_candidate"
+
+
+def utility_judge_condition(method: str) -> str:
+    return f"judge_{method}"
+
+
+def utility_rag_condition(method: str) -> str:
+    return f"rag_{method}"
 
 
 @dataclass(frozen=True)
@@ -87,11 +100,23 @@ def fit_context_prompt(
 ) -> FittedPrompt:
     """The ``template`` prompt over ``docs`` — (doc_id, title, text) in rank order — fitted to
     ``budget``: drop passages from the end, then cut the last one's text at a word boundary."""
+    return fit_passages(qid, question, docs, lambda passages: templates.with_context(question, passages, template), budget)
+
+
+def fit_passages(
+    qid: str,
+    question: str,
+    docs: Sequence[tuple[str, str, str]],
+    render_passages: Callable[[list[tuple[str, str]]], str],
+    budget: PromptBudget | None,
+) -> FittedPrompt:
+    """The prompt ``render_passages`` makes of (title, text) passages, over ``docs`` fitted to
+    ``budget`` as :func:`fit_context_prompt` fits them."""
     def render(kept: Sequence[tuple[str, str, str]], text: str | None = None) -> str:
         passages = [(title, body) for _, title, body in kept]
         if text is not None:
             passages[-1] = (passages[-1][0], text)
-        return templates.with_context(question, passages, template)
+        return render_passages(passages)
 
     prompt = render(docs)
     if budget is None or budget.fits(prompt):
@@ -149,7 +174,7 @@ def _passages(corpus: pl.DataFrame) -> dict[str, tuple[str, str, str]]:
     }
 
 
-def _prompt_row(qid: str, condition: str, doc_id: str | None, fitted: FittedPrompt) -> dict:
+def prompt_row(qid: str, condition: str, doc_id: str | None, fitted: FittedPrompt) -> dict:
     return {
         "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
         "prompt": fitted.prompt, "passages_dropped": fitted.passages_dropped,
@@ -177,7 +202,7 @@ def consens_prompts(
     for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
         for condition, docs in zip(CONSENS_CONDITIONS, ([], doc_ids)):
             fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in docs], prompts.consens, budget)
-            rows.append(_prompt_row(qid, condition, None, fitted))
+            rows.append(prompt_row(qid, condition, None, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
 
@@ -223,7 +248,7 @@ def context_prompts(
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
         fitted = fit_context_prompt(qid, question, [passages[d] for d in docs], prompts.with_context, budget)
-        rows.append(_prompt_row(qid, condition, doc_id, fitted))
+        rows.append(prompt_row(qid, condition, doc_id, fitted))
 
     for qid, question in queries.select("query_id", "question").iter_rows():
         docs = ranked.get(qid, [])

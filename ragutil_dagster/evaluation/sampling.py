@@ -12,6 +12,7 @@ import polars as pl
 
 from ragutil_dagster.config import SamplingConfig
 from ragutil_dagster.models.generation import Generator
+from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
 
 
@@ -24,24 +25,34 @@ def sample_prompts(
 ) -> pl.DataFrame:
     """Sample every distinct prompt ``sampling.n`` times (and once greedily when the labels are
     greedy); return the generation rows."""
-    distinct = prompts["prompt"].unique(maintain_order=True).to_list()
     decodings = [(DECODING_SAMPLE, sampling.params(seed))]
     if sampling.labels == "greedy":
         decodings.append((DECODING_GREEDY, sampling.greedy_params(seed)))
+    return pl.concat(
+        [decode_prompts(prompts, generator, generator_name, decoding, params) for decoding, params in decodings],
+        how="vertical",
+    )
+
+
+def decode_prompts(
+    prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams
+) -> pl.DataFrame:
+    """Decode every distinct prompt once with ``params`` (``decoding`` names how: sample or
+    greedy); one generation row per prompt row and sample."""
+    distinct = prompts["prompt"].unique(maintain_order=True).to_list()
+    by_prompt = dict(zip(distinct, generator.sample(distinct, params))) if distinct else {}
     identity = generator.identity
     rows = []
-    for decoding, params in decodings:
-        by_prompt = dict(zip(distinct, generator.sample(distinct, params)))
-        for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
-            for index, sample in enumerate(by_prompt[prompt]):
-                rows.append({
-                    "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
-                    "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),
-                    "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
-                    "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
-                    "model_identity": identity, "seed": seed, "temperature": params.temperature,
-                    "top_p": params.top_p, "top_k": params.top_k, "max_new_tokens": params.max_new_tokens,
-                })
+    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
+        for index, sample in enumerate(by_prompt[prompt]):
+            rows.append({
+                "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
+                "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),
+                "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
+                "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
+                "model_identity": identity, "seed": params.seed, "temperature": params.temperature,
+                "top_p": params.top_p, "top_k": params.top_k, "max_new_tokens": params.max_new_tokens,
+            })
     return pl.DataFrame(rows, schema=GENERATION_SCHEMA)
 
 

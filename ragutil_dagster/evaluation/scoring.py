@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from ragutil_dagster.evaluation.conditions import (
+    UTILITY_PER_CANDIDATE,
+    UTILITY_PSEUDO_ANSWER,
+    utility_rag_condition,
+)
 from ragutil_dagster.metrics import answers as answer_metrics
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.erag import (
@@ -28,9 +34,16 @@ from ragutil_dagster.metrics.erag import (
 from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import EntailFn, SePerInput, delta_seper, judge_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
-from ragutil_dagster.metrics.utility import rank_metrics, set_metrics
+from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
 from ragutil_dagster.retrieval.runs import mirage_retrieval
-from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GROUP_KEYS, NLI_SCHEMA
+from ragutil_dagster.tables import (
+    CANDIDATE_SCHEMA,
+    DECODING_GREEDY,
+    DECODING_SAMPLE,
+    GROUP_KEYS,
+    NLI_SCHEMA,
+    SIGNAL_SCHEMA,
+)
 
 
 def answer_token_logprobs() -> pl.Expr:
@@ -251,7 +264,7 @@ def passage_scores(
         .with_columns(
             delta_seper(pl.col("seper_s"), pl.col("seper_s_closed")).alias("delta_seper_s"),
             delta_seper(pl.col("seper_h"), pl.col("seper_h_closed")).alias("delta_seper_h"),
-            (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility"),
+            gold_utility(),
         )
         .select(
             *passages.columns, "delta_seper_s", "delta_seper_h", *ERAG_LABEL_COLUMNS.values(),
@@ -294,46 +307,170 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
     return table.sort("query_id")
 
 
-def _utility_signal_metrics(
-    documents: pl.DataFrame, gold: dict[str, set[str]], signal: str, k: int
+def gold_utility() -> pl.Expr:
+    """LLM-specific utility eq. 1: the judged answer with the passage alone holds a gold answer
+    (``answer_has``) and the judged closed-book answer does not (``answer_has_closed``)."""
+    return (pl.col("answer_has") & ~pl.col("answer_has_closed")).alias("gold_utility")
+
+
+@dataclass(frozen=True)
+class UtilityScores:
+    """LLM-specific utility of one setting × generator, judged against the gold answers:
+    ``candidates`` (``CANDIDATE_SCHEMA``: per candidate its judged answer alone, gold utility and
+    signals), the generator's ``judgments`` (``UTILITY_JUDGMENT_SCHEMA``) and ``rag``: per query
+    and ``source`` — a verbalized method, or ``candidates`` (all of them, the pseudo-answer's
+    prompt) — has_answer of the greedy answer with that source's passages."""
+
+    candidates: pl.DataFrame
+    judgments: pl.DataFrame
+    rag: pl.DataFrame
+
+
+def utility_scores(
+    groups: pl.DataFrame,
+    queries: pl.DataFrame,
+    candidates: pl.DataFrame,
+    generations: pl.DataFrame,
+    signals: pl.DataFrame,
+    judgments: pl.DataFrame,
+) -> UtilityScores:
+    """Judge the utility step's outputs (``evaluation.verbalized``): each candidate's answer alone
+    is its ``per_doc`` group's judged answer within the top k, else its ``per_candidate`` greedy
+    answer; gold utility (eq. 1) against the judged closed-book answer; RAG with a method's
+    passages is its ``rag_<method>`` answer, or the closed-book one when it chose none."""
+    golds = dict(queries.select("query_id", "answers").iter_rows())
+
+    greedy = generations.filter(pl.col("decoding") == DECODING_GREEDY)
+
+    def answered(condition: pl.Expr, *keys: str) -> pl.DataFrame:
+        """The greedy answers of ``condition`` with has_answer against the gold answers."""
+        rows = greedy.filter(condition).select(*keys, pl.col("text").alias("answer"))
+        return rows.with_columns(pl.Series("answer_has", [
+            answer_metrics.has_answer(text, golds[qid]) for qid, text in rows.select("query_id", "answer").iter_rows()
+        ], dtype=pl.Boolean))
+
+    alone = pl.concat([
+        groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer", "answer_has"),
+        answered(pl.col("condition") == UTILITY_PER_CANDIDATE, "query_id", "doc_id"),
+    ])
+    closed = groups.filter(pl.col("condition") == "closed_book").select(
+        "query_id", pl.col("answer_has").alias("answer_has_closed")
+    )
+    table = (
+        candidates.select("query_id", "doc_id", "rank")
+        .join(alone, on=["query_id", "doc_id"], how="left")
+        .join(closed, on="query_id", how="left")
+        .with_columns(gold_utility())
+        .join(signals, on=["query_id", "doc_id"], how="left")
+        .select(*CANDIDATE_SCHEMA)
+        .cast(CANDIDATE_SCHEMA)
+        .sort("query_id", "rank")
+    )
+    if table["gold_utility"].null_count():
+        missing = table.filter(pl.col("gold_utility").is_null()).row(0, named=True)
+        raise ValueError(
+            f"query {missing['query_id']!r}, candidate {missing['doc_id']!r} (rank {missing['rank']}): no answer "
+            "with it alone (per_doc within the top k, per_candidate beyond) or no closed-book answer"
+        )
+    rag_conditions = [utility_rag_condition(m) for m in judgments["method"].unique()]
+    with_passages = {
+        (qid, condition): has
+        for qid, condition, _, has in answered(pl.col("condition").is_in(rag_conditions), "query_id", "condition").iter_rows()
+    }
+    closed_has = dict(closed.iter_rows())
+    rag = [
+        (qid, method, with_passages[(qid, utility_rag_condition(method))] if docs else closed_has[qid])
+        for qid, method, docs in judgments.select("query_id", "method", "rag_doc_ids").iter_rows()
+    ]
+    pseudo = answered(pl.col("condition") == UTILITY_PSEUDO_ANSWER, "query_id")
+    rag.extend((qid, UTILITY_PSEUDO_ANSWER, has) for qid, _, has in pseudo.iter_rows())
+    schema = {"query_id": pl.String, "source": pl.String, "has_answer": pl.Boolean}
+    rag_table = pl.DataFrame(rag, schema=schema, orient="row")
+    return UtilityScores(table, judgments, rag_table)
+
+
+def _judgment_metrics(
+    source: str,
+    gold: dict[str, set[str]],
+    cut: int,
+    selected: dict[str, list[str]] | None = None,
+    ranked: dict[str, list[str]] | None = None,
 ) -> dict[str, tuple[float, int]]:
-    """LLM-specific utility §3.4 for one signal: ranking metrics of the passages ordered by the
-    signal, and set metrics of its selection where the signal has a selection rule; each with the
-    number of queries it averages over (P / R / F1 and the rankings: those with a non-empty gold
-    set; accuracy: those with an empty one).
+    """LLM-specific utility §3.4 for one source of judgments over the queries of ``gold``: set
+    metrics of its ``selected`` passages, ranking metrics (NDCG / Recall at ``cut``) of its
+    ``ranked`` ones; each with the number of queries it averages over (P / R / F1 and the
+    rankings: those with a non-empty gold set; accuracy: those with an empty one)."""
+    out: dict[str, tuple[float, int]] = {}
+    if not gold:
+        return out
+    if selected is not None:
+        chosen = set_metrics(selected, gold)
+        out.update({
+            f"utility_{source}_precision": (chosen.precision, chosen.n_nonempty),
+            f"utility_{source}_recall": (chosen.recall, chosen.n_nonempty),
+            f"utility_{source}_f1": (chosen.f1, chosen.n_nonempty),
+            f"utility_{source}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
+        })
+    if ranked is not None and any(gold.values()):
+        ranking = rank_metrics(ranked, gold, cut)
+        out[f"utility_{source}_ndcg_{cut}"] = (ranking.ndcg, ranking.n_queries)
+        out[f"utility_{source}_recall_{cut}"] = (ranking.recall, ranking.n_queries)
+    return out
+
+
+def _signal_metrics(
+    candidates: pl.DataFrame, gold: dict[str, set[str]], signal: str, cut: int
+) -> dict[str, tuple[float, int]]:
+    """:func:`_judgment_metrics` of a teacher-forced signal: the candidates ordered by it, and
+    selected by ``<signal>_selected`` where the signal has a selection rule (likelihood).
 
     Queries without the signal (no pseudo-answer to score; or a backend without attention
-    weights) are left out of both; within a query, a passage without it (dropped from the
-    prompt to fit the context) ranks last."""
-    scored_queries = documents.filter(pl.col(signal).is_not_null())["query_id"].unique()
-    kept = documents.filter(pl.col("query_id").is_in(scored_queries.implode()))
-    if kept.is_empty():
-        return {}
-    kept_gold = {qid: gold[qid] for qid in kept["query_id"].unique(maintain_order=True)}
-    out: dict[str, tuple[float, int]] = {}
+    weights) are left out; within a query, a candidate without it (dropped from the prompt to
+    fit the context) ranks last."""
+    scored = candidates.filter(pl.col("query_id").is_in(
+        candidates.filter(pl.col(signal).is_not_null())["query_id"].unique().implode()
+    ))
     selection = f"{signal}_selected"
-    if selection in kept.columns:
-        selected = {
-            qid: set(docs)
-            for qid, docs in kept.filter(pl.col(selection)).group_by("query_id").agg("doc_id").iter_rows()
-        }
-        chosen = set_metrics(selected, kept_gold)
-        out.update({
-            f"utility_{signal}_precision": (chosen.precision, chosen.n_nonempty),
-            f"utility_{signal}_recall": (chosen.recall, chosen.n_nonempty),
-            f"utility_{signal}_f1": (chosen.f1, chosen.n_nonempty),
-            f"utility_{signal}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
-        })
-    if any(kept_gold.values()):
-        order = {
-            qid: docs
-            for qid, docs in kept.sort(signal, descending=True, nulls_last=True)
-            .group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
-        }
-        cut = min(5, k)
-        ranking = rank_metrics(order, kept_gold, cut)
-        out[f"utility_{signal}_ndcg_{cut}"] = (ranking.ndcg, ranking.n_queries)
-        out[f"utility_{signal}_recall_{cut}"] = (ranking.recall, ranking.n_queries)
+    selected = None
+    if selection in SIGNAL_SCHEMA:
+        selected = dict(scored.filter(pl.col(selection)).group_by("query_id").agg("doc_id").iter_rows())
+    ranked = dict(scored.sort(signal, descending=True, nulls_last=True).group_by("query_id", maintain_order=True)
+                  .agg("doc_id").iter_rows())
+    return _judgment_metrics(signal, {q: gold[q] for q in ranked}, cut, selected, ranked)
+
+
+def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Summary:
+    """Every LLM-specific utility number over the candidates, over all queries and the known /
+    unknown ones (answered, or not, by the judged closed-book answer, §3.4): set and ranking
+    metrics of the signals and of each verbalized method, has_answer of RAG with each method's
+    passages (Tables 3 and 7); and each method's parse-failure rate (over its judgments)."""
+    table = utility.candidates
+    cut = min(RANK_CUTOFF, int(table["rank"].max()))
+    gold: dict[str, set[str]] = {qid: set() for qid in table["query_id"].unique(maintain_order=True)}
+    for qid, doc in table.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
+        gold[qid].add(doc)
+    known = set(queries_table.filter(pl.col("answer_has_closed"))["query_id"])
+    out = _Summary()
+    for subset, member in {"": gold.keys(), "known": known, "unknown": gold.keys() - known}.items():
+        results: dict[str, tuple[float, int]] = {}
+        part = table.filter(pl.col("query_id").is_in(list(member)))
+        for signal in ("likelihood", "attention"):
+            results.update(_signal_metrics(part, gold, signal, cut))
+        for method, rows in utility.judgments.filter(pl.col("query_id").is_in(list(member))).group_by("method"):
+            selection = method[0] in SELECTION_METHODS
+            judged = dict(rows.select("query_id", "selected" if selection else "ranking").iter_rows())
+            results.update(_judgment_metrics(
+                method[0], {q: gold[q] for q in judged}, cut, *((judged, None) if selection else (None, judged))
+            ))
+        for source, rows in utility.rag.filter(pl.col("query_id").is_in(list(member))).group_by("source"):
+            results[f"utility_{source[0]}_rag_has_answer"] = (rows["has_answer"].mean(), rows.height)
+        for name, (value, n) in results.items():
+            out.add(_subset_name(name, subset) if subset else name, value, n)
+    for method, judgments, unparseable in (
+        utility.judgments.group_by("method").agg(pl.col("judgments").sum(), pl.col("unparseable").sum()).iter_rows()
+    ):
+        if judgments:
+            out.add(f"utility_{method}_parse_failure_rate", unparseable / judgments, judgments)
     return out
 
 
@@ -390,14 +527,17 @@ def retriever_summary(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> dict[st
 
 
 def summarize(
-    queries_table: pl.DataFrame, documents: pl.DataFrame, k: int, erag_label: DownstreamMetric = "exact_match"
+    queries_table: pl.DataFrame,
+    documents: pl.DataFrame,
+    k: int,
+    erag_label: DownstreamMetric = "exact_match",
+    utility: UtilityScores | None = None,
 ) -> dict[str, float]:
     """Headline numbers of one setting × generator, each with its n (``n_<name>``): means over
     queries, MIRAGE's four metrics, eRAG aggregates of the ``erag_label`` labels (the measures
     :func:`~ragutil_dagster.metrics.erag.erag_measure_names` defines for them),
-    LLM-specific-utility set / rank metrics over all queries and over the known / unknown ones
-    (answered, or not, by the judged
-    closed-book answer, §3.4), ConSens, and — when the dataset has ground-truth utility — SePer
+    LLM-specific utility over its candidates when ``utility`` is given (:func:`_utility_summary`),
+    ConSens, and — when the dataset has ground-truth utility — SePer
     Table 2's validity correlations (:func:`_validity_correlations`)."""
     summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
     for column in catalog.per_query_means():
@@ -423,17 +563,8 @@ def summarize(
     erag = erag_scores(ranked, labels, erag_measure_names(erag_label, k))
     for name, value in erag.mean.items():
         summary.add(f"erag_{name}", value, len(ranked))
-    gold = {qid: set() for qid in ranked}
-    for qid, doc in documents.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
-        gold[qid].add(doc)
-    known = pl.col("query_id").is_in(queries_table.filter(pl.col("answer_has_closed"))["query_id"].implode())
-    subsets = {"": pl.lit(True), "known": known, "unknown": ~known}
-    for signal in ("likelihood", "attention"):
-        if signal not in documents.columns:
-            continue
-        for subset, member in subsets.items():
-            for name, (value, n) in _utility_signal_metrics(documents.filter(member), gold, signal, k).items():
-                summary.add(_subset_name(name, subset) if subset else name, value, n)
+    if utility is not None:
+        summary.update(_utility_summary(queries_table, utility))
     if "true_utility" in documents.columns:
         summary.update(_validity_correlations(queries_table, documents))
     return dict(summary)

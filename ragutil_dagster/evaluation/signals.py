@@ -1,11 +1,12 @@
 """Teacher-forced signals of the generator about its own answer: ConSens and the likelihood- and
 attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs. 6–7).
 
-The answer scored is the pseudo-answer a of the ``rag`` condition — its greedy answer (or, with
-``labels: most_likely``, its most likely sample) — as the paper pre-generates a greedily from
-the retrieved set. Selection for the set metrics (§3.4):
-a passage is selected by likelihood when P(a | q, d) > P(a | q). Attention only ranks passages
-(§3.3.2): a selection rule for it would be ours, not the paper's, so none is applied.
+ConSens scores the pseudo-answer of the ``rag`` condition — its greedy answer (or, with
+``labels: most_likely``, its most likely sample). Passage utility scores the pseudo-answer the
+caller gives (``evaluation.verbalized``: the greedy answer over the utility candidates, as §3.4
+generates it from the top 20). Selection for the set metrics is ragutil's own rule, which the
+paper does not define: a passage is selected by likelihood when P(a | q, d) > P(a | q).
+Attention only ranks passages (§3.3.2): no selection rule is applied to it.
 """
 
 from __future__ import annotations
@@ -48,15 +49,14 @@ def consens_scores(
     """ConSens of each query's pseudo-answer: the same answer tokens teacher-forced after the
     evaluator prompt with the context empty and with the rag passages (the ``consens_*``
     conditions of ``prompts``; without them, after the closed-book and the rag prompt), content
-    words only. Also returns log P(a | q) under the closed-book prompt, the likelihood the
-    likelihood-based selection compares against."""
+    words only."""
     answers = _pseudo_answers(generations)
     questions = dict(queries.select("query_id", "question").iter_rows())
     evaluator = prompts.filter(pl.col("condition") == CONSENS_CONDITIONS[0]).height > 0
     empty_condition, context_condition = CONSENS_CONDITIONS if evaluator else ("closed_book", "rag")
     by_condition = {
         condition: dict(_prompts(prompts, condition, list(answers)).select("query_id", "prompt").iter_rows())
-        for condition in dict.fromkeys(("closed_book", empty_condition, context_condition))
+        for condition in (empty_condition, context_condition)
     }
     qids = [q for q in answers if all(q in table for table in by_condition.values())]
     order = list(by_condition)
@@ -65,40 +65,48 @@ def consens_scores(
     )
     result = {c: scored[i * len(qids):(i + 1) * len(qids)] for i, c in enumerate(order)}
     rows = []
-    for qid, closed, empty, with_ctx in zip(qids, result["closed_book"], result[empty_condition], result[context_condition]):
+    for qid, empty, with_ctx in zip(qids, result[empty_condition], result[context_condition]):
         keep = content_token_mask(empty.tokens, questions[qid], empty.word_ids)
         value = consens(empty.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
-        rows.append({"query_id": qid, "consens": value, "answer_logprob_closed": closed.logprob})
+        rows.append({"query_id": qid, "consens": value})
     return pl.DataFrame(rows, schema=CONSENS_SCHEMA)
 
 
 def passage_utility(
     prompts: pl.DataFrame,
-    generations: pl.DataFrame,
+    answers: Mapping[str, str],
     corpus: pl.DataFrame,
     scorer: TokenScorer,
-    consens_table: pl.DataFrame,
+    alone: str,
+    together: str,
 ) -> pl.DataFrame:
-    """Likelihood-based (eq. 7: log P(a | q, d), each passage alone) and attention-based (eq. 6,
-    normalised over the query's passages) utility of every retrieved passage."""
-    answers = _pseudo_answers(generations)
-    closed_logprob = dict(consens_table.select("query_id", "answer_logprob_closed").iter_rows())
+    """Likelihood-based (eq. 7: log P(a | q, d), each passage alone under the ``alone`` prompts of
+    ``prompts``) and attention-based (eq. 6, normalised over the passages of the query's
+    ``together`` prompt) utility of every passage, for the pseudo-answers ``answers``;
+    ``likelihood_selected`` when log P(a | q, d) exceeds log P(a | q) under the ``closed_book``
+    prompt. Queries whose pseudo-answer is blank get no signals (nothing to score)."""
+    answers = {qid: text for qid, text in answers.items() if text.strip()}
+    closed = _prompts(prompts, "closed_book", list(answers))
+    closed_logprob = {
+        qid: s.logprob
+        for qid, s in zip(closed["query_id"], scorer.score(closed["prompt"].to_list(), [answers[q] for q in closed["query_id"]]))
+    }
     qids = [q for q in answers if q in closed_logprob]
     texts = dict(corpus.select("id", "text").iter_rows())
-    per_doc = _prompts(prompts, "per_doc", qids)
-    likelihood = scorer.score(per_doc["prompt"].to_list(), [answers[q] for q in per_doc["query_id"]])
-    likelihoods = {
-        (qid, doc): s.logprob for (qid, doc), s in zip(per_doc.select("query_id", "doc_id").iter_rows(), likelihood)
-    }
-    rag = {
+    each = _prompts(prompts, alone, qids)
+    likelihood = scorer.score(each["prompt"].to_list(), [answers[q] for q in each["query_id"]])
+    likelihoods: dict[str, dict[str, float]] = {}
+    for (qid, doc), scored in zip(each.select("query_id", "doc_id").iter_rows(), likelihood):
+        likelihoods.setdefault(qid, {})[doc] = scored.logprob
+    context = {
         qid: (prompt, docs, cut)
-        for qid, prompt, docs, cut in _prompts(prompts, "rag", qids)
+        for qid, prompt, docs, cut in _prompts(prompts, together, qids)
         .select("query_id", "prompt", "doc_ids", "last_passage_chars").iter_rows()
     }
-    qids = [q for q in qids if q in rag]
+    qids = [q for q in qids if q in context]
 
     def passages_in_prompt(qid: str) -> list[str]:
-        _, docs, cut = rag[qid]
+        _, docs, cut = context[qid]
         shown = [texts[d] for d in docs]
         if cut is not None:  # the prompt was fitted to the generator by cutting the last passage
             shown[-1] = shown[-1][:cut]
@@ -108,45 +116,28 @@ def passage_utility(
     # the summary then reports no attention metric rather than a made-up one.
     attention_raw = (
         scorer.passage_attention(
-            [rag[q][0] for q in qids],
+            [context[q][0] for q in qids],
             [answers[q] for q in qids],
-            [passage_spans(rag[q][0], passages_in_prompt(q)) for q in qids],
+            [passage_spans(context[q][0], passages_in_prompt(q)) for q in qids],
         )
         if scorer.supports_attention
         else [None] * len(qids)
     )
     rows = []
     for qid, masses in zip(qids, attention_raw):
-        docs = rag[qid][1]
-        shares: list[float | None] = [None] * len(docs)
+        docs = context[qid][1]
+        shares = dict.fromkeys(docs)
         if masses is not None:
             total = float(np.sum(masses))
-            shares = list(masses / total if total > 0 else np.full(len(docs), 1 / len(docs)))
-        for doc, share in zip(docs, shares):
-            lp = likelihoods[(qid, doc)]
+            shares = dict(zip(docs, masses / total if total > 0 else np.full(len(docs), 1 / len(docs))))
+        for doc, lp in likelihoods.get(qid, {}).items():
+            share = shares.get(doc)
             rows.append({
                 "query_id": qid, "doc_id": doc, "likelihood": lp,
                 "likelihood_selected": lp > closed_logprob[qid],
                 "attention": None if share is None else float(share),
             })
     return pl.DataFrame(rows, schema=SIGNAL_SCHEMA)
-
-
-def utility_signals(
-    prompts: pl.DataFrame,
-    generations: pl.DataFrame,
-    queries: pl.DataFrame,
-    corpus: pl.DataFrame,
-    scorer: TokenScorer,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """ConSens per query and likelihood / attention utility per retrieved passage.
-
-    ``prompts`` holds the closed_book, rag and per_doc prompts; the pseudo-answers are the judged
-    ``rag`` answers of ``generations`` (``scoring.judged_answers``). Queries whose pseudo-answer is empty get no
-    signals (nothing to score).
-    """
-    consens_table = consens_scores(prompts, generations, queries, scorer)
-    return consens_table, passage_utility(prompts, generations, corpus, scorer, consens_table)
 
 
 def _consens_of(empty: ScoredContinuation, with_context: ScoredContinuation, question: str) -> float | None:

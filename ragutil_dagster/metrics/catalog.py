@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragutil_dagster.metrics.utility import RANKING_METHODS, SELECTION_METHODS, VERBALIZED_METHODS
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -48,6 +50,17 @@ _MIRAGE = "MIRAGE (Park et al.) §4.2 eqs. 2–5"
 _MIRAGE_RETRIEVER = "MIRAGE (Park et al.) Table 2, retriever metrics (retrieval_run metadata)"
 _ERAG = "eRAG (Salemi & Zamani, SIGIR 2024) eq. 1 aggregated"
 _UTILITY = "LLM-specific utility (Zhang et al., 2025) §3.4"
+_UTILITY_RAG = "LLM-specific utility (Zhang et al., 2025) Tables 3 and 7: has_answer of RAG"
+_SOURCE_LABELS = {
+    "candidates": "all", "likelihood": "lik", "attention": "att", "pointwise": "pt", "pointwise_answer": "pt+a",
+    "listwise": "lw", "listwise_answer": "lw+a", "ranking": "rk", "ranking_answer": "rk+a",
+}
+
+
+def _utility_paper(source: str) -> str:
+    if source == "likelihood":
+        return f"{_UTILITY}; selection by ragutil's rule log P(a | q, d) > log P(a | q), not the paper's"
+    return _UTILITY
 _CONSENS = "ConSens (Vankov et al.) §2"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
 _SUBSETS = ("", "_known", "_unknown")
@@ -94,21 +107,32 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
     Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
-    # Each utility metric over all queries, and over the known / unknown ones (§3.4: answered,
-    # or not, by the generator's own judged closed-book answer).
+    # Each utility metric over the candidates, over all queries and over the known / unknown ones
+    # (§3.4: answered, or not, by the generator's own judged closed-book answer).
     *(
-        Metric(f"utility_{signal}_{part}{subset}", f"util-{signal[:3]} {label}{subset.replace('_', ' ')}",
-               _UTILITY, (0, 1), headline=(signal, part, subset) == ("likelihood", "f1", ""))
-        for signal in ("likelihood",)  # attention only ranks (§3.3.2): no selection, no set metrics
-        for part, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"),
-                            ("accuracy_empty", "acc∅"))
+        Metric(f"utility_{source}_{part}{subset}", f"util-{_SOURCE_LABELS[source]} {label}{subset.replace('_', ' ')}",
+               _utility_paper(source), (0, 1), headline=(source, part, subset) == ("listwise_answer", "f1", ""))
+        for source in ("likelihood", *SELECTION_METHODS)  # attention only ranks (§3.3.2): no selection
+        for part, label in (("precision", "P"), ("recall", "R"), ("f1", "F1"), ("accuracy_empty", "acc∅"))
         for subset in _SUBSETS
     ),
     *(
-        Metric(f"utility_{signal}_{part}{subset}_{{k}}", f"util-{signal[:3]} {label}@k{subset.replace('_', ' ')}",
-               _UTILITY, (0, 1))
-        for signal in ("likelihood", "attention")
+        Metric(f"utility_{source}_{part}{subset}_{{k}}",
+               f"util-{_SOURCE_LABELS[source]} {label}@k{subset.replace('_', ' ')}", _utility_paper(source), (0, 1))
+        for source in ("likelihood", "attention", *RANKING_METHODS)
         for part, label in (("ndcg", "NDCG"), ("recall", "Recall"))
+        for subset in _SUBSETS
+    ),
+    *(
+        Metric(f"utility_{method}_parse_failure_rate", f"util-{_SOURCE_LABELS[method]} unparsed",
+               f"{_UTILITY}: verbalized answers not in the format of App. A", (0, 1), higher_is_better=False,
+               headline=method == "listwise_answer")
+        for method in VERBALIZED_METHODS
+    ),
+    *(
+        Metric(f"utility_{source}_rag_has_answer{subset}", f"has rag-{_SOURCE_LABELS[source]}{subset.replace('_', ' ')}",
+               f"{_UTILITY_RAG}, {'every candidate' if source == 'candidates' else source + ' passages'}", (0, 1))
+        for source in ("candidates", *VERBALIZED_METHODS)
         for subset in _SUBSETS
     ),
     # SePer Table 2's protocol: judged passages, questions answered closed book left out; all

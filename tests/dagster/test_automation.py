@@ -51,8 +51,9 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
     perturb_weights(second)
     changed = sensor(dg.build_sensor_context(cursor=first.cursor))
     scoring = (
-        "consens", "document_scores", "entailment_clusters", "generations", "group_scores", "metric_scores",
-        "nli_probabilities", "retrieval_correlations", "utility_signals",
+        "candidate_scores", "consens", "document_scores", "entailment_clusters", "generations", "group_scores",
+        "metric_scores", "nli_probabilities", "retrieval_correlations", "utility_generations", "utility_judgments",
+        "utility_signals",
     )
     assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
         (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
@@ -66,15 +67,15 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
            for r in affected_runs(["nli"], assets, tiny_experiment)}
     nli_steps = (
-        "document_scores", "entailment_clusters", "group_scores", "metric_scores", "nli_probabilities",
-        "retrieval_correlations",
+        "candidate_scores", "document_scores", "entailment_clusters", "group_scores", "metric_scores",
+        "nli_probabilities", "retrieval_correlations",
     )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
              for r in affected_runs(["retriever:dense"], assets, tiny_experiment)}
     assert (("index",), "world__dense") in dense
     assert (("passage_embeddings",), "world__dense__shard-1-of-1") in dense
-    retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages")))
+    retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages", "utility_candidates")))
     assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {"world__dense__k1", "world__dense__k2"}
     assert not any("bm25" in key for _, key in dense)
     assert set(model_inventory(tiny_experiment)) == {"generator:lm0", "nli", "retriever:dense"}

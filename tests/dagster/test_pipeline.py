@@ -17,9 +17,10 @@ from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all, plan
 
 NODES = {
-    "queries", "corpus", "passage_embeddings", "index", "retrieval_run", "setting_queries", "retrieved_passages",
-    "closed_book_generations", "generations", "consens", "utility_signals",
-    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
+    "queries", "corpus", "passage_embeddings", "index", "retrieval_run", "utility_candidates", "setting_queries",
+    "retrieved_passages", "closed_book_generations", "generations", "consens",
+    "utility_generations", "utility_judgments", "utility_signals",
+    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "candidate_scores", "group_scores",
     "retrieval_correlations", "reports",
     "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
@@ -34,16 +35,19 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
     assert parents["index"] == {"corpus", "passage_embeddings", "model/embedder"}
     setting_inputs = {"retrieval_run", "setting_queries", "retrieved_passages"}
     # A step's outputs share its inputs; every table a step reads is one of its parents.
-    for name in setting_inputs:
+    for name in (*setting_inputs, "utility_candidates"):
         assert parents[name] == {"index", "queries", "corpus"}
     assert parents["closed_book_generations"] == {"queries", "model/generator"}
-    for name in ("generations", "consens", "utility_signals"):
+    for name in ("generations", "consens"):
         assert parents[name] == setting_inputs | {"model/generator"}
+    for name in ("utility_generations", "utility_judgments", "utility_signals"):
+        assert parents[name] == {"utility_candidates", "setting_queries", "retrieved_passages", "model/generator"}
     for name in ("entailment_clusters", "nli_probabilities"):
         assert parents[name] == {"generations", "closed_book_generations", "setting_queries", "model/nli"}
-    for name in ("metric_scores", "document_scores", "group_scores", "retrieval_correlations"):
+    for name in ("metric_scores", "document_scores", "candidate_scores", "group_scores", "retrieval_correlations"):
         assert parents[name] == {
-            "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_signals",
+            "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_candidates",
+            "utility_generations", "utility_judgments", "utility_signals",
         } | setting_inputs
     assert parents["reports"] == {"metric_scores"}
     setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
@@ -124,6 +128,39 @@ def test_generation_rows_equal_queries_times_conditions_times_n(materialized, ti
         assert counts["oracle"] == 6 * per_prompt
 
 
+def test_utility_is_judged_over_the_candidates_whatever_k(materialized, tiny_experiment) -> None:
+    """LLM-specific utility over each query's top 4 (``utility.candidates``), at k = 1 and 2 alike:
+    answers alone beyond the top k only, every verbalized method judged, its parse-failure rate
+    computed over its judgments (the untrained tiny LM never follows a format)."""
+    home, instance, _ = materialized
+    store = ArtifactStore(home=str(home))
+    parts, _ = build_assets(tiny_experiment)
+    for key in parts.setting_generator.get_partition_keys():
+        setting = key.keys_by_dimension["setting"]
+        k = int(setting.rsplit("__k", 1)[1])
+        candidates = store.read_table("utility_candidates", setting)
+        assert candidates["rank"].max() == 4 and candidates.group_by("query_id").len()["len"].max() == 4
+        scores = store.read_table("candidate_scores", str(key))
+        assert scores.select("query_id", "doc_id", "rank").equals(candidates.sort("query_id", "rank").select("query_id", "doc_id", "rank"))
+        assert scores["gold_utility"].null_count() == 0 and scores["likelihood"].null_count() < scores.height
+        generations = store.read_table("utility_generations", str(key))
+        alone = generations.filter(pl.col("condition") == "per_candidate").join(candidates, on=["query_id", "doc_id"])
+        assert alone.height == candidates.filter(pl.col("rank") > k).height and (alone["rank"] > k).all()
+        assert (generations["temperature"] == 0).all()
+        judgments = store.read_table("utility_judgments", str(key))
+        assert set(judgments["method"]) == set(tiny_experiment.utility.methods)
+        pointwise = judgments.filter(pl.col("method") == "pointwise")
+        assert pointwise["judgments"].sum() == candidates.height  # one judgment per candidate
+        summary = store.read_json("metric_scores", str(key), "summary")
+        for method in tiny_experiment.utility.methods:
+            rate = summary[f"utility_{method}_parse_failure_rate"]
+            expected = judgments.filter(pl.col("method") == method)
+            assert 0.0 <= rate <= 1.0 and rate == pytest.approx(expected["unparseable"].sum() / expected["judgments"].sum())
+            assert summary[f"n_utility_{method}_parse_failure_rate"] == expected["judgments"].sum()
+        metadata = instance.get_latest_materialization_event(dg.AssetKey("utility_judgments")).asset_materialization.metadata
+        assert 0.0 <= metadata["parse_failure_rate/listwise_answer"].value <= 1.0
+
+
 def test_asset_checks_passed(materialized) -> None:
     _, instance, _ = materialized
     for asset, check in (
@@ -145,10 +182,11 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     steps = plan(assets)
     assert [names for names, _ in steps] == [
         ["queries", "corpus"], ["passage_embeddings"], ["index"],
-        ["retrieval_run", "setting_queries", "retrieved_passages"],
+        ["retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages"],
         ["closed_book_generations"],
-        ["generations", "consens", "utility_signals", "entailment_clusters", "nli_probabilities",
-         "metric_scores", "document_scores", "group_scores", "retrieval_correlations"],
+        ["generations", "consens", "utility_generations", "utility_judgments", "utility_signals",
+         "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
+         "candidate_scores", "retrieval_correlations"],
         ["reports"],
     ]
     keys = {name: keys for names, keys in steps for name in names}

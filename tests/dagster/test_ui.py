@@ -31,9 +31,10 @@ from ragutil_dagster.runner import dagster_instance, materialize_all
 from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
 
 NODES = [
-    "queries", "corpus", "index", "retrieval_run", "setting_queries", "retrieved_passages",
-    "closed_book_generations", "generations", "consens", "utility_signals", "entailment_clusters",
-    "nli_probabilities", "metric_scores", "document_scores", "group_scores", "retrieval_correlations", "reports",
+    "queries", "corpus", "index", "retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages",
+    "closed_book_generations", "generations", "consens", "utility_generations", "utility_judgments",
+    "utility_signals", "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores",
+    "candidate_scores", "group_scores", "retrieval_correlations", "reports",
 ]
 ARTIFACTS = Path("/tmp/ragutil-test-ui")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

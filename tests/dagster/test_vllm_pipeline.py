@@ -16,6 +16,7 @@ from ragutil_dagster.assets import build_assets
 from ragutil_dagster.cli import main
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 
@@ -45,6 +46,7 @@ def vllm_config(tiny_world, vllm_engine, smollm2_dir) -> dict:
         }],
         "nli": {"model": str(models.nli)},
         "sampling": {"n": 3, "max_new_tokens": 12},
+        "utility": {"candidates": 4, "methods": list(VERBALIZED_METHODS)},
     }
 
 
@@ -71,6 +73,9 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     summary = store.read_json("metric_scores", partition, "summary")
     assert not any(name.startswith("utility_attention") for name in summary)
     assert summary["queries"] == 3
+    # SmolLM2 made every verbalized judgment; how many followed the format is measured, not assumed.
+    for method in experiment.utility.methods:
+        assert 0 <= summary[f"utility_{method}_parse_failure_rate"] <= 1
 
 
 def score_squad_records(

@@ -1,12 +1,13 @@
-"""The partition summary's LLM-specific-utility metrics (§3.4) from per-document signals."""
+"""The partition summary's LLM-specific-utility metrics (§3.4) over the utility candidates."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from ragutil_dagster.evaluation.scoring import summarize
+from ragutil_dagster.evaluation.scoring import UtilityScores, summarize
 from ragutil_dagster.metrics import catalog
+from ragutil_dagster.tables import CANDIDATE_SCHEMA, UTILITY_JUDGMENT_SCHEMA
 
 QUERIES = pl.DataFrame({  # q2 is known: its judged closed-book answer holds a gold answer
     "query_id": ["q1", "q2"],
@@ -15,39 +16,48 @@ QUERIES = pl.DataFrame({  # q2 is known: its judged closed-book answer holds a g
     "answer_loose_oracle": [None, None],
     "answer_loose_rag": [False, False],
 }, schema_overrides={"answer_loose_oracle": pl.Boolean})
+# The RAG run's top k = 1 of each query (eRAG reads it; utility does not).
+DOCUMENTS = pl.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["d1", "d3"], "rank": [1, 1], "erag_label": [0, 0]})
+NO_JUDGMENTS = pl.DataFrame(schema=UTILITY_JUDGMENT_SCHEMA)
+NO_RAG = pl.DataFrame(schema={"query_id": pl.String, "source": pl.String, "has_answer": pl.Boolean})
 
 
-def documents(likelihood: list[float | None], attention: list[float | None]) -> pl.DataFrame:
-    """q1 ranks d1, d2 (d2 is the gold utilitarian passage); q2 ranks d3, d4 (no gold)."""
+def candidates(rows: list[tuple], likelihood: list[float | None], attention: list[float | None]) -> pl.DataFrame:
+    """(query, doc, rank, gold) rows with their signals; likelihood selects above -2."""
     return pl.DataFrame({
-        "query_id": ["q1", "q1", "q2", "q2"],
-        "doc_id": ["d1", "d2", "d3", "d4"],
-        "rank": [1, 2, 1, 2],
-        "erag_label": [0, 1, 0, 0],
-        "gold_utility": [False, True, False, False],
+        "query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": [r[2] for r in rows],
+        "answer": ["a"] * len(rows), "answer_has": [r[3] for r in rows], "gold_utility": [r[3] for r in rows],
         "likelihood": likelihood,
         "likelihood_selected": [x is not None and x > -2 for x in likelihood],
         "attention": attention,
-    }, schema_overrides={"likelihood": pl.Float64, "attention": pl.Float64})
+    }, schema=CANDIDATE_SCHEMA)
+
+
+# q1's candidates d1, d2 (d2 is the gold utilitarian passage); q2's d3, d4 (no gold).
+TWO = [("q1", "d1", 1, False), ("q1", "d2", 2, True), ("q2", "d3", 1, False), ("q2", "d4", 2, False)]
+
+
+def summary_of(table: pl.DataFrame, judgments: pl.DataFrame = NO_JUDGMENTS, rag: pl.DataFrame = NO_RAG) -> dict:
+    return summarize(QUERIES, DOCUMENTS, k=1, utility=UtilityScores(table, judgments, rag))
 
 
 def test_a_passage_without_a_signal_ranks_last_not_first() -> None:
     # d1 was dropped from the prompt (no signal): it must not outrank the scored gold passage d2.
-    summary = summarize(QUERIES, documents([None, -1.0, -3.0, -4.0], [None, 0.6, 0.5, 0.5]), k=2)
+    summary = summary_of(candidates(TWO, [None, -1.0, -3.0, -4.0], [None, 0.6, 0.5, 0.5]))
     assert summary["utility_likelihood_ndcg_2"] == pytest.approx(1.0)
     assert summary["utility_attention_ndcg_2"] == pytest.approx(1.0)
 
 
 def test_queries_without_any_signal_are_left_out() -> None:
     # q2 has no pseudo-answer (no signal at all): only q1 counts, and it has gold.
-    summary = summarize(QUERIES, documents([-5.0, -1.0, None, None], [0.2, 0.8, None, None]), k=2)
+    summary = summary_of(candidates(TWO, [-5.0, -1.0, None, None], [0.2, 0.8, None, None]))
     assert summary["utility_likelihood_precision"] == pytest.approx(1.0)  # d2 alone selected
     assert "utility_likelihood_accuracy_empty" not in summary  # q2 (empty gold) left out
 
 
 def test_attention_only_ranks() -> None:
     # §3.3.2 uses attention to rank passages; a selection rule would be ours, so none is scored.
-    summary = summarize(QUERIES, documents([-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), k=2)
+    summary = summary_of(candidates(TWO, [-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]))
     assert "utility_attention_ndcg_2" in summary
     assert not any(
         name.startswith("utility_attention_") and not name.startswith(("utility_attention_ndcg", "utility_attention_recall_"))
@@ -58,7 +68,7 @@ def test_attention_only_ranks() -> None:
 def test_known_and_unknown_queries_are_scored_apart_each_with_its_n() -> None:
     # q1 (unknown) has the gold passage d2, selected by likelihood; q2 (known) has no gold
     # passage and none selected, which is right on an empty gold set (§3.4's accuracy_empty).
-    summary = summarize(QUERIES, documents([-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), k=2)
+    summary = summary_of(candidates(TWO, [-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]))
     assert summary["utility_likelihood_precision_unknown"] == pytest.approx(1.0)
     assert summary["n_utility_likelihood_precision_unknown"] == 1
     assert summary["utility_likelihood_accuracy_empty_known"] == pytest.approx(1.0)
@@ -71,8 +81,57 @@ def test_known_and_unknown_queries_are_scored_apart_each_with_its_n() -> None:
     assert summary["n_erag_P_at_k"] == 2
 
 
+def test_rankings_are_over_the_candidates_not_the_rag_top_k() -> None:
+    # k = 1, six candidates: q1's gold passage is its 6th candidate and every signal ranks it
+    # last. Over the candidates Recall@5 and NDCG@5 are 0; cut at k (the earlier rule) they were
+    # NDCG@1 = Recall@1 = 1 whenever anything was ranked at all.
+    rows = [("q1", f"d{i}", i, i == 6) for i in range(1, 7)]
+    scores = [float(-i) for i in range(1, 7)]
+    summary = summary_of(candidates(rows, scores, [1 / i for i in range(1, 7)]))
+    for signal in ("likelihood", "attention"):
+        assert summary[f"utility_{signal}_recall_5"] == 0.0
+        assert summary[f"utility_{signal}_ndcg_5"] == 0.0
+    # Selection is over the candidates too: likelihood selects d1 (above -2) and misses d6.
+    assert summary["utility_likelihood_precision"] == 0.0 and summary["utility_likelihood_recall"] == 0.0
+
+
+def test_verbalized_methods_are_scored_with_their_parse_failures_and_rag_answers() -> None:
+    table = candidates(TWO, [-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5])
+    judgments = pl.DataFrame([
+        # listwise_answer picks the gold d2 for q1 and wrongly d3 for the known q2 (one answer
+        # unparseable: it selected nothing and counts as a failure).
+        ("q1", "listwise_answer", ["d1", "d2"], ["d2"], None, ["d2"], 1, 0),
+        ("q2", "listwise_answer", ["d3", "d4"], ["d3"], None, ["d3"], 1, 0),
+        ("q1", "pointwise", ["d1", "d2"], [], None, [], 2, 2),
+        ("q2", "pointwise", ["d3", "d4"], [], None, [], 2, 1),
+        ("q1", "ranking", ["d1", "d2"], None, ["d2", "d1"], ["d2"], 1, 0),
+        ("q2", "ranking", ["d3", "d4"], None, ["d4", "d3"], ["d4"], 1, 1),
+    ], schema=UTILITY_JUDGMENT_SCHEMA, orient="row")
+    rag = pl.DataFrame({
+        "query_id": ["q1", "q2", "q1", "q2"], "source": ["listwise_answer", "listwise_answer", "candidates", "candidates"],
+        "has_answer": [True, False, False, True],
+    })
+    summary = summary_of(table, judgments, rag)
+    assert summary["utility_listwise_answer_f1"] == pytest.approx(1.0)  # q1: P = R = 1
+    assert summary["utility_listwise_answer_accuracy_empty"] == 0.0  # q2 should select nothing
+    assert summary["utility_pointwise_accuracy_empty_known"] == 1.0
+    assert summary["utility_pointwise_recall"] == 0.0
+    assert summary["utility_ranking_ndcg_2"] == pytest.approx(1.0)  # q1's gold d2 ranked first
+    assert "utility_ranking_f1" not in summary and "utility_listwise_answer_ndcg_2" not in summary
+    assert summary["utility_pointwise_parse_failure_rate"] == pytest.approx(3 / 4)
+    assert summary["n_utility_pointwise_parse_failure_rate"] == 4  # over judgments, not queries
+    assert summary["utility_ranking_parse_failure_rate"] == pytest.approx(1 / 2)
+    assert summary["utility_listwise_answer_parse_failure_rate"] == 0.0
+    assert summary["utility_listwise_answer_rag_has_answer"] == pytest.approx(0.5)
+    assert summary["utility_listwise_answer_rag_has_answer_known"] == 0.0
+    assert summary["utility_candidates_rag_has_answer_unknown"] == 0.0
+    for name in summary:
+        if name.startswith("utility_"):
+            assert catalog.metric(name) is not None, name
+
+
 def test_every_aggregate_carries_its_n() -> None:
-    summary = summarize(QUERIES, documents([-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), k=2)
+    summary = summary_of(candidates(TWO, [-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]))
     for name in summary:
         if name in ("queries", "documents") or name.startswith("n_"):
             continue

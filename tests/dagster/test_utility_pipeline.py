@@ -1,0 +1,101 @@
+"""LLM-specific utility through the asset graph with a generator that reads: the package's shipped
+reader of the synthetic world on the CI world, BM25 at k = 1 and eight utility candidates. Unlike
+the untrained tiny LM it answers from its passages, so gold utility (eq. 1) is non-empty and the
+set and ranking metrics over the candidates have values to check against the tables they come
+from."""
+
+from __future__ import annotations
+
+import math
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from ragutil_dagster.assets import build_assets
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.embedded import layout
+from ragutil_dagster.embedded.shipped import SHIPPED_DIR
+from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.runner import materialize_all
+
+CANDIDATES = 8
+
+
+@pytest.fixture(scope="module")
+def reader_run(tiny_world, make_tiny_config, tmp_path_factory):
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    config.update({
+        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
+        "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
+        "utility": {"candidates": CANDIDATES},
+    })
+    experiment = parse_config(config)
+    home = tmp_path_factory.mktemp("utility-home")
+    parts, _ = build_assets(experiment)
+    materialize_all(build_definitions(experiment, str(home)), experiment, parts, dg.DagsterInstance.ephemeral(),
+                    progress=False)
+    store = ArtifactStore(home=str(home))
+    key = "reader|world__bm25__k1"
+    return store, key, store.read_table("candidate_scores", key), store.read_json("metric_scores", key, "summary")
+
+
+def _gold(scores: pl.DataFrame) -> dict[str, set[str]]:
+    gold: dict[str, set[str]] = {qid: set() for qid in scores["query_id"].unique()}
+    for qid, doc in scores.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
+        gold[qid].add(doc)
+    return gold
+
+
+def test_gold_utility_is_eq_1_over_every_candidate(reader_run) -> None:
+    store, key, scores, _ = reader_run
+    assert scores["rank"].max() == CANDIDATES
+    closed = dict(store.read_table("metric_scores", key).select("query_id", "answer_has_closed").iter_rows())
+    expected = [has and not closed[qid] for qid, has in scores.select("query_id", "answer_has").iter_rows()]
+    assert scores["gold_utility"].to_list() == expected
+    # Gold passages exist beyond the RAG top k = 1: what the candidates add over the top k.
+    assert scores.filter(pl.col("gold_utility") & (pl.col("rank") > 1)).height > 0
+
+
+def test_likelihood_set_and_ranking_metrics_are_over_the_candidates(reader_run) -> None:
+    _, _, scores, summary = reader_run
+    gold = _gold(scores)
+    scored = scores.filter(pl.col("likelihood").is_not_null())
+    with_gold = [q for q in scored["query_id"].unique() if gold[q]]
+    precisions, recalls, hits, ndcgs = [], [], [], []
+    for qid in with_gold:
+        rows = scored.filter(pl.col("query_id") == qid).sort("likelihood", descending=True)
+        chosen = set(rows.filter(pl.col("likelihood_selected"))["doc_id"])
+        precisions.append(len(chosen & gold[qid]) / len(chosen) if chosen else 0.0)
+        recalls.append(len(chosen & gold[qid]) / len(gold[qid]))
+        top = rows["doc_id"].to_list()[:5]
+        hits.append(len(set(top) & gold[qid]) / len(gold[qid]))
+        dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(top) if d in gold[qid])
+        ndcgs.append(dcg / sum(1 / math.log2(i + 2) for i in range(min(5, len(gold[qid])))))
+    assert summary["n_utility_likelihood_f1"] == summary["n_utility_likelihood_recall_at_k"] == len(with_gold) > 0
+    assert summary["utility_likelihood_precision"] == pytest.approx(sum(precisions) / len(with_gold))
+    assert summary["utility_likelihood_recall"] == pytest.approx(sum(recalls) / len(with_gold))
+    assert summary["utility_likelihood_recall_5"] == pytest.approx(sum(hits) / len(with_gold))
+    assert summary["utility_likelihood_ndcg_5"] == pytest.approx(sum(ndcgs) / len(with_gold))
+    # At k = 1 a ranking cut at k scored Recall@1 = NDCG@1 = 1; over the candidates it does not.
+    assert summary["utility_likelihood_recall_5"] < 1.0 and summary["utility_likelihood_ndcg_5"] < 1.0
+
+
+def test_verbalized_judgments_report_their_parse_failures_and_fall_back(reader_run) -> None:
+    store, key, scores, summary = reader_run
+    judgments = store.read_table("utility_judgments", key)
+    for method, rows in judgments.group_by("method"):
+        rate = summary[f"utility_{method[0]}_parse_failure_rate"]
+        assert 0.0 <= rate <= 1.0
+        assert rate == pytest.approx(rows["unparseable"].sum() / rows["judgments"].sum())
+    # The reader was never taught the judgment formats: none of its rankings parses, so each
+    # falls back to the retrieval order, and RAG with its top k is RAG with the first candidate.
+    ranking = judgments.filter(pl.col("method") == "ranking")
+    assert (ranking["unparseable"] == 1).all()
+    first = scores.filter(pl.col("rank") == 1)
+    assert summary["utility_ranking_rag_has_answer"] == pytest.approx(first["answer_has"].mean())
+    gold = _gold(scores)
+    hits = [len(set(docs[:5]) & gold[q]) / len(gold[q]) for q, docs in ranking.select("query_id", "ranking").iter_rows() if gold[q]]
+    assert summary["utility_ranking_recall_5"] == pytest.approx(sum(hits) / len(hits))
