@@ -114,6 +114,8 @@ class PartitionRun:
             "prompt_with_context": experiment.prompts.with_context,
             "prompt_template_hash": prompt_template_hash(experiment),
             "erag_label": experiment.erag.label,
+            "utility_candidates": experiment.utility.candidates,
+            "utility_methods": ",".join(experiment.utility.methods) or "none",
             "config_fingerprint": experiment.fingerprint(),
             "ragutil_version": self.version,
         }

@@ -81,6 +81,9 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
         params["n"] == "10" and params["max_new_tokens"] == "512" and params["temperature"] == "1.0"
     )
     assert params["erag_label"] == "exact_match" and changed[-2].params()["erag_label"] == "token_f1"
+    assert (params["utility_candidates"], params["utility_methods"]) == ("20", "listwise_answer,ranking_answer")
+    no_methods = config.model_copy(update={"utility": config.utility.model_copy(update={"methods": ()})})
+    assert PartitionRun(no_methods, setting, "lm0", identities).params()["utility_methods"] == "none"
 
 
 @pytest.fixture()
