@@ -144,13 +144,14 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
         # The header adds what sampling measured (seconds, the model's identity) to the settings.
         if rows and {key: rows[0].get("settings", {}).get(key) for key in settings} == settings:
             return rows[1:]
-    from ragutil_dagster.models.backends import build_generator
-    from ragutil_dagster.models.resolver import resolve
+    from ragutil_dagster.config import GeneratorConfig
+    from ragutil_dagster.resources import ModelRegistry
 
     questions = _squad_questions(root, n_questions, seed=0)
     prompts = [with_context(q["text"], [("", paragraph)], name=example.prompts.with_context)
                for q, paragraph in questions]
-    generator = build_generator(backend, resolve(smollm2.model), use_chat_template=smollm2.use_chat_template)
+    generator = ModelRegistry().generator(GeneratorConfig(
+        name=smollm2.name, model=smollm2.model, backend=backend, use_chat_template=smollm2.use_chat_template))
     start = time.perf_counter()
     sampled = generator.sample(prompts, params)
     settings["seconds"] = round(time.perf_counter() - start, 1)

@@ -51,9 +51,6 @@ def _nonblank_model_name(name: str) -> str:
 ModelName = Annotated[str, AfterValidator(_nonblank_model_name)]
 
 
-# The one list of generator backends; models/backends.py builds each of them.
-GeneratorBackend = Literal["hf", "vllm", "openai"]
-
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo ("temprature") must not silently fall back to a default.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -240,27 +237,61 @@ class ServerConfig(_Strict):
 class GeneratorConfig(ModelConfig):
     """A generator: the model, the backend that runs it and how prompts are formatted.
 
-    ``model`` names the weights (any form the resolver takes); with ``backend: openai`` it is the
-    local copy giving the tokenizer and the identity, or, when none resolves here, the served name."""
+    ``backend`` names an entry of the backend registry (models/backends.py). Every other key is
+    the backend's own: its registered config model, a subclass of this class, declares and
+    validates them (``hf``: ``dtype``; ``vllm``: ``engine``; ``openai``: ``server``). ``model``
+    names the weights (any form the resolver takes); with ``backend: openai`` it is the local copy
+    giving the tokenizer and the identity, or, when none resolves here, the served name."""
+
+    # The backend's keys pass through here; its config model refuses the unknown ones.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     name: Slug
-    backend: GeneratorBackend = "hf"
+    backend: Slug = "hf"
     use_chat_template: bool = False
-    # The hf backend's weights; auto: models/device.default_causal_lm_dtype (vllm: engine.dtype).
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    engine: EngineConfig = EngineConfig()
-    server: ServerConfig | None = None
 
-    @model_validator(mode="after")
-    def _server_for_openai(self) -> GeneratorConfig:
-        if self.backend == "openai" and self.server is None:
-            raise ValueError("backend openai needs `server: {base_url: ...}`")
-        if self.backend != "openai" and self.server is not None:
-            raise ValueError(f"`server` is for backend openai; this generator's backend is {self.backend}")
-        if self.backend != "hf" and self.dtype != "auto":
-            raise ValueError(f"`dtype` is the hf backend's; this generator's backend is {self.backend}"
-                             + (" (set engine.dtype)" if self.backend == "vllm" else ""))
-        return self
+    def typed(self, config_model: type[GeneratorConfigT]) -> GeneratorConfigT:
+        """This generator as its backend's ``config_model``; a ConfigError lists every key or
+        value the backend refuses."""
+        try:
+            return config_model.model_validate(self.model_dump())
+        except ValidationError as err:
+            own = sorted(set(config_model.model_fields) - set(GeneratorConfig.model_fields))
+            problems = [
+                f"{'.'.join(str(part) for part in item['loc'])}: "
+                + (f"not a key of backend {self.backend} (its own keys: {', '.join(own) or 'none'})"
+                   if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, "))
+                for item in err.errors()
+            ]
+            raise ConfigError(f"generator {self.name!r}: " + "; ".join(problems)) from None
+
+
+GeneratorConfigT = typing.TypeVar("GeneratorConfigT", bound=GeneratorConfig)
+
+
+class HFGeneratorConfig(GeneratorConfig):
+    """``backend: hf``: transformers in this process. ``dtype``: the weights' (``auto``:
+    models/device.default_causal_lm_dtype)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+
+class VLLMGeneratorConfig(GeneratorConfig):
+    """``backend: vllm``: the vLLM engine in this process (its dtype is ``engine.dtype``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: EngineConfig = EngineConfig()
+
+
+class OpenAIGeneratorConfig(GeneratorConfig):
+    """``backend: openai``: OpenAI-compatible completions servers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: ServerConfig
 
 
 class SamplingConfig(_Strict):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 
+import dagster as dg
 import pytest
+import yaml
 
 from ragutil_dagster.cli import build_parser, main
+from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE
 
 
 def test_every_subcommand_is_registered() -> None:
@@ -75,3 +79,29 @@ def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, 
     with pytest.raises(SystemExit) as exit_:
         main(["clean", "--older-than-hours", "-1"])
     assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err
+
+
+def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
+    """By default ``ragutil run`` shows its one progress bar, the table and the warnings a user can act
+    on: no Dagster beta warning, no MLflow "Downloading artifacts" bar; ``--verbose`` filters none
+    of them. The second run finds everything materialised and costs little."""
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    config.update(retrievers=config["retrievers"][:1], k=[1], utility={"candidates": 2, "methods": []})
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)
+    shown = {}
+    for flags in ([], ["--verbose"]):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert main(["run", str(path), *flags]) == 0
+        out, err = capsys.readouterr()
+        shown[bool(flags)] = (out + err, [w for w in caught if issubclass(w.category, dg.BetaWarning)])
+    quiet, verbose = shown[False], shown[True]
+    assert "experiment tiny:" in quiet[0] and "ragutil run:" in quiet[0]
+    assert not quiet[1] and "BetaWarning" not in quiet[0]
+    assert "Downloading artifacts" not in quiet[0]
+    assert verbose[1] and "Downloading artifacts" in verbose[0]
+    assert os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR") is None  # restored after the run

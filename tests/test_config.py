@@ -80,10 +80,7 @@ def test_embedding_shard_keys_name_their_index() -> None:
          r"fuses \['h'\]"),
         ({"reranker": {"name": "r", "model": "m", "candidates": 3}}, "fewer than k = 5"),
         ({"nli": None}, "nli"),
-        ({"generators": [{"name": "a", "model": "x", "dtype": "float33"}]}, r"generators\.0\.dtype"),
         ({"nli": {"model": "x", "dtype": "int8"}}, r"nli\.dtype"),
-        ({"generators": [{"name": "a", "model": "x", "backend": "vllm", "dtype": "float32"}]},
-         r"dtype.*hf backend's.*set engine\.dtype"),
     ],
 )
 def test_invalid_configs_name_the_field(changes, message) -> None:

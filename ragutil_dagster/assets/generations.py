@@ -29,6 +29,7 @@ from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_w
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -73,6 +74,7 @@ def sample_and_store(
         "passages_dropped_to_fit": dg.MetadataValue.int(int(prompts["passages_dropped"].sum())),
         "passages_cut_to_fit": dg.MetadataValue.int(prompts["last_passage_chars"].is_not_null().sum()),
         "model_identity": dg.MetadataValue.text(generator.identity),
+        **({GENERATOR_DTYPE: dg.MetadataValue.text(str(dtype))} if (dtype := generator.settings.get("dtype")) else {}),
         "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
         **side_table_metadata(PROMPTS, prompts, prompts_path),
         **side_table_metadata(ISSUES, issues, issues_path),

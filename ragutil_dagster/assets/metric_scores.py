@@ -113,7 +113,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         partition = context.partition_key
         start = time.perf_counter()
         samples = all_generations(store, context, setting)
-        tracked = PartitionRun(experiment, setting, generator, partition_identities(experiment, setting, samples, models))
+        tracked = PartitionRun(experiment, setting, generator, partition_identities(
+            experiment, setting, samples, models, context.instance, str(partition)))
         tags = {**dagster_tags(context.run.run_id, "metric_scores", str(partition)),
                 **off_world_tags(experiment, setting, generator)}
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.

@@ -4,7 +4,11 @@ summary table (the embedded world and models are built first when the config use
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.files import embedded_dir
@@ -73,6 +77,40 @@ def print_world_warnings(experiment: ExperimentConfig) -> None:
         print_loudly(warning)
 
 
+# Each library's own switch for its progress bars and informational logs, read when the library
+# is imported or draws a bar, and inherited by the multiprocess executor's workers.
+QUIET_LIBRARIES = {
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # MLflow's "Downloading artifacts" bars
+    "MLFLOW_LOGGING_LEVEL": "WARNING",  # MLflow's INFO lines (creating its database tables…)
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # Hugging Face Hub's and transformers' ("Loading weights")
+}
+
+
+@contextmanager
+def third_party_output(shown: bool) -> Iterator[None]:
+    """Unless ``shown`` (``--verbose``): third-party beta / preview warnings (Dagster's, through
+    warning filters) and progress bars and INFO logs (:data:`QUIET_LIBRARIES`) are hidden while
+    the command runs; both are restored after it."""
+    if shown:
+        yield
+        return
+    import dagster as dg
+
+    saved = {name: os.environ.get(name) for name in QUIET_LIBRARIES}
+    os.environ.update(QUIET_LIBRARIES)
+    try:
+        with warnings.catch_warnings():
+            for category in (dg.BetaWarning, dg.PreviewWarning):
+                warnings.filterwarnings("ignore", category=category)
+            yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def format_summary(table) -> str:
     headers = ["setting", "generator"] + [label for _, label in SUMMARY_COLUMNS if _ in table.columns]
     rows = []
@@ -88,20 +126,32 @@ def format_summary(table) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ragutil_dagster.assets import build_assets
-    from ragutil_dagster.definitions import build_definitions
-    from ragutil_dagster.runner import dagster_instance, materialize_all
+    from ragutil_dagster.models.backends import check_generators
 
     experiment = load_config(args.config)
+    check_generators(experiment)
+    with third_party_output(args.verbose):
+        return _materialize(experiment, args)
+
+
+def _materialize(experiment: ExperimentConfig, args: argparse.Namespace) -> int:
+    from ragutil_dagster.assets import build_assets
+    from ragutil_dagster.definitions import build_definitions
+    from ragutil_dagster.evaluation.world_scope import known_causes
+    from ragutil_dagster.runner import dagster_instance, materialize_all
+
     print_world_warnings(experiment)
     ensure_embedded_models(experiment, progress=not args.quiet)
-    defs = build_definitions(experiment, show_progress=not args.quiet)
+    # One bar by default (the run's steps); every model's own bars with --verbose.
+    defs = build_definitions(experiment, show_progress=args.verbose)
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
                               console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers)
     print()
     print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))
+    for note in known_causes(experiment, outcome.summary):
+        print(f"note: {note}")
     print(f"\nreports: {outcome.reports}   (summary.csv, summary.md, delta_seper_heatmap.png)")
     print_world_warnings(experiment)  # again below the table, where the numbers are read
     return 0
@@ -118,7 +168,11 @@ def add(sub: argparse._SubParsersAction) -> None:
                          description="Materialise every asset of the experiment (training the embedded models "
                          "first when the config uses them and they are missing) and print the summary table.")
     run.add_argument("config", help="experiment YAML, e.g. examples/demo.yaml")
-    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    shown = run.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress bar at all")
+    shown.add_argument("--verbose", action="store_true",
+                       help="every progress bar (each model's too) and the libraries' beta warnings, "
+                       "progress bars and INFO logs, hidden by default")
     run.add_argument("--workers", type=_positive, default=1, metavar="N",
                      help="run N partitions of a step at once, every step in a process of its own "
                      "(Dagster's multiprocess executor); steps running a model still take turns "

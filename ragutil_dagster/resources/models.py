@@ -14,11 +14,10 @@ from typing import Any
 from dagster import ConfigurableResource
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
+from ragutil_dagster.models.backends import Placement, local_copy, registered
 from ragutil_dagster.models.resolver import LEXICAL_NLI, LEXICAL_NLI_IDENTITY, resolve
 
 _loaded: dict[tuple, Any] = {}
-# Metrics the generations asset computes from teacher-forced log-probs of the generator.
-TOKEN_SCORED_METRICS = ("consens", "utility_likelihood")
 _lock = threading.Lock()
 
 
@@ -61,7 +60,8 @@ class ModelRegistry(ConfigurableResource):
         """The configured generator, behind the generation cache when one is configured."""
         from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 
-        backend = self._backend(spec)
+        # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
+        backend = self._backend(spec, show_progress=self.show_progress and not self.generation_cache)
         if not self.generation_cache:
             return backend
         return _memo(
@@ -72,79 +72,27 @@ class ModelRegistry(ConfigurableResource):
             ),
         )
 
-    def _backend(self, spec: GeneratorConfig):
-        from ragutil_dagster.models.generation import HFGenerator
+    def _placement(self, show_progress: bool) -> Placement:
+        return Placement(self._device(), self.generation_batch_rows, show_progress)
 
-        # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
-        show_progress = self.show_progress and not self.generation_cache
-        if spec.backend == "openai":
-            return self._server_generator(spec, show_progress)
-        ref = resolve(spec.model, spec.revision)
-        if spec.backend == "vllm":
-            from ragutil_dagster.models.vllm_backend import VLLMGenerator
-
-            engine = spec.engine.model_dump()
-            return _memo(
-                ("vllm", ref.identity, str(ref.path), spec.use_chat_template, tuple(sorted(engine.items()))),
-                lambda: VLLMGenerator(
-                    ref, use_chat_template=spec.use_chat_template,
-                    trust_remote_code=spec.trust_remote_code, show_progress=show_progress, **engine,
-                ),
-            )
+    def _backend(self, spec: GeneratorConfig, show_progress: bool):
+        """The generator as the backend registry builds it, once per process for the same config,
+        local copy and placement."""
+        backend, config = registered(spec)
+        ref = local_copy(spec, backend)
+        placement = self._placement(show_progress)
+        copy = (ref.identity, str(ref.path)) if ref else None
         return _memo(
-            ("hf", ref.identity, str(ref.path), self.device, spec.dtype, spec.use_chat_template,
-             self.generation_batch_rows),
-            lambda: HFGenerator(
-                ref, device=self._device(), dtype=spec.dtype, use_chat_template=spec.use_chat_template,
-                trust_remote_code=spec.trust_remote_code, max_batch_rows=self.generation_batch_rows,
-                show_progress=show_progress,
-            ),
-        )
-
-    def _server_generator(self, spec: GeneratorConfig, show_progress: bool):
-        """The generator behind OpenAI-compatible servers; the local copy of ``model``, when one
-        resolves here, gives the tokenizer and the identity (else the servers are asked)."""
-        from ragutil_dagster.errors import ModelUnavailableError
-        from ragutil_dagster.models.openai_backend import OpenAIGenerator
-
-        server = spec.server
-        try:
-            ref = resolve(spec.model, spec.revision)
-            tokenizer, identity = str(ref.path), ref.identity
-        except ModelUnavailableError:
-            tokenizer = identity = None
-        return _memo(
-            ("openai", spec.model_dump_json(), identity),
-            lambda: OpenAIGenerator(
-                server.base_url, server.served_model or spec.model, identity=identity,
-                tokenizer=tokenizer, use_chat_template=spec.use_chat_template,
-                api_key_env=server.api_key_env,
-                prompt_logprob_metrics=TOKEN_SCORED_METRICS,
-                max_concurrency=server.max_concurrency, timeout=server.timeout_seconds,
-                max_retries=server.max_retries, reprobe_seconds=server.reprobe_seconds,
-                show_progress=show_progress,
-            ),
+            ("generator", config.model_dump_json(), copy, placement),
+            lambda: backend.generator(config, ref, placement),
         )
 
     def scorer(self, spec: GeneratorConfig):
-        """A token scorer on the generator's own weights and prompt formatting: the HF model the
-        HF backend loaded, the vLLM engine's prompt log-probs, or the servers' echoed log-probs —
-        never a second copy of the model beside an engine."""
-        from ragutil_dagster.models.generation import HFGenerator
-
-        generator = self._backend(spec)
-        if spec.backend == "vllm":
-            from ragutil_dagster.models.vllm_backend import VLLMTokenScorer
-
-            return _memo(("scorer", id(generator)), lambda: VLLMTokenScorer(generator))
-        if spec.backend == "openai":
-            from ragutil_dagster.models.openai_backend import OpenAITokenScorer
-
-            return _memo(("scorer", id(generator)), lambda: OpenAITokenScorer(generator))
-        from ragutil_dagster.models.scoring import TokenScorer
-
-        assert isinstance(generator, HFGenerator)
-        return _memo(("scorer", id(generator)), lambda: TokenScorer(generator.lm, show_progress=self.show_progress))
+        """A token scorer on the generator's own weights and prompt formatting, as its backend
+        builds it (models/backends.py) — never a second copy of the model beside an engine."""
+        backend, _ = registered(spec)
+        generator = self._backend(spec, show_progress=self.show_progress and not self.generation_cache)
+        return _memo(("scorer", id(generator)), lambda: backend.scorer(generator, self._placement(self.show_progress)))
 
     def entailment(self, spec: NliConfig):
         from ragutil_dagster.models.entailment import Entailment, LexicalJudge

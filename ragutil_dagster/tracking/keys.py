@@ -38,6 +38,9 @@ class ModelIdentities:
     nli: str
     embedder: str | None = None
     reranker: str | None = None
+    # The dtype the generator ran in, as its generations step recorded it; None where the backend
+    # reports none (a server's dtype is part of its fingerprint in the generator's settings).
+    generator_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class PartitionRun:
             "generator_revision": generator.revision or "none",
             "generator_identity": self.identities.generator,
             "generator_backend": generator.backend,
-            "generator_dtype": generator.engine.dtype if generator.backend == "vllm" else "auto",
+            "generator_dtype": self.identities.generator_dtype or "none",
             **{f"{library}_version": version for library, version in library_versions().items()},
             "nli_model": experiment.nli.model,
             "nli_revision": experiment.nli.revision or "none",

@@ -41,6 +41,8 @@ UPSTREAM_FIGURES = {
     "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup"),
 }
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
+GENERATOR_DTYPE = "generator_dtype"
+"""The metadata entry where the generation steps record the dtype their generator ran in."""
 
 
 class ModelIdentityResolver(Protocol):
@@ -54,9 +56,12 @@ def partition_identities(
     setting: Setting,
     samples: pl.DataFrame,
     models: ModelIdentityResolver,
+    instance: dg.DagsterInstance,
+    generations_partition: str,
 ) -> ModelIdentities:
     """The identity of every model behind a partition: the generator's as recorded in its sample
-    rows (what actually generated them), the NLI model's, and the embedder's / reranker's."""
+    rows (what actually generated them) and its dtype as the generations step recorded it
+    (``generations_partition``), the NLI model's, and the embedder's / reranker's."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
         raise ValueError(
@@ -69,7 +74,17 @@ def partition_identities(
         nli=models.identity(experiment.nli.model, experiment.nli.revision),
         embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
+        generator_dtype=recorded_text(instance, "generations", generations_partition, GENERATOR_DTYPE),
     )
+
+
+def recorded_text(instance: dg.DagsterInstance, asset: str, partition: str, name: str) -> str | None:
+    """The text metadata entry ``name`` of the latest materialisation of ``asset``'s ``partition``."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1,
+    ).records
+    entry = records[0].asset_materialization.metadata.get(name) if records else None
+    return entry.value if isinstance(entry, dg.TextMetadataValue) else None
 
 
 def off_world_tags(experiment: ExperimentConfig, setting: Setting, generator: str) -> dict[str, str]:

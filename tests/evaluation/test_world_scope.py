@@ -87,3 +87,25 @@ def test_dagster_metadata_and_mlflow_tag_carry_the_warning(
     runs = [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])
             if run.data.tags.get("ragutil.kind") == "partition"]
     assert runs and all("embedded:reader" in run.data.tags[OFF_WORLD_TAG] for run in runs)
+
+
+def test_the_readers_negative_delta_seper_with_several_passages_is_explained_once() -> None:
+    import polars as pl
+
+    from ragutil_dagster.evaluation.world_scope import READER_LIMIT_DOCS, known_causes
+
+    experiment = parse_config({
+        "name": "demo", "datasets": [{"name": "world", "format": "synthetic"}],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}, {"name": "dense", "kind": "dense", "model": "m"}],
+        "k": [1, 5], "nli": {"model": "embedded:world-nli"},
+        "generators": [{"name": "reader", "model": "embedded:reader"}, {"name": "lm", "model": "other"}],
+    })
+    summary = pl.DataFrame({
+        "generator": ["reader", "reader", "reader", "lm"], "k": [1, 5, 5, 5],
+        "delta_seper_s": [-0.1, -0.3, -0.4, -0.2],
+    })
+    assert known_causes(experiment, summary) == [
+        f"ΔSePer_S < 0 at k = 5 (reader): the embedded reader reads one passage well and several "
+        f"poorly, as expected ({READER_LIMIT_DOCS})."
+    ]
+    assert known_causes(experiment, summary.with_columns(pl.col("delta_seper_s").abs())) == []

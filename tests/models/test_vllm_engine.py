@@ -10,8 +10,9 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
+from ragutil_dagster.config import EngineConfig, GeneratorConfig
 from ragutil_dagster.errors import UserError
-from ragutil_dagster.models.backends import build_generator
+from ragutil_dagster.models.backends import Placement, build_generator
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import (
     EngineSettings,
@@ -45,13 +46,13 @@ def _long_prompts(count: int) -> list[str]:
     return [f"Passage {i}: {PARAGRAPH * 2}\nQuestion {i}: who was Rollo? Answer:" for i in range(count)]
 
 
-def _same_engine_generator(generator: VLLMGenerator, **changes: object) -> VLLMGenerator:
+def _same_engine_generator(generator: VLLMGenerator, **keys: object) -> VLLMGenerator:
     """Another generator of the same model and engine settings (so on the same engine), built
-    the way an experiment config builds one."""
+    the way an experiment config builds one: by the backend registry from a generator config."""
     settings = asdict(generator.engine_settings)
-    settings.pop("model_path")
-    extra = dict(settings.pop("extra"))
-    return build_generator("vllm", generator.ref, show_progress=False, **settings, **extra, **changes)
+    engine = {key: settings[key] for key in EngineConfig.model_fields}
+    spec = GeneratorConfig(name="same-engine", model=str(generator.ref.path), backend="vllm", engine=engine, **keys)
+    return build_generator(spec, Placement(device=None, batch_rows=1, show_progress=False))
 
 
 def test_engine_arguments_from_settings() -> None:
