@@ -21,8 +21,8 @@ SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
 def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
     """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
     reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
-    when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 4 min) when
-    the config names it."""
+    when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 10 min of 2
+    cores) when the config names it."""
     from ragutil_dagster.embedded import layout
     from ragutil_dagster.embedded.answer_nli import RECORD_NAME
     from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
@@ -53,7 +53,8 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
 
 
 def ensure_answer_nli(progress: bool = True) -> None:
-    """Train the answer NLI ``embedded:nli`` into ``$RAGUTIL_HOME`` unless it is there (≈ 4 min)."""
+    """Train the answer NLI ``embedded:nli`` into ``$RAGUTIL_HOME`` unless it is there (≈ 10 min
+    of 2 cores)."""
     from ragutil_dagster.embedded import layout
     from ragutil_dagster.embedded.answer_nli import is_trained, train_answer_nli
 
