@@ -253,7 +253,6 @@ class Workload:
             self.data.corpus,
             self.runs[setting],
             self.data.qrels,
-            self.k,
             self.prompts,
         )
         return table.filter(pl.col("condition").is_in(CONDITIONS))

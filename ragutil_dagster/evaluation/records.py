@@ -45,7 +45,7 @@ def score_records(
     no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
     budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
     with_context = context_prompts(
-        records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts, budget
+        records.queries, records.corpus, records.run, no_qrels, prompts, budget
     )
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
@@ -56,7 +56,7 @@ def score_records(
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
     per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens).iter_rows(named=True)}
-    documents = document_scores(groups, records.queries, records.run, records.max_contexts)
+    documents = document_scores(groups, records.queries, records.run)
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
         per_context.setdefault(row["query_id"], []).append(

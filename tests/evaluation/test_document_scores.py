@@ -63,7 +63,7 @@ CASES = {
 
 def test_documents_carry_every_erag_label_and_delta_seper() -> None:
     groups, queries, run = tables(CASES)
-    documents = document_scores(groups, queries, run, k=3)
+    documents = document_scores(groups, queries, run)
     rows = {r["doc_id"]: r for r in documents.iter_rows(named=True)}
     # EM, has_answer and token F1 of each document's own answer (eRAG eq. 1).
     assert [rows[d]["erag_label"] for d in ("q1-d1", "q1-d2", "q1-d3", "q2-d1", "q2-d2")] == [1, 0, 0, 0, 1]
@@ -80,7 +80,7 @@ def test_documents_carry_every_erag_label_and_delta_seper() -> None:
 
 def test_summary_aggregates_the_configured_erag_label() -> None:
     groups, queries, run = tables(CASES)
-    documents = document_scores(groups, queries, run, k=3)
+    documents = document_scores(groups, queries, run)
     per_query = query_scores(groups, queries).with_columns(
         pl.lit(None, pl.Boolean).alias("answer_loose_oracle"), pl.lit(False).alias("answer_loose_rag")
     )
@@ -124,7 +124,7 @@ document_cases = st.tuples(
 @given(st.dictionaries(st.sampled_from(["q1", "q2", "q3"]), document_cases, min_size=1))
 def test_documents_table_equals_the_reference_functions(cases) -> None:
     groups, queries, run = tables(cases)
-    documents = document_scores(groups, queries, run, k=4)
+    documents = document_scores(groups, queries, run)
     golds = {qid: case[0] for qid, case in cases.items()}
     outputs = {qid: {f"{qid}-d{r}": doc[2] for r, doc in enumerate(case[2], start=1)} for qid, case in cases.items()}
     for metric, column in ERAG_LABEL_COLUMNS.items():
