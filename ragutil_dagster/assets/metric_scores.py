@@ -152,7 +152,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             candidates_path = store.write_table("candidate_scores", partition, utility.candidates)
             correlations_path = store.write_table("retrieval_correlations", partition, correlations)
             path = store.write_table("metric_scores", partition, validate_scores("metric_scores", per_query))
-            store.write_json("metric_scores", partition, "summary", summary)
+            store.write_json("metric_scores", partition, "summary", catalog.validate_summary(summary))
             scoring_seconds = time.perf_counter() - start
             costs = cost_metrics(context.instance, {
                 "closed_book_generations": parts.closed_book_partition(partition),
