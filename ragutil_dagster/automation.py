@@ -47,20 +47,23 @@ _MODEL_KIND = {"generator": "generator", "nli": "nli", "retriever": "embedder", 
 
 
 def _downstream_partitions(graph: AssetGraph, role: str) -> dict[dg.AssetKey, set[str]]:
-    """The partitions of every asset of ``graph`` that reads, directly or through its parents, the model of
-    inventory key ``role``: from the model's partition of its identity source asset (a
-    generator's, a dense retriever's; the NLI model and the reranker serve all), through each
-    dependency's declared partition mapping."""
+    """The partitions of every partitioned asset of ``graph`` that reads, directly or through its
+    parents, the model of inventory key ``role``: from the model's partition of its identity
+    source asset (a generator's, a dense retriever's; the NLI model and the reranker serve all),
+    through each dependency's declared partition mapping."""
     kind, _, name = role.partition(":")
     frontier: list[tuple[dg.AssetKey, str | None]] = [(model_asset_key(_MODEL_KIND[kind]), name or None)]
-    reached: dict[dg.AssetKey, set[str]] = {}
+    seen: set[tuple[dg.AssetKey, str | None]] = set()
     while frontier:
         for child in graph.get_children_partitions(*frontier.pop()):
-            partitions = reached.setdefault(child.asset_key, set())
-            partition = None if child.partition_key is None else str(child.partition_key)
-            if partition is None or partition not in partitions:
-                partitions.update([partition] if partition is not None else [])
-                frontier.append((child.asset_key, partition))
+            node = (child.asset_key, None if child.partition_key is None else str(child.partition_key))
+            if node not in seen:
+                seen.add(node)
+                frontier.append(node)
+    reached: dict[dg.AssetKey, set[str]] = {}
+    for key, partition in seen:
+        if partition is not None:
+            reached.setdefault(key, set()).add(partition)
     return reached
 
 
@@ -83,9 +86,7 @@ def affected_runs(
         affected = _downstream_partitions(graph, role)
         groups: dict[object, list[dg.AssetKey]] = {}
         for key in sorted(affected, key=lambda k: k.to_user_string()):
-            partitions = by_key[key].partitions_def
-            if partitions is not None:
-                groups.setdefault(id(partitions), []).append(key)
+            groups.setdefault(id(by_key[key].partitions_def), []).append(key)
         for keys in groups.values():
             for partition in map(str, by_key[keys[0]].partitions_def.get_partition_keys()):
                 if names := tuple(k.to_user_string() for k in keys if partition in affected[k]):
