@@ -230,8 +230,7 @@ def measured(
 @dataclass(frozen=True)
 class Workload:
     data: QADataset
-    runs: dict[str, pl.DataFrame]
-    k: int
+    runs: dict[str, pl.DataFrame]  # each setting's top k
     sampling: SamplingConfig
     prompts: PromptConfig
     seed: int
@@ -244,7 +243,7 @@ class Workload:
             self.data.name, queries, self.data.corpus, self.data.qrels.filter(keep), None
         )
         runs = {name: run.filter(keep) for name, run in self.runs.items()}
-        return Workload(data, runs, self.k, self.sampling, self.prompts, self.seed)
+        return Workload(data, runs, self.sampling, self.prompts, self.seed)
 
     def context(self, setting: str) -> pl.DataFrame:
         """The ``rag`` and ``per_doc`` prompts of a setting (no oracle: not part of ΔSePer)."""
@@ -253,7 +252,6 @@ class Workload:
             self.data.corpus,
             self.runs[setting],
             self.data.qrels,
-            self.k,
             self.prompts,
         )
         return table.filter(pl.col("condition").is_in(CONDITIONS))
@@ -275,13 +273,13 @@ def build_workload(args: argparse.Namespace) -> Workload:
     }
     # ΔSePer alone, as the authors compute it: no greedy label answers beside the samples.
     sampling = SamplingConfig(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely")
-    return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
+    return Workload(data, runs, sampling, PromptConfig(), args.seed)
 
 
 def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Workload) -> None:
     """ΔSePer_S / _H per query (rag − closed book) and per document (passage alone − closed book)."""
     per_query = query_scores(groups, work.data.queries)
-    per_doc = document_scores(groups, work.data.queries, work.runs[setting], work.k)
+    per_doc = document_scores(groups, work.data.queries, work.runs[setting])
     for kernel in ("s", "h"):
         column = f"delta_seper_{kernel}"
         phase.deltas[(setting, "rag", kernel)] = dict(
@@ -605,7 +603,7 @@ def build_real_workload(args: argparse.Namespace, scratch: Path) -> Workload:
     sampling = SamplingConfig(
         n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely"
     )
-    return Workload(data, runs, args.k, sampling, PromptConfig(), args.seed)
+    return Workload(data, runs, sampling, PromptConfig(), args.seed)
 
 
 def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
@@ -734,7 +732,7 @@ def main_real(args: argparse.Namespace) -> None:
             phases[label] = measured(label, lm, questions, reference_path(work, lm, nli_plain))
         prompts = context_prompts(
             work.data.queries, work.data.corpus, next(iter(work.runs.values())),
-            work.data.qrels, work.k, work.prompts,
+            work.data.qrels, work.prompts,
         )["prompt"].to_list()
         context = float(np.mean([len(ids) for ids in lms["bfloat16"].encode_prompts(prompts)]))
         roofline["gflop_per_generated_token"] = flops_per_token(lms["bfloat16"], context) / 1e9

@@ -18,16 +18,11 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 import dagster as dg
+from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.assets.model_identities import observed_identity
-from ragutil_dagster.config import (
-    KEY_SEPARATOR,
-    ExperimentConfig,
-    Setting,
-    parse_embedding_partition_key,
-    parse_index_partition_key,
-)
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.resources.models import ModelRegistry
 
 
@@ -46,61 +41,56 @@ def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | 
     return models
 
 
-def _partition_matches(role: str, key: str | dg.MultiPartitionKey, experiment: ExperimentConfig) -> bool:
-    """Whether an asset partition depends on the model of inventory key ``role``."""
-    kind, _, name = role.partition(":")
-    dims = key.keys_by_dimension if isinstance(key, dg.MultiPartitionKey) else _static_dimension(key)
-    if kind == "generator":
-        return dims.get("generator") == name
-    if kind == "retriever":
-        if "setting" in dims:  # a hybrid's settings search the indexes of the retrievers it fuses
-            searched = experiment.searched_indexes(Setting.parse(dims["setting"]))
-            return any(parse_index_partition_key(index)[1] == name for index in searched)
-        if "index" in dims:
-            return parse_index_partition_key(dims["index"])[1] == name
-    return True  # the NLI model and the reranker serve every partition that reads them
-
-
-def _static_dimension(key: str) -> dict[str, str]:
-    """A single partition key by what it names: an embedding shard (by its index: both use the
-    same embedder), a setting, an index or a dataset (names never contain the separator, so the
-    number of parts tells the last three apart)."""
-    if shard := parse_embedding_partition_key(key):
-        return {"index": shard[0]}
-    parts = key.count(KEY_SEPARATOR) + 1
-    return {"setting": key} if parts >= 3 else {"index": key} if parts == 2 else {"dataset": key}
-
-
 # Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``) → the kind of
 # model-identity source asset it is observed as.
 _MODEL_KIND = {"generator": "generator", "nli": "nli", "retriever": "embedder", "reranker": "reranker"}
 
 
+def _downstream_partitions(graph: AssetGraph, role: str) -> dict[dg.AssetKey, set[str]]:
+    """The partitions of every partitioned asset of ``graph`` that reads, directly or through its
+    parents, the model of inventory key ``role``: from the model's partition of its identity
+    source asset (a generator's, a dense retriever's; the NLI model and the reranker serve all),
+    through each dependency's declared partition mapping."""
+    kind, _, name = role.partition(":")
+    frontier: list[tuple[dg.AssetKey, str | None]] = [(model_asset_key(_MODEL_KIND[kind]), name or None)]
+    seen: set[tuple[dg.AssetKey, str | None]] = set()
+    while frontier:
+        for child in graph.get_children_partitions(*frontier.pop()):
+            node = (child.asset_key, None if child.partition_key is None else str(child.partition_key))
+            if node not in seen:
+                seen.add(node)
+                frontier.append(node)
+    reached: dict[dg.AssetKey, set[str]] = {}
+    for key, partition in seen:
+        if partition is not None:
+            reached.setdefault(key, set()).add(partition)
+    return reached
+
+
 def affected_runs(
-    changed: Iterable[str], assets: Sequence[dg.AssetsDefinition | dg.SourceAsset], experiment: ExperimentConfig
+    changed: Iterable[str], assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]
 ) -> list[dg.RunRequest]:
     """The runs a change of the models in ``changed`` (inventory keys) calls for, read off the
-    asset graph: everything downstream of that model's identity source asset, in the partitions
-    that depend on that model — one run per partition key for the assets sharing a
-    partitioning. Unpartitioned assets (reports) are left to the next full run: they would race
-    the partition runs they summarise."""
+    asset graph: the partitions downstream of that model's partition of its identity source
+    asset — one run per partition key for the assets sharing a partitioning. Unpartitioned
+    assets (reports) are left to the next full run: they would race the partition runs they
+    summarise."""
     by_key = {  # declaration order
         spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
     }
+    # The graph AssetSelection.resolve builds; Definitions.resolve_asset_graph would also ask for
+    # the resources, which the graph's partition mappings do not need.
+    graph = AssetGraph.from_assets(list(assets))
     requests: dict[tuple[tuple[str, ...], str], set[str]] = {}
     for role in sorted(set(changed)):
-        source = model_asset_key(_MODEL_KIND[role.partition(":")[0]])
-        affected = dg.AssetSelection.assets(source).downstream().resolve(list(assets)) - {source}
+        affected = _downstream_partitions(graph, role)
         groups: dict[object, list[dg.AssetKey]] = {}
         for key in sorted(affected, key=lambda k: k.to_user_string()):
-            partitions = by_key[key].partitions_def
-            if partitions is not None:
-                groups.setdefault(id(partitions), []).append(key)
+            groups.setdefault(id(by_key[key].partitions_def), []).append(key)
         for keys in groups.values():
-            names = tuple(k.to_user_string() for k in keys)
-            for partition in by_key[keys[0]].partitions_def.get_partition_keys():
-                if _partition_matches(role, partition, experiment):
-                    requests.setdefault((names, str(partition)), set()).add(role)
+            for partition in map(str, by_key[keys[0]].partitions_def.get_partition_keys()):
+                if names := tuple(k.to_user_string() for k in keys if partition in affected[k]):
+                    requests.setdefault((names, partition), set()).add(role)
     return [
         dg.RunRequest(
             asset_selection=[dg.AssetKey(name) for name in names], partition_key=partition,
@@ -133,7 +123,7 @@ def build_model_sensor(
         changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]
         for role in changed:
             context.log.info(f"{role}: identity {seen.get(role)} → {now[role]}")
-        return dg.SensorResult(run_requests=affected_runs(changed, assets, experiment), cursor=json.dumps(now, sort_keys=True))
+        return dg.SensorResult(run_requests=affected_runs(changed, assets), cursor=json.dumps(now, sort_keys=True))
 
     return model_identity_sensor
 

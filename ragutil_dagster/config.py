@@ -587,13 +587,12 @@ def embedding_partition_key(index_key: str, shard: int, shards: int) -> str:
     return f"{index_key}{KEY_SEPARATOR}{embedding_shard_name(shard, shards)}"
 
 
-def parse_embedding_partition_key(key: str) -> tuple[str, int, int] | None:
-    """(index key, shard, shards) of an embedding shard's partition key; None for any other key
-    (a setting key's third part is ``k<N>``, never a shard name)."""
+def parse_embedding_partition_key(key: str) -> tuple[str, int, int]:
+    """(index key, shard, shards) of an embedding shard's partition key."""
     index_key, _, last = key.rpartition(KEY_SEPARATOR)
     found = _EMBEDDING_SHARD.fullmatch(last)
     if not found or index_key.count(KEY_SEPARATOR) != 1:
-        return None
+        raise ValueError(f"not an embedding shard's partition key: {key!r} (expected dataset__retriever__shard-<i>-of-<n>)")
     return index_key, int(found[1]), int(found[2])
 
 
@@ -608,15 +607,10 @@ class Setting:
 
     @property
     def key(self) -> str:
+        """Its partition key; a key is turned back into its setting by looking it up among the
+        configured ones (``ExperimentConfig.setting``), never by parsing."""
         parts = [self.dataset, self.retriever, f"k{self.k}"]
         return KEY_SEPARATOR.join(parts + ([self.reranker] if self.reranker else []))
-
-    @classmethod
-    def parse(cls, key: str) -> Setting:
-        parts = key.split(KEY_SEPARATOR)
-        if len(parts) not in (3, 4) or not re.fullmatch(r"k\d+", parts[2]):
-            raise ValueError(f"not a setting key: {key!r} (expected dataset__retriever__k<N>[__reranker])")
-        return cls(parts[0], parts[1], int(parts[2][1:]), parts[3] if len(parts) == 4 else None)
 
 
 def _model_in(annotation: object) -> type[BaseModel] | None:

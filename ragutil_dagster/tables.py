@@ -27,6 +27,8 @@ QA_QUERY_SCHEMA: dict[str, pl.DataType] = {
     "question": pl.String(),
     "answers": pl.List(pl.String()),
 }
+# What a QA dataset may add per question (the synthetic world gives all three).
+QA_QUERY_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}
 
 # --- retrieval runs (retrieval/) ---------------------------------------------------------------
 RUN_SCHEMA: dict[str, pl.DataType] = {
@@ -103,6 +105,53 @@ NLI_SCHEMA: dict[str, pl.DataType] = {
     "p_entailment": pl.Float64,
 }
 
+# --- score tables: metric_scores, document_scores, group_scores (evaluation/scoring.py) ---------
+# Per SePer group (GROUP_KEYS): SePer_S/H, semantic entropy and the number of its clusters, mean
+# EM / F1 / has_answer over the N samples, the token baselines of SePer Table 2, and the judged
+# answer (greedy, else the most likely sample) with its correctness.
+GROUP_SCORE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
+    "seper_s": pl.Float64, "seper_h": pl.Float64, "semantic_entropy": pl.Float64, "n_clusters": pl.Int32,
+    "em": pl.Float64, "f1": pl.Float64, "has_answer": pl.Float64, "perplexity": pl.Float64, "entropy": pl.Float64,
+    "answer": pl.String, "answer_em": pl.Boolean, "answer_has": pl.Boolean, "answer_loose": pl.Boolean,
+}
+# The group columns a query's table carries once per condition: ``<column>_closed`` (closed book)
+# and ``<column>_rag`` (the top k together).
+QUERY_CONDITION_COLUMNS = (
+    "seper_s", "seper_h", "semantic_entropy", "em", "f1", "has_answer", "perplexity", "entropy", "answer",
+    "answer_has", "answer_loose",
+)
+QUERY_CONDITIONS = {"closed_book": "closed", "rag": "rag"}  # condition → its column suffix
+# Per query (metric_scores' table): the two conditions' group columns, MIRAGE's oracle
+# correctness (null without an oracle) and ΔSePer_S/H (SePer eq. 11).
+QUERY_SCORE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String,
+    **{f"{column}_{suffix}": GROUP_SCORE_SCHEMA[column] for suffix in QUERY_CONDITIONS.values()
+       for column in QUERY_CONDITION_COLUMNS},
+    "answer_loose_oracle": pl.Boolean, "delta_seper_s": pl.Float64, "delta_seper_h": pl.Float64,
+}
+# ... with the dataset's optional question fields, and ConSens where it was computed.
+QUERY_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {**QA_QUERY_OPTIONAL_SCHEMA, "consens": pl.Float64}
+# Per retrieved document (its per_doc group): ΔSePer alone, its eRAG labels (eq. 1: EM, the
+# paper's metric for QA, in ``erag_label``; has_answer and token F1 beside it) and gold utility
+# (LLM-specific utility eq. 1).
+DOCUMENT_SCORE_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "rank": pl.Int32, "delta_seper_s": pl.Float64,
+    "delta_seper_h": pl.Float64, "erag_label": pl.Int32, "erag_label_has_answer": pl.Int32,
+    "erag_label_token_f1": pl.Float64, "gold_utility": pl.Boolean,
+}
+# ... with the utility signals of the document, and its ground-truth utility where the dataset has one.
+DOCUMENT_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
+    **{name: dtype for name, dtype in SIGNAL_SCHEMA.items() if name not in ("query_id", "doc_id")},
+    "true_utility": pl.Float64,
+}
+# Each score table by its asset: the columns it always has, and those it may have.
+SCORE_SCHEMAS: dict[str, tuple[dict[str, pl.DataType], dict[str, pl.DataType]]] = {
+    "group_scores": (GROUP_SCORE_SCHEMA, {}),
+    "metric_scores": (QUERY_SCORE_SCHEMA, QUERY_SCORE_OPTIONAL_SCHEMA),
+    "document_scores": (DOCUMENT_SCORE_SCHEMA, DOCUMENT_SCORE_OPTIONAL_SCHEMA),
+}
+
 # --- retrieval evaluation: MIRAGE Table 2 and oracle, eRAG Table 1 / Figure 1 -----------------
 # One row per retriever: means over the queries with a positive (metrics/mirage.retriever_metrics).
 MIRAGE_RETRIEVAL_SCHEMA: dict[str, pl.DataType] = {
@@ -168,6 +217,7 @@ CORPUS_RECORD = "corpus_record"  # corpus, setting_queries (JSON): data.corpus.c
 PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown in the metadata
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
 VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
+RETRIEVER_SUMMARY = "retriever_summary"  # retrieval_run (JSON): MIRAGE Table 2 numbers, read by metric_scores
 
 
 def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:
@@ -187,3 +237,20 @@ def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits:
         tbl_width_chars=65_000,
     ):
         return str(frame)
+
+
+def validate_scores(table: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` unchanged when it keeps the schema of score table ``table`` (``SCORE_SCHEMAS``):
+    every column it always has, others only among those it may have, each of its declared dtype;
+    else a ValueError naming every breach."""
+    schema, optional = SCORE_SCHEMAS[table]
+    declared = {**schema, **optional}
+    problems = [f"missing column {name!r}" for name in schema if name not in frame.columns]
+    problems += [f"undeclared column {name!r}" for name in frame.columns if name not in declared]
+    problems += [
+        f"column {name!r} is {dtype}, declared {declared[name]}"
+        for name, dtype in frame.schema.items() if name in declared and dtype != declared[name]
+    ]
+    if problems:
+        raise ValueError(f"{table} breaks its schema (tables.py): " + "; ".join(problems))
+    return frame

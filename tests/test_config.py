@@ -26,7 +26,7 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
     config = parse_config(with_changes(reranker={"name": "bge", "model": "BAAI/bge-reranker-large"}))
     assert config.k == [1, 5]
     assert [s.key for s in config.settings()] == ["world__bm25__k1__bge", "world__bm25__k5__bge"]
-    assert Setting.parse("world__bm25__k5__bge") == Setting("world", "bm25", 5, "bge")
+    assert config.setting("world__bm25__k5__bge") == Setting("world", "bm25", 5, "bge")
     assert config.sampling.n == 10 and config.sampling.temperature == 1.0
 
 
@@ -37,7 +37,8 @@ def test_embedding_shard_keys_name_their_index() -> None:
     assert config.embedding_partitions() == {"world__e5": ["world__e5__shard-1-of-2", "world__e5__shard-2-of-2"]}
     assert parse_embedding_partition_key("world__e5__shard-2-of-2") == ("world__e5", 2, 2)
     for other in ("world", "world__e5", "world__e5__k5", "world__e5__k5__shard-1-of-2"):
-        assert parse_embedding_partition_key(other) is None
+        with pytest.raises(ValueError, match="not an embedding shard"):
+            parse_embedding_partition_key(other)
 
 
 @pytest.mark.parametrize(

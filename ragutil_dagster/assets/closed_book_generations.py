@@ -31,9 +31,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def closed_book_generations(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
     ) -> dg.MaterializeResult:
-        queries = store.read_table("queries", dimension(context, "dataset"))
+        dataset = dimension(context, "dataset")
+        queries = store.read_table("queries", dataset)
         prompts = closed_book_prompts(queries, experiment.prompts, prompt_budget(context, models, experiment))
-        _, result = sample_and_store(context, store, models, experiment, prompts, "closed_book_generations")
+        _, result = sample_and_store(context, store, models, experiment, prompts, "closed_book_generations", dataset)
         return result
 
     return closed_book_generations

@@ -10,28 +10,23 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
-from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import Setting
+from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.evaluation.sampling import sampling_mismatch
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 
 
-def closed_book_partition(context: dg.AssetExecutionContext, setting: Setting) -> str:
-    return str(dg.MultiPartitionKey({"dataset": setting.dataset, "generator": dimension(context, "generator")}))
-
-
-def all_generations(store: ArtifactStore, context: dg.AssetExecutionContext, setting: Setting) -> pl.DataFrame:
-    """Closed-book and context samples of this setting × generator, as one table. Both must come
-    from the same model and sampling settings: after a model or config change, scoring waits for
-    both to be re-sampled."""
-    closed = store.read_table("closed_book_generations", closed_book_partition(context, setting))
-    with_context = store.read_table("generations", context.partition_key)
+def all_generations(store: ArtifactStore, parts: Partitions, partition: str) -> pl.DataFrame:
+    """Closed-book and context samples of setting × generator ``partition``, as one table. Both
+    must come from the same model and sampling settings: after a model or config change, scoring
+    waits for both to be re-sampled."""
+    closed = store.read_table("closed_book_generations", parts.closed_book_partition(partition))
+    with_context = store.read_table("generations", partition)
     mismatch = sampling_mismatch(closed, with_context)
     if mismatch is not None:
         raise RuntimeError(
-            f"{context.partition_key}: closed-book and context samples were drawn differently ({mismatch}); "
+            f"{partition}: closed-book and context samples were drawn differently ({mismatch}); "
             f"materialise closed_book_generations and generations for this generator first"
         )
     return pl.concat([closed, with_context])
@@ -56,9 +51,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ),
     )
     def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
-        setting = Setting.parse(dimension(context, "setting"))
-        queries = store.read_table("setting_queries", setting.key)
-        samples = all_generations(store, context, setting)
+        queries = store.read_table("setting_queries", parts.setting_of(context).key)
+        samples = all_generations(store, parts, context.partition_key)
         nli_model = models.entailment(experiment.nli)
         start = time.perf_counter()
         nli = compute_nli(samples, queries, nli_model)

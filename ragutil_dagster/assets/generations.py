@@ -15,7 +15,7 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.evaluation.conditions import (
     PromptBudget,
     closed_book_prompts,
@@ -45,9 +45,10 @@ def sample_and_store(
     experiment: ExperimentConfig,
     prompts: pl.DataFrame,
     asset: str,
+    dataset: str,
 ) -> tuple[pl.DataFrame, dg.MaterializeResult]:
-    """Sample a prompt table with the partition's generator, store prompts and samples, and
-    return the sample rows with the materialisation's metadata and checks."""
+    """Sample a prompt table (of questions of ``dataset``) with the partition's generator, store
+    prompts and samples, and return the sample rows with the materialisation's metadata and checks."""
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
     start = time.perf_counter()
@@ -79,10 +80,8 @@ def sample_and_store(
         **side_table_metadata(PROMPTS, prompts, prompts_path),
         **side_table_metadata(ISSUES, issues, issues_path),
     })
-    keys = context.partition_key.keys_by_dimension
-    dataset = experiment.dataset(keys["dataset"] if "dataset" in keys else Setting.parse(keys["setting"]).dataset)
-    if off_world := off_world_models([spec.model], dataset):
-        metadata["off_world_warning"] = dg.MetadataValue.text(off_world_warning(off_world, f"dataset {dataset.name!r}"))
+    if off_world := off_world_models([spec.model], experiment.dataset(dataset)):
+        metadata["off_world_warning"] = dg.MetadataValue.text(off_world_warning(off_world, f"dataset {dataset!r}"))
         context.log.warning(metadata["off_world_warning"].value)
     if fitted.height:
         context.log.warning(
@@ -124,18 +123,18 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
     )
     def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
-        setting = Setting.parse(dimension(context, "setting"))
+        setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
         queries = store.read_table("setting_queries", setting.key)
         qrels = store.read_table("setting_queries", setting.key, QRELS)
         passages = store.read_table("retrieved_passages", setting.key)
         run = store.read_table("retrieval_run", setting.key)
         budget = prompt_budget(context, models, experiment)
-        prompts = context_prompts(queries, passages, run, qrels, setting.k, experiment.prompts, budget)
+        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget)
         if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
             prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
-        samples, result = sample_and_store(context, store, models, experiment, prompts, "generations")
+        samples, result = sample_and_store(context, store, models, experiment, prompts, "generations", setting.dataset)
         yield dg.MaterializeResult(asset_key="generations", metadata=result.metadata, check_results=result.check_results)
         start = time.perf_counter()
         all_prompts = pl.concat([

@@ -13,9 +13,8 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import check_result, step_tables, table_metadata
-from ragutil_dagster.assets.entailment_clusters import all_generations, closed_book_partition
+from ragutil_dagster.assets.entailment_clusters import all_generations
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.predictors import (
     answer_containment,
     retrieval_predictors_table,
@@ -25,7 +24,6 @@ from ragutil_dagster.evaluation.scoring import (
     document_scores,
     group_scores,
     query_scores,
-    retriever_summary,
     summarize,
     utility_scores,
 )
@@ -33,7 +31,7 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, markdown_table
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
 from ragutil_dagster.tracking.partition import (
@@ -108,11 +106,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def metric_scores(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
     ):
-        setting = Setting.parse(dimension(context, "setting"))
+        setting = parts.setting_of(context)
         generator = dimension(context, "generator")
         partition = context.partition_key
         start = time.perf_counter()
-        samples = all_generations(store, context, setting)
+        samples = all_generations(store, parts, partition)
         tracked = PartitionRun(experiment, setting, generator, partition_identities(
             experiment, setting, samples, models, context.instance, str(partition)))
         tags = {**dagster_tags(context.run.run_id, "metric_scores", str(partition)),
@@ -133,7 +131,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             retrieved = store.read_table("retrieval_run", setting.key)
             qrels = store.read_table("setting_queries", setting.key, QRELS)
             documents = document_scores(
-                groups, queries, retrieved, setting.k, store.read_table("utility_signals", partition), ground_truth,
+                groups, queries, retrieved, store.read_table("utility_signals", partition), ground_truth,
             )
             per_query = query_scores(groups, queries, store.read_table("consens", partition))
             utility = utility_scores(
@@ -143,22 +141,22 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             summary = {
                 **summarize(per_query, documents, setting.k, experiment.erag.label, utility),
-                **retriever_summary(retrieved, qrels, setting.k),
+                **store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
             }
             containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)
             correlations = retrieval_predictors_table(
                 per_query, documents, qrels, containment, setting.k, experiment.bootstrap_resamples, experiment.seed,
             )
             failpoint("scoring")
-            groups_path = store.write_table("group_scores", partition, groups)
-            documents_path = store.write_table("document_scores", partition, documents)
+            groups_path = store.write_table("group_scores", partition, validate_scores("group_scores", groups))
+            documents_path = store.write_table("document_scores", partition, validate_scores("document_scores", documents))
             candidates_path = store.write_table("candidate_scores", partition, utility.candidates)
             correlations_path = store.write_table("retrieval_correlations", partition, correlations)
-            path = store.write_table("metric_scores", partition, per_query)
-            store.write_json("metric_scores", partition, "summary", summary)
+            path = store.write_table("metric_scores", partition, validate_scores("metric_scores", per_query))
+            store.write_json("metric_scores", partition, "summary", catalog.validate_summary(summary))
             scoring_seconds = time.perf_counter() - start
             costs = cost_metrics(context.instance, {
-                "closed_book_generations": closed_book_partition(context, setting),
+                "closed_book_generations": parts.closed_book_partition(partition),
                 "generations": str(partition), "entailment_clusters": str(partition),
                 "consens": str(partition), "utility_generations": str(partition),
             }, samples, nli, scoring_seconds)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from ragutil_dagster.assets.common import model_asset_key
-from ragutil_dagster.config import ExperimentConfig, index_partition_key, parse_index_partition_key
+from ragutil_dagster.config import ExperimentConfig, Setting, index_partition_key, parse_index_partition_key
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,22 @@ class Partitions:
             "generator": dg.DimensionPartitionMapping("generator", dg.IdentityPartitionMapping()),
         })
 
+    # --- the partition an asset runs in, read through the mappings above ----------------------
+
+    def setting_of(self, context: dg.AssetExecutionContext) -> Setting:
+        """The configured setting of the current partition: a ``setting`` partition, or the
+        setting dimension of a setting × generator one."""
+        key = context.partition_key
+        return self.experiment.setting(key.keys_by_dimension["setting"] if isinstance(key, dg.MultiPartitionKey) else key)
+
+    def closed_book_partition(self, key: str) -> str:
+        """The dataset × generator partition of the closed-book samples that setting × generator
+        partition ``key`` reads: :meth:`dataset_generator_to_setting_generator`, inverted by Dagster."""
+        upstream = self.dataset_generator_to_setting_generator().get_upstream_mapped_partitions_result_for_partitions(
+            self.setting_generator.subset_with_partition_keys([str(key)]), self.setting_generator, self.dataset_generator
+        )
+        (partition,) = upstream.partitions_subset.get_partition_keys()
+        return str(partition)
 
     def dense_retrievers(self) -> dg.StaticPartitionsDefinition | None:
         """One partition per dense retriever (its embedder), or None without any."""

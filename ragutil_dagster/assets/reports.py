@@ -44,7 +44,7 @@ def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
     for key in parts.setting_generator.get_partition_keys():
         if store.has_json("metric_scores", str(key), "summary"):
             summary = store.read_json("metric_scores", str(key), "summary")
-            rows.append(summary_row(Setting.parse(key.keys_by_dimension["setting"]), key.keys_by_dimension["generator"], summary))
+            rows.append(summary_row(parts.experiment.setting(key.keys_by_dimension["setting"]), key.keys_by_dimension["generator"], summary))
     return _summary_frame(rows)
 
 

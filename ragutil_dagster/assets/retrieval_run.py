@@ -19,14 +19,13 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.index import load_searcher
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import Setting
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.scoring import retriever_summary
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
-from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, write_trec
-from ragutil_dagster.tables import CORPUS_RECORD, QRELS, UTILITY, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, top_k, write_trec
+from ragutil_dagster.tables import CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, VALIDITY_PASSAGES, markdown_table
 
 
 def write_setting_queries(
@@ -80,7 +79,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ),
     )
     def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
-        setting = Setting.parse(context.partition_key)
+        setting = parts.setting_of(context)
         retriever = experiment.retriever(setting.retriever)
         queries = store.read_table("queries", setting.dataset)
         qrels = store.read_table("queries", setting.dataset, QRELS)
@@ -100,8 +99,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             model = models.reranker(reranker.model, reranker.revision)
             ranking = rerank(ranking, query_table, corpus, model, top_n=depth, k=depth, name=f"{retriever.name}+{reranker.name}")
         seconds = time.perf_counter() - start
-        run = ranking.filter(pl.col("rank") <= setting.k)
-        candidates = ranking.filter(pl.col("rank") <= experiment.utility.candidates)
+        run = top_k(ranking, setting.k)
+        candidates = top_k(ranking, experiment.utility.candidates)
         path = store.write_table("retrieval_run", context.partition_key, run)
         with store.write_files("retrieval_run", context.partition_key, "trec") as directory:
             write_trec(run, directory / "run.trec", tag=context.partition_key)
@@ -114,8 +113,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata.update({name: dg.MetadataValue.float(float(v)) for name, v in headline.items()})
         metadata["search_seconds"] = dg.MetadataValue.float(seconds)
         metadata["ir_measures"] = dg.MetadataValue.md(markdown_table([headline]))
-        metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage_retrieval(run, qrels, k)))
-        metadata.update({name: dg.MetadataValue.float(v) for name, v in retriever_summary(run, qrels, k).items()})
+        mirage = mirage_retrieval(run, qrels, k)
+        metadata["mirage_retrieval"] = dg.MetadataValue.md(markdown_table(mirage))
+        summary = retriever_summary(mirage)
+        store.write_json("retrieval_run", context.partition_key, RETRIEVER_SUMMARY, summary)
+        metadata.update({name: dg.MetadataValue.float(v) for name, v in summary.items()})
         yield dg.MaterializeResult(asset_key="retrieval_run", metadata=metadata)
         path = store.write_table("utility_candidates", context.partition_key, candidates)
         yield dg.MaterializeResult(asset_key="utility_candidates", metadata=table_metadata(candidates, path))

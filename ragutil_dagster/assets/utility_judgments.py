@@ -14,7 +14,6 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.verbalized import judge_utility, parse_failures
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -42,7 +41,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ),
     )
     def utility_judgments(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
-        setting = Setting.parse(dimension(context, "setting"))
+        setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
         generator = models.generator(spec)
         scorer = models.scorer(spec)

@@ -16,7 +16,6 @@ import polars as pl
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, side_table_metadata, table_metadata
 from ragutil_dagster.assets.generations import prompt_budget
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.conditions import (
     VALIDITY_CONDITION,
     closed_book_prompts,
@@ -35,7 +34,7 @@ from ragutil_dagster.evaluation.validity import (
 )
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table, validate_scores
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
 from ragutil_dagster.tracking.partition import log_validity
 
@@ -65,7 +64,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
     def validity(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
     ) -> dg.MaterializeResult:
-        setting = Setting.parse(dimension(context, "setting"))
+        setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
         partition = context.partition_key
         start = time.perf_counter()
@@ -84,7 +83,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             store.read_table("setting_queries", setting.key, UTILITY)
             if store.has_table("setting_queries", setting.key, UTILITY) else None
         )
-        passages = passage_table(store.read_table("group_scores", partition), queries, judged, signals, ground_truth)
+        passages = passage_table(validate_scores("group_scores", store.read_table("group_scores", partition)), queries, judged, signals, ground_truth)
         table = validity_table(
             passages, measures(passages, signal_columns(signals)), experiment.bootstrap_resamples, experiment.seed
         )

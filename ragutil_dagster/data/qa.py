@@ -48,10 +48,9 @@ from ragutil_dagster.data.corpus import (
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.files import embedded_dir
-from ragutil_dagster.tables import QA_QUERY_SCHEMA, QRELS_SCHEMA
+from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QA_QUERY_SCHEMA, QRELS_SCHEMA
 
 QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)
-_OPTIONAL_FIELDS = {"type": pl.String, "known": pl.Boolean, "n_hops": pl.Int32}
 _UTILITY_OPTIONAL_FIELDS = {"role": pl.String, "hop": pl.Int64}
 # What a JSON value must be to fill a column of each type (bool is not an integer here).
 _JSON_TYPES = {pl.String: (str,), pl.Boolean: (bool,), pl.Int32: (int,), pl.Int64: (int,), pl.Float64: (int, float)}
@@ -114,7 +113,7 @@ def _typed_value(record: dict, field: str, dtype: type[pl.DataType], path: Path,
 
 
 def _read_answers(path: Path) -> pl.DataFrame:
-    rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in _OPTIONAL_FIELDS}
+    rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in QA_QUERY_OPTIONAL_SCHEMA}
     first_line: dict[str, int] = {}
     for number, record in jsonl_records(path):
         field = "_id" if "_id" in record else "id"
@@ -124,9 +123,9 @@ def _read_answers(path: Path) -> pl.DataFrame:
         first_line[qid] = number
         rows["query_id"].append(qid)
         rows["answers"].append(gold_answer_list(record.get("answers"), path, number))
-        for name, dtype in _OPTIONAL_FIELDS.items():
+        for name, dtype in QA_QUERY_OPTIONAL_SCHEMA.items():
             rows[name].append(_typed_value(record, name, dtype, path, number))
-    schema = {"query_id": pl.String, "answers": pl.List(pl.String)} | _OPTIONAL_FIELDS
+    schema = {"query_id": pl.String, "answers": pl.List(pl.String)} | QA_QUERY_OPTIONAL_SCHEMA
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -170,7 +169,7 @@ def _read_folder_dataset(spec: DatasetConfig) -> QADataset:
             answers_file, None, "answers",
             f"{missing.height} queries have no gold answers, e.g. {missing['query_id'][0]!r}",
         )
-    queries = queries.drop([c for c in _OPTIONAL_FIELDS if queries[c].null_count() == queries.height])
+    queries = queries.drop([c for c in QA_QUERY_OPTIONAL_SCHEMA if queries[c].null_count() == queries.height])
     utility = None
     if (folder / "utility.jsonl").is_file():
         utility = _read_utility(folder / "utility.jsonl", beir.corpus)

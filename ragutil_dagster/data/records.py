@@ -23,7 +23,6 @@ class Records:
     queries: pl.DataFrame
     corpus: pl.DataFrame
     run: pl.DataFrame
-    max_contexts: int
 
 
 def _text_field(record: dict, field: str, path: Path, line: int) -> str:
@@ -93,5 +92,4 @@ def read_records(path: str | Path) -> Records:
         queries=pl.DataFrame(queries, schema=QA_QUERY_SCHEMA),
         corpus=pl.DataFrame(contexts, schema=CORPUS_SCHEMA),
         run=pl.DataFrame(run, schema=RUN_SCHEMA),
-        max_contexts=max(row["rank"] for row in run),
     )

@@ -234,15 +234,16 @@ def context_prompts(
     corpus: pl.DataFrame,
     run: pl.DataFrame,
     qrels: pl.DataFrame,
-    k: int,
     prompts: PromptConfig,
     budget: PromptBudget | None = None,
 ) -> pl.DataFrame:
-    """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for a top-``k`` run, each
-    fitted to ``budget`` (see the module doc)."""
+    """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for ``run`` — the passages
+    shown, already cut to the setting's top k (``retrieval_run``) — each fitted to ``budget``
+    (see the module doc)."""
     passages = _passages(corpus)
-    top = run.filter(pl.col("rank") <= k).sort("query_id", "rank")
-    ranked = {qid: docs for qid, docs in top.group_by("query_id").agg(pl.col("doc_id")).iter_rows()}
+    ranked = {
+        qid: docs for qid, docs in run.sort("query_id", "rank").group_by("query_id").agg(pl.col("doc_id")).iter_rows()
+    }
     positives = oracle_contexts(qrels, queries, prompts.oracle)
     rows: list[dict] = []
 

@@ -2,8 +2,11 @@
 
 Each JSONL line is ``{"id", "question", "answers": [gold, …], "contexts": [text or {"id", "text"}, …]}``.
 The generator is sampled closed book, with all contexts together (in the given order) and with
-each context alone; the result per record is ΔSePer_S/H, SePer with and without the contexts,
-per-context ΔSePer, ConSens and EM / F1.
+each context alone. The result per record is every per-query metric of the catalogue
+(``metrics/catalog.py``: ΔSePer_S/H, SePer, semantic entropy, EM / F1 / has_answer, ConSens), a
+condition's named by what the record gave it (``seper_s_with_context``, ``em_without_context``),
+per context its catalogued per-document metrics (ΔSePer_S/H of the context alone), and the judged
+answers.
 """
 
 from __future__ import annotations
@@ -28,7 +31,17 @@ from ragutil_dagster.evaluation.scoring import (
     query_scores,
 )
 from ragutil_dagster.evaluation.signals import consens_scores
-from ragutil_dagster.tables import QRELS_SCHEMA
+from ragutil_dagster.metrics import catalog
+from ragutil_dagster.tables import QRELS_SCHEMA, QUERY_CONDITIONS
+
+# A condition's column suffix → its name in a record's result: with the record's contexts, or none.
+RECORD_CONDITIONS = {QUERY_CONDITIONS["rag"]: "with_context", QUERY_CONDITIONS["closed_book"]: "without_context"}
+
+
+def record_key(column: str) -> str:
+    """The result key of a per-query column: ``seper_s_rag`` → ``seper_s_with_context``."""
+    stem, _, suffix = column.rpartition("_")
+    return f"{stem}_{RECORD_CONDITIONS[suffix]}" if stem and suffix in RECORD_CONDITIONS else column
 
 
 def score_records(
@@ -45,7 +58,7 @@ def score_records(
     no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
     budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
     with_context = context_prompts(
-        records.queries, records.corpus, records.run, no_qrels, records.max_contexts, prompts, budget
+        records.queries, records.corpus, records.run, no_qrels, prompts, budget
     )
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
@@ -55,31 +68,23 @@ def score_records(
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
-    per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens).iter_rows(named=True)}
-    documents = document_scores(groups, records.queries, records.run, records.max_contexts)
+    queries = query_scores(groups, records.queries, consens)
+    documents = document_scores(groups, records.queries, records.run)
+    metrics = [name for name in catalog.per_query_means() if name in queries.columns]
+    document_metrics = [name for name in catalog.per_query_means() if name in documents.columns]
+    answers = [f"answer_{suffix}" for suffix in RECORD_CONDITIONS]
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
         per_context.setdefault(row["query_id"], []).append(
-            {"id": row["doc_id"], "rank": row["rank"], "delta_seper_s": row["delta_seper_s"], "delta_seper_h": row["delta_seper_h"]}
+            {"id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics}}
         )
-    out = []
-    for qid in records.queries["query_id"]:
-        row = per_query[qid]
-        out.append({
+    per_query = {row["query_id"]: row for row in queries.iter_rows(named=True)}
+    return [
+        {
             "id": qid,
-            "delta_seper_s": row["delta_seper_s"],
-            "delta_seper_h": row["delta_seper_h"],
-            "seper_s_with_context": row["seper_s_rag"],
-            "seper_s_without_context": row["seper_s_closed"],
-            "seper_h_with_context": row["seper_h_rag"],
-            "seper_h_without_context": row["seper_h_closed"],
+            **{record_key(name): per_query[qid][name] for name in metrics},
             "per_context": per_context.get(qid, []),
-            "consens": row.get("consens"),
-            "em_with_context": row["em_rag"],
-            "em_without_context": row["em_closed"],
-            "f1_with_context": row["f1_rag"],
-            "f1_without_context": row["f1_closed"],
-            "answer_with_context": row["answer_rag"],
-            "answer_without_context": row["answer_closed"],
-        })
-    return out
+            **{record_key(name): per_query[qid][name] for name in answers},
+        }
+        for qid in records.queries["query_id"]
+    ]

@@ -35,13 +35,16 @@ from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import EntailFn, SePerInput, delta_seper, judge_pairs, seper_batch
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
-from ragutil_dagster.retrieval.runs import mirage_retrieval
 from ragutil_dagster.tables import (
     CANDIDATE_SCHEMA,
     DECODING_GREEDY,
     DECODING_SAMPLE,
     GROUP_KEYS,
+    GROUP_SCORE_SCHEMA,
     NLI_SCHEMA,
+    QA_QUERY_OPTIONAL_SCHEMA,
+    QUERY_CONDITION_COLUMNS,
+    QUERY_CONDITIONS,
     SIGNAL_SCHEMA,
 )
 
@@ -175,24 +178,16 @@ def group_scores(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataF
                 answer_metrics.loose_match(top, golds),
             )
         )
-    schema = {
-        "query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
-        "seper_s": pl.Float64, "seper_h": pl.Float64, "semantic_entropy": pl.Float64,
-        "n_clusters": pl.Int32, "em": pl.Float64, "f1": pl.Float64, "has_answer": pl.Float64,
-        "perplexity": pl.Float64, "entropy": pl.Float64, "answer": pl.String,
-        "answer_em": pl.Boolean, "answer_has": pl.Boolean, "answer_loose": pl.Boolean,
-    }
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    return pl.DataFrame(rows, schema=GROUP_SCORE_SCHEMA, orient="row")
 
 
-_PER_CONDITION = ["seper_s", "seper_h", "semantic_entropy", "em", "f1", "has_answer", "perplexity", "entropy"]
-
-
-def _condition(groups: pl.DataFrame, condition: str, suffix: str) -> pl.DataFrame:
+def _condition(groups: pl.DataFrame, condition: str) -> pl.DataFrame:
+    """The query table's columns of ``condition`` (``QUERY_CONDITIONS``), from its groups."""
+    suffix = QUERY_CONDITIONS[condition]
     return (
         groups.filter(pl.col("condition") == condition)
-        .select("query_id", *_PER_CONDITION, "answer", "answer_has", "answer_loose")
-        .rename({c: f"{c}_{suffix}" for c in [*_PER_CONDITION, "answer", "answer_has", "answer_loose"]})
+        .select("query_id", *QUERY_CONDITION_COLUMNS)
+        .rename({c: f"{c}_{suffix}" for c in QUERY_CONDITION_COLUMNS})
     )
 
 
@@ -226,14 +221,13 @@ def document_scores(
     groups: pl.DataFrame,
     queries: pl.DataFrame,
     run: pl.DataFrame,
-    k: int,
     utility_signals: pl.DataFrame | None = None,
     ground_truth: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """The :func:`passage_scores` of every retrieved document (its ``per_doc`` group), with its
-    rank."""
-    top = run.filter(pl.col("rank") <= k).select("query_id", "doc_id", "rank")
-    return passage_scores(groups, queries, top, "per_doc", utility_signals, ground_truth).sort("query_id", "rank")
+    """The :func:`passage_scores` of every retrieved document of ``run`` (the setting's top k;
+    each document's ``per_doc`` group), with its rank."""
+    retrieved = run.select("query_id", "doc_id", "rank")
+    return passage_scores(groups, queries, retrieved, "per_doc", utility_signals, ground_truth).sort("query_id", "rank")
 
 
 def passage_scores(
@@ -251,7 +245,7 @@ def passage_scores(
     F1 beside it), gold utility
     (LLM-specific utility eq. 1), and — when given — likelihood / attention utility signals
     and ground-truth utility. ``queries`` gives the gold answers (``query_id``, ``answers``)."""
-    closed = _condition(groups, "closed_book", "closed").select(
+    closed = _condition(groups, "closed_book").select(
         "query_id", "seper_s_closed", "seper_h_closed", "answer_has_closed"
     )
     alone = groups.filter(pl.col("condition") == condition).select(
@@ -290,9 +284,9 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
     """Per query: SePer with and without context and ΔSePer_S/H (eq. 11), semantic entropy,
     EM / F1 / has_answer, and MIRAGE's per-question correctness (base, oracle, mixed = rag)."""
     table = (
-        queries.select("query_id", *[c for c in ("type", "known", "n_hops") if c in queries.columns])
-        .join(_condition(groups, "closed_book", "closed"), on="query_id", how="left")
-        .join(_condition(groups, "rag", "rag"), on="query_id", how="left")
+        queries.select("query_id", *[c for c in QA_QUERY_OPTIONAL_SCHEMA if c in queries.columns])
+        .join(_condition(groups, "closed_book"), on="query_id", how="left")
+        .join(_condition(groups, "rag"), on="query_id", how="left")
         .join(
             groups.filter(pl.col("condition") == "oracle").select("query_id", pl.col("answer_loose").alias("answer_loose_oracle")),
             on="query_id", how="left",
@@ -516,13 +510,14 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
     return out
 
 
-def retriever_summary(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> dict[str, float]:
-    """MIRAGE Table 2 of the setting's retriever — precision, recall, F1 and both NDCG@k
-    (``retrieval.runs.mirage_retrieval``) — each with its n (queries with positives)."""
+def retriever_summary(table: pl.DataFrame) -> dict[str, float]:
+    """The summary numbers of MIRAGE Table 2 of the setting's retriever (``table``:
+    ``retrieval.runs.mirage_retrieval`` of its run) — precision, recall, F1 and both NDCG@k —
+    each with its n (queries with positives)."""
     out = _Summary()
-    for row in mirage_retrieval(run, qrels, k).iter_rows(named=True):
+    for row in table.iter_rows(named=True):
         for name in ("precision", "recall", "f1", "ndcg", "ndcg_retrieved"):
-            out.add(f"mirage_retriever_{name}_{k}", row[name], row["queries"])
+            out.add(f"mirage_retriever_{name}_{row['k']}", row[name], row["queries"])
     return dict(out)
 
 

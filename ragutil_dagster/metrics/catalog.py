@@ -152,6 +152,11 @@ _TEMPLATES = {
     re.compile("^" + re.escape(m.name).replace(re.escape("{k}"), r"\d+") + "$"): m
     for m in CATALOG if "{k}" in m.name
 }
+_BY_GENERIC_NAME = {m.name.replace("{k}", "at_k"): m for m in CATALOG}
+
+SUMMARY_COUNTS = ("queries", "documents")
+"""The summary's counts of the partition itself (queries and retrieved documents scored); every
+other summary key is a metric, or one of its counts (:func:`summary_entry`)."""
 
 
 def metric(name: str) -> Metric | None:
@@ -159,6 +164,28 @@ def metric(name: str) -> Metric | None:
     if name in _BY_NAME:
         return _BY_NAME[name]
     return next((m for pattern, m in _TEMPLATES.items() if pattern.match(name)), None)
+
+
+def summary_entry(key: str) -> Metric | None:
+    """The catalogue entry a summary key reports on: the metric itself (``erag_P_5``), the number
+    of values its mean is over (``n_<generic name>``: ``n_erag_P_at_k``) or, for MIRAGE's four,
+    the questions its two groups hold (``count_<name>``); None for a key the catalogue does not
+    describe."""
+    if key.startswith("n_"):
+        return _BY_GENERIC_NAME.get(key.removeprefix("n_"))
+    if key.startswith("count_"):
+        entry = metric(key.removeprefix("count_"))
+        return entry if entry in mirage() else None
+    return metric(key)
+
+
+def validate_summary(summary: dict[str, float]) -> dict[str, float]:
+    """``summary`` unchanged when the catalogue describes every key (``SUMMARY_COUNTS`` or
+    :func:`summary_entry`), else a ValueError naming the keys it does not."""
+    unknown = [key for key in summary if key not in SUMMARY_COUNTS and summary_entry(key) is None]
+    if unknown:
+        raise ValueError(f"summary keys missing from the metric catalogue (metrics/catalog.py): {unknown}")
+    return summary
 
 
 def generic_name(name: str) -> str:

@@ -4,8 +4,10 @@
   × retriever and one column per k × generator (SePer App. C, Tables 10–11);
 - MIRAGE's four metrics (percent) by k, generator and retriever (MIRAGE Table 1);
 - eRAG aggregates and LLM-specific-utility set / rank metrics by retriever;
+- the best setting of each headline metric per dataset × generator, in the metric's direction;
 - paired bootstrap 95% intervals and paired permutation p-values of the per-query ΔSePer_S
-  difference between every two retrievers on the same queries (same dataset, k, generator);
+  difference between every two retrievers on the same queries (same dataset, k, generator), and
+  which of the two is better where the interval excludes 0;
 - with a validity section, SePer Table 2: every per-passage measure's point-biserial r and ROC
   AUC against the judgments, one column per run.
 """
@@ -166,6 +168,33 @@ def mirage_retrieval_table(long: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def best_settings(long: pl.DataFrame) -> pl.DataFrame:
+    """Per dataset × generator and headline metric, the setting (retriever × k) with the best
+    value in the metric's direction (``Metric.higher_is_better``), with the metric's paper and how
+    many settings it was chosen among; a metric every setting ties on (closed-book SePer) has
+    no best setting and no row."""
+    rows = []
+    for (dataset, generator), part in long.group_by("dataset", "generator", maintain_order=True):
+        for entry in catalog.headline():
+            column = entry.name.replace("{k}", "at_k")
+            if column not in part.columns:
+                continue
+            scored = part.filter(pl.col(column).is_not_null())
+            if scored.is_empty() or scored[column].min() == scored[column].max():
+                continue
+            best = scored.sort(column, descending=entry.higher_is_better).row(0, named=True)
+            rows.append({
+                "dataset": dataset, "generator": generator, "metric": entry.label,
+                "better": "higher" if entry.higher_is_better else "lower", "retriever": best["retriever"],
+                "k": best["k"], "value": best[column], "settings": scored.height, "paper": entry.paper,
+            })
+    schema = {
+        "dataset": pl.String, "generator": pl.String, "metric": pl.String, "better": pl.String,
+        "retriever": pl.String, "k": pl.Int64, "value": pl.Float64, "settings": pl.Int64, "paper": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema, orient="row").sort("dataset", "generator", maintain_order=True)
+
+
 def _labelled_correlations(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     """Every partition's eRAG Table 1 rows with its dataset, retriever and generator."""
     tables = [
@@ -244,8 +273,10 @@ def paired_retriever_tests(
 ) -> pl.DataFrame:
     """Every two retrievers on the same dataset, k, reranker and generator: mean per-query
     ``column`` of each, the mean difference (a − b) with its paired bootstrap 95% interval
-    (queries resampled jointly) and the two-sided paired permutation p-value, over the queries
-    both scored."""
+    (queries resampled jointly), the two-sided paired permutation p-value, over the queries
+    both scored, and ``better``: the retriever ahead in the direction of ``column``'s catalogue
+    entry where the interval excludes 0, else null."""
+    higher_is_better = catalog.metric(column).higher_is_better
     groups: dict[tuple, list[PartitionScores]] = {}
     for p in partitions:
         groups.setdefault(
@@ -266,6 +297,8 @@ def paired_retriever_tests(
             x, y = joined["a"].to_numpy(), joined["b"].to_numpy()
             interval = bootstrap_paired_diff_ci(x, y, seed=seed)
             test = paired_permutation_test(x, y, seed=seed)
+            a_ahead = interval.low > 0 if higher_is_better else interval.high < 0
+            b_ahead = interval.high < 0 if higher_is_better else interval.low > 0
             rows.append(
                 {
                     "dataset": dataset,
@@ -280,6 +313,7 @@ def paired_retriever_tests(
                     "ci_low": interval.low,
                     "ci_high": interval.high,
                     "p_value": test.pvalue,
+                    "better": a.retriever_label if a_ahead else b.retriever_label if b_ahead else None,
                 }
             )
     schema = {
@@ -295,6 +329,7 @@ def paired_retriever_tests(
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
         "p_value": pl.Float64,
+        "better": pl.String,
     }
     return pl.DataFrame(rows, schema=schema)
 
@@ -306,6 +341,10 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
     titles: dict[str, str] = {}
     for column, title in WIDE_TABLES.items():
         tables[column], titles[column] = wide_table(long, column), title
+    tables["best"], titles["best"] = (
+        best_settings(long),
+        "Best setting per headline metric, in the metric's direction (metric catalogue)",
+    )
     tables["mirage"], titles["mirage"] = (
         mirage_table(long),
         "MIRAGE RAG adaptability, % (MIRAGE Table 1 layout)",
@@ -344,7 +383,8 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
     )
     tables["paired_tests"], titles["paired_tests"] = (
         paired_retriever_tests(partitions, seed=seed),
-        "Paired tests between retrievers on per-query ΔSePer_S (difference a − b, bootstrap 95% CI, permutation p)",
+        "Paired tests between retrievers on per-query ΔSePer_S (difference a − b, bootstrap 95% CI, permutation p; "
+        "better: ahead where the CI excludes 0)",
     )
     tables["runs"], titles["runs"] = long, "Every run's summary"
     return Comparison(tables, titles)

@@ -98,8 +98,10 @@ def mirage_bar(summary: dict[str, float], path: Path) -> Path:
 
 def delta_seper_heatmap(table: pl.DataFrame, path: Path, column: str = "delta_seper_s") -> Path:
     """``column`` by retriever (rows) × k (columns), one panel per dataset × generator
-    (SePer Figs. 4–5, Tables 10–11). Missing cells stay blank."""
+    (SePer Figs. 4–5, Tables 10–11), the better end of the scale (``Metric.higher_is_better``)
+    bright. Missing cells stay blank."""
     panels = table.select("dataset", "generator").unique(maintain_order=True).rows()
+    higher_is_better = catalog.metric(column).higher_is_better
 
     def draw() -> Figure:
         figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
@@ -111,14 +113,14 @@ def delta_seper_heatmap(table: pl.DataFrame, path: Path, column: str = "delta_se
             for retriever, k, value in part.select("retriever", "k", column).iter_rows():
                 if value is not None:
                     grid[retrievers.index(retriever), ks.index(k)] = value
-            image = ax.imshow(grid, cmap="viridis", aspect="auto")
+            image = ax.imshow(grid, cmap="viridis" if higher_is_better else "viridis_r", aspect="auto")
             ax.set_xticks(range(len(ks)), [f"k={k}" for k in ks])
             ax.set_yticks(range(len(retrievers)), retrievers)
             for (i, j), value in np.ndenumerate(grid):
                 if np.isfinite(value):
                     ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white")
             ax.set_title(f"{column} — {dataset} / {generator}")
-            figure.colorbar(image, ax=ax)
+            figure.colorbar(image, ax=ax, label=f"{'higher' if higher_is_better else 'lower'} is better")
         return figure
 
     return _save(path, draw)

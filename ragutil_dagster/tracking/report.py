@@ -14,10 +14,11 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster import __version__
-from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import NothingToCompareError
 from ragutil_dagster.files import stable_hash
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tables import validate_scores
 from ragutil_dagster.tracking.compare import (
     Comparison,
     PartitionScores,
@@ -53,7 +54,7 @@ def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str, finge
             return
 
 
-def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScores:
+def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, directory: Path) -> PartitionScores:
     """A partition run's summary, per-query table, eRAG Table 1 and validity table, read from its
     artifacts (``scores/``; a run logged before Table 1 existed, or without validity, has none)."""
     client = tracking.client()
@@ -66,10 +67,10 @@ def _run_scores(tracking: MlflowTracking, run, directory: Path) -> PartitionScor
         for name in (CORRELATIONS_ARTIFACT, VALIDITY_ARTIFACT)
     )
     return PartitionScores(
-        setting=Setting.parse(run.data.params["setting"]),
+        setting=experiment.setting(run.data.params["setting"]),
         generator=run.data.params["generator"],
         summary=json.loads(Path(summary).read_text(encoding="utf-8")),
-        per_query=pl.read_parquet(table),
+        per_query=validate_scores("metric_scores", pl.read_parquet(table)),
         mlflow_run_id=run.info.run_id,
         correlations=correlations,
         validity=validity,
@@ -91,7 +92,7 @@ def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> 
             latest.setdefault(run.info.run_name, run)
         for run in latest.values():
             with tempfile.TemporaryDirectory(prefix="ragutil-compare-") as directory:
-                found.append(_run_scores(tracking, run, Path(directory)))
+                found.append(_run_scores(tracking, experiment, run, Path(directory)))
     return found
 
 

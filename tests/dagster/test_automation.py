@@ -65,14 +65,14 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
 def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
     nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
-           for r in affected_runs(["nli"], assets, tiny_experiment)}
+           for r in affected_runs(["nli"], assets)}
     nli_steps = (
         "candidate_scores", "document_scores", "entailment_clusters", "group_scores", "metric_scores",
         "nli_probabilities", "retrieval_correlations",
     )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
-             for r in affected_runs(["retriever:dense"], assets, tiny_experiment)}
+             for r in affected_runs(["retriever:dense"], assets)}
     assert (("index",), "world__dense") in dense
     assert (("passage_embeddings",), "world__dense__shard-1-of-1") in dense
     retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages", "utility_candidates")))
@@ -87,7 +87,7 @@ def test_a_changed_embedder_requests_the_hybrids_fusing_its_retriever(tiny_world
     config["retrievers"].append({"name": "hybrid", "kind": "hybrid", "fuse": ["bm25", "dense"]})
     experiment = parse_config(config)
     _, assets = build_assets(experiment)
-    retrieval = {key for r in affected_runs(["retriever:dense"], assets, experiment)
+    retrieval = {key for r in affected_runs(["retriever:dense"], assets)
                  if "retrieval_run" in {k.to_user_string() for k in r.asset_selection} for key in [r.partition_key]}
     assert retrieval == {f"world__{r}__k{k}" for r in ("dense", "hybrid") for k in (1, 2)}
 

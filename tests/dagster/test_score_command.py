@@ -10,6 +10,8 @@ import yaml
 from ragutil_dagster.cli import build_parser
 from ragutil_dagster.data.records import read_records
 from ragutil_dagster.errors import CorpusValidationError
+from ragutil_dagster.evaluation.records import record_key
+from ragutil_dagster.metrics import catalog
 
 
 def parse(argv):
@@ -45,6 +47,11 @@ def test_score_writes_one_line_per_record(tiny_world, make_tiny_config, tmp_path
     for row in rows:
         assert 0 <= row["seper_h_with_context"] <= 1 and 0 <= row["em_with_context"] <= 1
         assert {"consens", "f1_with_context", "f1_without_context", "answer_with_context"} <= set(row)
+        # Every per-query metric of the catalogue, a condition's named by what the record gave it.
+        assert set(row) == {"id", "per_context", "answer_with_context", "answer_without_context"} | {
+            record_key(name) for name in catalog.per_query_means()
+        }
+        assert all(set(context) == {"id", "rank", "delta_seper_s", "delta_seper_h"} for context in row["per_context"])
 
 
 @pytest.mark.parametrize(

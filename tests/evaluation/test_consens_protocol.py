@@ -49,7 +49,7 @@ def generations() -> pl.DataFrame:
 
 
 def scored_prompts(config: PromptConfig) -> pl.DataFrame:
-    with_context = context_prompts(QUERIES, CORPUS, RUN, pl.DataFrame(schema=QRELS_SCHEMA), 2, config)
+    with_context = context_prompts(QUERIES, CORPUS, RUN, pl.DataFrame(schema=QRELS_SCHEMA), config)
     return pl.concat([
         closed_book_prompts(QUERIES, config), with_context, consens_prompts(QUERIES, with_context, CORPUS, config),
     ])

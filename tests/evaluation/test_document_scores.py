@@ -16,21 +16,14 @@ from ragutil_dagster.metrics import answers
 from ragutil_dagster.metrics.erag import DOWNSTREAM_METRICS, erag_labels, erag_scores
 from ragutil_dagster.metrics.seper import delta_seper
 from ragutil_dagster.metrics.utility import gold_utility
-
-GROUP_SCHEMA = {
-    "query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
-    "seper_s": pl.Float64, "seper_h": pl.Float64, "semantic_entropy": pl.Float64,
-    "em": pl.Float64, "f1": pl.Float64, "has_answer": pl.Float64, "perplexity": pl.Float64,
-    "entropy": pl.Float64, "answer": pl.String, "answer_em": pl.Boolean, "answer_has": pl.Boolean,
-    "answer_loose": pl.Boolean,
-}
+from ragutil_dagster.tables import GROUP_SCORE_SCHEMA, validate_scores
 
 
 def group_row(qid: str, condition: str, doc_id: str | None, seper_s: float, seper_h: float, answer: str,
               golds: list[str]) -> tuple:
     """One group_scores row whose judged answer is also its only sample (SePer's entropy 0)."""
     return (
-        qid, condition, doc_id, seper_s, seper_h, 0.0,
+        qid, condition, doc_id, seper_s, seper_h, 0.0, 1,
         answers.exact_match(answer, golds), answers.f1(answer, golds), float(answers.has_answer(answer, golds)),
         1.0, 0.0, answer, answers.exact_match(answer, golds) == 1.0, answers.has_answer(answer, golds),
         answers.loose_match(answer, golds),
@@ -49,7 +42,7 @@ def tables(cases: dict[str, tuple[list[str], tuple[float, float, str], list[tupl
             run.append((qid, f"{qid}-d{rank}", rank))
     queries = pl.DataFrame({"query_id": list(cases), "answers": [golds for golds, _, _ in cases.values()]})
     return (
-        pl.DataFrame(groups, schema=GROUP_SCHEMA, orient="row"),
+        pl.DataFrame(groups, schema=GROUP_SCORE_SCHEMA, orient="row"),
         queries,
         pl.DataFrame(run, schema={"query_id": pl.String, "doc_id": pl.String, "rank": pl.Int32}, orient="row"),
     )
@@ -63,7 +56,7 @@ CASES = {
 
 def test_documents_carry_every_erag_label_and_delta_seper() -> None:
     groups, queries, run = tables(CASES)
-    documents = document_scores(groups, queries, run, k=3)
+    documents = document_scores(groups, queries, run)
     rows = {r["doc_id"]: r for r in documents.iter_rows(named=True)}
     # EM, has_answer and token F1 of each document's own answer (eRAG eq. 1).
     assert [rows[d]["erag_label"] for d in ("q1-d1", "q1-d2", "q1-d3", "q2-d1", "q2-d2")] == [1, 0, 0, 0, 1]
@@ -80,7 +73,7 @@ def test_documents_carry_every_erag_label_and_delta_seper() -> None:
 
 def test_summary_aggregates_the_configured_erag_label() -> None:
     groups, queries, run = tables(CASES)
-    documents = document_scores(groups, queries, run, k=3)
+    documents = document_scores(groups, queries, run)
     per_query = query_scores(groups, queries).with_columns(
         pl.lit(None, pl.Boolean).alias("answer_loose_oracle"), pl.lit(False).alias("answer_loose_rag")
     )
@@ -124,7 +117,7 @@ document_cases = st.tuples(
 @given(st.dictionaries(st.sampled_from(["q1", "q2", "q3"]), document_cases, min_size=1))
 def test_documents_table_equals_the_reference_functions(cases) -> None:
     groups, queries, run = tables(cases)
-    documents = document_scores(groups, queries, run, k=4)
+    documents = document_scores(groups, queries, run)
     golds = {qid: case[0] for qid, case in cases.items()}
     outputs = {qid: {f"{qid}-d{r}": doc[2] for r, doc in enumerate(case[2], start=1)} for qid, case in cases.items()}
     for metric, column in ERAG_LABEL_COLUMNS.items():
@@ -141,3 +134,16 @@ def test_documents_table_equals_the_reference_functions(cases) -> None:
         assert set(rows.filter(pl.col("gold_utility"))["doc_id"]) == expected_gold
         assert rows["delta_seper_s"].to_list() == pytest.approx([delta_seper(doc[0], closed[0]) for doc in docs])
         assert rows["delta_seper_h"].to_list() == pytest.approx([delta_seper(doc[1], closed[1]) for doc in docs])
+
+
+def test_the_score_tables_keep_their_schemas() -> None:
+    groups, queries, run = tables(CASES)
+    documents = document_scores(groups, queries, run)
+    per_query = query_scores(groups, queries)
+    assert validate_scores("group_scores", groups) is groups
+    assert validate_scores("document_scores", documents) is documents
+    assert validate_scores("metric_scores", per_query) is per_query
+    with pytest.raises(ValueError, match="document_scores breaks its schema.*undeclared column 'extra'"):
+        validate_scores("document_scores", documents.with_columns(extra=pl.lit(1)))
+    with pytest.raises(ValueError, match="missing column 'delta_seper_h'.*'rank' is Int64, declared Int32"):
+        validate_scores("document_scores", documents.drop("delta_seper_h").with_columns(pl.col("rank").cast(pl.Int64)))

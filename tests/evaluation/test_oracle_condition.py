@@ -29,6 +29,6 @@ def test_the_oracle_prompts_follow_the_rule() -> None:
         schema=RUN_SCHEMA,
     )
     for rule, expected in (("mirage", {"q1": ["d1"]}), ("all_positives", {"q1": ["d1", "d2"], "q2": ["d3", "d4"]})):
-        prompts = context_prompts(QUERIES, corpus, run, QRELS, 1, PromptConfig(oracle=rule))
+        prompts = context_prompts(QUERIES, corpus, run, QRELS, PromptConfig(oracle=rule))
         oracle = prompts.filter(pl.col("condition") == "oracle")
         assert dict(oracle.select("query_id", "doc_ids").iter_rows()) == expected

@@ -5,9 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ragutil_dagster.evaluation.scoring import UtilityScores, summarize
+from ragutil_dagster.evaluation.scoring import UtilityScores, retriever_summary, summarize
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.tables import CANDIDATE_SCHEMA, UTILITY_JUDGMENT_SCHEMA
+from ragutil_dagster.retrieval.runs import mirage_retrieval
+from ragutil_dagster.tables import CANDIDATE_SCHEMA, QRELS_SCHEMA, RUN_SCHEMA, UTILITY_JUDGMENT_SCHEMA
 
 QUERIES = pl.DataFrame({  # q2 is known: its judged closed-book answer holds a gold answer
     "query_id": ["q1", "q2"],
@@ -163,3 +164,43 @@ def test_validity_follows_seper_table_2_judged_passages_of_questions_not_answere
     assert summary["n_pearson_delta_seper_s_true_utility"] == 4
     # Two judged passages per question type: too few for a correlation, so none is reported.
     assert "pearson_delta_seper_s_true_utility_single_hop" not in summary
+
+
+def test_every_summary_key_is_catalogued() -> None:
+    """Every key a partition's summary carries — the per-query means, MIRAGE's shares and their
+    counts, eRAG's aggregates, the utility and validity numbers, the retriever's MIRAGE Table 2,
+    each with its n — is described by the metric catalogue."""
+    queries = pl.DataFrame({
+        "query_id": ["q1", "q2", "q3"], "n_hops": [1, 1, 2],
+        "answer_has_closed": [False, True, False], "answer_loose_closed": [False, True, False],
+        "answer_loose_oracle": [True, True, None], "answer_loose_rag": [True, False, True],
+        "delta_seper_s": [0.5, -0.1, 0.2], "em_rag": [1.0, 0.0, 1.0], "consens": [0.3, None, 0.1],
+    })
+    rows = [("q1", "d1", 1, 0.8, 1.0), ("q1", "d2", 2, 0.1, 0.0), ("q2", "d3", 1, 0.9, 0.0),
+            ("q2", "d4", 2, -0.5, 1.0), ("q3", "d6", 1, 0.0, 0.0), ("q3", "d7", 2, 0.6, 1.0)]
+    documents = pl.DataFrame({
+        "query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": [r[2] for r in rows],
+        "delta_seper_s": [r[3] for r in rows], "delta_seper_h": [r[3] for r in rows],
+        "true_utility": [r[4] for r in rows], "erag_label": [1, 0, 0, 1, 0, 1], "gold_utility": [False] * len(rows),
+    })
+    judgments = pl.DataFrame([
+        ("q1", "listwise_answer", ["d1", "d2"], ["d2"], None, ["d2"], 1, 0),
+        ("q1", "ranking", ["d1", "d2"], None, ["d2", "d1"], ["d2"], 1, 0),
+    ], schema=UTILITY_JUDGMENT_SCHEMA, orient="row")
+    rag = pl.DataFrame({"query_id": ["q1"], "source": ["listwise_answer"], "has_answer": [True]})
+    utility = UtilityScores(candidates(TWO, [-5.0, -1.0, -3.0, -4.0], [0.2, 0.8, 0.5, 0.5]), judgments, rag)
+    run = pl.DataFrame(
+        {"query_id": [r[0] for r in rows], "rank": [r[2] for r in rows], "doc_id": [r[1] for r in rows],
+         "score": [1.0] * len(rows), "retriever": ["bm25"] * len(rows)}, schema=RUN_SCHEMA,
+    )
+    qrels = pl.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["d1", "d4"], "relevance": [1, 1]}, schema=QRELS_SCHEMA)
+    summary = {**summarize(queries, documents, k=2, utility=utility), **retriever_summary(mirage_retrieval(run, qrels, 2))}
+    for key in ("queries", "consens", "n_consens", "mirage_noise_vulnerability", "count_mirage_context_acceptability",
+                "erag_P_2", "n_erag_P_at_k", "utility_ranking_ndcg_2", "n_utility_likelihood_ndcg_unknown_at_k",
+                "pearson_delta_seper_s_true_utility", "mirage_retriever_ndcg_2", "n_mirage_retriever_f1_at_k"):
+        assert key in summary, key
+    assert catalog.validate_summary(summary) is summary
+    for key in summary:
+        assert key in catalog.SUMMARY_COUNTS or catalog.summary_entry(key) is not None, key
+    with pytest.raises(ValueError, match="no_such_metric"):
+        catalog.validate_summary({**summary, "no_such_metric": 1.0, "n_no_such_metric": 3.0})

@@ -84,7 +84,7 @@ def test_a_10_mb_passage_is_cut_to_the_real_generators_context(tiny_world) -> No
     corpus = pl.DataFrame({"id": ["big", "small"], "title": ["", ""], "text": [huge, "small text"]})
     run = pl.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["big", "small"], "rank": [1, 2]})
     qrels = pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
-    table = context_prompts(queries, corpus, run, qrels, 2, PromptConfig(), budget)
+    table = context_prompts(queries, corpus, run, qrels, PromptConfig(), budget)
     rag = table.filter(pl.col("condition") == "rag").row(0, named=True)
     assert rag["doc_ids"] == ["big"] and rag["passages_dropped"] == 1 and rag["last_passage_chars"] > 0
     lengths = generator.count_prompt_tokens(table["prompt"].to_list())

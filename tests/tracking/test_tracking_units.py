@@ -8,6 +8,7 @@ import pytest
 from mlflow import MlflowClient
 
 from ragutil_dagster.config import ERAGConfig, Setting, parse_config
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
     bootstrap_paired_diff_ci,
@@ -16,8 +17,10 @@ from ragutil_dagster.metrics.stats import (
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.compare import (
     PartitionScores,
+    best_settings,
     build_comparison,
     long_table,
+    paired_retriever_tests,
     wide_table,
 )
 from ragutil_dagster.tracking.keys import RUN_KEY_TAG, ModelIdentities, PartitionRun
@@ -196,6 +199,16 @@ def test_comparison_tables_follow_the_papers_layouts_and_test_pairs() -> None:
         )
         assert row["p_value"] == pytest.approx(paired_permutation_test(x, y).pvalue)
         assert row["ci_high"] < 0 and row["p_value"] < 0.01  # dense is 0.1 better on 30 queries
+        assert row["better"] == "dense"  # ΔSePer_S: higher is better
+    best = comparison.tables["best"]
+    # Per generator, ΔSePer_S's best setting is the dense one with the highest mean; the MIRAGE
+    # shares and eRAG MAP tie across settings, so they name none.
+    assert best["metric"].to_list() == ["ΔSePer_S", "ΔSePer_S"] and set(best["better"]) == {"higher"}
+    for row in best.iter_rows(named=True):
+        mine = [p for p in parts if p.generator == row["generator"]]
+        top = max(mine, key=lambda p: p.summary["delta_seper_s"])
+        assert (row["retriever"], row["k"], row["value"]) == ("dense", top.setting.k, top.summary["delta_seper_s"])
+        assert row["settings"] == 4 and row["paper"].startswith("SePer")
     intervals = comparison.tables["delta_seper_ci"]
     first = intervals.row(0, named=True)
     source = next(
@@ -227,3 +240,21 @@ def test_a_missing_metric_leaves_an_empty_cell_and_nothing_to_compare_is_an_erro
     assert wide_table(long, "seper_s_rag")["k=1 g"].to_list() == [None]
     with pytest.raises(ValueError, match="nothing to compare"):
         long_table([])
+
+
+def test_paired_tests_and_the_best_setting_follow_the_metrics_direction() -> None:
+    """Semantic entropy and MIRAGE's noise vulnerability: lower is better, so the retriever with
+    the lower per-query entropy is ahead, and the best setting is the least vulnerable one."""
+    low, high = [0.1, 0.2, 0.1, 0.2, 0.1, 0.2], [0.9, 1.0, 0.9, 1.0, 0.9, 1.0]
+    parts = [
+        PartitionScores(
+            Setting("world", name, 1), "g", {"semantic_entropy_rag": float(np.mean(v)), "mirage_noise_vulnerability": nv},
+            pl.DataFrame({"query_id": [f"q{i}" for i in range(len(v))], "semantic_entropy_rag": v}),
+        )
+        for name, v, nv in (("bm25", high, 0.3), ("dense", low, 0.1))
+    ]
+    assert not any(catalog.metric(m).higher_is_better for m in ("semantic_entropy_rag", "mirage_noise_vulnerability"))
+    row = paired_retriever_tests(parts, column="semantic_entropy_rag").row(0, named=True)
+    assert (row["retriever_a"], row["ci_low"] > 0, row["better"]) == ("bm25", True, "dense")
+    best = best_settings(long_table(parts)).row(0, named=True)
+    assert (best["metric"], best["better"], best["retriever"], best["value"]) == ("MIRAGE NV", "lower", "dense", 0.1)
