@@ -71,6 +71,11 @@ DECODING_SAMPLE, DECODING_GREEDY = "sample", "greedy"
 GROUP_KEYS = ("query_id", "condition", "doc_id")
 
 CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64}
+# ConSens §3.3 (Experiment 3), per passage d of a query's context C: ConSens of the pseudo-answer
+# with d left out, ConSens(C \ {d}), and d's attribution ConSens(C) − ConSens(C \ {d}).
+CONSENS_LEAVE_ONE_OUT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "consens_without": pl.Float64, "attribution": pl.Float64,
+}
 # Per utility candidate: log P(a | q, d), ragutil's selection rule on it, the attention share.
 SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
@@ -168,6 +173,7 @@ CORPUS_RECORD = "corpus_record"  # corpus, setting_queries (JSON): data.corpus.c
 PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown in the metadata
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
 VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
+CONSENS_LEAVE_ONE_OUT = "leave_one_out"  # consens: CONSENS_LEAVE_ONE_OUT_SCHEMA (empty unless consens.leave_one_out)
 
 
 def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:

@@ -3,7 +3,8 @@
 Each JSONL line is ``{"id", "question", "answers": [gold, …], "contexts": [text or {"id", "text"}, …]}``.
 The generator is sampled closed book, with all contexts together (in the given order) and with
 each context alone; the result per record is ΔSePer_S/H, SePer with and without the contexts,
-per-context ΔSePer, ConSens and EM / F1.
+per-context ΔSePer, ConSens and EM / F1; with ``consens.leave_one_out`` each context's ConSens
+attribution too (the drop of ConSens without it, ConSens §3.3).
 """
 
 from __future__ import annotations
@@ -50,18 +51,21 @@ def score_records(
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
     scored_prompts = pl.concat([
-        prompt_table, consens_prompts(records.queries, with_context, records.corpus, prompts, budget)
+        prompt_table,
+        consens_prompts(records.queries, with_context, records.corpus, prompts, budget, experiment.consens.leave_one_out),
     ])
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
-    per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens).iter_rows(named=True)}
+    per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens.per_query).iter_rows(named=True)}
     documents = document_scores(groups, records.queries, records.run, records.max_contexts)
+    attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
-        per_context.setdefault(row["query_id"], []).append(
-            {"id": row["doc_id"], "rank": row["rank"], "delta_seper_s": row["delta_seper_s"], "delta_seper_h": row["delta_seper_h"]}
-        )
+        scores = {"id": row["doc_id"], "rank": row["rank"], "delta_seper_s": row["delta_seper_s"], "delta_seper_h": row["delta_seper_h"]}
+        if experiment.consens.leave_one_out:
+            scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
+        per_context.setdefault(row["query_id"], []).append(scores)
     out = []
     for qid in records.queries["query_id"]:
         row = per_query[qid]

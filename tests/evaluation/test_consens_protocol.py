@@ -1,5 +1,6 @@
 """ConSens as §3 runs it: one evaluator template, the context left empty for P_E and given for
-P_C; the generation prompts only as the named alternative (``prompts.consens: null``)."""
+P_C; the generation prompts only as the named alternative (``prompts.consens: null``); and
+Experiment 3's leave-one-document-out contexts (§3.3) under the same template."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.config import PromptConfig
-from ragutil_dagster.evaluation.conditions import context_prompts, consens_prompts, closed_book_prompts
+from ragutil_dagster.evaluation.conditions import (
+    CONSENS_LEAVE_OUT,
+    closed_book_prompts,
+    consens_prompts,
+    context_prompts,
+    leave_out_prompts,
+)
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics.consens import consens
 from ragutil_dagster.models.scoring import ScoredContinuation
@@ -48,10 +55,11 @@ def generations() -> pl.DataFrame:
     return pl.DataFrame([row], schema=GENERATION_SCHEMA)
 
 
-def scored_prompts(config: PromptConfig) -> pl.DataFrame:
+def scored_prompts(config: PromptConfig, leave_one_out: bool = False) -> pl.DataFrame:
     with_context = context_prompts(QUERIES, CORPUS, RUN, pl.DataFrame(schema=QRELS_SCHEMA), 2, config)
     return pl.concat([
-        closed_book_prompts(QUERIES, config), with_context, consens_prompts(QUERIES, with_context, CORPUS, config),
+        closed_book_prompts(QUERIES, config), with_context,
+        consens_prompts(QUERIES, with_context, CORPUS, config, leave_one_out=leave_one_out),
     ])
 
 
@@ -62,8 +70,10 @@ def test_the_evaluator_template_is_scored_with_an_empty_and_with_the_rag_context
     assert empty.startswith("Consider the following context:\nContext:\n\nPlease answer")
     assert "Ada Byron founded Acme." in given and "Acme sells rope." in given
     scorer = PromptKeyedScorer()
-    table = consens_scores(prompts, generations(), QUERIES, scorer)
+    scores = consens_scores(prompts, generations(), QUERIES, scorer)
+    table = scores.per_query
     assert set(scorer.prompts) == {empty, given}  # the evaluator template only
+    assert scores.leave_one_out.is_empty()  # consens.leave_one_out is off by default
     # "Ada" and "Byron" are content words absent from the question: both tokens count.
     expected = consens([-2.0, -2.0], [-0.1, -0.1], [True, True])
     assert table["consens"][0] == pytest.approx(expected) and expected > 0.5  # grounded in the context
@@ -73,7 +83,38 @@ def test_null_consens_template_scores_the_generation_prompts() -> None:
     prompts = scored_prompts(PromptConfig(consens=None))
     assert not prompts["condition"].str.starts_with("consens_").any()
     scorer = PromptKeyedScorer()
-    table = consens_scores(prompts, generations(), QUERIES, scorer)
+    table = consens_scores(prompts, generations(), QUERIES, scorer).per_query
     rag = prompts.filter(pl.col("condition") == "rag")["prompt"][0]
     assert rag in scorer.prompts and not any(p.startswith("Consider") for p in scorer.prompts)
     assert math.isfinite(table["consens"][0])
+
+
+@pytest.mark.parametrize("template", ["consens_evaluator", None])
+def test_each_passage_is_left_out_in_turn_and_attributed_the_drop_of_consens(template) -> None:
+    """Experiment 3 (§3.3): leaving out d1 (the one that says who founded Acme) leaves the
+    answer as ungrounded as the empty context; leaving out d2 changes nothing."""
+    prompts = scored_prompts(PromptConfig(consens=template), leave_one_out=True)
+    left_out = prompts.filter(pl.col("condition") == CONSENS_LEAVE_OUT).sort("doc_id")
+    assert left_out["doc_id"].to_list() == ["d1", "d2"] and left_out["doc_ids"].to_list() == [["d2"], ["d1"]]
+    opening = "Consider the following context:" if template else "Documents:"
+    assert all(p.startswith(opening) for p in left_out["prompt"])
+    assert "Ada Byron founded" not in left_out["prompt"][0] and "Acme sells rope." not in left_out["prompt"][1]
+    scorer = PromptKeyedScorer()
+    scores = consens_scores(prompts, generations(), QUERIES, scorer)
+    assert set(left_out["prompt"]) <= set(scorer.prompts)
+    full = scores.per_query["consens"][0]
+    attribution = dict(scores.leave_one_out.select("doc_id", "attribution").iter_rows())
+    without = dict(scores.leave_one_out.select("doc_id", "consens_without").iter_rows())
+    assert without == {"d1": pytest.approx(0.0), "d2": pytest.approx(full)}
+    assert attribution == {"d1": pytest.approx(full), "d2": pytest.approx(0.0)} and full > 0.5
+
+
+def test_a_single_passage_has_no_leave_out_context_and_a_cut_passage_keeps_its_cut() -> None:
+    shown = pl.DataFrame({
+        "query_id": ["q1", "q1"], "doc_ids": [["d1"], ["d1", "d2"]], "last_passage_chars": [None, 4],
+    })
+    prompts = leave_out_prompts(QUERIES, shown, CORPUS, "consens_evaluator")
+    # Only the two-passage context has leave-out prompts; without d1 it shows d2 cut to "Acme".
+    assert prompts["doc_id"].to_list() == ["d1", "d2"]
+    assert "Acme\n" in prompts["prompt"][0] and "Acme sells" not in prompts["prompt"][0]
+    assert "Ada Byron founded Acme." in prompts["prompt"][1]
