@@ -17,8 +17,9 @@ from ragutil_dagster.evaluation.conditions import (
     context_prompts,
     leave_out_prompts,
 )
+from ragutil_dagster.evaluation.scoring import leave_one_out_hits, summarize
 from ragutil_dagster.evaluation.signals import consens_scores
-from ragutil_dagster.metrics.consens import consens
+from ragutil_dagster.metrics.consens import consens, leave_one_out_auc
 from ragutil_dagster.models.scoring import ScoredContinuation
 from ragutil_dagster.tables import GENERATION_SCHEMA, QRELS_SCHEMA, RUN_SCHEMA
 
@@ -118,3 +119,44 @@ def test_a_single_passage_has_no_leave_out_context_and_a_cut_passage_keeps_its_c
     assert prompts["doc_id"].to_list() == ["d1", "d2"]
     assert "Acme\n" in prompts["prompt"][0] and "Acme sells" not in prompts["prompt"][0]
     assert "Ada Byron founded Acme." in prompts["prompt"][1]
+
+
+def test_experiment_3_counts_the_retrieval_hits_only() -> None:
+    """Per query, the documents scored with the leave-one-out contexts: q1 a hit (its relevant d1
+    left out gives the lowest ConSens), q2 a hit where the relevant d5 is not the lowest, q3 no
+    relevant document, q4 only relevant ones (no contrast), q5's relevant d9 dropped from the
+    prompt (not scored) — so q3, q4 and q5 are left out, as the paper keeps the hits only."""
+    rows = [  # query, doc, rank, ConSens without it, relevant
+        ("q1", "d1", 1, -0.5, True), ("q1", "d2", 2, 0.8, False), ("q1", "d3", 3, 0.7, False),
+        ("q2", "d4", 1, 0.2, False), ("q2", "d5", 2, 0.6, True),
+        ("q3", "d6", 1, 0.1, False), ("q3", "d7", 2, 0.3, False),
+        ("q4", "d8", 1, 0.1, True), ("q4", "d1", 2, 0.3, True),
+        ("q5", "d2", 1, 0.4, False), ("q5", "d9", 2, None, True),
+    ]
+    full = 0.9
+    documents = pl.DataFrame({
+        "query_id": [r[0] for r in rows], "doc_id": [r[1] for r in rows], "rank": [r[2] for r in rows],
+        "consens_without": [r[3] for r in rows],
+        "consens_attribution": [None if r[3] is None else full - r[3] for r in rows],
+    })
+    qrels = pl.DataFrame(
+        [(r[0], r[1], 1) for r in rows if r[4]] + [("q3", "d0", 1)], schema=QRELS_SCHEMA, orient="row",
+    )
+    hits = leave_one_out_hits(documents, qrels)
+    assert hits["query_id"].to_list() == ["q1", "q2"]
+    assert hits["consens_loo_lowest"].to_list() == [1.0, 0.0]
+    assert hits["relevant"].to_list() == [[True, False, False], [False, True]]
+    per_query = pl.DataFrame({"query_id": ["q1", "q2", "q3"]}).join(
+        hits.select("query_id", "consens_loo_lowest"), on="query_id", how="left"
+    )
+    summary = summarize(per_query.with_columns(
+        answer_loose_oracle=pl.lit(None, pl.Boolean)), documents.with_columns(erag_label=pl.lit(0)), 3, leave_one_out=hits,
+    )
+    assert summary["consens_loo_lowest"] == 0.5 and summary["n_consens_loo_lowest"] == 2
+    # Kept contexts (min over the others left out): 0.7 (q1), 0.2 (q2); left out: −0.5 (q1), 0.6 (q2).
+    # 0.7 beats both, 0.2 beats −0.5 only: 3 of 4 pairs.
+    assert summary["consens_loo_auc"] == pytest.approx(leave_one_out_auc(hits["consens_without"].to_list(), hits["relevant"].to_list()))
+    assert summary["consens_loo_auc"] == pytest.approx(3 / 4) and summary["n_consens_loo_auc"] == 2
+    # Attributions 1.4, 0.1, 0.2 (q1) and 0.7, 0.3 (q2): relevant 1.4 (beats 3) and 0.3 (beats 0.1, 0.2)
+    # against 0.1, 0.2, 0.7 → 5 of 6 pairs.
+    assert summary["consens_loo_attribution_auc"] == pytest.approx(5 / 6)
