@@ -239,7 +239,8 @@ def leave_out_prompts(
             continue
         for position, doc_id in enumerate(doc_ids):
             rest = shown[:position] + shown[position + 1:]
-            rows.append(prompt_row(qid, CONSENS_LEAVE_OUT, doc_id, fit_context_prompt(qid, questions[qid], rest, template, budget)))
+            fitted = fit_context_prompt(qid, questions[qid], rest, template, budget)
+            rows.append(prompt_row(qid, CONSENS_LEAVE_OUT, doc_id, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
 

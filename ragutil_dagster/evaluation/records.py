@@ -52,17 +52,24 @@ def score_records(
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
     scored_prompts = pl.concat([
         prompt_table,
-        consens_prompts(records.queries, with_context, records.corpus, prompts, budget, experiment.consens.leave_one_out),
+        consens_prompts(
+            records.queries, with_context, records.corpus, prompts, budget, experiment.consens.leave_one_out
+        ),
     ])
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
-    per_query = {row["query_id"]: row for row in query_scores(groups, records.queries, consens.per_query).iter_rows(named=True)}
+    per_query = {
+        row["query_id"]: row for row in query_scores(groups, records.queries, consens.per_query).iter_rows(named=True)
+    }
     documents = document_scores(groups, records.queries, records.run, records.max_contexts)
     attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
-        scores = {"id": row["doc_id"], "rank": row["rank"], "delta_seper_s": row["delta_seper_s"], "delta_seper_h": row["delta_seper_h"]}
+        scores = {
+            "id": row["doc_id"], "rank": row["rank"],
+            "delta_seper_s": row["delta_seper_s"], "delta_seper_h": row["delta_seper_h"],
+        }
         if experiment.consens.leave_one_out:
             scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
         per_context.setdefault(row["query_id"], []).append(scores)

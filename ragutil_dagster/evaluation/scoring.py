@@ -272,9 +272,9 @@ def _leave_one_out_summary(hits: pl.DataFrame) -> _Summary:
     out = _Summary()
     if hits.height:
         relevant = hits["relevant"].to_list()
-        out.add("consens_loo_auc", consens_metrics.leave_one_out_auc(hits["consens_without"].to_list(), relevant), hits.height)
-        out.add("consens_loo_attribution_auc",
-                consens_metrics.attribution_auc(hits["consens_attribution"].to_list(), relevant), hits.height)
+        without, attributions = hits["consens_without"].to_list(), hits["consens_attribution"].to_list()
+        out.add("consens_loo_auc", consens_metrics.leave_one_out_auc(without, relevant), hits.height)
+        out.add("consens_loo_attribution_auc", consens_metrics.attribution_auc(attributions, relevant), hits.height)
     return out
 
 

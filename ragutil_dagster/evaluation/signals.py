@@ -3,10 +3,11 @@ attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs.
 
 ConSens scores the pseudo-answer of the ``rag`` condition — its greedy answer (or, with
 ``labels: most_likely``, its most likely sample) — and, with ``consens.leave_one_out``, the
-same answer with each passage of its context left out (Experiment 3, §3.3). Passage utility scores the pseudo-answer the
-caller gives (``evaluation.verbalized``: the greedy answer over the utility candidates, as §3.4
-generates it from the top 20). Selection for the set metrics is ragutil's own rule, which the
-paper does not define: a passage is selected by likelihood when P(a | q, d) > P(a | q).
+same answer with each passage of its context left out (Experiment 3, §3.3). Passage utility
+scores the pseudo-answer the caller gives (``evaluation.verbalized``: the greedy answer over the
+utility candidates, as §3.4 generates it from the top 20). Selection for the set metrics is
+ragutil's own rule, which the paper does not define: a passage is selected by likelihood when
+P(a | q, d) > P(a | q).
 Attention only ranks passages (§3.3.2): no selection rule is applied to it.
 """
 
@@ -89,7 +90,8 @@ def consens_scores(
     for (qid, doc), left_out in zip(leave_out.select("query_id", "doc_id").iter_rows(), scored[2 * len(qids) :]):
         empty, value = full[qid]
         if value is not None:
-            without.setdefault(qid, []).append((doc, consens(empty.token_logprobs, left_out.token_logprobs, masks[qid])))
+            value = consens(empty.token_logprobs, left_out.token_logprobs, masks[qid])
+            without.setdefault(qid, []).append((doc, value))
     attributed = [
         {"query_id": qid, "doc_id": doc, "consens_without": value, "attribution": float(a)}
         for qid, pairs in without.items()

@@ -150,7 +150,9 @@ def _with_contrast(
     array = _values(values, what, bound)
     labels = np.asarray(relevant)
     if labels.shape != array.shape or labels.dtype != bool:
-        raise ValueError(f"{what}: expected one boolean relevance label per document ({array.size}), got {list(relevant)!r}")
+        raise ValueError(
+            f"{what}: expected one boolean relevance label per document ({array.size}), got {list(relevant)!r}"
+        )
     if labels.all() or not labels.any():
         raise ValueError(
             f"{what}: needs a relevant document and another one in the context (Experiment 3 scores "

@@ -53,7 +53,8 @@ def test_every_shown_passage_is_left_out_once_and_attributed_the_drop(leave_one_
     rag = store.read_table("generations", KEY, PROMPTS).filter(pl.col("condition") == "rag")
     scored = set(per_query.filter(pl.col("consens").is_not_null())["query_id"])
     # The evaluator prompt shows the rag prompt's passages (the reader's context fits all three).
-    expected = {(qid, doc) for qid, docs in rag.select("query_id", "doc_ids").iter_rows() if qid in scored for doc in docs}
+    shown = rag.filter(pl.col("query_id").is_in(list(scored))).select("query_id", "doc_ids")
+    expected = {(qid, doc) for qid, docs in shown.iter_rows() for doc in docs}
     assert set(left_out.select("query_id", "doc_id").iter_rows()) == expected and left_out.height == len(expected)
     assert len(expected) == K * len(scored) and len(scored) >= QUERIES // 2
     joined = left_out.join(per_query, on="query_id")

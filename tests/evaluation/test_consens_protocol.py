@@ -149,13 +149,13 @@ def test_experiment_3_counts_the_retrieval_hits_only() -> None:
     per_query = pl.DataFrame({"query_id": ["q1", "q2", "q3"]}).join(
         hits.select("query_id", "consens_loo_lowest"), on="query_id", how="left"
     )
-    summary = summarize(per_query.with_columns(
-        answer_loose_oracle=pl.lit(None, pl.Boolean)), documents.with_columns(erag_label=pl.lit(0)), 3, leave_one_out=hits,
-    )
+    per_query = per_query.with_columns(answer_loose_oracle=pl.lit(None, pl.Boolean))
+    summary = summarize(per_query, documents.with_columns(erag_label=pl.lit(0)), 3, leave_one_out=hits)
     assert summary["consens_loo_lowest"] == 0.5 and summary["n_consens_loo_lowest"] == 2
     # Kept contexts (min over the others left out): 0.7 (q1), 0.2 (q2); left out: −0.5 (q1), 0.6 (q2).
     # 0.7 beats both, 0.2 beats −0.5 only: 3 of 4 pairs.
-    assert summary["consens_loo_auc"] == pytest.approx(leave_one_out_auc(hits["consens_without"].to_list(), hits["relevant"].to_list()))
+    paper = leave_one_out_auc(hits["consens_without"].to_list(), hits["relevant"].to_list())
+    assert summary["consens_loo_auc"] == pytest.approx(paper)
     assert summary["consens_loo_auc"] == pytest.approx(3 / 4) and summary["n_consens_loo_auc"] == 2
     # Attributions 1.4, 0.1, 0.2 (q1) and 0.7, 0.3 (q2): relevant 1.4 (beats 3) and 0.3 (beats 0.1, 0.2)
     # against 0.1, 0.2, 0.7 → 5 of 6 pairs.
