@@ -360,6 +360,16 @@ class PromptConfig(_Strict):
         return name
 
 
+class ConsensConfig(_Strict):
+    """ConSens beyond its per-query score (Vankov et al.). ``leave_one_out``: Experiment 3
+    (§3.3) — the pseudo-answer teacher-forced again with each passage of its context left out in
+    turn, for each passage's attribution (the drop of ConSens without it) and the experiment's
+    ROC AUC against the qrels. Off by default: it scores k more prompts per query (each of k − 1
+    passages), for settings with k ≥ 2."""
+
+    leave_one_out: bool = False
+
+
 class ERAGConfig(_Strict):
     """eRAG's document labels (eq. 1): ``label`` is the downstream metric E_M of the judged answer
     with the document alone that the eRAG aggregates of the summary read — ``exact_match``
@@ -433,6 +443,7 @@ class ExperimentConfig(_Strict):
     nli: NliConfig
     sampling: SamplingConfig = SamplingConfig()
     prompts: PromptConfig = PromptConfig()
+    consens: ConsensConfig = ConsensConfig()
     erag: ERAGConfig = ERAGConfig()
     utility: UtilityConfig = UtilityConfig()
     # Off unless given (``validity: {}`` takes the defaults): it samples every positive and

@@ -73,6 +73,11 @@ DECODING_SAMPLE, DECODING_GREEDY = "sample", "greedy"
 GROUP_KEYS = ("query_id", "condition", "doc_id")
 
 CONSENS_SCHEMA: dict[str, pl.DataType] = {"query_id": pl.String, "consens": pl.Float64}
+# ConSens §3.3 (Experiment 3), per passage d of a query's context C: ConSens of the pseudo-answer
+# with d left out, ConSens(C \ {d}), and d's attribution ConSens(C) − ConSens(C \ {d}).
+CONSENS_LEAVE_ONE_OUT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_id": pl.String, "consens_without": pl.Float64, "attribution": pl.Float64,
+}
 # Per utility candidate: log P(a | q, d), ragutil's selection rule on it, the attention share.
 SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String, "doc_id": pl.String, "likelihood": pl.Float64, "likelihood_selected": pl.Boolean,
@@ -131,7 +136,11 @@ QUERY_SCORE_SCHEMA: dict[str, pl.DataType] = {
     "answer_loose_oracle": pl.Boolean, "delta_seper_s": pl.Float64, "delta_seper_h": pl.Float64,
 }
 # ... with the dataset's optional question fields, and ConSens where it was computed.
-QUERY_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {**QA_QUERY_OPTIONAL_SCHEMA, "consens": pl.Float64}
+QUERY_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
+    **QA_QUERY_OPTIONAL_SCHEMA, "consens": pl.Float64,
+    # ConSens Experiment 3 (consens.leave_one_out): removing the relevant document scores lowest.
+    "consens_loo_lowest": pl.Float64,
+}
 # Per retrieved document (its per_doc group): ΔSePer alone, its eRAG labels (eq. 1: EM, the
 # paper's metric for QA, in ``erag_label``; has_answer and token F1 beside it) and gold utility
 # (LLM-specific utility eq. 1).
@@ -144,6 +153,8 @@ DOCUMENT_SCORE_SCHEMA: dict[str, pl.DataType] = {
 DOCUMENT_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
     **{name: dtype for name, dtype in SIGNAL_SCHEMA.items() if name not in ("query_id", "doc_id")},
     "true_utility": pl.Float64,
+    # ConSens with the document left out of the context, and its attribution (ConSens §3.3).
+    "consens_without": pl.Float64, "consens_attribution": pl.Float64,
 }
 # Each score table by its asset: the columns it always has, and those it may have.
 SCORE_SCHEMAS: dict[str, tuple[dict[str, pl.DataType], dict[str, pl.DataType]]] = {
@@ -218,6 +229,7 @@ PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown i
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
 VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
 RETRIEVER_SUMMARY = "retriever_summary"  # retrieval_run (JSON): MIRAGE Table 2 numbers, read by metric_scores
+CONSENS_LEAVE_ONE_OUT = "leave_one_out"  # consens: CONSENS_LEAVE_ONE_OUT_SCHEMA (empty unless consens.leave_one_out)
 
 
 def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits: int = 3) -> str:

@@ -28,6 +28,8 @@ def test_valid_config_gives_sorted_k_and_setting_keys() -> None:
     assert [s.key for s in config.settings()] == ["world__bm25__k1__bge", "world__bm25__k5__bge"]
     assert config.setting("world__bm25__k5__bge") == Setting("world", "bm25", 5, "bge")
     assert config.sampling.n == 10 and config.sampling.temperature == 1.0
+    assert not config.consens.leave_one_out  # Experiment 3 costs k more scored prompts: opt-in
+    assert parse_config(with_changes(consens={"leave_one_out": True})).consens.leave_one_out
 
 
 def test_embedding_shard_keys_name_their_index() -> None:
@@ -60,6 +62,8 @@ def test_embedding_shard_keys_name_their_index() -> None:
         ({"retrievers": [{"name": "Bad Name", "kind": "bm25"}]}, r"retrievers\.0\.name"),
         ({"generators": [{"name": "a", "model": "x"}, {"name": "a", "model": "y"}]}, "generator names must be unique"),
         ({"prompts": {"closed_book": "nope"}}, "unknown prompt 'nope'"),
+        ({"consens": {"leave_one_out": "sometimes"}}, r"consens\.leave_one_out"),
+        ({"consens": {"leave_one": True}}, r"consens\.leave_one: unknown key"),
         ({"datasets": [{"name": "nq", "format": "beir"}]}, "BEIR dataset needs 'path'"),
         ({"datasets": [{"name": "sq", "format": "squad"}]}, "SQuAD dataset needs 'path'"),
         ({"datasets": [{"name": "nq", "format": "qa", "path": "q.jsonl"}]}, "format qa needs it"),

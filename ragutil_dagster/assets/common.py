@@ -55,7 +55,7 @@ def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataVa
 
 
 def side_table_metadata(name: str, frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:
-    """A diagnostic table written beside an asset's main table (no step reads it back): its
+    """A side table written beside an asset's main table (diagnostics, or a table a child step reads): its
     rows, columns, path and first rows under ``<name>/...`` in the asset's metadata."""
     return {f"{name}/{key.removeprefix('dagster/')}": value for key, value in table_metadata(frame, path).items()}
 

@@ -2,7 +2,8 @@
 top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
 (``per_doc``), the positives alone (``oracle``) and, with a validity section, every validity
 passage alone (``validity``) — and, from the same loaded generator, its
-teacher-forced ``consens`` per query.
+teacher-forced ``consens`` per query (and, with ``consens.leave_one_out``, per passage left out of
+the context: side table ``leave_one_out``).
 
 The prompts sampled and the generation issues (empty or non-finite samples) are the step's
 diagnostics: written beside the samples and shown in the metadata (path, columns, preview)."""
@@ -17,6 +18,7 @@ from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_m
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.evaluation.conditions import (
+    CONSENS_LEAVE_OUT,
     PromptBudget,
     closed_book_prompts,
     consens_prompts,
@@ -28,7 +30,7 @@ from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.tables import CONSENS_LEAVE_ONE_OUT, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
 from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
 
 
@@ -118,7 +120,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         specs=step_tables(
             deps, {"pytorch", "parquet"},
             generations="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
-            consens="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context.",
+            consens="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context; "
+            "with consens.leave_one_out, per passage ConSens with it left out and its attribution (side table "
+            "leave_one_out, ConSens §3.3).",
         ),
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
     )
@@ -139,13 +143,19 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         all_prompts = pl.concat([
             closed_book_prompts(queries, experiment.prompts, budget), prompts,
-            consens_prompts(queries, prompts, passages, experiment.prompts, budget),
+            consens_prompts(queries, prompts, passages, experiment.prompts, budget, experiment.consens.leave_one_out),
         ])
-        consens = consens_scores(all_prompts, samples, queries, models.scorer(spec))
+        scores = consens_scores(all_prompts, samples, queries, models.scorer(spec))
         seconds = dg.MetadataValue.float(time.perf_counter() - start)
-        path = store.write_table("consens", context.partition_key, consens)
-        metadata = {**table_metadata(consens, path), "signals_seconds": seconds}
-        metadata["mean_consens"] = dg.MetadataValue.float(float(consens["consens"].drop_nulls().mean() or 0.0))
+        path = store.write_table("consens", context.partition_key, scores.per_query)
+        left_out = scores.leave_one_out
+        left_out_path = store.write_table("consens", context.partition_key, left_out, CONSENS_LEAVE_ONE_OUT)
+        metadata = {
+            **table_metadata(scores.per_query, path), "signals_seconds": seconds,
+            "mean_consens": dg.MetadataValue.float(float(scores.per_query["consens"].drop_nulls().mean() or 0.0)),
+            "leave_one_out_prompts": dg.MetadataValue.int(int((all_prompts["condition"] == CONSENS_LEAVE_OUT).sum())),
+            **side_table_metadata(CONSENS_LEAVE_ONE_OUT, left_out, left_out_path),
+        }
         yield dg.MaterializeResult(asset_key="consens", metadata=metadata)
 
     return generations

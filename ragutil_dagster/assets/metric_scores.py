@@ -1,6 +1,7 @@
 """``metric_scores[setting × generator]``: every paper's metric on the same samples — SePer_S/H
 with and without context and ΔSePer per query and per document, semantic entropy, EM / F1 /
-has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens, LLM-specific gold
+has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens (with its leave-one-out
+attribution and Experiment 3's AUCs when the consens step scored them), LLM-specific gold
 utility over the utility candidates with the set / rank metrics of likelihood, attention and the
 verbalized judgments — with its finer tables, ``document_scores`` (per retrieved passage),
 ``candidate_scores`` (per utility candidate) and ``group_scores`` (per SePer group: the samples
@@ -23,6 +24,7 @@ from ragutil_dagster.evaluation.predictors import (
 from ragutil_dagster.evaluation.scoring import (
     document_scores,
     group_scores,
+    leave_one_out_hits,
     query_scores,
     summarize,
     utility_scores,
@@ -31,7 +33,9 @@ from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelRegistry
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores
+from ragutil_dagster.tables import (
+    CONSENS_LEAVE_ONE_OUT, CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores,
+)
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
 from ragutil_dagster.tracking.partition import (
@@ -91,7 +95,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         specs=step_tables(
             deps, {"polars", "parquet"},
             metric_scores="Per-query scores of all five papers' metrics, and their summary.",
-            document_scores="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals and ground truth.",
+            document_scores="Per retrieved passage: ΔSePer alone, eRAG labels, utility signals, ConSens "
+            "leave-one-out attribution and ground truth.",
             group_scores="Per SePer group (the samples of one prompt): SePer_S/H, entropy, EM / F1.",
             candidate_scores="Per utility candidate: its answer alone, gold utility (LLM-specific utility eq. 1), "
                 "likelihood and attention utility.",
@@ -132,15 +137,17 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             qrels = store.read_table("setting_queries", setting.key, QRELS)
             documents = document_scores(
                 groups, queries, retrieved, store.read_table("utility_signals", partition), ground_truth,
+                store.read_table("consens", partition, CONSENS_LEAVE_ONE_OUT),
             )
-            per_query = query_scores(groups, queries, store.read_table("consens", partition))
+            hits = leave_one_out_hits(documents, qrels)
+            per_query = query_scores(groups, queries, store.read_table("consens", partition), hits)
             utility = utility_scores(
                 groups, queries, store.read_table("utility_candidates", setting.key),
                 store.read_table("utility_generations", partition), store.read_table("utility_signals", partition),
                 store.read_table("utility_judgments", partition),
             )
             summary = {
-                **summarize(per_query, documents, setting.k, experiment.erag.label, utility),
+                **summarize(per_query, documents, setting.k, experiment.erag.label, utility, hits),
                 **store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
             }
             containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)

@@ -15,7 +15,8 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
 Two more conditions are scored (teacher-forced), never sampled: ConSens's evaluator template
 with the context left empty (``consens_empty``) and with the passages of the ``rag`` prompt
 (``consens_context``); for the validity passages also with each passage alone
-(``consens_passage``).
+(``consens_passage``); with ``consens.leave_one_out``, the context with each of its passages
+left out in turn (``consens_leave_out``, ConSens §3.3 Experiment 3).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ VALIDITY_CONDITION = "validity"
 CONDITIONS = ("closed_book", "rag", "per_doc", "oracle", VALIDITY_CONDITION)
 CONSENS_CONDITIONS = ("consens_empty", "consens_context")
 CONSENS_PASSAGE = "consens_passage"
+CONSENS_LEAVE_OUT = "consens_leave_out"
 # LLM-specific utility's greedy-only conditions (evaluation/verbalized.py): the utility candidates
 # together (the pseudo-answer), one candidate alone beyond the top k, and per verbalized method
 # ``judge_<method>`` (its judgments) and ``rag_<method>`` (RAG with the passages it chose).
@@ -188,21 +190,57 @@ def consens_prompts(
     corpus: pl.DataFrame,
     prompts: PromptConfig,
     budget: PromptBudget | None = None,
+    leave_one_out: bool = False,
 ) -> pl.DataFrame:
     """ConSens §3's evaluator prompts (``prompts.consens``) of every query with a ``rag`` prompt
     in ``context_prompt_table``: ``consens_empty``, the context left empty (P_E), and
     ``consens_context``, the passages that rag prompt showed (P_C), fitted to ``budget`` like
-    every context prompt. No rows when ``prompts.consens`` is null."""
-    if prompts.consens is None:
-        return pl.DataFrame(schema=PROMPT_SCHEMA)
+    every context prompt; none when ``prompts.consens`` is null (P_C is then the rag prompt).
+    With ``leave_one_out``, also the :func:`leave_out_prompts` of the P_C prompts."""
     passages = _passages(corpus)
     questions = dict(queries.select("query_id", "question").iter_rows())
     rows = []
     rag = context_prompt_table.filter(pl.col("condition") == "rag")
-    for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
-        for condition, docs in zip(CONSENS_CONDITIONS, ([], doc_ids)):
-            fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in docs], prompts.consens, budget)
-            rows.append(prompt_row(qid, condition, None, fitted))
+    if prompts.consens is not None:
+        for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
+            for condition, docs in zip(CONSENS_CONDITIONS, ([], doc_ids)):
+                fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in docs], prompts.consens, budget)
+                rows.append(prompt_row(qid, condition, None, fitted))
+    table = pl.DataFrame(rows, schema=PROMPT_SCHEMA)
+    if not leave_one_out:
+        return table
+    if prompts.consens is None:
+        return leave_out_prompts(queries, rag, corpus, prompts.with_context, budget)
+    shown = table.filter(pl.col("condition") == CONSENS_CONDITIONS[1])
+    return pl.concat([table, leave_out_prompts(queries, shown, corpus, prompts.consens, budget)])
+
+
+def leave_out_prompts(
+    queries: pl.DataFrame,
+    context_prompt_table: pl.DataFrame,
+    corpus: pl.DataFrame,
+    template: str,
+    budget: PromptBudget | None = None,
+) -> pl.DataFrame:
+    """ConSens §3.3 (Experiment 3): for every prompt of ``context_prompt_table`` showing two or
+    more passages and each passage d it shows, the ``template`` prompt over the same passages
+    without d (condition ``consens_leave_out``, ``doc_id`` = d) — a last passage cut to fit keeps
+    its cut — fitted to ``budget``. A prompt showing one passage has none: without it the context
+    is the empty one P_E is scored under."""
+    texts = _passages(corpus)
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    rows = []
+    for qid, doc_ids, cut in context_prompt_table.select("query_id", "doc_ids", "last_passage_chars").iter_rows():
+        shown = [texts[d] for d in doc_ids]
+        if cut is not None:
+            doc_id, title, text = shown[-1]
+            shown[-1] = (doc_id, title, text[:cut])
+        if len(shown) < 2:
+            continue
+        for position, doc_id in enumerate(doc_ids):
+            rest = shown[:position] + shown[position + 1:]
+            fitted = fit_context_prompt(qid, questions[qid], rest, template, budget)
+            rows.append(prompt_row(qid, CONSENS_LEAVE_OUT, doc_id, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
 

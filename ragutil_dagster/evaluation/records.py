@@ -5,8 +5,9 @@ The generator is sampled closed book, with all contexts together (in the given o
 each context alone. The result per record is every per-query metric of the catalogue
 (``metrics/catalog.py``: ΔSePer_S/H, SePer, semantic entropy, EM / F1 / has_answer, ConSens), a
 condition's named by what the record gave it (``seper_s_with_context``, ``em_without_context``),
-per context its catalogued per-document metrics (ΔSePer_S/H of the context alone), and the judged
-answers.
+per context its catalogued per-document metrics (ΔSePer_S/H of the context alone) — with
+``consens.leave_one_out`` its ConSens attribution too (the drop of ConSens without it, ConSens
+§3.3) —, and the judged answers.
 """
 
 from __future__ import annotations
@@ -63,21 +64,26 @@ def score_records(
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
     scored_prompts = pl.concat([
-        prompt_table, consens_prompts(records.queries, with_context, records.corpus, prompts, budget)
+        prompt_table,
+        consens_prompts(
+            records.queries, with_context, records.corpus, prompts, budget, experiment.consens.leave_one_out
+        ),
     ])
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
-    queries = query_scores(groups, records.queries, consens)
+    queries = query_scores(groups, records.queries, consens.per_query)
     documents = document_scores(groups, records.queries, records.run)
     metrics = [name for name in catalog.per_query_means() if name in queries.columns]
     document_metrics = [name for name in catalog.per_query_means() if name in documents.columns]
     answers = [f"answer_{suffix}" for suffix in RECORD_CONDITIONS]
+    attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
-        per_context.setdefault(row["query_id"], []).append(
-            {"id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics}}
-        )
+        scores = {"id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics}}
+        if experiment.consens.leave_one_out:
+            scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
+        per_context.setdefault(row["query_id"], []).append(scores)
     per_query = {row["query_id"]: row for row in queries.iter_rows(named=True)}
     return [
         {

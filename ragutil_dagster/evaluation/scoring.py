@@ -23,6 +23,7 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.metrics import answers as answer_metrics
 from ragutil_dagster.metrics import catalog
+from ragutil_dagster.metrics import consens as consens_metrics
 from ragutil_dagster.metrics.erag import (
     BINARY_DOWNSTREAM_METRICS,
     DOWNSTREAM_METRICS,
@@ -223,11 +224,53 @@ def document_scores(
     run: pl.DataFrame,
     utility_signals: pl.DataFrame | None = None,
     ground_truth: pl.DataFrame | None = None,
+    leave_one_out: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The :func:`passage_scores` of every retrieved document of ``run`` (the setting's top k;
-    each document's ``per_doc`` group), with its rank."""
+    each document's ``per_doc`` group), with its rank and — when ``leave_one_out``
+    (``CONSENS_LEAVE_ONE_OUT_SCHEMA``) is given — ConSens of the pseudo-answer with the document
+    left out of the context (``consens_without``) and its attribution (``consens_attribution``,
+    ConSens §3.3; null where it was not scored)."""
     retrieved = run.select("query_id", "doc_id", "rank")
-    return passage_scores(groups, queries, retrieved, "per_doc", utility_signals, ground_truth).sort("query_id", "rank")
+    table = passage_scores(groups, queries, retrieved, "per_doc", utility_signals, ground_truth)
+    if leave_one_out is not None:
+        table = table.join(
+            leave_one_out.rename({"attribution": "consens_attribution"}), on=["query_id", "doc_id"], how="left"
+        )
+    return table.sort("query_id", "rank")
+
+
+def leave_one_out_hits(documents: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataFrame:
+    """ConSens Experiment 3 (§3.3) per retrieval hit: the queries whose documents scored with
+    the leave-one-out contexts (``consens_without`` of :func:`document_scores`) hold a relevant
+    one (qrels relevance > 0) and another — the paper keeps the retrieval hits only. Per query,
+    in rank order: ``consens_without``, ``consens_attribution`` and ``relevant`` as lists, and
+    ``consens_loo_lowest`` (:func:`~ragutil_dagster.metrics.consens.removal_lowest`)."""
+    positives = qrels.filter(pl.col("relevance") > 0).select("query_id", "doc_id", pl.lit(True).alias("relevant"))
+    scored = (
+        documents.filter(pl.col("consens_without").is_not_null())
+        .join(positives, on=["query_id", "doc_id"], how="left")
+        .with_columns(pl.col("relevant").fill_null(False))
+        .sort("query_id", "rank")
+        .group_by("query_id", maintain_order=True)
+        .agg("consens_without", "consens_attribution", "relevant")
+        .filter(pl.col("relevant").list.any() & ~pl.col("relevant").list.all())
+    )
+    lowest = [consens_metrics.removal_lowest(v, r) for v, r in scored.select("consens_without", "relevant").iter_rows()]
+    return scored.with_columns(pl.Series("consens_loo_lowest", lowest, dtype=pl.Float64))
+
+
+def _leave_one_out_summary(hits: pl.DataFrame) -> _Summary:
+    """ConSens Experiment 3's ROC AUC over the retrieval hits (``leave_one_out_auc``: contexts
+    keeping the relevant document against those leaving it out, as Fig. 3 pairs them) and the
+    per-document attribution AUC (``attribution_auc``), each with its n of queries."""
+    out = _Summary()
+    if hits.height:
+        relevant = hits["relevant"].to_list()
+        without, attributions = hits["consens_without"].to_list(), hits["consens_attribution"].to_list()
+        out.add("consens_loo_auc", consens_metrics.leave_one_out_auc(without, relevant), hits.height)
+        out.add("consens_loo_attribution_auc", consens_metrics.attribution_auc(attributions, relevant), hits.height)
+    return out
 
 
 def passage_scores(
@@ -280,9 +323,16 @@ def passage_scores(
     return table
 
 
-def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFrame | None = None) -> pl.DataFrame:
+def query_scores(
+    groups: pl.DataFrame,
+    queries: pl.DataFrame,
+    consens: pl.DataFrame | None = None,
+    leave_one_out: pl.DataFrame | None = None,
+) -> pl.DataFrame:
     """Per query: SePer with and without context and ΔSePer_S/H (eq. 11), semantic entropy,
-    EM / F1 / has_answer, and MIRAGE's per-question correctness (base, oracle, mixed = rag)."""
+    EM / F1 / has_answer, MIRAGE's per-question correctness (base, oracle, mixed = rag), and
+    when given ConSens (``consens``: ``CONSENS_SCHEMA``) and Experiment 3's removal-lowest share
+    of the retrieval hits (``leave_one_out``: :func:`leave_one_out_hits`)."""
     table = (
         queries.select("query_id", *[c for c in QA_QUERY_OPTIONAL_SCHEMA if c in queries.columns])
         .join(_condition(groups, "closed_book"), on="query_id", how="left")
@@ -298,6 +348,8 @@ def query_scores(groups: pl.DataFrame, queries: pl.DataFrame, consens: pl.DataFr
     )
     if consens is not None:
         table = table.join(consens, on="query_id", how="left")
+    if leave_one_out is not None:
+        table = table.join(leave_one_out.select("query_id", "consens_loo_lowest"), on="query_id", how="left")
     return table.sort("query_id")
 
 
@@ -527,12 +579,15 @@ def summarize(
     k: int,
     erag_label: DownstreamMetric = "exact_match",
     utility: UtilityScores | None = None,
+    leave_one_out: pl.DataFrame | None = None,
 ) -> dict[str, float]:
     """Headline numbers of one setting × generator, each with its n (``n_<name>``): means over
     queries, MIRAGE's four metrics, eRAG aggregates of the ``erag_label`` labels (the measures
     :func:`~ragutil_dagster.metrics.erag.erag_measure_names` defines for them),
     LLM-specific utility over its candidates when ``utility`` is given (:func:`_utility_summary`),
-    ConSens, and — when the dataset has ground-truth utility — SePer
+    ConSens, Experiment 3's AUCs over the retrieval hits when ``leave_one_out``
+    (:func:`leave_one_out_hits`) is given (:func:`_leave_one_out_summary`), and — when the
+    dataset has ground-truth utility — SePer
     Table 2's validity correlations (:func:`_validity_correlations`)."""
     summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
     for column in catalog.per_query_means():
@@ -560,6 +615,8 @@ def summarize(
         summary.add(f"erag_{name}", value, len(ranked))
     if utility is not None:
         summary.update(_utility_summary(queries_table, utility))
+    if leave_one_out is not None:
+        summary.update(_leave_one_out_summary(leave_one_out))
     if "true_utility" in documents.columns:
         summary.update(_validity_correlations(queries_table, documents))
     return dict(summary)

@@ -2,25 +2,28 @@
 attention-based passage utility of the LLM-specific-utility paper (§3.3.2, eqs. 6–7).
 
 ConSens scores the pseudo-answer of the ``rag`` condition — its greedy answer (or, with
-``labels: most_likely``, its most likely sample). Passage utility scores the pseudo-answer the
-caller gives (``evaluation.verbalized``: the greedy answer over the utility candidates, as §3.4
-generates it from the top 20). Selection for the set metrics is ragutil's own rule, which the
-paper does not define: a passage is selected by likelihood when P(a | q, d) > P(a | q).
+``labels: most_likely``, its most likely sample) — and, with ``consens.leave_one_out``, the
+same answer with each passage of its context left out (Experiment 3, §3.3). Passage utility
+scores the pseudo-answer the caller gives (``evaluation.verbalized``: the greedy answer over the
+utility candidates, as §3.4 generates it from the top 20). Selection for the set metrics is
+ragutil's own rule, which the paper does not define: a passage is selected by likelihood when
+P(a | q, d) > P(a | q).
 Attention only ranks passages (§3.3.2): no selection rule is applied to it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS, CONSENS_PASSAGE
+from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS, CONSENS_LEAVE_OUT, CONSENS_PASSAGE
 from ragutil_dagster.evaluation.scoring import judged_answers
-from ragutil_dagster.metrics.consens import consens, content_token_mask
+from ragutil_dagster.metrics.consens import consens, content_token_mask, leave_one_out_attribution
 from ragutil_dagster.models.scoring import ScoredContinuation, TokenScorer
-from ragutil_dagster.tables import ALONE_SIGNAL_SCHEMA, CONSENS_SCHEMA, SIGNAL_SCHEMA
+from ragutil_dagster.tables import ALONE_SIGNAL_SCHEMA, CONSENS_LEAVE_ONE_OUT_SCHEMA, CONSENS_SCHEMA, SIGNAL_SCHEMA
 
 
 def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
@@ -43,13 +46,26 @@ def _prompts(prompts: pl.DataFrame, condition: str, qids: list[str]) -> pl.DataF
     return prompts.filter((pl.col("condition") == condition) & pl.col("query_id").is_in(qids))
 
 
+@dataclass(frozen=True)
+class ConsensScores:
+    """ConSens of each query's pseudo-answer (``per_query``: ``CONSENS_SCHEMA``) and, where its
+    context was scored with each passage left out, per passage (``leave_one_out``:
+    ``CONSENS_LEAVE_ONE_OUT_SCHEMA``, empty otherwise)."""
+
+    per_query: pl.DataFrame
+    leave_one_out: pl.DataFrame
+
+
 def consens_scores(
     prompts: pl.DataFrame, generations: pl.DataFrame, queries: pl.DataFrame, scorer: TokenScorer
-) -> pl.DataFrame:
+) -> ConsensScores:
     """ConSens of each query's pseudo-answer: the same answer tokens teacher-forced after the
     evaluator prompt with the context empty and with the rag passages (the ``consens_*``
     conditions of ``prompts``; without them, after the closed-book and the rag prompt), content
-    words only."""
+    words only. Where ``prompts`` hold ``consens_leave_out`` prompts (Experiment 3, §3.3), also
+    ConSens with each passage left out and the passage's attribution
+    (:func:`~ragutil_dagster.metrics.consens.leave_one_out_attribution`), under the same empty
+    context and content words."""
     answers = _pseudo_answers(generations)
     questions = dict(queries.select("query_id", "question").iter_rows())
     evaluator = prompts.filter(pl.col("condition") == CONSENS_CONDITIONS[0]).height > 0
@@ -59,17 +75,31 @@ def consens_scores(
         for condition in (empty_condition, context_condition)
     }
     qids = [q for q in answers if all(q in table for table in by_condition.values())]
-    order = list(by_condition)
-    scored = scorer.score(
-        [by_condition[c][q] for c in order for q in qids], [answers[q] for _ in order for q in qids]
-    )
-    result = {c: scored[i * len(qids):(i + 1) * len(qids)] for i, c in enumerate(order)}
-    rows = []
-    for qid, empty, with_ctx in zip(qids, result[empty_condition], result[context_condition]):
-        keep = content_token_mask(empty.tokens, questions[qid], empty.word_ids)
-        value = consens(empty.token_logprobs, with_ctx.token_logprobs, keep) if keep.any() else None
+    leave_out = _prompts(prompts, CONSENS_LEAVE_OUT, qids)
+    batch = [(by_condition[c][q], q) for c in by_condition for q in qids]
+    batch += list(zip(leave_out["prompt"], leave_out["query_id"]))
+    scored = scorer.score([prompt for prompt, _ in batch], [answers[q] for _, q in batch])
+    empties, contexts = scored[: len(qids)], scored[len(qids) : 2 * len(qids)]
+    rows, full, masks = [], {}, {}
+    for qid, empty, with_ctx in zip(qids, empties, contexts):
+        masks[qid] = content_token_mask(empty.tokens, questions[qid], empty.word_ids)
+        value = consens(empty.token_logprobs, with_ctx.token_logprobs, masks[qid]) if masks[qid].any() else None
         rows.append({"query_id": qid, "consens": value})
-    return pl.DataFrame(rows, schema=CONSENS_SCHEMA)
+        full[qid] = (empty, value)
+    without: dict[str, list[tuple[str, float]]] = {}
+    for (qid, doc), left_out in zip(leave_out.select("query_id", "doc_id").iter_rows(), scored[2 * len(qids) :]):
+        empty, value = full[qid]
+        if value is not None:
+            value = consens(empty.token_logprobs, left_out.token_logprobs, masks[qid])
+            without.setdefault(qid, []).append((doc, value))
+    attributed = [
+        {"query_id": qid, "doc_id": doc, "consens_without": value, "attribution": float(a)}
+        for qid, pairs in without.items()
+        for (doc, value), a in zip(pairs, leave_one_out_attribution(full[qid][1], [v for _, v in pairs]))
+    ]
+    return ConsensScores(
+        pl.DataFrame(rows, schema=CONSENS_SCHEMA), pl.DataFrame(attributed, schema=CONSENS_LEAVE_ONE_OUT_SCHEMA)
+    )
 
 
 def passage_utility(

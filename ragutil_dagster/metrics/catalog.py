@@ -62,6 +62,7 @@ def _utility_paper(source: str) -> str:
         return f"{_UTILITY}; selection by ragutil's rule log P(a | q, d) > log P(a | q), not the paper's"
     return _UTILITY
 _CONSENS = "ConSens (Vankov et al.) §2"
+_CONSENS_EXPERIMENT_3 = "ConSens (Vankov et al.) §3.3, Experiment 3 (leave one document out)"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
 _SUBSETS = ("", "_known", "_unknown")
 
@@ -107,6 +108,14 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
     Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
+    # Experiment 3 (consens.leave_one_out): each passage left out of the context in turn, over the
+    # retrieval hits (a relevant passage and another among those scored).
+    Metric("consens_loo_auc", "ConSens LOO AUC", f"{_CONSENS_EXPERIMENT_3}, ROC AUC as Fig. 3 pairs the contexts",
+           (0, 1)),
+    Metric("consens_loo_lowest", "ConSens LOO lowest", f"{_CONSENS_EXPERIMENT_3}: removing the relevant passage "
+           "gives the lowest ConSens", (0, 1), per_query=True, ci=True),
+    Metric("consens_loo_attribution_auc", "ConSens attr AUC", f"{_CONSENS_EXPERIMENT_3}; ROC AUC of the per-passage "
+           "attribution ConSens(C) − ConSens(C \\ d), pooled over passages: ragutil's reading", (0, 1)),
     # Each utility metric over the candidates, over all queries and over the known / unknown ones
     # (§3.4: answered, or not, by the generator's own judged closed-book answer).
     *(

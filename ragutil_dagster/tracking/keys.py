@@ -116,6 +116,7 @@ class PartitionRun:
             "prompt_closed_book": experiment.prompts.closed_book,
             "prompt_with_context": experiment.prompts.with_context,
             "prompt_template_hash": prompt_template_hash(experiment),
+            "consens_leave_one_out": experiment.consens.leave_one_out,
             "erag_label": experiment.erag.label,
             "utility_candidates": experiment.utility.candidates,
             "utility_methods": ",".join(experiment.utility.methods) or "none",
