@@ -32,6 +32,8 @@ class Metric:
         headline: shown in Dagster metadata, reports and the ``ragutil run`` table.
         ci: its mean is logged with a bootstrap 95 % interval over queries.
         symbol: the paper's own symbol (MIRAGE's NV / CA / CI / CM), when tables use it.
+        needs_qrels: computed only where the dataset has relevance judgments (never by
+            ``ragutil score``, whose records have none).
     """
 
     name: str
@@ -43,6 +45,7 @@ class Metric:
     headline: bool = False
     ci: bool = False
     symbol: str = ""
+    needs_qrels: bool = False
 
 
 _SEPER = "SePer (Dai et al., ICLR 2025)"
@@ -113,7 +116,7 @@ CATALOG: tuple[Metric, ...] = (
     Metric("consens_loo_auc", "ConSens LOO AUC", f"{_CONSENS_EXPERIMENT_3}, ROC AUC as Fig. 3 pairs the contexts",
            (0, 1)),
     Metric("consens_loo_lowest", "ConSens LOO lowest", f"{_CONSENS_EXPERIMENT_3}: removing the relevant passage "
-           "gives the lowest ConSens", (0, 1), per_query=True, ci=True),
+           "gives the lowest ConSens", (0, 1), per_query=True, ci=True, needs_qrels=True),
     Metric("consens_loo_attribution_auc", "ConSens attr AUC", f"{_CONSENS_EXPERIMENT_3}; ROC AUC of the per-passage "
            "attribution ConSens(C) − ConSens(C \\ d), pooled over passages: ragutil's reading", (0, 1)),
     # Each utility metric over the candidates, over all queries and over the known / unknown ones
