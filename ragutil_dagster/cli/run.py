@@ -84,6 +84,7 @@ QUIET_LIBRARIES = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # MLflow's "Downloading artifacts" bars
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # MLflow's INFO lines (creating its database tables…)
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # Hugging Face Hub's and transformers' ("Loading weights")
+    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM's engine start-up INFO lines (dozens per engine)
 }
 
 
