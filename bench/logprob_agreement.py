@@ -71,6 +71,7 @@ def differences(measured: list[np.ndarray], reference: list[np.ndarray]) -> dict
 
 def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) -> dict:
     """Sample on a fresh engine in ``dtype``; score the samples through prompt log-probs."""
+    from ragutil_dagster.models.backends import BACKENDS, Placement
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
     from ragutil_dagster.sampling import SamplingParams
 
@@ -86,7 +87,8 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
     sample_seconds = time.perf_counter() - started
     prompt_ids = generator.encode_prompts(prompts)
     pair_prompts = [prompt_ids[i // args.n] for i in range(len(samples))]
-    scored = generator.token_scorer().score_ids(pair_prompts, [s.token_ids for s in samples])
+    scorer = BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
+    scored = scorer.score_ids(pair_prompts, [s.token_ids for s in samples])
     release_engine()
     return {
         "engine_start_seconds": engine_seconds,

@@ -100,6 +100,11 @@ class UnsupportedGGUFError(ModelUnavailableError):
     """A valid GGUF file whose tensor types or architecture transformers cannot load."""
 
 
+class ModelRegistryError(UserError, RuntimeError):
+    """The MLflow model registry could not be asked about a model (unreachable, credentials
+    refused, or an error of its own); names the registry and its error."""
+
+
 class NothingToCompareError(UserError, LookupError):
     """An experiment has no finished partition run in the MLflow store to compare."""
 

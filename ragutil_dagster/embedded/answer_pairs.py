@@ -704,10 +704,6 @@ def _draw_team(rng: random.Random) -> tuple[str, ...]:
             f"the {place} {nickname} team")
 
 
-def _team_name(rng: random.Random) -> str:
-    return f"{_pick(rng, TEAM_PLACES)} {_pick(rng, TEAM_NICKNAMES)}"
-
-
 def _split_team(name: str) -> tuple[str, str]:
     place, nickname = name.rsplit(" ", 1)
     return place, nickname

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.redaction import redact_uri
+from ragutil_dagster.errors import ModelRegistryError, ModelUnavailableError
+from ragutil_dagster.redaction import redact, redact_uri
 
 PREFIX = "models:/"
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")
@@ -23,6 +23,7 @@ _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w
 
 def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
     """The local directory of the registry version ``uri`` names, downloaded on first use."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     match = _URI.match(uri)
@@ -38,9 +39,16 @@ def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
             if match["version"]
             else client.get_model_version_by_alias(name, match["alias"])
         )
-    except Exception as err:  # noqa: BLE001 — MLflow raises several types for "not found"
+    except MlflowException as err:
+        registry = redact_uri(tracking_uri)
+        if not _not_found(err, alias=match["alias"] is not None):
+            raise ModelRegistryError(
+                f"model {uri!r}: the MLflow registry at {registry} could not be asked "
+                f"({err.error_code}: {redact(str(err).splitlines()[0])}); check that it is reachable "
+                "and that its credentials (MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD) are accepted"
+            ) from None
         raise ModelUnavailableError(
-            f"model {uri!r} is not in the MLflow registry at {redact_uri(tracking_uri)} "
+            f"model {uri!r} is not in the MLflow registry at {registry} "
             f"({str(err).splitlines()[0]}); register it there or set MLFLOW_TRACKING_URI to the "
             "registry that has it"
         ) from None
@@ -57,6 +65,13 @@ def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
         (staging / ".complete").write_text(str(version.version))
         staging.replace(target)
     return str(_model_root(target))
+
+
+def _not_found(err: Exception, *, alias: bool) -> bool:
+    """Whether the registry answered that the model or version does not exist. MLflow reports
+    an unknown alias of a known model as an invalid parameter, not as a missing resource."""
+    code = getattr(err, "error_code", None)
+    return code == "RESOURCE_DOES_NOT_EXIST" or (alias and code == "INVALID_PARAMETER_VALUE" and "alias" in str(err))
 
 
 def _model_root(directory: Path) -> Path:

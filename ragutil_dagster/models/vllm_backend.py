@@ -290,10 +290,6 @@ class VLLMGenerator:
     def count_prompt_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.encode_prompts(prompts)]
 
-    def token_scorer(self) -> VLLMTokenScorer:
-        """A :class:`VLLMTokenScorer` on this generator's engine and prompt formatting."""
-        return VLLMTokenScorer(self)
-
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         """``n`` samples per prompt; log-probs of the raw model distribution (see module doc)."""
         from vllm.inputs import TokensPrompt

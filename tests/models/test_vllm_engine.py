@@ -12,7 +12,7 @@ import pytest
 
 from ragutil_dagster.config import EngineConfig, GeneratorConfig
 from ragutil_dagster.errors import UserError
-from ragutil_dagster.models.backends import Placement, build_generator
+from ragutil_dagster.models.backends import BACKENDS, Placement, build_generator
 from ragutil_dagster.models.scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import (
     EngineSettings,
@@ -128,6 +128,11 @@ def test_prompt_beyond_the_context_is_refused(vllm_engine: VLLMGenerator) -> Non
         vllm_engine.sample([too_long], SamplingParams(n=1, max_new_tokens=4))
 
 
+def _registry_scorer(generator: VLLMGenerator) -> VLLMTokenScorer:
+    """The token scorer the model registry resource builds: the vllm backend's, on the engine."""
+    return BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
+
+
 @pytest.fixture(scope="module")
 def hf_scorer(vllm_engine: VLLMGenerator) -> TokenScorer:
     return TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)
@@ -136,7 +141,7 @@ def hf_scorer(vllm_engine: VLLMGenerator) -> TokenScorer:
 def test_token_scorer_matches_the_teacher_forced_pass(
     vllm_engine: VLLMGenerator, hf_scorer: TokenScorer
 ) -> None:
-    scorer = vllm_engine.token_scorer()
+    scorer = _registry_scorer(vllm_engine)
     assert isinstance(scorer, VLLMTokenScorer) and scorer.identity == hf_scorer.identity
     prompts = [*PROMPTS, _long_prompts(1)[0]]
     answers = ["William Shakespeare.", " Egypt and Sudan", " red, green and blue", " a Viking leader"]
@@ -152,7 +157,7 @@ def test_token_scorer_matches_the_teacher_forced_pass(
 
 
 def test_attention_utility_is_refused_not_faked(vllm_engine: VLLMGenerator) -> None:
-    scorer = vllm_engine.token_scorer()
+    scorer = _registry_scorer(vllm_engine)
     assert scorer.supports_attention is False and "attention weights" in scorer.attention_unavailable
     with pytest.raises(UserError, match="attention_utility: .*vLLM engine does not expose"):
         scorer.passage_attention([PROMPTS[0]], ["x"], [[(0, 8)]])
