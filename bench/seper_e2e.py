@@ -79,7 +79,7 @@ import psutil
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.cli.run import ensure_answer_nli
+from ragutil_dagster.embedded.setup import ensure_answer_nli
 from ragutil_dagster.config import DatasetConfig, PromptConfig, SamplingConfig
 from ragutil_dagster.data.qa import QADataset, load_dataset
 from ragutil_dagster.embedded import layout
@@ -98,7 +98,7 @@ from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.device import cpu_has_native_bf16
 from ragutil_dagster.models.entailment import Entailment
-from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
+from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.sampling import SamplingParams

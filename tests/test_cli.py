@@ -28,7 +28,7 @@ def test_user_errors_are_one_message_and_status_2(tmp_path, capsys) -> None:
 
 
 def test_an_embedded_build_from_before_the_answer_nli_keeps_its_world_nli(tmp_path, monkeypatch) -> None:
-    from ragutil_dagster.cli.run import ensure_embedded_models
+    from ragutil_dagster.embedded.setup import ensure_embedded_models
     from ragutil_dagster.config import parse_config
 
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))

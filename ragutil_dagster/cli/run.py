@@ -11,58 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
 
 SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
-
-
-def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
-    """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
-    reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
-    when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 10 min of 2
-    cores) when the config names it."""
-    from ragutil_dagster.embedded import layout
-    from ragutil_dagster.embedded.answer_nli import RECORD_NAME
-    from ragutil_dagster.evaluation.world_scope import WORLD_ONLY_MODEL_NAMES, is_embedded_world
-
-    target = embedded_dir()
-    answer_nli, world_nli = target / layout.ANSWER_NLI, target / layout.WORLD_NLI
-    if answer_nli.is_dir() and not (answer_nli / RECORD_NAME).is_file() and not world_nli.exists():
-        # A build from before the answer NLI: its nli/ is the world's NLI.
-        answer_nli.rename(world_nli)
-    models = [g.model for g in experiment.generators] + [experiment.nli.model]
-    needs_world = any(m in WORLD_ONLY_MODEL_NAMES for m in models) or any(
-        is_embedded_world(d) for d in experiment.datasets)
-    if needs_world and not (target / layout.BUILD_RECORD).is_file():
-        from ragutil_dagster.embedded.shipped import install
-        from ragutil_dagster.embedded.training import format_quality, train_all
-
-        not_installed = install(target, size=size)
-        if not_installed:
-            print(f"The embedded world and models are missing, and {not_installed}: training them "
-                  f"into {target} (once, ≈ 16 min of one core).", flush=True)
-            trained = train_all(target, size=size, progress=progress, answer_nli_size=None)
-            print(format_quality(trained.quality), flush=True)
-        else:
-            print(f"The embedded world and the package's trained reader and world NLI: installed "
-                  f"into {target}.", flush=True)
-    if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models:
-        ensure_answer_nli(progress)
-
-
-def ensure_answer_nli(progress: bool = True) -> None:
-    """Train the answer NLI ``embedded:nli`` into ``$RAGUTIL_HOME`` unless it is there (≈ 10 min
-    of 2 cores)."""
-    from ragutil_dagster.embedded import layout
-    from ragutil_dagster.embedded.answer_nli import is_trained, train_answer_nli
-
-    answer_nli = embedded_dir() / layout.ANSWER_NLI
-    if not is_trained(answer_nli):
-        print(f"The answer NLI is missing or was trained by an older version: training it into "
-              f"{answer_nli} (once).", flush=True)
-        train_answer_nli(answer_nli, progress=progress)
 
 
 def print_loudly(warning: str) -> None:

@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ragutil_dagster.cli.run import ensure_embedded_models, print_loudly
+from ragutil_dagster.cli.run import print_loudly
+from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
 from ragutil_dagster.errors import ConfigError
 

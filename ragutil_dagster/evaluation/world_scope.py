@@ -7,7 +7,8 @@ world they were trained with — ``format: synthetic`` read from ``$RAGUTIL_HOME
 (a synthetic world elsewhere was built with another seed or size and has models of its own).
 ``ragutil score`` records are never their world.
 
-This module is the one place that decides it; every channel that warns asks
+Whether a dataset is that world is :func:`ragutil_dagster.embedded.setup.is_embedded_world`;
+this module is the one place that decides which models are off their world; every channel that warns asks
 :func:`off_world_models` — the ``ragutil run`` / ``ragutil score`` output, the Dagster metadata
 and log of the generation assets, the MLflow tag of a partition's run.
 """
@@ -19,21 +20,10 @@ from collections.abc import Iterable
 import polars as pl
 
 from ragutil_dagster.config import DatasetConfig, ExperimentConfig
-from ragutil_dagster.data.qa import dataset_folder
 from ragutil_dagster.embedded import layout
-from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
+from ragutil_dagster.embedded.setup import WORLD_ONLY_MODEL_NAMES, is_embedded_world
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.models.resolver import EMBEDDED_PREFIX
-
-WORLD_ONLY_MODEL_NAMES = tuple(f"{EMBEDDED_PREFIX}{name}" for name in layout.WORLD_ONLY_MODELS)
-
-
-def is_embedded_world(dataset: DatasetConfig | None) -> bool:
-    """Whether ``dataset`` is the embedded synthetic world (None — records — never is)."""
-    if dataset is None or dataset.format != "synthetic":
-        return False
-    return dataset_folder(dataset).resolve() == (embedded_dir() / layout.WORLD).resolve()
-
 
 def off_world_models(models: Iterable[str], dataset: DatasetConfig | None) -> list[str]:
     """The world-only models among ``models`` (model names as configured) when they are used on

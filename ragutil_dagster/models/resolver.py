@@ -19,12 +19,12 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.files import embedded_dir, embedded_tracking_uri, ragutil_home
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 
-EMBEDDED_PREFIX = "embedded:"
 PACKAGE_PREFIX = "package:"
 REGISTRY_PREFIX = "models:/"
 GGUF_SUFFIX = ".gguf"

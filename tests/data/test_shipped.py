@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ragutil_dagster.cli import run as run_cli
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.embedded import layout, shipped
+from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.embedded.training import FINGERPRINT_KEY, fingerprint, nli_accuracy, reader_quality
 from ragutil_dagster.embedded.world import make_world
 
@@ -120,7 +120,7 @@ def test_run_trains_when_the_shipped_models_do_not_fit(
                          "generators": [{"name": "reader", "model": "embedded:reader"}],
                          "nli": {"model": "embedded:world-nli"}})
     with pytest.raises(SystemExit):
-        run_cli.ensure_embedded_models(demo, progress=False)
+        ensure_embedded_models(demo, progress=False)
     out = capsys.readouterr().out
     assert "another world" in out and "training them" in out
     assert calls == [(tmp_path / "home" / "embedded", "default", None)]

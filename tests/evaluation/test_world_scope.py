@@ -10,7 +10,8 @@ from mlflow import MlflowClient
 from ragutil_dagster.cli.run import print_world_warnings
 from ragutil_dagster.cli.score import records_warning
 from ragutil_dagster.config import DatasetConfig, parse_config
-from ragutil_dagster.evaluation.world_scope import is_embedded_world, off_world_models
+from ragutil_dagster.embedded.setup import is_embedded_world
+from ragutil_dagster.evaluation.world_scope import off_world_models
 from ragutil_dagster.tracking.keys import OFF_WORLD_TAG
 
 
