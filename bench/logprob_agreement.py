@@ -102,7 +102,7 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
 
 def hf_pass(model, run: dict, dtype: str) -> list[np.ndarray]:
     """Teacher-forced log-probs of the run's responses after their prompts, HF in ``dtype``."""
-    from ragutil_dagster.models.scoring import TokenScorer
+    from ragutil_dagster.models.token_scoring import TokenScorer
 
     scorer = TokenScorer(model, device="cpu", dtype=dtype, show_progress=False)
     return scorer.score_ids(run["prompt_ids"], run["token_ids"])

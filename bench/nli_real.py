@@ -145,12 +145,12 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
         if rows and {key: rows[0].get("settings", {}).get(key) for key in settings} == settings:
             return rows[1:]
     from ragutil_dagster.config import GeneratorConfig
-    from ragutil_dagster.resources import ModelRegistry
+    from ragutil_dagster.resources import ModelLoader
 
     questions = _squad_questions(root, n_questions, seed=0)
     prompts = [with_context(q["text"], [("", paragraph)], name=example.prompts.with_context)
                for q, paragraph in questions]
-    generator = ModelRegistry().generator(GeneratorConfig(
+    generator = ModelLoader().generator(GeneratorConfig(
         name=smollm2.name, model=smollm2.model, backend=backend, use_chat_template=smollm2.use_chat_template))
     start = time.perf_counter()
     sampled = generator.sample(prompts, params)

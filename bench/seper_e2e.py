@@ -634,7 +634,7 @@ def logprob_drift(
 ) -> dict[str, float]:
     """How far ``lm``'s sampled log-probs are from ``reference``'s teacher-forced log-probs of
     the same tokens (bfloat16 sampling against float32 scoring): per token and per sequence."""
-    from ragutil_dagster.models.scoring import TokenScorer
+    from ragutil_dagster.models.token_scoring import TokenScorer
 
     samples = [
         s

@@ -23,7 +23,7 @@ from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.assets.model_identities import observed_identity
 from ragutil_dagster.config import ExperimentConfig
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 
 
 def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | None]]:
@@ -108,7 +108,7 @@ def build_model_sensor(
     def current_identity(model: str, revision: str | None) -> str:
         if identity is not None:
             return identity(model, revision)
-        return observed_identity(ModelRegistry(), model, revision)
+        return observed_identity(ModelLoader(), model, revision)
 
     @dg.sensor(
         name="model_identity_sensor", minimum_interval_seconds=300,

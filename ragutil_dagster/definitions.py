@@ -17,7 +17,7 @@ from ragutil_dagster.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRAC
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.files import ragutil_home
 from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
-from ragutil_dagster.resources import ArtifactStore, ModelRegistry
+from ragutil_dagster.resources import ArtifactStore, ModelLoader
 from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
@@ -49,7 +49,7 @@ def build_resources(
             home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
             scratch=_environment_value(SCRATCH_DIR_VARIABLE, for_dagster),
         ),
-        "models": ModelRegistry(
+        "models": ModelLoader(
             nli_cache=str(Path(home).expanduser() / "cache" / "nli.sqlite"),
             generation_cache=_environment_value(GENERATION_CACHE_URL_VARIABLE, for_dagster)
             or str(Path(home).expanduser() / "cache" / "generations"),

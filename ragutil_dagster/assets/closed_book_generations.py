@@ -11,7 +11,7 @@ from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 
 
@@ -29,7 +29,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         description="N sampled answers per question without retrieval, with token log-probs.",
     )
     def closed_book_generations(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader
     ) -> dg.MaterializeResult:
         dataset = dimension(context, "dataset")
         queries = store.read_table("queries", dataset)

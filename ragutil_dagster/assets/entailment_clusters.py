@@ -13,7 +13,7 @@ from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadat
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.evaluation.sampling import sampling_mismatch
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 
 
@@ -50,7 +50,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             nli_probabilities="NLI probabilities of every distinct (premise, hypothesis) pair SePer judges.",
         ),
     )
-    def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
+    def entailment_clusters(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         queries = store.read_table("setting_queries", parts.setting_of(context).key)
         samples = all_generations(store, parts, context.partition_key)
         nli_model = models.entailment(experiment.nli)

@@ -28,13 +28,13 @@ from ragutil_dagster.evaluation.conditions import (
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import CONSENS_LEAVE_ONE_OUT, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
 from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
 
 
-def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, experiment: ExperimentConfig) -> PromptBudget | None:
+def prompt_budget(context: dg.AssetExecutionContext, models: ModelLoader, experiment: ExperimentConfig) -> PromptBudget | None:
     """The prompt budget of the partition's generator (its context minus ``max_new_tokens``)."""
     generator = models.generator(experiment.generator(dimension(context, "generator")))
     return PromptBudget.of(generator, experiment.sampling.max_new_tokens)
@@ -43,7 +43,7 @@ def prompt_budget(context: dg.AssetExecutionContext, models: ModelRegistry, expe
 def sample_and_store(
     context: dg.AssetExecutionContext,
     store: ArtifactStore,
-    models: ModelRegistry,
+    models: ModelLoader,
     experiment: ExperimentConfig,
     prompts: pl.DataFrame,
     asset: str,
@@ -126,7 +126,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ),
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
     )
-    def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
+    def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
         queries = store.read_table("setting_queries", setting.key)

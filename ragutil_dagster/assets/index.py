@@ -16,7 +16,7 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.passage_embeddings import ASSET as PASSAGE_EMBEDDINGS
 from ragutil_dagster.assets.passage_embeddings import dense_config, sharded_embeddings
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, Setting, parse_index_partition_key
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseRetriever
@@ -29,7 +29,7 @@ def split_index_key(experiment: ExperimentConfig, key: str) -> tuple[str, Retrie
     return dataset, experiment.retriever(retriever)
 
 
-def load_index(store: ArtifactStore, models: ModelRegistry, retriever: RetrieverConfig, key: str):
+def load_index(store: ArtifactStore, models: ModelLoader, retriever: RetrieverConfig, key: str):
     """Load a saved index, checked against the corpus record and (dense) the embedder it was built
     with, placed on the GPUs as the retriever's ``gpus`` says."""
     dataset, _ = parse_index_partition_key(key)
@@ -41,7 +41,7 @@ def load_index(store: ArtifactStore, models: ModelRegistry, retriever: Retriever
     return DenseRetriever.load(directory, embedder, record, gpus=retriever.gpus)
 
 
-def load_searcher(store: ArtifactStore, models: ModelRegistry, experiment: ExperimentConfig, setting: Setting) -> Searcher:
+def load_searcher(store: ArtifactStore, models: ModelLoader, experiment: ExperimentConfig, setting: Setting) -> Searcher:
     """What ``setting``'s retriever searches with: its index, or a hybrid's fusion of the indexes
     of the retrievers it fuses."""
     indexes = [
@@ -67,7 +67,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         description="Retrieval index (bm25s, or FAISS over the passage embeddings) with a manifest "
         "recording model identity and corpus fingerprint.",
     )
-    def index(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry) -> dg.MaterializeResult:
+    def index(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader) -> dg.MaterializeResult:
         dataset, retriever = split_index_key(experiment, context.partition_key)
         corpus = store.read_table("corpus", dataset)
         record = store.read_json("corpus", dataset, CORPUS_RECORD)

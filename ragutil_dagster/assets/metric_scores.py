@@ -31,7 +31,7 @@ from ragutil_dagster.evaluation.scoring import (
 )
 from ragutil_dagster.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
     CONSENS_LEAVE_ONE_OUT, CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores,
@@ -109,7 +109,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         ],
     )
     def metric_scores(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, tracking: MlflowTracking
     ):
         setting = parts.setting_of(context)
         generator = dimension(context, "generator")

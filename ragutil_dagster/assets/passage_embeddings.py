@@ -17,7 +17,7 @@ import dagster as dg
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import RetrieverConfig, parse_embedding_partition_key, parse_index_partition_key
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.dense import DenseConfig, FaissIndexSpec
 from ragutil_dagster.retrieval.embedding_shards import ShardedEmbeddings
@@ -59,7 +59,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         "index's one pre-allocated .npy on the scratch file system.",
     )
     def passage_embeddings(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader
     ) -> dg.MaterializeResult:
         index_key, shard, _ = parse_embedding_partition_key(context.partition_key)
         dataset, name = parse_index_partition_key(index_key)

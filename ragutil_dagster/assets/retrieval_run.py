@@ -21,7 +21,7 @@ from ragutil_dagster.assets.index import load_searcher
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.scoring import retriever_summary
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, top_k, write_trec
@@ -78,7 +78,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 "utility candidates of each query, and its positives), with title and text.",
         ),
     )
-    def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
+    def retrieval(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         setting = parts.setting_of(context)
         retriever = experiment.retriever(setting.retriever)
         queries = store.read_table("queries", setting.dataset)

@@ -15,7 +15,7 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.verbalized import judge_utility, parse_failures
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import PROMPTS, markdown_table
 
@@ -40,7 +40,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             utility_signals="Likelihood- and attention-based utility of every utility candidate to the generator.",
         ),
     )
-    def utility_judgments(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry):
+    def utility_judgments(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
         generator = models.generator(spec)

@@ -32,7 +32,7 @@ from ragutil_dagster.evaluation.validity import (
     validity_metrics,
     validity_table,
 )
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table, validate_scores
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
@@ -62,7 +62,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         "scored alone — questions answered closed book apart.",
     )
     def validity(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry, tracking: MlflowTracking
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, tracking: MlflowTracking
     ) -> dg.MaterializeResult:
         setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))

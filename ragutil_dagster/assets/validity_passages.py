@@ -12,7 +12,7 @@ from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import index_partition_key
 from ragutil_dagster.evaluation.validity import HARD_NEGATIVE_DEPTH, negative_shortfall, validity_passages
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import QRELS
 
@@ -37,7 +37,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         "none of the negatives holding a gold answer.",
     )
     def validity_passages_asset(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelRegistry
+        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader
     ) -> dg.MaterializeResult:
         dataset = context.partition_key
         queries = store.read_table("queries", dataset)

@@ -50,7 +50,7 @@ from ragutil_dagster.metrics.utility import (
     parse_selection,
 )
 from ragutil_dagster.models.generation import Generator
-from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, PROMPT_SCHEMA, UTILITY_JUDGMENT_SCHEMA
 

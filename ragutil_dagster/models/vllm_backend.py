@@ -57,7 +57,7 @@ from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.scoring import EngineTokenScorer, same_length
+from ragutil_dagster.models.token_scoring import EngineTokenScorer, same_length
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -376,7 +376,7 @@ def _sample(completion: Any, prompt_tokens: int) -> Sample:
 class VLLMTokenScorer(EngineTokenScorer):
     """Teacher-forced log-probs of continuations from a :class:`VLLMGenerator`'s engine.
 
-    The interface of :class:`~ragutil_dagster.models.scoring.TokenScorer`'s ``score`` and
+    The interface of :class:`~ragutil_dagster.models.token_scoring.TokenScorer`'s ``score`` and
     ``score_ids`` (ConSens, likelihood utility). Each (prompt, continuation) pair is one request
     over the concatenated token ids with ``prompt_logprobs=0`` and ``max_tokens=1``: the
     engine's prompt log-probs at the continuation's positions are its scores (raw log-softmax,

@@ -1,4 +1,4 @@
-"""The model registry: loads each configured model once per process and hands it to assets.
+"""The model loader: loads each configured model once per process and hands it to assets.
 
 Models are named as in the experiment config (HF id, local directory, or ``embedded:<name>``).
 Loading is memoised per process on everything that changes the loaded object, so the partitions
@@ -28,7 +28,7 @@ def _memo(key: tuple, load) -> Any:
         return _loaded[key]
 
 
-class ModelRegistry(ConfigurableResource):
+class ModelLoader(ConfigurableResource):
     """Device / precision choices and caches for every model the assets use.
 
     ``device``: ``cuda``, ``cpu`` or empty for automatic (CUDA when present);

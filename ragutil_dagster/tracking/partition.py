@@ -46,7 +46,7 @@ GENERATOR_DTYPE = "generator_dtype"
 
 
 class ModelIdentityResolver(Protocol):
-    """Anything that resolves a configured model to its identity (``ModelRegistry.identity``)."""
+    """Anything that resolves a configured model to its identity (``ModelLoader.identity``)."""
 
     def identity(self, model: str, revision: str | None = None) -> str: ...
 

@@ -106,11 +106,11 @@ def test_every_asset_carries_the_weekly_condition(tiny_experiment, tmp_path) -> 
 
 def test_model_identities_are_observed_as_data_versions(tiny_experiment) -> None:
     from ragutil_dagster.models.resolver import resolve
-    from ragutil_dagster.resources.models import ModelRegistry
+    from ragutil_dagster.resources.models import ModelLoader
 
     _, assets = build_assets(tiny_experiment)
     sources = {a.key.to_user_string(): a for a in assets if isinstance(a, dg.SourceAsset)}
-    context = dg.build_op_context(resources={"models": ModelRegistry()})
+    context = dg.build_op_context(resources={"models": ModelLoader()})
     generators = sources["model/generator"].observe_fn(context)
     assert generators.data_versions_by_partition == {
         g.name: dg.DataVersion(resolve(g.model).identity) for g in tiny_experiment.generators

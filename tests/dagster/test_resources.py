@@ -10,27 +10,27 @@ import pytest
 import torch
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
-from ragutil_dagster.resources import ArtifactStore, ModelRegistry
+from ragutil_dagster.resources import ArtifactStore, ModelLoader
 from ragutil_dagster.sampling import SamplingParams
 
 
 def test_models_are_loaded_once_per_process(tiny_world) -> None:
     _, _, models = tiny_world
-    registry = ModelRegistry(show_progress=False)
+    loader = ModelLoader(show_progress=False)
     spec = GeneratorConfig(name="lm", model=str(models.causal_lm))
-    assert registry.generator(spec) is ModelRegistry(show_progress=False).generator(spec)
-    assert registry.scorer(spec).lm is registry.generator(spec).lm
+    assert loader.generator(spec) is ModelLoader(show_progress=False).generator(spec)
+    assert loader.scorer(spec).lm is loader.generator(spec).lm
     nli = NliConfig(model=str(models.nli))
-    assert registry.entailment(nli) is registry.entailment(nli)
-    assert registry.identity(str(models.nli)).startswith("sha256:")
+    assert loader.entailment(nli) is loader.entailment(nli)
+    assert loader.identity(str(models.nli)).startswith("sha256:")
 
 
 def test_the_nli_runs_in_the_configured_dtype(tiny_world) -> None:
     """``nli.dtype`` reaches the model, and judgements in two dtypes never share a cache entry."""
     _, _, models = tiny_world
-    registry = ModelRegistry(show_progress=False)
-    default = registry.entailment(NliConfig(model=str(models.nli)))
-    bf16 = registry.entailment(NliConfig(model=str(models.nli), dtype="bfloat16"))
+    loader = ModelLoader(show_progress=False)
+    default = loader.entailment(NliConfig(model=str(models.nli)))
+    bf16 = loader.entailment(NliConfig(model=str(models.nli), dtype="bfloat16"))
     assert (default.model.dtype, bf16.model.dtype) == (torch.float32, torch.bfloat16)
     assert default.cache_key != bf16.cache_key
     probs = bf16(["Question: who? Answer: Ada"], ["Question: who? Answer: Ada"])
@@ -50,8 +50,8 @@ def test_store_round_trip_and_missing_tables(tmp_path) -> None:
 
 def test_generator_sits_behind_the_generation_cache(tiny_world, tmp_path) -> None:
     _, _, models = tiny_world
-    registry = ModelRegistry(show_progress=False, generation_cache=str(tmp_path / "generations"))
-    generator = registry.generator(GeneratorConfig(name="lm", model=str(models.causal_lm)))
+    loader = ModelLoader(show_progress=False, generation_cache=str(tmp_path / "generations"))
+    generator = loader.generator(GeneratorConfig(name="lm", model=str(models.causal_lm)))
     first = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
     again = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
     assert (generator.stats.misses, generator.stats.hits) == (1, 1)

@@ -20,7 +20,7 @@ from ragutil_dagster.evaluation.conditions import (
 from ragutil_dagster.evaluation.scoring import leave_one_out_hits, summarize
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics.consens import consens, leave_one_out_auc
-from ragutil_dagster.models.scoring import ScoredContinuation
+from ragutil_dagster.models.token_scoring import ScoredContinuation
 from ragutil_dagster.tables import GENERATION_SCHEMA, QRELS_SCHEMA, RUN_SCHEMA
 
 QUERIES = pl.DataFrame({"query_id": ["q1"], "question": ["Who founded Acme?"], "answers": [["Ada Byron"]]})

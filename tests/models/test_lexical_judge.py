@@ -10,7 +10,7 @@ from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.metrics.answers import has_answer, lexical_entailment
 from ragutil_dagster.metrics.seper import nli_text, seper
 from ragutil_dagster.models.resolver import LEXICAL_NLI_IDENTITY, resolve
-from ragutil_dagster.resources.models import ModelRegistry
+from ragutil_dagster.resources.models import ModelLoader
 
 QUESTION = "Who was the Tangut general who fought Genghis Khan at Deshun?"
 
@@ -36,7 +36,7 @@ def test_seper_with_the_lexical_judge_is_the_weighted_share_of_samples_holding_t
 
 
 def test_the_registry_serves_it_as_the_nli_and_the_resolver_refuses_it_as_a_model() -> None:
-    registry = ModelRegistry()
+    registry = ModelLoader()
     judge = registry.entailment(NliConfig(model="lexical"))
     assert judge.identity == registry.identity("lexical") == LEXICAL_NLI_IDENTITY
     assert judge(["q? Paris, France"], ["q? paris"]).argmax(1).tolist() == [2]

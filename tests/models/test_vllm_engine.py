@@ -13,7 +13,7 @@ import pytest
 from ragutil_dagster.config import EngineConfig, GeneratorConfig
 from ragutil_dagster.errors import UserError
 from ragutil_dagster.models.backends import BACKENDS, Placement, build_generator
-from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import (
     EngineSettings,
     VLLMGenerator,
@@ -129,7 +129,7 @@ def test_prompt_beyond_the_context_is_refused(vllm_engine: VLLMGenerator) -> Non
 
 
 def _registry_scorer(generator: VLLMGenerator) -> VLLMTokenScorer:
-    """The token scorer the model registry resource builds: the vllm backend's, on the engine."""
+    """The token scorer the model loader resource builds: the vllm backend's, on the engine."""
     return BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
 
 

@@ -12,7 +12,7 @@ from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.models.backends import Backend, Placement
 from ragutil_dagster.models.generation import HFGenerator, Sample
 from ragutil_dagster.models.identity import ModelRef
-from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.sampling import SamplingParams
 
 

@@ -144,7 +144,7 @@ def k_beyond_corpus(folder: Path) -> object:
 
     from ragutil_dagster.assets import build_assets
     from ragutil_dagster.config import parse_config
-    from ragutil_dagster.resources.models import ModelRegistry
+    from ragutil_dagster.resources.models import ModelLoader
     from ragutil_dagster.resources.storage import ArtifactStore
 
     spec = {**CONFIG, "datasets": [{"name": "ds", "format": "beir", "path": str(folder / "ds")}], "k": [1, 50]}
@@ -159,7 +159,7 @@ def k_beyond_corpus(folder: Path) -> object:
         a for a in assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("retrieval_run") in a.keys
     )
     context = dg.build_asset_context(
-        partition_key="ds__bm25__k50", resources={"store": store, "models": ModelRegistry()}
+        partition_key="ds__bm25__k50", resources={"store": store, "models": ModelLoader()}
     )
     return list(retrieval(context))
 

@@ -8,7 +8,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos import databricks_pb2
 
 from ragutil_dagster.errors import ModelRegistryError, ModelUnavailableError
-from ragutil_dagster.models.registry import registered_model_dir
+from ragutil_dagster.models.mlflow_registry import registered_model_dir
 
 REGISTRY = "http://user:secret@registry.example:5000"
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from ragutil_dagster.models.scoring import TokenScorer
+from ragutil_dagster.models.token_scoring import TokenScorer
 
 DOC1 = "Doc 1 (Title: Nile) The Nile is a river in Africa."
 DOC2 = "Doc 2 (Title: Paris) Paris is the capital of France."
