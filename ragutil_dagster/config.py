@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.files import stable_hash
+from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.metrics.erag import DownstreamMetric
 from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.prompts import PROMPTS

@@ -13,10 +13,10 @@ import dagster as dg
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
+from ragutil_dagster.infra.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.files import ragutil_home
-from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
+from ragutil_dagster.infra.files import ragutil_home
+from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelLoader
 from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 from ragutil_dagster.tracking import MlflowTracking

@@ -30,13 +30,13 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import REPORT, summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.errors import SerializedError, StepFailedError
-from ragutil_dagster.databases import (
+from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
     check_reachable,
     dagster_postgres_url,
 )
-from ragutil_dagster.files import ragutil_home, write_text_atomic
+from ragutil_dagster.infra.files import ragutil_home, write_text_atomic
 from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\

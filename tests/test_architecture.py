@@ -16,8 +16,8 @@ PACKAGE = Path(ragutil_dagster.__file__).parent
 
 # Top to bottom; a layer may import the layers before it. The ground floor is one layer.
 LAYERS: list[set[str]] = [
-    {"", "errors", "files", "sampling", "prompts", "tables", "locks", "redaction", "failpoints",
-     "processes", "versions", "databases", "objectstore"},
+    {"", "errors", "sampling", "prompts", "tables"},
+    {"infra"},
     {"metrics"},
     {"config"},
     {"data"},

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ragutil_dagster.cli import build_parser, main
-from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE
+from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE
 
 
 def test_every_subcommand_is_registered() -> None:

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
-from ragutil_dagster.failpoints import ENV
-from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE, MANIFEST_SUFFIX, ObjectStore
+from ragutil_dagster.infra.failpoints import ENV
+from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE, MANIFEST_SUFFIX, ObjectStore
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.resources.storage import _parquet_rows
 

@@ -29,7 +29,7 @@ from ragutil_dagster.evaluation.scoring import (
     summarize,
     utility_scores,
 )
-from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore

@@ -35,7 +35,7 @@ def _score(args: argparse.Namespace) -> int:
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.definitions import build_resources
     from ragutil_dagster.evaluation.records import score_records
-    from ragutil_dagster.files import atomic_write
+    from ragutil_dagster.infra.files import atomic_write
 
     experiment = load_config(args.config)
     records = read_records(args.file)

@@ -17,9 +17,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, check_reachable
-from ragutil_dagster.files import ragutil_home
-from ragutil_dagster.processes import available_port, background_server
+from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, check_reachable
+from ragutil_dagster.infra.files import ragutil_home
+from ragutil_dagster.infra.processes import available_port, background_server
 
 if TYPE_CHECKING:
     from ragutil_dagster.tracking import MlflowTracking

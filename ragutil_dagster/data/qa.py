@@ -47,7 +47,7 @@ from ragutil_dagster.data.corpus import (
 )
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QA_QUERY_SCHEMA, QRELS_SCHEMA
 
 QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)

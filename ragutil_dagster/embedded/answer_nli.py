@@ -35,7 +35,7 @@ from ragutil_dagster.embedded.train_loop import (
     optimiser_step,
     save_for_inference,
 )
-from ragutil_dagster.files import write_text_atomic
+from ragutil_dagster.infra.files import write_text_atomic
 
 RECORD_NAME = "ragutil_nli.json"
 # Raised whenever the training pairs or the recipe change: a directory trained by another version

@@ -9,7 +9,7 @@ from ragutil_dagster.config import DatasetConfig, ExperimentConfig
 from ragutil_dagster.data.qa import dataset_folder
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
-from ragutil_dagster.files import embedded_dir
+from ragutil_dagster.infra.files import embedded_dir
 
 WORLD_ONLY_MODEL_NAMES = tuple(f"{EMBEDDED_PREFIX}{name}" for name in layout.WORLD_ONLY_MODELS)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.training import CONFIGS, FINGERPRINT_KEY, fingerprint
 from ragutil_dagster.embedded.world import make_world, write_world
-from ragutil_dagster.files import write_text_atomic
+from ragutil_dagster.infra.files import write_text_atomic
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped"
 SHIPPED_MODELS = (layout.READER, layout.WORLD_NLI)

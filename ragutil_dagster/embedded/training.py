@@ -63,7 +63,7 @@ from ragutil_dagster.embedded.train_loop import (
     optimiser_step,
     save_for_inference,
 )
-from ragutil_dagster.files import stable_hash, write_text_atomic
+from ragutil_dagster.infra.files import stable_hash, write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[CLS]", "[SEP]")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ragutil_dagster.files import write_text_atomic
+from ragutil_dagster.infra.files import write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
 
 QuestionType = Literal["single_hop", "two_hop"]

@@ -25,16 +25,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from tqdm.auto import tqdm
 
-from ragutil_dagster.databases import database_engine, is_database_uri
+from ragutil_dagster.infra.databases import database_engine, is_database_uri
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import cache_root, canonical_json
-from ragutil_dagster.locks import exclusive_file_lock
+from ragutil_dagster.infra.failpoints import failpoint
+from ragutil_dagster.infra.files import cache_root, canonical_json
+from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.inputs import check_texts
-from ragutil_dagster.redaction import redact_uri
+from ragutil_dagster.infra.redaction import redact_uri
 from ragutil_dagster.sampling import SamplingParams
-from ragutil_dagster.versions import library_versions
+from ragutil_dagster.infra.versions import library_versions
 
 __all__ = ["ENTRIES_TABLE", "CacheStats", "CachedGenerator", "GenerationCache"]
 

@@ -22,9 +22,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import cache_root
-from ragutil_dagster.locks import exclusive_file_lock
+from ragutil_dagster.infra.failpoints import failpoint
+from ragutil_dagster.infra.files import cache_root
+from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches

@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 
 from ragutil_dagster.errors import CorruptGGUFError, ModelUnavailableError, UnsupportedGGUFError
-from ragutil_dagster.locks import exclusive_file_lock
+from ragutil_dagster.infra.locks import exclusive_file_lock
 
 __all__ = [
     "RECORD_NAME",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.files import atomic_write, cache_root
+from ragutil_dagster.infra.files import atomic_write, cache_root
 
 __all__ = [
     "ModelRef",

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ragutil_dagster.errors import ModelRegistryError, ModelUnavailableError
-from ragutil_dagster.redaction import redact, redact_uri
+from ragutil_dagster.infra.redaction import redact, redact_uri
 
 PREFIX = "models:/"
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[\w-]+))$")

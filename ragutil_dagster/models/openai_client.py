@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from ragutil_dagster.errors import MissingAPIKeyError, ServerResponseError, ServerUnavailableError
-from ragutil_dagster.redaction import MASK, redact, redact_uri
+from ragutil_dagster.infra.redaction import MASK, redact, redact_uri
 
 log = logging.getLogger(__name__)
 

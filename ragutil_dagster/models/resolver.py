@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE
-from ragutil_dagster.files import embedded_dir, embedded_tracking_uri, ragutil_home
+from ragutil_dagster.infra.databases import MLFLOW_TRACKING_URI_VARIABLE
+from ragutil_dagster.infra.files import embedded_dir, embedded_tracking_uri, ragutil_home
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 
 PACKAGE_PREFIX = "package:"

@@ -1,5 +1,5 @@
 """Artifact storage: every asset's tables (Parquet through polars), records (JSON) and file sets
-(indexes, plots, reports), published through :mod:`ragutil_dagster.objectstore` under
+(indexes, plots, reports), published through :mod:`ragutil_dagster.infra.objectstore` under
 ``$RAGUTIL_ARTIFACTS_URL`` (any fsspec URL), by default ``$RAGUTIL_HOME/artifacts``; and the
 working files several step processes write into in place (``$RAGUTIL_SCRATCH_DIR``)."""
 
@@ -17,9 +17,9 @@ import polars as pl
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
 
-from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import newest_mtime, tree_size
-from ragutil_dagster.objectstore import Garbage, ObjectStore
+from ragutil_dagster.infra.failpoints import failpoint
+from ragutil_dagster.infra.files import newest_mtime, tree_size
+from ragutil_dagster.infra.objectstore import Garbage, ObjectStore
 
 SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
 """A directory on a POSIX file system for working files that cannot live on an object store (the

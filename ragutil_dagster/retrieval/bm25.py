@@ -23,7 +23,7 @@ import Stemmer
 
 from ragutil_dagster.data.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.errors import IndexFormatError
-from ragutil_dagster.files import atomic_directory
+from ragutil_dagster.infra.files import atomic_directory
 from ragutil_dagster.retrieval.io import check_corpus, read_manifest, write_manifest
 from ragutil_dagster.retrieval.runs import run_from_matrix
 

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.config import GpuLayout
 from ragutil_dagster.data.corpus import corpus_fingerprint, indexed_texts
 from ragutil_dagster.errors import IndexFormatError, IndexMismatchError
-from ragutil_dagster.files import atomic_directory, atomic_path
+from ragutil_dagster.infra.files import atomic_directory, atomic_path
 from ragutil_dagster.retrieval.io import check_corpus, read_manifest, write_manifest
 from ragutil_dagster.retrieval.runs import run_from_matrix
 

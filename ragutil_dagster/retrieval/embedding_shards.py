@@ -30,7 +30,7 @@ import polars as pl
 
 from ragutil_dagster.config import embedding_partition_key, embedding_shard_name
 from ragutil_dagster.errors import IncompleteEmbeddingsError, IndexFormatError, IndexMismatchError
-from ragutil_dagster.files import create_once, stable_hash, write_text_atomic
+from ragutil_dagster.infra.files import create_once, stable_hash, write_text_atomic
 from ragutil_dagster.retrieval.dense import DenseConfig, TextEncoder, allocate_npy, embed_rows, npy_row_writer
 
 FORMAT_VERSION = 1

@@ -11,7 +11,7 @@ import polars as pl
 
 from ragutil_dagster.data.corpus import corpus_fingerprint
 from ragutil_dagster.errors import IndexFormatError, IndexMismatchError
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.infra.files import atomic_write
 
 MANIFEST_NAME = "manifest.json"
 

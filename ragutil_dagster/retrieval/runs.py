@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.metrics.answers import Golds
 from ragutil_dagster.metrics.mirage import retriever_metrics
 from ragutil_dagster.metrics.ranking import answer_hits_at_k, ir_measures, ranks_to_run

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 import sqlalchemy as sa
 
-from ragutil_dagster.databases import database_engine
+from ragutil_dagster.infra.databases import database_engine
 
 CLAIMS_TABLE = "ragutil_claims"
 HEARTBEAT_SECONDS = 5.0

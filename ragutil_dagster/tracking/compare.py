@@ -24,7 +24,7 @@ import polars as pl
 from ragutil_dagster.config import Setting
 from ragutil_dagster.evaluation.predictors import figure_one, table_one
 from ragutil_dagster.evaluation.validity import table_two_across
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ragutil_dagster.data.qa import dataset_folder
-from ragutil_dagster.files import stable_hash
-from ragutil_dagster.redaction import redact
+from ragutil_dagster.infra.files import stable_hash
+from ragutil_dagster.infra.redaction import redact
 from ragutil_dagster.tracking.keys import PartitionRun
 from ragutil_dagster.tracking.resource import MlflowTracking, TrackedRun
 

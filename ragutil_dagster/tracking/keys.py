@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 from ragutil_dagster import __version__
 from ragutil_dagster.config import ExperimentConfig, Setting
-from ragutil_dagster.files import stable_hash
+from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.prompts import PROMPTS
-from ragutil_dagster.versions import library_versions
+from ragutil_dagster.infra.versions import library_versions
 
 RUN_KEY_TAG = "ragutil.run_key"
 KIND_TAG = "ragutil.kind"

@@ -15,7 +15,7 @@ import polars as pl
 from ragutil_dagster.config import ExperimentConfig, Setting
 from ragutil_dagster.evaluation.validity import validity_metrics
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
-from ragutil_dagster.failpoints import failpoint
+from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.tracking import plots

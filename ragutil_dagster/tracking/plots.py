@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure
 
-from ragutil_dagster.files import atomic_write
+from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.metrics import catalog
 
 MIRAGE = tuple((m.name, m.name.removeprefix("mirage_").replace("_", " ")) for m in catalog.mirage())

@@ -16,7 +16,7 @@ import polars as pl
 from ragutil_dagster import __version__
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import NothingToCompareError
-from ragutil_dagster.files import stable_hash
+from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import validate_scores
 from ragutil_dagster.tracking.compare import (

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
-from ragutil_dagster.databases import MLFLOW_TRACKING_URI_VARIABLE, check_reachable, is_database_uri
-from ragutil_dagster.files import embedded_tracking_uri
-from ragutil_dagster.locks import exclusive_file_lock
-from ragutil_dagster.objectstore import mlflow_artifact_root
-from ragutil_dagster.redaction import redact, redact_uri
+from ragutil_dagster.infra.databases import MLFLOW_TRACKING_URI_VARIABLE, check_reachable, is_database_uri
+from ragutil_dagster.infra.files import embedded_tracking_uri
+from ragutil_dagster.infra.locks import exclusive_file_lock
+from ragutil_dagster.infra.objectstore import mlflow_artifact_root
+from ragutil_dagster.infra.redaction import redact, redact_uri
 from ragutil_dagster.tracking.claims import claim
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 

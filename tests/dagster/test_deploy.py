@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ragutil_dagster.assets.common import GPU_POOL
-from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
 from ragutil_dagster.definitions import EXECUTOR_VARIABLE, build_definitions
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE

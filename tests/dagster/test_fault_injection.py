@@ -18,8 +18,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from ragutil_dagster.failpoints import ENV, POINTS
-from ragutil_dagster.objectstore import MANIFEST_SUFFIX, ObjectStore
+from ragutil_dagster.infra.failpoints import ENV, POINTS
+from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX, ObjectStore
 from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 # (point, pass): the pass is chosen so the kill lands mid-pipeline, after some work of the same

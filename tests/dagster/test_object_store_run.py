@@ -11,9 +11,9 @@ import yaml
 from mlflow import MlflowClient
 
 from ragutil_dagster.cli import main
-from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE
-from ragutil_dagster.files import embedded_tracking_uri
-from ragutil_dagster.objectstore import ARTIFACTS_URL_VARIABLE
+from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE
+from ragutil_dagster.infra.files import embedded_tracking_uri
+from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore
 
 

@@ -206,7 +206,7 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
 
     from ragutil_dagster.assets.common import GPU_POOL
     from ragutil_dagster.config import parse_config
-    from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+    from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
     from ragutil_dagster.runner import dagster_instance
 
     monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)

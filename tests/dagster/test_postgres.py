@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from ragutil_dagster.cli import main
-from ragutil_dagster.databases import (
+from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
     MLFLOW_TRACKING_URI_VARIABLE,
 )
-from ragutil_dagster.processes import free_port
+from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.tracking.claims import CLAIMS_TABLE
 
 

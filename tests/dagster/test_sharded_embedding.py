@@ -116,7 +116,7 @@ def test_shards_run_in_processes_of_their_own_on_the_multiprocess_executor(
     all writing into one file — the in-process run's vectors (up to the step processes' own thread
     pools). Whether the three overlapped in time is not asserted: the steps last a fraction of a
     second here; tests/retrieval/test_embedding_shards.py races processes for real."""
-    from ragutil_dagster.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
+    from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
     from ragutil_dagster.runner import ParallelRuns, dagster_instance
 
     monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)

@@ -3,7 +3,7 @@ and headless Chromium (Playwright) checks of the lineage graph, a materialised `
 and its MLflow run link leading to the run page with the run's dataset and logged model.
 
 ``ragutil ui`` binds 127.0.0.1 on free ports and is started and stopped by
-``ragutil_dagster.processes.background_server`` (signals reset, own process group, stopped by PID);
+``ragutil_dagster.infra.processes.background_server`` (signals reset, own process group, stopped by PID);
 it stops its two servers when it gets SIGTERM. Screenshots go to /tmp, out of the repository.
 """
 
@@ -26,7 +26,7 @@ import yaml
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.processes import background_server, free_port
+from ragutil_dagster.infra.processes import background_server, free_port
 from ragutil_dagster.runner import dagster_instance, materialize_all
 from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
 

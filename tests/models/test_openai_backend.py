@@ -42,7 +42,7 @@ from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.openai_backend import OpenAIGenerator, OpenAITokenScorer
 from ragutil_dagster.models.token_scoring import TokenScorer
-from ragutil_dagster.processes import free_port
+from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.sampling import SamplingParams
 
 LOGPROB_TOLERANCE = 1e-4

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import HashEncoder  # noqa: E402  (the tests' own encoder, beside this file)
 
 from ragutil_dagster.data.corpus import corpus_fingerprint  # noqa: E402
-from ragutil_dagster.files import create_once  # noqa: E402
+from ragutil_dagster.infra.files import create_once  # noqa: E402
 from ragutil_dagster.retrieval.dense import DenseConfig  # noqa: E402
 from ragutil_dagster.retrieval.embedding_shards import ShardedEmbeddings  # noqa: E402
 

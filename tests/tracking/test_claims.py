@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from mlflow import MlflowClient
 
 from ragutil_dagster.errors import DatabaseUnavailableError
-from ragutil_dagster.processes import free_port
+from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.claims import CLAIMS_TABLE, claim
 from ragutil_dagster.tracking.keys import RUN_KEY_TAG

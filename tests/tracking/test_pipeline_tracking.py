@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
-from ragutil_dagster.objectstore import MANIFEST_SUFFIX
+from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking.report import compare_runs
 from ragutil_dagster.resources.storage import ArtifactStore

@@ -17,7 +17,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from ragutil_dagster.errors import DatabaseUnavailableError
-from ragutil_dagster.redaction import redact_uri
+from ragutil_dagster.infra.redaction import redact_uri
 
 DAGSTER_POSTGRES_URL_VARIABLE = "RAGUTIL_DAGSTER_POSTGRES_URL"
 DAGSTER_HOME_VARIABLE = "DAGSTER_HOME"

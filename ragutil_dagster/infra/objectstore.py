@@ -36,8 +36,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ragutil_dagster.errors import ArtifactStoreError, ArtifactWriteError
-from ragutil_dagster.failpoints import failpoint
-from ragutil_dagster.files import (
+from ragutil_dagster.infra.failpoints import failpoint
+from ragutil_dagster.infra.files import (
     atomic_directory,
     newest_mtime,
     stable_hash,
@@ -45,7 +45,7 @@ from ragutil_dagster.files import (
     tree_size,
     write_bytes_atomic,
 )
-from ragutil_dagster.redaction import redact_uri
+from ragutil_dagster.infra.redaction import redact_uri
 
 ARTIFACTS_URL_VARIABLE = "RAGUTIL_ARTIFACTS_URL"
 """The artifact store's URL; unset, ``$RAGUTIL_HOME/artifacts``."""
