@@ -35,6 +35,7 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -308,18 +309,22 @@ class OpenAIGenerator:
         """``n`` samples per prompt (see :class:`Generator`), one request per prompt."""
         prompts = check_texts(prompts, "prompts")
         encoded = self.encode_prompts(prompts)
+        # vLLM's server refuses n > 1 at temperature 0: greedy decoding has one answer, asked
+        # once and given n times (the engine backends return n identical answers too).
+        greedy_copies = params.n if params.temperature == 0 else 1
+        request = dataclasses.replace(params, n=1) if greedy_copies > 1 else params
 
         def one(index: int, prompt: list[int] | str, cancelled: threading.Event) -> list[Sample]:
             what = f"prompt {index} ({_excerpt(prompts[index])})"
             answer = self.complete(
                 prompt,
                 what,
-                max_tokens=params.max_new_tokens,
-                params=params,
-                seed=row_seed(params.seed, prompts[index], 0) % _SEED_RANGE,
+                max_tokens=request.max_new_tokens,
+                params=request,
+                seed=row_seed(request.seed, prompts[index], 0) % _SEED_RANGE,
                 cancelled=cancelled,
             )
-            return self._samples(answer, params.n, what, prompt)
+            return self._samples(answer, request.n, what, prompt) * greedy_copies
 
         with tqdm(
             total=len(prompts),
