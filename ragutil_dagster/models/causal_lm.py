@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.models.device import default_causal_lm_dtype, resolve_device, resolve_dtype
+from ragutil_dagster.models.device import (
+    default_causal_lm_dtype, resolve_device, resolve_dtype, warn_if_bf16_emulated,
+)
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
@@ -110,6 +113,18 @@ class CausalLM:
         return list(enc["input_ids"]), spans
 
 
+class LoadOptions(TypedDict, total=False):
+    """How :func:`load_causal_lm` loads a model: the keyword arguments every HF-backed class
+    (generator, token scorer) passes through unchanged."""
+
+    revision: str | None
+    device: str | torch.device | None
+    dtype: str | torch.dtype | None
+    use_chat_template: bool
+    system_prompt: str | None
+    trust_remote_code: bool
+
+
 def load_causal_lm(
     model: str | ModelRef | CausalLM,
     *,
@@ -133,6 +148,7 @@ def load_causal_lm(
     ref = model if isinstance(model, ModelRef) else resolve(model, revision)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, default=default_causal_lm_dtype(dev))
+    warn_if_bf16_emulated(dt, dev, f"model {ref.name}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
         lm = AutoModelForCausalLM.from_pretrained(

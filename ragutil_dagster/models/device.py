@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Mapping
+
 import torch
 
-__all__ = ["cpu_has_native_bf16", "default_causal_lm_dtype", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "cpu_has_native_bf16", "default_causal_lm_dtype", "resolve_device", "resolve_dtype",
+    "vllm_cpu_environment", "warn_if_bf16_emulated",
+]
 
 
 def resolve_device(device: str | torch.device | None = None) -> torch.device:
@@ -31,6 +38,36 @@ def default_causal_lm_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return torch.bfloat16
     return torch.float32
+
+
+def warn_if_bf16_emulated(dtype: torch.dtype, device: torch.device, what: str) -> None:
+    """A RuntimeWarning when ``what`` is asked to run in bfloat16 on a CPU that emulates it: there
+    a bfloat16 matmul is about a hundred times slower than float32, or worse (docs/performance.md,
+    "bfloat16 on a CPU without it")."""
+    if dtype == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.warn(
+            f"{what} runs in bfloat16 on a CPU without native bfloat16 (no AMX-BF16 or AVX512-BF16): "
+            "torch emulates it, about a hundred times slower than float32. Set its dtype to auto "
+            "(float32 on this CPU); see docs/performance.md.",
+            RuntimeWarning, stacklevel=3,
+        )
+
+
+# vLLM's automatic CPU binding keeps one core per worker for its scheduler process. On a machine
+# this small that is half of the compute or more (2 cores: SmolLM2 sampled 2.9 samples/s with one
+# core, 5.3 with both; docs/performance.md), so there the worker gets every core.
+SMALL_MACHINE_CPUS = 4
+
+
+def vllm_cpu_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment variables ragutil adds for a vLLM CPU engine or server: the worker's
+    OpenMP threads bound to every CPU this process may use, on a machine of at most
+    :data:`SMALL_MACHINE_CPUS`; nothing where the user set ``VLLM_CPU_OMP_THREADS_BIND``."""
+    environ = os.environ if environ is None else environ
+    cpus = sorted(os.sched_getaffinity(0))
+    if "VLLM_CPU_OMP_THREADS_BIND" in environ or len(cpus) > SMALL_MACHINE_CPUS:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus))}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, *, default: torch.dtype) -> torch.dtype:

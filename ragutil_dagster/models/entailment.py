@@ -25,7 +25,7 @@ from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root
 from ragutil_dagster.infra.locks import exclusive_file_lock
-from ragutil_dagster.models.device import resolve_device, resolve_dtype
+from ragutil_dagster.models.device import resolve_device, resolve_dtype, warn_if_bf16_emulated
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.metrics.answers import lexical_entailment
@@ -179,6 +179,7 @@ class Entailment:
         self.dtype = resolve_dtype(
             dtype, default=torch.float16 if self.device.type == "cuda" else torch.float32
         )
+        warn_if_bf16_emulated(self.dtype, self.device, f"NLI model {self.ref.name}")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 self.ref.path, trust_remote_code=trust_remote_code

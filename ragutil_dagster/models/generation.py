@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, Unpack, runtime_checkable
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
+from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.models.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, switched_attention
@@ -179,7 +179,8 @@ class HFGenerator:
     Args:
         model: hub id, local directory, resolved :class:`ModelRef`, or a loaded :class:`CausalLM`
             (to share weights with a ``TokenScorer``).
-        revision, device, dtype, use_chat_template, system_prompt, trust_remote_code: as
+        load_options: revision, device, dtype, use_chat_template, system_prompt,
+            trust_remote_code, as
             :func:`load_causal_lm` (dtype ``None`` / ``"auto"``: bfloat16 on CUDA and on CPUs
             with native bfloat16, float32 elsewhere).
         max_batch_rows: samples decoded together (prompts per group = max_batch_rows // n).
@@ -193,25 +194,12 @@ class HFGenerator:
         self,
         model: str | ModelRef | CausalLM,
         *,
-        revision: str | None = None,
-        device: str | None = None,
-        dtype: str | torch.dtype | None = None,
-        use_chat_template: bool = False,
-        system_prompt: str | None = None,
-        trust_remote_code: bool = False,
         max_batch_rows: int = 64,
         max_prefill_tokens: int = 16384,
         show_progress: bool = True,
+        **load_options: Unpack[LoadOptions],
     ) -> None:
-        self.lm = load_causal_lm(
-            model,
-            revision=revision,
-            device=device,
-            dtype=dtype,
-            use_chat_template=use_chat_template,
-            system_prompt=system_prompt,
-            trust_remote_code=trust_remote_code,
-        )
+        self.lm = load_causal_lm(model, **load_options)
         self.max_batch_rows = max_batch_rows
         self.max_prefill_tokens = max_prefill_tokens
         self.show_progress = show_progress

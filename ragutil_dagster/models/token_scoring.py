@@ -14,13 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.models.causal_lm import CausalLM, left_pad, load_causal_lm
+from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, load_causal_lm
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.shared_prefix import switched_attention
@@ -61,7 +61,7 @@ class TokenScorer:
         batch_size: sequences per forward pass.
         max_attention_elements: cap on one layer's eager attention weights (rows × heads ×
             length²; 2**28 float32 = 1 GiB) per ``passage_attention`` batch.
-        Other arguments as :func:`load_causal_lm`.
+        load_options: as :func:`load_causal_lm` (:class:`LoadOptions`).
     """
 
     # Attention weights come from eager attention, which the HF model gives and engines do not.
@@ -71,25 +71,12 @@ class TokenScorer:
         self,
         model: str | ModelRef | CausalLM,
         *,
-        revision: str | None = None,
-        device: str | None = None,
-        dtype: str | torch.dtype | None = None,
-        use_chat_template: bool = False,
-        system_prompt: str | None = None,
-        trust_remote_code: bool = False,
         batch_size: int = 32,
         max_attention_elements: int = 2**28,
         show_progress: bool = True,
+        **load_options: Unpack[LoadOptions],
     ) -> None:
-        self.lm = load_causal_lm(
-            model,
-            revision=revision,
-            device=device,
-            dtype=dtype,
-            use_chat_template=use_chat_template,
-            system_prompt=system_prompt,
-            trust_remote_code=trust_remote_code,
-        )
+        self.lm = load_causal_lm(model, **load_options)
         self.batch_size = batch_size
         self.max_attention_elements = max_attention_elements
         self.show_progress = show_progress

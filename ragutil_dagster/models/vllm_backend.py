@@ -50,9 +50,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from ragutil_dagster.errors import CapabilityMissingError
 from ragutil_dagster.models.causal_lm import encode_prompts
+from ragutil_dagster.models.device import (
+    default_causal_lm_dtype, vllm_cpu_environment, warn_if_bf16_emulated,
+)
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
@@ -186,7 +190,26 @@ def _start_engine(settings: EngineSettings) -> Any:
 
     # Spawn, not fork, the engine core: see the module doc.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    return vllm.LLM(**engine_arguments(settings, on_cpu=current_platform.is_cpu()))
+    on_cpu = current_platform.is_cpu()
+    if on_cpu:
+        os.environ.update(vllm_cpu_environment())
+    return vllm.LLM(**engine_arguments(settings, on_cpu=on_cpu))
+
+
+def engine_dtype(dtype: str) -> str:
+    """The vLLM dtype for a configured one: ``auto`` on a CPU is ragutil's rule
+    (models/device.default_causal_lm_dtype: bfloat16 where the CPU has it natively, else float32),
+    elsewhere vLLM's own (the checkpoint's); a bfloat16 the CPU emulates is warned about."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return dtype
+    cpu = torch.device("cpu")
+    if dtype == "auto":
+        return str(default_causal_lm_dtype(cpu)).removeprefix("torch.")
+    if dtype in ("bfloat16", "torch.bfloat16"):
+        warn_if_bf16_emulated(torch.bfloat16, cpu, "the vLLM engine")
+    return dtype
 
 
 class VLLMGenerator:
@@ -194,7 +217,7 @@ class VLLMGenerator:
 
     Args:
         model: hub id, local directory or :class:`ModelRef`.
-        dtype: vLLM dtype (``"auto"`` = the checkpoint's; float32 for a converted GGUF).
+        dtype: vLLM dtype (``"auto"``: see :func:`engine_dtype`).
         use_chat_template, system_prompt: prompt formatting, as in ``load_causal_lm``.
         gpu_memory_utilization, max_model_len, tensor_parallel_size, enable_prefix_caching,
         kv_cache_space_gib, enforce_eager, enable_chunked_prefill: engine settings
@@ -236,7 +259,7 @@ class VLLMGenerator:
         self.show_progress = show_progress
         self.engine_settings = EngineSettings(
             model_path=str(self.ref.path),
-            dtype=dtype,
+            dtype=engine_dtype(dtype),
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,

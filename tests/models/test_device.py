@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -60,3 +62,31 @@ def test_length_batches_sort_and_respect_both_budgets() -> None:
         assert len(batch) * max(lengths[i] for i in batch) <= 16 or len(batch) == 1
     assert [len(b) for b in batches] == [3, 2, 1, 1, 1]
     assert length_batches([], max_rows=4, max_tokens=8) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "warned"),
+    [
+        ({}, torch.bfloat16, True),
+        ({"amx_bf16": True}, torch.bfloat16, False),
+        ({}, torch.float32, False),
+    ],
+)
+def test_bfloat16_on_a_cpu_that_emulates_it_is_warned_about(monkeypatch, flags, dtype, warned) -> None:
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        device.warn_if_bf16_emulated(dtype, torch.device("cpu"), "model m")
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert bool(messages) == warned
+    if warned:
+        assert "model m runs in bfloat16" in messages[0] and "auto" in messages[0]
+
+
+def test_vllm_gets_every_core_of_a_small_machine(monkeypatch) -> None:
+    monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {1, 0})
+    assert device.vllm_cpu_environment({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+    # the user's binding wins; a large machine keeps vLLM's own (a core for its scheduler)
+    assert device.vllm_cpu_environment({"VLLM_CPU_OMP_THREADS_BIND": "0-3"}) == {}
+    monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: set(range(device.SMALL_MACHINE_CPUS + 1)))
+    assert device.vllm_cpu_environment({}) == {}

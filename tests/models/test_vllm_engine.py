@@ -5,6 +5,7 @@ session's one engine (``vllm_engine``)."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -19,6 +20,7 @@ from ragutil_dagster.models.vllm_backend import (
     VLLMGenerator,
     VLLMTokenScorer,
     engine_arguments,
+    engine_dtype,
 )
 from ragutil_dagster.sampling import SamplingParams
 
@@ -74,6 +76,27 @@ def test_engine_arguments_from_settings() -> None:
     chunked = EngineSettings(model_path="/models/m", enable_chunked_prefill=True)
     assert engine_arguments(chunked, on_cpu=True)["enable_chunked_prefill"] is True
     assert "kv_cache_memory_bytes" not in engine_arguments(chunked, on_cpu=True)
+
+
+@pytest.mark.parametrize(
+    ("flags", "configured", "expected", "warned"),
+    [
+        ({}, "auto", "float32", False),  # this machine's kind: AVX2 only
+        ({"amx_bf16": True}, "auto", "bfloat16", False),
+        ({}, "bfloat16", "bfloat16", True),  # as asked, with a warning that it is emulated
+        ({"avx512_bf16": True}, "bfloat16", "bfloat16", False),
+        ({}, "float16", "float16", False),
+    ],
+)
+def test_engine_dtype_on_a_cpu_follows_the_causal_lm_rule(monkeypatch, flags, configured, expected, warned) -> None:
+    import torch
+
+    pytest.importorskip("vllm.platforms", reason="vLLM is not installed")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert engine_dtype(configured) == expected
+    assert any(issubclass(w.category, RuntimeWarning) for w in caught) == warned
 
 
 def test_generators_with_the_same_settings_share_one_engine(vllm_engine: VLLMGenerator) -> None:
