@@ -14,7 +14,8 @@ Pair sets (the NLI sees SePer's ``"{q}? {answer}"`` form for both sides, as clus
   distinct answers per question after SQuAD normalisation. Pair = (first
   gold answer, sample), both prefixed with the question. Equivalent = ``has_answer`` (a gold
   answer's tokens occur in the sample); not equivalent = token F1 0 against every gold answer;
-  anything between (shared words without a whole gold answer) is ambiguous and left out, as are
+  anything between (shared words without a whole gold answer, or the gold number in the other
+  spelling: "2" for "two") is ambiguous and left out, as are
   empty samples. The generations are saved to ``bench/results/smollm2_squad_generations.jsonl``
   and reused while the settings match (``--regenerate`` to sample again).
 * ``world`` — answer pairs of the synthetic world (``nli_pairs`` of the default world, seed 0):
@@ -46,6 +47,7 @@ import datetime
 import json
 import platform
 import random
+import re
 import sys
 import tempfile
 import time
@@ -56,7 +58,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, answer_pairs
+from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, ONES, TENS, answer_pairs
 from ragutil_dagster.embedded.world import make_world
 from ragutil_dagster.metrics.answers import exact_match, f1, has_answer, normalize_answer
 from ragutil_dagster.metrics.seper import ENTAILMENT as ENTAILMENT_INDEX
@@ -166,6 +168,22 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     return rows
 
 
+_NUMBER_WORDS = {word: value for value, word in enumerate(ONES) if word}
+_NUMBER_WORDS.update({word: 10 * value for value, word in enumerate(TENS) if word})
+_NUMBER_WORD = re.compile(
+    r"\b(?:(" + "|".join(TENS[2:]) + r")-(" + "|".join(ONES[1:10]) + r")|(" + "|".join(_NUMBER_WORDS) + r"))\b",
+    re.IGNORECASE,
+)
+
+
+def numerals(text: str) -> str:
+    """``text`` with number words written as numerals ("two" → "2", "twenty-one" → "21")."""
+    def value(match: re.Match) -> str:
+        words = [word.lower() for word in match.groups() if word]
+        return str(sum(_NUMBER_WORDS[word] for word in words))
+    return _NUMBER_WORD.sub(value, text)
+
+
 def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
     """(gold, sample) pairs with unambiguous labels, and counts: samples, those cut at the token
     limit, and how many were dropped why."""
@@ -186,6 +204,8 @@ def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
             seen.add(key)
             if has_answer(answer, golds):
                 pairs.append(Pair(row["question"], golds[0], answer, True))
+            elif has_answer(numerals(answer), [numerals(gold) for gold in golds]):
+                dropped["ambiguous"] += 1  # "2" for "two": the lexical labels cannot tell
             elif f1(answer, golds) == 0.0:
                 pairs.append(Pair(row["question"], golds[0], answer, False))
             else:

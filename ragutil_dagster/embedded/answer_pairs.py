@@ -882,7 +882,20 @@ RAMBLE_SENTENCES = (
     "You can read more about {subject} in the article.", "It is hard to say for certain.",
     "The context of the question is important here.", "{subject} changed a great deal over time.",
 )
-NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied", "rambling", "gibberish")
+# Talk about the answer, the document or the task instead of an answer ("The document contains
+# the following:", "Doc 1: <subject>"): a subject and a predicate, neither stating a value.
+META_SUBJECTS = ("The answer", "This answer", "The document", "The text above", "The passage",
+                 "Doc 1", "The first document", "The context", "This response", "The question",
+                 "My answer", "The following", "That")
+META_PREDICATES = (
+    "is correct", "is informative and accurate", "contains the following:", "is given below",
+    "refers back to the correct document", "answers a related question", "is based on the context",
+    "is short and clear", "can be found in the document", "is explained in detail",
+    "has been checked for accuracy", "describes the situation", "is contextually correct",
+    "follows from the text", "is worth noting", "is as follows:", "was removed to keep it short",
+)
+META_ADJECTIVES = ("A worthy", "A short", "A good", "The best", "A clear", "An accurate", "A possible")
+NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied", "rambling", "gibberish", "meta")
 
 
 def _question_subject(question: Question, rng: random.Random) -> str:
@@ -973,11 +986,24 @@ def _gibberish(answer: str, rng: random.Random) -> str:
     return text[:1].upper() + text[1:]
 
 
+def _meta(question: Question, rng: random.Random) -> str:
+    """Talk about the answer or the document that states no value: "The document contains the
+    following:", "A worthy answer.", "Doc 1: <the question's subject>"."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        return f"{_pick(rng, META_SUBJECTS)} {_pick(rng, META_PREDICATES)}"
+    if kind == 1:
+        noun = rng.choice(("answer", "response", "reply", "summary"))
+        return f"{_pick(rng, META_ADJECTIVES)} {noun}" + rng.choice(("", ".", ":"))
+    return f"Doc {rng.randint(1, 5)}: {_question_subject(question, rng)}" + rng.choice(("", "."))
+
+
 def non_answer(question: Question, answer: str, rng: random.Random) -> str:
     """A text that answers nothing to ``question`` (whose answer is ``answer``): the question
     restated or continued, its answer sentence cut off before the answer, a sentence about the
     question's subject, a refusal, an entity copied from the question, talk that states nothing
-    (maybe after the question restated or a cut sentence), or a string of unrelated words."""
+    (maybe after the question restated or a cut sentence), talk about the answer or the document,
+    or a string of unrelated words."""
     kind = _pick(rng, NON_ANSWER_KINDS)
     subject = _question_subject(question, rng)
     if kind == "rambling":
@@ -986,6 +1012,8 @@ def non_answer(question: Question, answer: str, rng: random.Random) -> str:
         return _token_limit_cut(text, rng, len(text) // 2) if rng.random() < 0.3 else text
     if kind == "gibberish":
         return _gibberish(answer, rng)
+    if kind == "meta":
+        return _meta(question, rng)
     if kind == "copied" and normalize_answer(subject) != normalize_answer(answer):
         return subject if rng.random() < 0.7 else f"{subject}."
     if kind == "restated":

@@ -159,3 +159,24 @@ def test_an_older_training_is_not_the_current_model(tmp_path: Path) -> None:
     assert not is_trained(tmp_path)
     (tmp_path / RECORD_NAME).write_text(json.dumps({"version": TRAINING_VERSION}))
     assert is_trained(tmp_path)
+
+
+def test_talk_about_the_answer_or_the_document_is_a_non_answer() -> None:
+    """SmolLM2 often writes about its answer or the document instead of giving one ("The document
+    contains the following:", "A worthy answer", "Doc 1: <subject>"): such texts are among the
+    non-answers and never hold the answer."""
+    from ragutil_dagster.embedded.answer_pairs import META_PREDICATES, TYPES, non_answer
+    from ragutil_dagster.metrics.answers import has_answer
+
+    rng = random.Random(11)
+    meta = []
+    for _ in range(600):
+        kind = TYPES[rng.randrange(len(TYPES))]
+        answer = kind.draw(rng)[0]
+        text = non_answer(kind.questions(rng), answer, rng)
+        if (any(text.endswith(p) for p in META_PREDICATES) or text.startswith("Doc ")
+                or text.rstrip(".:").endswith(("answer", "response", "reply", "summary"))):
+            meta.append((text, answer))
+    assert len(meta) > 30
+    assert any(text.startswith("Doc ") for text, _ in meta)
+    assert not any(has_answer(text, [answer]) for text, answer in meta)
