@@ -36,7 +36,9 @@ QUIET_LIBRARIES = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # MLflow's "Downloading artifacts" bars
     "MLFLOW_LOGGING_LEVEL": "WARNING",  # MLflow's INFO lines (creating its database tables…)
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # Hugging Face Hub's and transformers' ("Loading weights")
-    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM's engine start-up INFO lines (dozens per engine)
+    # vLLM's engine start-up INFO lines (dozens per engine) and its WARNINGs about the CPU build it
+    # runs on (no Triton, Inductor off, OMP threads): none is the user's to act on.
+    "VLLM_LOGGING_LEVEL": "ERROR",
 }
 
 
