@@ -118,18 +118,26 @@ def test_non_answer_does_not_contain_the_drawn_answer() -> None:
             assert not has_answer(text, [answer]), (question, answer, text)
 
 
+def _written_for_drawn_answers(write, count: int, seed: int):
+    """``count`` (answer, text) pairs: a value of a random answer type, and what ``write``
+    (``answer_sentence``, ``non_answer``) makes of one of its questions and that value."""
+    from ragutil_dagster.embedded.answer_pairs import TYPES
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        kind = TYPES[rng.randrange(len(TYPES))]
+        answer = kind.draw(rng)[0]
+        yield answer, write(kind.questions(rng), answer, rng)
+
+
 def test_rambling_answers_keep_the_answer_whole_and_cuts_fall_after_it() -> None:
     """A long answer sentence (run on with a clause, between sentences that state nothing, maybe
     cut by the token limit) still holds the whole answer: a cut never reaches into it."""
-    from ragutil_dagster.embedded.answer_pairs import TYPES, answer_sentence
+    from ragutil_dagster.embedded.answer_pairs import answer_sentence
     from ragutil_dagster.metrics.answers import has_answer
 
-    rng = random.Random(3)
     lengths = []
-    for _ in range(500):
-        kind = TYPES[rng.randrange(len(TYPES))]
-        answer = kind.draw(rng)[0]
-        text = answer_sentence(kind.questions(rng), answer, rng)
+    for answer, text in _written_for_drawn_answers(answer_sentence, 500, seed=3):
         assert has_answer(text, [answer]), (answer, text)
         lengths.append(len(text.split()))
     # Some are the long, rambling kind a small LLM writes (48 new tokens are ~35 words).
@@ -165,15 +173,11 @@ def test_talk_about_the_answer_or_the_document_is_a_non_answer() -> None:
     """SmolLM2 often writes about its answer or the document instead of giving one ("The document
     contains the following:", "A worthy answer", "Doc 1: <subject>"): such texts are among the
     non-answers and never hold the answer."""
-    from ragutil_dagster.embedded.answer_pairs import META_PREDICATES, TYPES, non_answer
+    from ragutil_dagster.embedded.answer_pairs import META_PREDICATES, non_answer
     from ragutil_dagster.metrics.answers import has_answer
 
-    rng = random.Random(11)
     meta = []
-    for _ in range(600):
-        kind = TYPES[rng.randrange(len(TYPES))]
-        answer = kind.draw(rng)[0]
-        text = non_answer(kind.questions(rng), answer, rng)
+    for answer, text in _written_for_drawn_answers(non_answer, 600, seed=11):
         if (any(text.endswith(p) for p in META_PREDICATES) or text.startswith("Doc ")
                 or text.rstrip(".:").endswith(("answer", "response", "reply", "summary"))):
             meta.append((text, answer))
