@@ -60,12 +60,27 @@ storage:
 """
 
 
-def instance_settings() -> str:
-    """The ``dagster.yaml`` ragutil writes: pools and telemetry, and dagster-postgres storage when
-    ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set (read by whoever opens the instance, never stored)."""
+def sqlite_storage(directory: Path) -> str:
+    """The SQLite event log whose pool-slot claims hold a file lock (``infra/sqlite_event_log.py``:
+    SQLite alone lets two processes claim the one ``gpu`` slot), where Dagster keeps it by default."""
+    base_dir = json.dumps(str(directory / "history" / "runs"))
+    return f"""\
+# SQLite storage, as Dagster's default, with pool-slot claims serialised across processes.
+event_log_storage:
+  module: ragutil_dagster.infra.sqlite_event_log
+  class: SerializedSqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+
+
+def instance_settings(directory: Path) -> str:
+    """The ``dagster.yaml`` ragutil writes into ``directory``: pools and telemetry, and
+    dagster-postgres storage when ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set (read by whoever opens
+    the instance, never stored), else SQLite with serialised pool-slot claims."""
     if os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
         return INSTANCE_SETTINGS + POSTGRES_STORAGE
-    return INSTANCE_SETTINGS
+    return INSTANCE_SETTINGS + sqlite_storage(directory)
 
 
 def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
@@ -82,8 +97,8 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
     directory = (home or ragutil_home()) / "dagster"
     directory.mkdir(parents=True, exist_ok=True)
     settings = directory / "dagster.yaml"
-    if not settings.exists() or settings.read_text() != instance_settings():
-        write_text_atomic(settings, instance_settings())
+    if not settings.exists() or settings.read_text() != instance_settings(directory):
+        write_text_atomic(settings, instance_settings(directory))
     return dg.DagsterInstance.from_config(str(directory))
 
 

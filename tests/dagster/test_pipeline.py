@@ -200,8 +200,8 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
 ) -> None:
     """``ragutil run --workers 2`` on the BM25 half of the tiny experiment: two partitions of a
     step at a time, each a Dagster run on the multiprocess executor. The event log shows model
-    steps (the ``gpu`` pool, limit 1) one at a time, other steps beside them, every step in a
-    process of its own; the scores equal the in-process run's."""
+    steps (the ``gpu`` pool, limit 1) one at a time, runs of different partitions in progress
+    together, every step in a process of its own; the scores equal the in-process run's."""
     from polars.testing import assert_frame_equal
 
     from ragutil_dagster.assets.common import GPU_POOL
@@ -241,11 +241,15 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
     model = sorted(s for s in steps if s[2] in model_ops)
     for before, after in zip(model, model[1:]):
         assert before[1] <= after[0], f"model steps overlapped: {before[2:]} and {after[2:]}"
-    overlapping = [
-        (a, b) for a in steps for b in steps
-        if a[4] != b[4] and a[0] < b[1] and b[0] < a[1] and {a[2], b[2]} - model_ops
-    ]
-    assert overlapping, "no step of one partition ran beside a step of another"
+    # Runs, not steps: whether two short steps of different runs overlap depends on how the OS
+    # shares the cores; two runs in flight at once is what running side by side means.
+    spans = {}
+    for run in instance.get_runs():
+        times = [entry.timestamp for entry in instance.all_logs(
+            run.run_id, of_type={dg.DagsterEventType.RUN_START, dg.DagsterEventType.RUN_SUCCESS})]
+        spans[run.run_id] = (min(times), max(times))
+    assert any(a[0] < b[1] and b[0] < a[1] for a in spans.values() for b in spans.values() if a != b), \
+        "no two partitions' runs were in progress at the same time"
     assert os.getpid() not in {s[3] for s in steps} and len({s[3] for s in steps}) == len(steps)
 
 
