@@ -45,7 +45,7 @@ import polars as pl
 from ragutil_dagster.config import ValidityConfig, ValidityNegative
 from ragutil_dagster.errors import ValidityError
 from ragutil_dagster.evaluation.conditions import VALIDITY_CONDITION
-from ragutil_dagster.evaluation.scoring import passage_scores
+from ragutil_dagster.evaluation.scoring import ERAG_LABEL_COLUMNS, passage_scores
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.metrics.stats import binary_validity
 from ragutil_dagster.tables import VALIDITY_PASSAGE_SCHEMA, VALIDITY_SCHEMA
@@ -63,11 +63,16 @@ BASELINES: dict[str, str] = {
     "semantic_entropy": "Δsemantic entropy",
 }
 REDUCTIONS = frozenset({"perplexity", "entropy", "semantic_entropy"})
+ERAG_LABEL_NAMES = {"exact_match": "EM", "has_answer": "has_answer", "token_f1": "token F1"}
 # Every measure with a label of its own, in the table's order (SePer Table 2's rows first).
 LABELS: dict[str, str] = {
     **{f"delta_{column}": label for column, label in BASELINES.items()},
     "delta_seper_h": "ΔSePer_H", "delta_seper_s": "ΔSePer_S",
-    "consens": "ConSens", "erag_label": "eRAG label (EM)", "gold_utility": "gold utility",
+    "consens": "ConSens",
+    # eRAG's label by every downstream metric: EM, the paper's, is constant on real LLMs' sentences
+    # (SmolLM2 on SQuAD: never an exact match), where has_answer and token F1 still rank passages.
+    **{column: f"eRAG label ({ERAG_LABEL_NAMES[metric]})" for metric, column in ERAG_LABEL_COLUMNS.items()},
+    "gold_utility": "gold utility",
     "likelihood": "likelihood utility", "true_utility": "ground truth",
 }
 SUBSETS = {"unanswered": False, "answered": True}

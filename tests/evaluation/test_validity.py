@@ -219,7 +219,8 @@ def test_the_passage_table_takes_each_change_from_the_closed_book_uncertainties_
     names = measures(table, ["likelihood", "consens"])
     assert names[:7] == ["delta_em", "delta_f1", "delta_perplexity", "delta_entropy", "delta_semantic_entropy",
                          "delta_seper_h", "delta_seper_s"]
-    assert names[7:] == ["consens", "erag_label", "gold_utility", "likelihood", "true_utility"]
+    assert names[7:] == ["consens", "erag_label", "erag_label_has_answer", "erag_label_token_f1", "gold_utility",
+                         "likelihood", "true_utility"]
     # A signal added to the signals table (a verbalized judgment) joins as a measure of its own;
     # one no validity passage has (attention: shared among passages shown together) does not.
     extra = table.with_columns(pl.lit(0.5).alias("verbalized"), pl.lit(None, pl.Float64).alias("attention"))
