@@ -81,6 +81,23 @@ def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, 
     assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shown", [False, True])
+def test_third_party_progress_bars_are_hidden_unless_verbose(shown, capsys) -> None:
+    """A library's bar (tqdm with its defaults, as transformers converts a GGUF file and vLLM loads
+    weights) is hidden by default; ragutil's own bar, which sets ``disable``, stays."""
+    from tqdm.auto import tqdm
+
+    from ragutil_dagster.cli.run import third_party_output
+
+    with third_party_output(shown):
+        for _ in tqdm(range(2), desc="library bar"):
+            pass
+        for _ in tqdm(range(2), desc="ragutil bar", disable=False):
+            pass
+    err = capsys.readouterr().err
+    assert "ragutil bar" in err and ("library bar" in err) == shown
+
+
 def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
     """By default ``ragutil run`` shows its one progress bar, the table and the warnings a user can act
     on: no Dagster beta warning, no MLflow "Downloading artifacts" bar; ``--verbose`` filters none

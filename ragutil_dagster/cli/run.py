@@ -39,7 +39,32 @@ QUIET_LIBRARIES = {
     # vLLM's engine start-up INFO lines (dozens per engine) and its WARNINGs about the CPU build it
     # runs on (no Triton, Inductor off, OMP threads): none is the user's to act on.
     "VLLM_LOGGING_LEVEL": "ERROR",
+    # Every other library's tqdm bar (transformers' GGUF conversion, vLLM's weight shards, in its
+    # engine process too): tqdm reads TQDM_* as its defaults, and ragutil's bars set ``disable``.
+    "TQDM_DISABLE": "1",
 }
+
+
+@contextmanager
+def tqdm_disabled_by_default() -> Iterator[None]:
+    """In this process, tqdm bars that do not set ``disable`` are off for the ``with`` block.
+
+    tqdm reads ``TQDM_*`` once, at import, into the keyword defaults of ``tqdm.__init__`` (a
+    ``partialmethod``); the environment reaches processes started later (vLLM's engine, the
+    executor's step processes), and this sets the same default for steps run in this process."""
+    from tqdm.std import tqdm
+
+    defaults = getattr(tqdm.__dict__.get("__init__"), "keywords", None)
+    if not isinstance(defaults, dict):  # a tqdm without environment defaults: bars stay
+        yield
+        return
+    saved = dict(defaults)
+    defaults["disable"] = True
+    try:
+        yield
+    finally:
+        defaults.clear()
+        defaults.update(saved)
 
 
 @contextmanager
@@ -55,7 +80,7 @@ def third_party_output(shown: bool) -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in QUIET_LIBRARIES}
     os.environ.update(QUIET_LIBRARIES)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tqdm_disabled_by_default():
             for category in (dg.BetaWarning, dg.PreviewWarning):
                 warnings.filterwarnings("ignore", category=category)
             yield
