@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ragutil_dagster.cli.run import print_loudly
+from ragutil_dagster.cli.run import print_loudly, third_party_output
 from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
 from ragutil_dagster.errors import ConfigError
@@ -32,6 +32,11 @@ def records_warning(experiment: ExperimentConfig, spec: GeneratorConfig, file: s
 
 
 def _score(args: argparse.Namespace) -> int:
+    with third_party_output(args.verbose):
+        return _score_quietly(args)
+
+
+def _score_quietly(args: argparse.Namespace) -> int:
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.definitions import build_resources
     from ragutil_dagster.evaluation.records import score_records
@@ -69,5 +74,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--config", required=True, help="experiment YAML naming the generator, NLI model and sampling")
     score.add_argument("--generator", help="generator name from the config (default: the first)")
     score.add_argument("--out", help="output JSONL (default: standard output)")
-    score.add_argument("--quiet", action="store_true", help="no progress bars")
+    shown = score.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_true", help="no progress bars")
+    shown.add_argument("--verbose", action="store_true",
+                       help="also other libraries' progress bars, INFO logs and beta warnings (vLLM's, MLflow's, Dagster's)")
     score.set_defaults(func=_score)
