@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -47,7 +46,7 @@ from ragutil_dagster.data.corpus import (
 )
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.infra.files import embedded_dir
+from ragutil_dagster.infra.files import embedded_dir, user_path
 from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QA_QUERY_SCHEMA, QRELS_SCHEMA
 
 QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)
@@ -71,11 +70,6 @@ class QADataset:
     corpus: pl.DataFrame
     qrels: pl.DataFrame
     utility: pl.DataFrame | None
-
-
-def user_path(path: str) -> Path:
-    """A path from the config: ``$VARIABLES`` and ``~`` expanded, relative to the working directory."""
-    return Path(os.path.expandvars(path)).expanduser()
 
 
 def dataset_folder(spec: DatasetConfig) -> Path:

@@ -21,6 +21,20 @@ def ragutil_home() -> Path:
     return Path(os.environ.get("RAGUTIL_HOME", ".ragutil")).expanduser().resolve()
 
 
+def user_path(path: str) -> Path:
+    """A path from the config: ``$VARIABLES`` and ``~`` expanded, relative to the working directory."""
+    return Path(os.path.expandvars(path)).expanduser()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks (a file may run to gigabytes)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def embedded_dir() -> Path:
     """Where the embedded world and the models trained for it live."""
     return ragutil_home() / "embedded"

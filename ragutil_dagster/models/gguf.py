@@ -22,7 +22,6 @@ cannot load from GGUF.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import shutil
@@ -36,6 +35,7 @@ from functools import cache
 from pathlib import Path
 
 from ragutil_dagster.errors import CorruptGGUFError, ModelUnavailableError, UnsupportedGGUFError
+from ragutil_dagster.infra.files import sha256_file
 from ragutil_dagster.infra.locks import exclusive_file_lock
 
 __all__ = [
@@ -51,7 +51,6 @@ __all__ = [
 
 GGUF_MAGIC = b"GGUF"
 RECORD_NAME = "ragutil_gguf.json"
-_CHUNK = 8 << 20
 # Metadata sections of transformers' GGUF table, not model architectures.
 _NOT_ARCHITECTURES = {"general", "tokenizer"}
 _sha_memo: dict[tuple[str, int, int], str] = {}
@@ -134,13 +133,10 @@ def file_sha256(path: Path) -> str:
     with _sha_lock:
         if key in _sha_memo:
             return _sha_memo[key]
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
+    digest = sha256_file(path)
     with _sha_lock:
-        _sha_memo[key] = digest.hexdigest()
-    return _sha_memo[key]
+        _sha_memo[key] = digest
+    return digest
 
 
 def read_gguf_info(path: Path) -> GGUFInfo:
