@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.infra.files import stable_hash
+from ragutil_dagster.infra.files import stable_hash, user_path
 from ragutil_dagster.metrics.erag import DownstreamMetric
 from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.prompts import PROMPTS
@@ -117,8 +117,14 @@ GpuLayout = Literal["one", "replicas", "shards"]
 
 
 class RetrieverConfig(_Strict):
-    """A first-stage retriever: BM25 (bm25s), dense (sentence-transformers + FAISS), or hybrid:
-    reciprocal rank fusion (``rrf_k``) of the first ``depth`` hits of the retrievers it ``fuse``s.
+    """A first-stage retriever: BM25 (bm25s), dense (sentence-transformers + FAISS), hybrid:
+    reciprocal rank fusion (``rrf_k``) of the first ``depth`` hits of the retrievers it ``fuse``s,
+    or run: the user's own retriever, read from a run file (TREC, JSONL or Parquet; docs/datasets.md).
+
+    ``path`` (run only): the run file, used for every dataset of the config, or a mapping
+    ``{dataset: file}`` naming one file per dataset (a run's query ids are one dataset's).
+    ``missing_queries`` (run only): what a query of the dataset without a row in the file gets —
+    ``refuse`` (an error) or ``empty`` (scored as an empty retrieval).
 
     ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
     ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
@@ -130,7 +136,7 @@ class RetrieverConfig(_Strict):
     is then built from (docs/scale.md)."""
 
     name: Slug
-    kind: Literal["bm25", "dense", "hybrid"]
+    kind: Literal["bm25", "dense", "hybrid", "run"]
     model: ModelName | None = None
     revision: str | None = None
     index: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
@@ -139,18 +145,34 @@ class RetrieverConfig(_Strict):
     fuse: list[Slug] | None = None
     rrf_k: int = Field(default=60, ge=0)
     depth: int = Field(default=100, ge=1)
+    path: str | dict[Slug, str] | None = None
+    # Refused by default: a run file lacking queries is more often the wrong or a truncated file
+    # than a retriever finding nothing, and scoring those queries as empty would hide it.
+    missing_queries: Literal["empty", "refuse"] = "refuse"
 
     @model_validator(mode="after")
     def _fields_for_the_kind(self) -> RetrieverConfig:
+        fields = type(self).model_fields
+        if self.kind == "run":
+            # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
+            # multiprocess executor's workers rebuild it from JSON) sets every field.
+            own = {"name", "kind", "path", "missing_queries"}
+            if given := [f for f in fields if f not in own and getattr(self, f) != fields[f].default]:
+                raise ValueError(f"{given} are not for kind run, which takes 'path' and 'missing_queries' only")
+            if not self.path:
+                raise ValueError("a run retriever needs 'path' (a run file, or {dataset: run file})")
+            for file in self.run_files().values():
+                if not user_path(file).is_file():
+                    raise ValueError(f"run file {file!r} does not exist (or is not a file)")
+            return self
+        if self.path is not None or self.missing_queries != fields["missing_queries"].default:
+            raise ValueError(f"'path' and 'missing_queries' are for kind run, not {self.kind}")
         if self.kind == "dense" and not self.model:
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
         if self.kind != "dense" and self.model:
             raise ValueError(f"a {self.kind} retriever takes no 'model'")
         if (self.kind == "hybrid") != (self.fuse is not None):
             raise ValueError("'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it")
-        # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
-        # multiprocess executor's workers rebuild it from JSON) sets every field.
-        fields = type(self).model_fields
         if self.kind != "hybrid" and (given := [f for f in ("depth", "rrf_k") if getattr(self, f) != fields[f].default]):
             raise ValueError(f"{given} are for kind hybrid, not {self.kind}")
         if self.fuse is not None and (len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)):
@@ -161,6 +183,10 @@ class RetrieverConfig(_Strict):
         if self.kind != "dense" and self.embedding_shards != fields["embedding_shards"].default:
             raise ValueError(f"embedding_shards splits the embedding of passages; a {self.kind} retriever embeds none")
         return self
+
+    def run_files(self) -> dict[str | None, str]:
+        """A run retriever's files by dataset name; the key None: one file for every dataset."""
+        return dict(self.path) if isinstance(self.path, dict) else {None: self.path}
 
 
 class RerankerConfig(_Strict):
@@ -467,6 +493,13 @@ class ExperimentConfig(_Strict):
             repeated = sorted({n for n in names if names.count(n) > 1})
             if repeated:
                 raise ValueError(f"{what} names must be unique; repeated: {repeated}")
+        datasets = {d.name for d in self.datasets}
+        for retriever in self.retrievers:
+            if isinstance(retriever.path, dict) and set(retriever.path) != datasets:
+                raise ValueError(
+                    f"run retriever {retriever.name!r} names run files for datasets {sorted(retriever.path)}; "
+                    f"give one for each dataset of this config, {sorted(datasets)}, and no other"
+                )
         indexed = {r.name for r in self.indexed_retrievers()}
         for retriever in self.retrievers:
             if unknown := sorted(set(retriever.fuse or ()) - indexed):
@@ -531,8 +564,23 @@ class ExperimentConfig(_Strict):
         return _by_name(self.generators, name, "generator")
 
     def indexed_retrievers(self) -> list[RetrieverConfig]:
-        """The retrievers with an index of their own (all but the hybrids, which fuse them)."""
-        return [r for r in self.retrievers if r.kind != "hybrid"]
+        """The retrievers with an index of their own: bm25 and dense (a hybrid fuses theirs, a run
+        retriever's ranking is read from its file)."""
+        return [r for r in self.retrievers if r.kind in ("bm25", "dense")]
+
+    def run_file(self, dataset: str, retriever: str) -> Path:
+        """The run file of run retriever ``retriever`` for ``dataset``, expanded as a user path."""
+        files = self.retriever(retriever).run_files()
+        return user_path(files[dataset] if dataset in files else files[None])
+
+    def run_file_partitions(self) -> dict[str, tuple[str, str]]:
+        """Every run file's partition key (dataset × retriever, as an index's) → (dataset, retriever)."""
+        return {
+            index_partition_key(dataset.name, retriever.name): (dataset.name, retriever.name)
+            for dataset in self.datasets
+            for retriever in self.retrievers
+            if retriever.kind == "run"
+        }
 
     def embedding_partitions(self) -> dict[str, list[str]]:
         """The ``passage_embeddings`` partition keys of every dense index, by index partition key."""
@@ -554,8 +602,11 @@ class ExperimentConfig(_Strict):
         return next((r for r in self.retrievers if r.kind == "bm25"), None)
 
     def searched_indexes(self, setting: Setting) -> list[str]:
-        """The index partitions ``setting`` searches: its retriever's, or a hybrid's fused ones."""
+        """The index partitions ``setting`` searches: its retriever's, a hybrid's fused ones, or
+        none for a run retriever."""
         retriever = self.retriever(setting.retriever)
+        if retriever.kind == "run":
+            return []
         return [index_partition_key(setting.dataset, name) for name in retriever.fuse or [retriever.name]]
 
     def fingerprint(self) -> str:
