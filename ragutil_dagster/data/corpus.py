@@ -45,7 +45,7 @@ def open_error(path: Path, exc: OSError) -> CorpusValidationError:
     return CorpusValidationError(path, None, None, reason)
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(1-based line number, text without line ending)``, decoding UTF-8 strictly.
 
     A byte-order mark at the start of the file (Windows editors write one) is dropped."""
@@ -166,7 +166,7 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     Blank lines are skipped (line numbers stay physical). Bad UTF-8, malformed JSON, trailing
     text after the object, non-object lines and ``NaN`` / ``Infinity`` (which Python's json
     accepts but JSON does not) raise :class:`CorpusValidationError`."""
-    for number, line in _decoded_lines(path):
+    for number, line in decoded_lines(path):
         if not line.strip():
             continue
         try:
@@ -223,7 +223,7 @@ def read_dpr_tsv(path: str | Path) -> pl.DataFrame:
 
     def texts() -> Iterator[str]:
         nonlocal last_line
-        for number, line in _decoded_lines(path):
+        for number, line in decoded_lines(path):
             last_line = number
             yield line + "\n"  # csv needs the line break to keep it inside a quoted field
 
@@ -371,7 +371,7 @@ def _read_qrels_lines(path: Path) -> pl.DataFrame:
     rows: list[tuple[str, str, int, int]] = []
     judged: dict[tuple[str, str], tuple[int, int]] = {}  # pair → (relevance, line)
     first_row = True
-    for number, line in _decoded_lines(path):
+    for number, line in decoded_lines(path):
         if not line.strip():
             continue
         header_allowed, first_row = first_row, False

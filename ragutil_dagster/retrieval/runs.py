@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.errors import CorpusValidationError
+from ragutil_dagster.data.run_files import read_trec_rows
 from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.metrics.answers import Golds
 from ragutil_dagster.metrics.mirage import retriever_metrics
@@ -285,28 +285,9 @@ def write_trec(run: pl.DataFrame, path: str | Path, tag: str | None = None) -> N
 
 
 def read_trec(path: str | Path) -> pl.DataFrame:
-    """Read a TREC run file into a run table (the tag becomes ``retriever``)."""
-    path = Path(path)
-    rows: list[tuple[str, int, str, float, str]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise CorpusValidationError(
-                    path,
-                    number,
-                    None,
-                    f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}",
-                )
-            try:
-                rows.append((fields[0], int(fields[3]), fields[2], float(fields[4]), fields[5]))
-            except ValueError as exc:
-                raise CorpusValidationError(
-                    path, number, "rank/score", f"not a number ({exc})"
-                ) from None
-    return validate_run(pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row"))
+    """Read a TREC run file into a run table (the tag becomes ``retriever``), its ranks as written."""
+    rows = read_trec_rows(Path(path))
+    return validate_run(rows.select("query_id", "rank", "doc_id", "score", pl.col("tag").alias("retriever")))
 
 
 def passages_to_documents(run: pl.DataFrame, passages: pl.DataFrame) -> pl.DataFrame:
