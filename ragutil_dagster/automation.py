@@ -6,7 +6,9 @@ seen identities in its cursor. A changed generator requests only that generator'
 its closed-book samples and, for every setting, its generations, NLI clusters and scores; a
 changed NLI model requests every ``entailment_clusters`` and ``metric_scores`` partition; a
 changed embedder or reranker requests the retrieval steps that use it and everything downstream
-of them. The first evaluation records a baseline and requests nothing.
+of them. It watches the run files of ``kind: run`` retrievers the same way, by their SHA-256: a
+replaced file requests the settings reading it and what follows them. The first evaluation
+records a baseline and requests nothing.
 
 Runs that need both a generator's closed-book samples and its context samples check that both
 come from the same model identity, so a scoring run never mixes an old and a new model.
@@ -22,6 +24,7 @@ from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.assets.model_identities import observed_identity
+from ragutil_dagster.assets.run_files import RUN_FILE, observed_run_file
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.resources.models import ModelLoader
 
@@ -41,18 +44,21 @@ def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | 
     return models
 
 
-# Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``) → the kind of
-# model-identity source asset it is observed as.
-_MODEL_KIND = {"generator": "generator", "nli": "nli", "retriever": "embedder", "reranker": "reranker"}
+# Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``,
+# ``run_file:<dataset__retriever>``) → the source asset it is observed as.
+_SOURCE_ASSET = {
+    "generator": model_asset_key("generator"), "nli": model_asset_key("nli"),
+    "retriever": model_asset_key("embedder"), "reranker": model_asset_key("reranker"), "run_file": RUN_FILE,
+}
 
 
 def _downstream_partitions(graph: AssetGraph, role: str) -> dict[dg.AssetKey, set[str]]:
     """The partitions of every partitioned asset of ``graph`` that reads, directly or through its
-    parents, the model of inventory key ``role``: from the model's partition of its identity
-    source asset (a generator's, a dense retriever's; the NLI model and the reranker serve all),
-    through each dependency's declared partition mapping."""
+    parents, the model or run file of inventory key ``role``: from its partition of its source
+    asset (a generator's, a dense retriever's, a run file's; the NLI model and the reranker serve
+    all), through each dependency's declared partition mapping."""
     kind, _, name = role.partition(":")
-    frontier: list[tuple[dg.AssetKey, str | None]] = [(model_asset_key(_MODEL_KIND[kind]), name or None)]
+    frontier: list[tuple[dg.AssetKey, str | None]] = [(_SOURCE_ASSET[kind], name or None)]
     seen: set[tuple[dg.AssetKey, str | None]] = set()
     while frontier:
         for child in graph.get_children_partitions(*frontier.pop()):
@@ -113,11 +119,16 @@ def build_model_sensor(
     @dg.sensor(
         name="model_identity_sensor", minimum_interval_seconds=300,
         default_status=dg.DefaultSensorStatus.STOPPED,
-        description="Re-evaluates exactly the partitions that depend on a model whose identity changed.",
+        description="Re-evaluates exactly the partitions that depend on a model whose identity changed, "
+        "or on a run file whose content changed.",
     )
     def model_identity_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         seen = json.loads(context.cursor) if context.cursor else None
         now = {role: current_identity(model, revision) for role, (model, revision) in model_inventory(experiment).items()}
+        now.update({
+            f"run_file:{key}": observed_run_file(experiment.run_file(dataset, retriever))
+            for key, (dataset, retriever) in experiment.run_file_partitions().items()
+        })
         if seen is None:
             return dg.SensorResult(run_requests=[], cursor=json.dumps(now, sort_keys=True))
         changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]

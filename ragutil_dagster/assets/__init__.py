@@ -14,6 +14,7 @@ from ragutil_dagster.assets import (
     passage_embeddings,
     reports,
     retrieval_run,
+    run_files,
     utility_judgments,
     validity,
     validity_passages,
@@ -30,11 +31,12 @@ NODES = (
 def build_assets(
     experiment: ExperimentConfig,
 ) -> tuple[Partitions, list[dg.AssetsDefinition | dg.SourceAsset]]:
-    """The graph of one config: the model identities it reads, the passage embeddings of its dense
-    indexes (none without one), one definition per node, then the validity experiments (none
-    without a ``validity`` section)."""
+    """The graph of one config: the model identities and run files it reads (none without a run
+    retriever), the passage embeddings of its dense indexes (none without one), one definition per
+    node, then the validity experiments (none without a ``validity`` section)."""
     parts = build_partitions(experiment)
     return parts, [
-        *model_identities.build(parts), *passage_embeddings.build(parts), *(node.build(parts) for node in NODES),
+        *model_identities.build(parts), *run_files.build(parts), *passage_embeddings.build(parts),
+        *(node.build(parts) for node in NODES),
         *validity_passages.build(parts), *validity.build(parts),
     ]

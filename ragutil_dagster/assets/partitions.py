@@ -1,7 +1,7 @@
 """Partitions from the experiment config and the mappings between them.
 
 ``dataset`` → ``embedding`` (dense index × shard) → ``index`` (dataset × retriever) → ``setting``
-(dataset × retriever × k × reranker);
+(dataset × retriever × k × reranker); ``run_file`` (dataset × run retriever) → ``setting``;
 ``dataset × generator`` for closed-book samples; ``setting × generator`` for everything that
 depends on both. Mappings are explicit tables built from the config, so the lineage graph's
 partition links are exact.
@@ -26,6 +26,8 @@ class Partitions:
     setting_generator: dg.MultiPartitionsDefinition
     embedding: dg.StaticPartitionsDefinition | None
     """The embedding shards of every dense index (``world__e5__shard-2-of-8``); None without any."""
+    run_file: dg.StaticPartitionsDefinition | None
+    """One partition per dataset × run retriever (``world__mine``); None without a run retriever."""
     experiment: ExperimentConfig
 
     # --- mappings ------------------------------------------------------------------------
@@ -53,6 +55,14 @@ class Partitions:
         for setting in self.experiment.settings():
             for index in self.experiment.searched_indexes(setting):
                 table.setdefault(index, []).append(setting.key)
+        return dg.StaticPartitionMapping(table)
+
+    def run_file_to_setting(self) -> dg.StaticPartitionMapping:
+        """A run file (dataset × run retriever) → the settings of that dataset and retriever."""
+        table: dict[str, list[str]] = {}
+        for setting in self.experiment.settings():
+            if self.experiment.retriever(setting.retriever).kind == "run":
+                table.setdefault(index_partition_key(setting.dataset, setting.retriever), []).append(setting.key)
         return dg.StaticPartitionMapping(table)
 
     def dataset_to_setting(self) -> dg.StaticPartitionMapping:
@@ -134,6 +144,7 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
         dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),
         setting_generator=dg.MultiPartitionsDefinition({"setting": setting, "generator": generator}),
         embedding=dg.StaticPartitionsDefinition(shards) if shards else None,
+        run_file=dg.StaticPartitionsDefinition(list(runs)) if (runs := experiment.run_file_partitions()) else None,
         experiment=experiment,
     )
 

@@ -19,6 +19,9 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.index import load_searcher
 from ragutil_dagster.assets.partitions import Partitions
+from ragutil_dagster.assets.run_files import RUN_FILE, observed_run_file
+from ragutil_dagster.config import Setting
+from ragutil_dagster.data.run_files import read_external_run
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.scoring import retriever_summary
 from ragutil_dagster.resources.models import ModelLoader
@@ -59,11 +62,39 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
     deps = [
         dg.AssetDep("index", partition_mapping=parts.index_to_setting()),
+        *([dg.AssetDep(RUN_FILE, partition_mapping=parts.run_file_to_setting())] if parts.run_file else []),
         dg.AssetDep("queries", partition_mapping=parts.dataset_to_setting()),
         dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting()),
         *([dg.AssetDep("validity_passages", partition_mapping=parts.dataset_to_setting())] if experiment.validity else []),
         *parts.model_dependencies("reranker"),
     ]
+
+    def read_run_file(
+        context: dg.AssetExecutionContext, setting: Setting, queries: pl.DataFrame, corpus: pl.DataFrame,
+        metadata: dict[str, dg.MetadataValue],
+    ) -> pl.DataFrame:
+        """A run retriever's ranking, read from its file and checked against the dataset; what was
+        left out or is missing goes into ``metadata`` (and a warning)."""
+        retriever = experiment.retriever(setting.retriever)
+        path = experiment.run_file(setting.dataset, retriever.name)
+        # Hashed before reading: a file replaced in between keeps the older version, so the sensor re-runs it.
+        version = observed_run_file(path)
+        external = read_external_run(
+            path, retriever.name, setting.dataset, queries["query_id"], corpus["id"], retriever.missing_queries,
+            queries_cut=experiment.dataset(setting.dataset).max_queries is not None,
+        )
+        metadata["run_file"] = dg.MetadataValue.path(str(path))
+        metadata["run_file_version"] = dg.MetadataValue.text(version)
+        metadata["missing_queries"] = dg.MetadataValue.int(len(external.missing_queries))
+        metadata["rows_of_other_queries"] = dg.MetadataValue.int(external.rows_of_other_queries)
+        if external.missing_queries:
+            shown = ", ".join(external.missing_queries[:10])
+            metadata["missing_query_ids"] = dg.MetadataValue.text(shown)
+            context.log.warning(
+                f"run file {path}: {len(external.missing_queries)} of the {queries.height} queries have no row "
+                f"(e.g. {shown}); missing_queries: empty scores them as empty retrievals"
+            )
+        return external.run
 
     @dg.multi_asset(
         name="retrieval", partitions_def=parts.setting, **MODEL_STEP,
@@ -89,12 +120,17 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 f"k: {setting.k} exceeds the {corpus.height} passages of dataset {setting.dataset!r}; "
                 f"list only k values up to the corpus size"
             )
-        searcher = load_searcher(store, models, experiment, setting)
         query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
         reranker = experiment.reranker
         depth = min(reranker.candidates if reranker else max(setting.k, experiment.utility.candidates), corpus.height)
         start = time.perf_counter()
-        ranking = searcher.search(query_table, k=depth, name=retriever.name)
+        metadata: dict[str, dg.MetadataValue] = {}
+        if retriever.kind == "run":
+            # Cut as deep as a search would go, so a reranker and the candidates see the same.
+            ranking = top_k(read_run_file(context, setting, queries, corpus, metadata), depth)
+        else:
+            searcher = load_searcher(store, models, experiment, setting)
+            ranking = searcher.search(query_table, k=depth, name=retriever.name)
         if reranker:
             model = models.reranker(reranker.model, reranker.revision)
             ranking = rerank(ranking, query_table, corpus, model, top_n=depth, k=depth, name=f"{retriever.name}+{reranker.name}")
@@ -109,7 +145,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         golds = dict(queries.select("query_id", "answers").iter_rows())
         recall = answer_recall(run, corpus, golds, ks=[k])
         headline = {**ir.drop("retriever").row(0, named=True), f"answer_recall_{k}": recall["answer_recall"][0]}
-        metadata = table_metadata(run, path)
+        metadata.update(table_metadata(run, path))
         metadata.update({name: dg.MetadataValue.float(float(v)) for name, v in headline.items()})
         metadata["search_seconds"] = dg.MetadataValue.float(seconds)
         metadata["ir_measures"] = dg.MetadataValue.md(markdown_table([headline]))
