@@ -123,8 +123,6 @@ class RetrieverConfig(_Strict):
 
     ``path`` (run only): the run file, used for every dataset of the config, or a mapping
     ``{dataset: file}`` naming one file per dataset (a run's query ids are one dataset's).
-    ``missing_queries`` (run only): what a query of the dataset without a row in the file gets —
-    ``refuse`` (an error) or ``empty`` (scored as an empty retrieval).
 
     ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
     ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
@@ -146,9 +144,6 @@ class RetrieverConfig(_Strict):
     rrf_k: int = Field(default=60, ge=0)
     depth: int = Field(default=100, ge=1)
     path: str | dict[Slug, str] | None = None
-    # Refused by default: a run file lacking queries is more often the wrong or a truncated file
-    # than a retriever finding nothing, and scoring those queries as empty would hide it.
-    missing_queries: Literal["empty", "refuse"] = "refuse"
 
     @model_validator(mode="after")
     def _fields_for_the_kind(self) -> RetrieverConfig:
@@ -156,17 +151,16 @@ class RetrieverConfig(_Strict):
         if self.kind == "run":
             # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
             # multiprocess executor's workers rebuild it from JSON) sets every field.
-            own = {"name", "kind", "path", "missing_queries"}
-            if given := [f for f in fields if f not in own and getattr(self, f) != fields[f].default]:
-                raise ValueError(f"{given} are not for kind run, which takes 'path' and 'missing_queries' only")
+            if given := [f for f in fields if f not in ("name", "kind", "path") and getattr(self, f) != fields[f].default]:
+                raise ValueError(f"{given} are not for kind run, which takes 'path' only")
             if not self.path:
                 raise ValueError("a run retriever needs 'path' (a run file, or {dataset: run file})")
             for file in self.run_files().values():
                 if not user_path(file).is_file():
                     raise ValueError(f"run file {file!r} does not exist (or is not a file)")
             return self
-        if self.path is not None or self.missing_queries != fields["missing_queries"].default:
-            raise ValueError(f"'path' and 'missing_queries' are for kind run, not {self.kind}")
+        if self.path is not None:
+            raise ValueError(f"'path' (a run file) is for kind run, not {self.kind}")
         if self.kind == "dense" and not self.model:
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
         if self.kind != "dense" and self.model:

@@ -69,31 +69,20 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         *parts.model_dependencies("reranker"),
     ]
 
-    def read_run_file(
-        context: dg.AssetExecutionContext, setting: Setting, queries: pl.DataFrame, corpus: pl.DataFrame,
-        metadata: dict[str, dg.MetadataValue],
-    ) -> pl.DataFrame:
-        """A run retriever's ranking, read from its file and checked against the dataset; what was
-        left out or is missing goes into ``metadata`` (and a warning)."""
-        retriever = experiment.retriever(setting.retriever)
-        path = experiment.run_file(setting.dataset, retriever.name)
+    def read_run_file(setting: Setting, queries: pl.DataFrame, corpus: pl.DataFrame,
+                      metadata: dict[str, dg.MetadataValue]) -> pl.DataFrame:
+        """A run retriever's ranking, read from its file and checked against the dataset; the file,
+        its version and the rows left out go into ``metadata``."""
+        path = experiment.run_file(setting.dataset, setting.retriever)
         # Hashed before reading: a file replaced in between keeps the older version, so the sensor re-runs it.
         version = observed_run_file(path)
         external = read_external_run(
-            path, retriever.name, setting.dataset, queries["query_id"], corpus["id"], retriever.missing_queries,
+            path, setting.retriever, setting.dataset, queries["query_id"], corpus["id"],
             queries_cut=experiment.dataset(setting.dataset).max_queries is not None,
         )
         metadata["run_file"] = dg.MetadataValue.path(str(path))
         metadata["run_file_version"] = dg.MetadataValue.text(version)
-        metadata["missing_queries"] = dg.MetadataValue.int(len(external.missing_queries))
         metadata["rows_of_other_queries"] = dg.MetadataValue.int(external.rows_of_other_queries)
-        if external.missing_queries:
-            shown = ", ".join(external.missing_queries[:10])
-            metadata["missing_query_ids"] = dg.MetadataValue.text(shown)
-            context.log.warning(
-                f"run file {path}: {len(external.missing_queries)} of the {queries.height} queries have no row "
-                f"(e.g. {shown}); missing_queries: empty scores them as empty retrievals"
-            )
         return external.run
 
     @dg.multi_asset(
@@ -127,7 +116,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         metadata: dict[str, dg.MetadataValue] = {}
         if retriever.kind == "run":
             # Cut as deep as a search would go, so a reranker and the candidates see the same.
-            ranking = top_k(read_run_file(context, setting, queries, corpus, metadata), depth)
+            ranking = top_k(read_run_file(setting, queries, corpus, metadata), depth)
         else:
             searcher = load_searcher(store, models, experiment, setting)
             ranking = searcher.search(query_table, k=depth, name=retriever.name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import polars as pl
 
@@ -25,7 +24,6 @@ RUN_FILE_COLUMNS = ("query_id", "doc_id", "rank", "score")
 _ROWS_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String(), "doc_id": pl.String(), "rank": pl.Int64(), "score": pl.Float64(), "line": pl.Int64(),
 }
-MissingQueries = Literal["empty", "refuse"]
 
 
 def read_trec_rows(path: Path) -> pl.DataFrame:
@@ -108,15 +106,12 @@ def read_run_rows(path: str | Path) -> pl.DataFrame:
 class ExternalRun:
     run: pl.DataFrame
     """The run table (``RUN_SCHEMA``), ranks 1..n per query."""
-    missing_queries: list[str]
-    """Queries of the dataset the file has no row for (their retrieval is empty)."""
     rows_of_other_queries: int
     """Rows left out for naming a query the dataset's ``max_queries`` cut."""
 
 
 def read_external_run(
-    path: str | Path, retriever: str, dataset: str, query_ids: pl.Series, doc_ids: pl.Series,
-    missing_queries: MissingQueries, queries_cut: bool = False,
+    path: str | Path, retriever: str, dataset: str, query_ids: pl.Series, doc_ids: pl.Series, queries_cut: bool = False,
 ) -> ExternalRun:
     """Read run file ``path`` as the ranking of ``retriever`` over ``dataset``'s queries
     ``query_ids`` and passages ``doc_ids``.
@@ -124,8 +119,9 @@ def read_external_run(
     A row naming a passage outside ``doc_ids`` or a query outside ``query_ids`` is an error (with
     ``queries_cut`` — the dataset keeps its first ``max_queries`` questions — rows of other
     queries are left out and counted instead: they may be the questions it cut), as is a passage
-    ranked twice for one query or a score that is not finite. Queries without any row are an error
-    under ``missing_queries: refuse`` and have an empty retrieval under ``empty``.
+    ranked twice for one query, a score that is not finite, or a query without any row: every
+    prompt condition but the closed book shows the question's passages, so a question without
+    any has no score (docs/datasets.md).
 
     Ranks are derived again per query, as trec_eval orders a run: by score, highest first; equal
     scores by the file's rank, then by the order of the lines."""
@@ -144,12 +140,11 @@ def read_external_run(
     if repeated.height:
         query, doc = repeated["query_id"][0], repeated["doc_id"][0]
         raise CorpusValidationError(path, int(repeated["line"][0]), "doc_id", f"passage {doc!r} is ranked twice for query {query!r}")
-    missing = query_ids.filter(~query_ids.is_in(rows["query_id"].implode())).to_list()
-    if missing and missing_queries == "refuse":
+    if missing := query_ids.filter(~query_ids.is_in(rows["query_id"].implode())).to_list():
         raise CorpusValidationError(
             path, None, "query_id",
             f"{len(missing)} of the {query_ids.len()} queries of dataset {dataset!r} have no row, e.g. {missing[0]!r}; "
-            "rank passages for them, or set the retriever's missing_queries: empty to score them as empty retrievals",
+            "rank at least one passage for every question (a question without passages has no RAG answer to score)",
         )
     run = (
         rows.sort(["query_id", "score", "rank", "line"], descending=[False, True, False, False])
@@ -159,7 +154,7 @@ def read_external_run(
             "doc_id", "score", pl.lit(retriever, dtype=pl.String).alias("retriever"),
         )
     )
-    return ExternalRun(run.cast(RUN_SCHEMA), missing, other.height)  # type: ignore[arg-type]
+    return ExternalRun(run.cast(RUN_SCHEMA), other.height)  # type: ignore[arg-type]
 
 
 def _unknown_ids(path: Path, unknown: pl.DataFrame, field: str, what: str) -> None:

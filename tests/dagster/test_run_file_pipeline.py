@@ -1,0 +1,180 @@
+"""A retriever of kind run in the graph: its run file an observable source asset, scored beside
+the built-in BM25 it was written from, and a replaced file re-running exactly what it feeds."""
+
+from __future__ import annotations
+
+import hashlib
+
+import dagster as dg
+import polars as pl
+import pytest
+from dagster._core.definitions.data_version import StaleStatus
+from dagster._core.definitions.observe import observe
+from dagster._utils.test.data_versions import get_stale_status_resolver
+from polars.testing import assert_frame_equal
+
+from ragutil_dagster.assets import build_assets
+from ragutil_dagster.assets.run_files import RUN_FILE
+from ragutil_dagster.automation import build_model_sensor
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.data.corpus import corpus_record
+from ragutil_dagster.data.qa import load_dataset
+from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.retrieval.bm25 import BM25Retriever
+from ragutil_dagster.retrieval.runs import write_trec
+from ragutil_dagster.runner import materialize_all, plan
+
+K = 2
+CANDIDATES = 4
+RETRIEVAL = ("retrieval_run", "retrieved_passages", "setting_queries", "utility_candidates")
+SCORING = (
+    "candidate_scores", "consens", "document_scores", "entailment_clusters", "generations", "group_scores",
+    "metric_scores", "nli_probabilities", "retrieval_correlations", "utility_generations", "utility_judgments",
+    "utility_signals",
+)
+
+
+def bm25_config(tiny_world, make_tiny_config) -> dict:
+    """The tiny experiment with BM25 only, one k and no verbalized judgment (seconds, not minutes)."""
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    return {**config, "retrievers": config["retrievers"][:1], "k": [K],
+            "utility": {"candidates": CANDIDATES, "methods": []}}
+
+
+def write_bm25_run(config: dict, path) -> pl.DataFrame:
+    """The project's BM25 ranking of the tiny world's questions, as deep as the retrieval step
+    searches, written as a TREC run file."""
+    loaded = load_dataset(parse_config(config).dataset("world"))
+    index = BM25Retriever.build(loaded.corpus, fingerprint=str(corpus_record(loaded.corpus)["fingerprint"]))
+    queries = loaded.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
+    run = index.search(queries, k=CANDIDATES, name="bm25")
+    write_trec(run, path, tag="their-system")
+    return run
+
+
+def source_of(assets: list) -> dg.SourceAsset:
+    return next(a for a in assets if isinstance(a, dg.SourceAsset) and a.key == RUN_FILE)
+
+
+def latest(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.AssetMaterialization:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0].asset_materialization
+
+
+def materialised(result: dg.ExecuteInProcessResult) -> set[tuple[str, str]]:
+    return {(e.asset_key.to_user_string(), str(e.partition)) for e in result.get_asset_materialization_events()}
+
+
+@pytest.fixture(scope="module")
+def run_beside_bm25(tiny_world, make_tiny_config, tmp_path_factory):
+    root = tmp_path_factory.mktemp("run-file")
+    config = bm25_config(tiny_world, make_tiny_config)
+    path = root / "mine.trec"
+    bm25_run = write_bm25_run(config, path)
+    config["retrievers"] = [*config["retrievers"], {"name": "mine", "kind": "run", "path": str(path)}]
+    experiment = parse_config(config)
+    home = root / "home"
+    defs = build_definitions(experiment, str(home))
+    parts, assets = build_assets(experiment)
+    instance = dg.DagsterInstance.ephemeral()
+    # Observed first, as "Observe sources" in the UI does: Dagster marks a partition stale by the
+    # observations after the one its materialisation read, so it needs one to count from.
+    observe([source_of(assets)], instance=instance)
+    materialize_all(defs, experiment, parts, instance, progress=False)
+    return experiment, defs, assets, instance, ArtifactStore(home=str(home)), path, bm25_run
+
+
+def test_a_run_file_of_bm25_scores_as_bm25(run_beside_bm25) -> None:
+    experiment, _, assets, instance, store, path, _ = run_beside_bm25
+    keys = {spec.key.to_user_string() for a in assets for spec in getattr(a, "specs", [])} | {
+        a.key.to_user_string() for a in assets if isinstance(a, dg.SourceAsset)}
+    assert "run_file" in keys
+    index = next(a for a in assets if isinstance(a, dg.AssetsDefinition) and dg.AssetKey("index") in a.keys)
+    assert index.partitions_def.get_partition_keys() == ["world__bm25"]  # no index of a run retriever
+
+    def without_retriever(asset: str, partition: str) -> pl.DataFrame:
+        return store.read_table(asset, partition).drop("retriever").sort("query_id", "rank")
+
+    for asset in ("retrieval_run", "utility_candidates"):
+        assert_frame_equal(without_retriever(asset, f"world__mine__k{K}"), without_retriever(asset, f"world__bm25__k{K}"))
+    mine, bm25 = (store.read_table("metric_scores", f"lm0|world__{r}__k{K}").sort("query_id") for r in ("mine", "bm25"))
+    assert mine.height == 6
+    numeric = [c for c, dtype in mine.schema.items() if dtype.is_numeric()]
+    assert len(numeric) > 10
+    assert_frame_equal(mine.select(numeric), bm25.select(numeric))
+    summaries = [store.read_json("metric_scores", f"lm0|world__{r}__k{K}", "summary") for r in ("mine", "bm25")]
+    assert {k: v for k, v in summaries[0].items() if isinstance(v, float)} == pytest.approx(
+        {k: v for k, v in summaries[1].items() if isinstance(v, float)}, nan_ok=True)
+    metadata = latest(instance, "retrieval_run", f"world__mine__k{K}").metadata
+    assert metadata["run_file_version"].value == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert metadata["rows_of_other_queries"].value == 0
+
+
+def test_a_replaced_run_file_reruns_exactly_what_it_feeds(run_beside_bm25) -> None:
+    """Observing the run file gives its SHA-256 and marks the run's settings stale once the file is
+    replaced by a hand-reordered run; the sensor then requests the run's retrieval step and its
+    scoring only, and running those requests materialises nothing of BM25's. A bad file then
+    fails the retrieval step and leaves the published run as it was."""
+    experiment, defs, assets, instance, store, path, bm25_run = run_beside_bm25
+
+    def observed() -> str:
+        result = observe([source_of(assets)], instance=instance)
+        (event,) = result.get_asset_observation_events()
+        assert event.partition == "world__mine"
+        return event.asset_observation_data.asset_observation.tags["dagster/data_version"]
+
+    assert observed() == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    sensor = build_model_sensor(experiment, assets, identity=lambda model, revision: "unchanged")
+    baseline = sensor(dg.build_sensor_context())
+    assert not sensor(dg.build_sensor_context(cursor=baseline.cursor)).run_requests
+
+    # The second passage of every query first.
+    reordered = (
+        bm25_run.with_columns(pl.when(pl.col("rank") == 1).then(2).when(pl.col("rank") == 2).then(1)
+                      .otherwise(pl.col("rank")).cast(pl.Int32).alias("rank"))
+        .with_columns(pl.col("score").max().over("query_id") + 1 - pl.col("rank"))
+    )
+    write_trec(reordered, path, tag="their-system-v2")
+    assert observed() == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    # What the UI shows after "Observe sources": the run's settings stale, BM25's not.
+    stale = get_stale_status_resolver(instance, assets)
+    changed = sensor(dg.build_sensor_context(cursor=baseline.cursor))
+    requests = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key): r
+                for r in changed.run_requests}
+    assert set(requests) == {(RETRIEVAL, f"world__mine__k{K}"), (SCORING, f"lm0|world__mine__k{K}")}
+
+    bm25_before = store.read_table("metric_scores", f"lm0|world__bm25__k{K}")
+    order = [name for names, _ in plan(assets) for name in names]
+    done: set[tuple[str, str]] = set()
+    for (names, partition), request in sorted(requests.items(), key=lambda item: order.index(item[0][0][0])):
+        result = dg.materialize(assets, selection=request.asset_selection, partition_key=partition,
+                                instance=instance, resources=defs.resources)
+        assert result.success
+        done |= materialised(result)
+    assert done == {(name, f"world__mine__k{K}") for name in RETRIEVAL} | {
+        (name, f"lm0|world__mine__k{K}") for name in SCORING}
+
+    run = store.read_table("retrieval_run", f"world__mine__k{K}")
+    expected = reordered.filter(pl.col("rank") <= K).select("query_id", "rank", "doc_id").sort("query_id", "rank")
+    assert_frame_equal(run.select("query_id", "rank", "doc_id").sort("query_id", "rank"), expected)
+    mine = store.read_table("metric_scores", f"lm0|world__mine__k{K}").sort("query_id")
+    assert mine.height == 6
+    assert_frame_equal(store.read_table("metric_scores", f"lm0|world__bm25__k{K}"), bm25_before)
+    assert not sensor(dg.build_sensor_context(cursor=changed.cursor)).run_requests
+
+    # A passage id of no corpus on line 3: the step fails naming it, and publishes nothing.
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].replace(lines[2].split()[2], "no-such-passage")
+    path.write_text("\n".join(lines) + "\n")
+    failed = dg.materialize(assets, selection=list(requests[(RETRIEVAL, f"world__mine__k{K}")].asset_selection),
+                            partition_key=f"world__mine__k{K}", instance=instance, resources=defs.resources,
+                            raise_on_error=False)
+    assert not failed.success and not materialised(failed)
+    (failure,) = [e for e in failed.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message
+    assert f"{path}:3: field 'doc_id': 'no-such-passage' is not a passage of dataset 'world'" in message
+    assert_frame_equal(store.read_table("retrieval_run", f"world__mine__k{K}"), run)
