@@ -126,3 +126,64 @@ def test_every_example_config_loads_and_names_registered_backends(example: Path)
     experiment = load_config(example)
     check_generators(experiment)
     assert experiment.name == example.stem
+
+
+def test_run_retrievers_read_their_files_beside_built_in_ones(tmp_path, monkeypatch) -> None:
+    """Several run files in one grid beside BM25: no index of their own, one run-file partition
+    per dataset; a path may be one file for every dataset or one per dataset, ``$VARIABLES``
+    expanded."""
+    for name in ("mine.trec", "theirs-world.jsonl", "theirs-squad.parquet"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setenv("RUNS", str(tmp_path))
+    config = parse_config(with_changes(
+        datasets=[{"name": "world", "format": "synthetic"}, {"name": "squad", "format": "squad", "path": "s.json"}],
+        retrievers=[
+            {"name": "bm25", "kind": "bm25"},
+            {"name": "mine", "kind": "run", "path": "$RUNS/mine.trec"},
+            {"name": "theirs", "kind": "run", "path": {"world": str(tmp_path / "theirs-world.jsonl"),
+                                                       "squad": str(tmp_path / "theirs-squad.parquet")}},
+        ],
+    ))
+    assert [r.name for r in config.indexed_retrievers()] == ["bm25"]
+    assert config.searched_indexes(config.setting("world__mine__k5")) == []
+    assert config.run_file_partitions() == {
+        "world__mine": ("world", "mine"), "world__theirs": ("world", "theirs"),
+        "squad__mine": ("squad", "mine"), "squad__theirs": ("squad", "theirs"),
+    }
+    assert config.run_file("squad", "mine") == tmp_path / "mine.trec"
+    assert config.run_file("squad", "theirs") == tmp_path / "theirs-squad.parquet"
+    assert len(config.settings()) == 2 * 3 * 2
+
+
+@pytest.mark.parametrize(
+    ("retriever", "message"),
+    [
+        ({"name": "mine", "kind": "run"}, r"retrievers\.0: a run retriever needs 'path'"),
+        ({"name": "mine", "kind": "run", "path": "nowhere.trec"}, r"run file 'nowhere.trec' does not exist"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "model": "m"}, r"\['model'\] are not for kind run, which takes 'path' only"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "depth": 10}, r"\['depth'\] are not for kind run"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "embedding_shards": 2}, r"\['embedding_shards'\] are not for kind run"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "missing_queries": "empty"}, r"missing_queries: unknown key"),
+        ({"name": "bm25", "kind": "bm25", "path": "RUN"}, r"'path' \(a run file\) is for kind run, not bm25"),
+        ({"name": "mine", "kind": "run", "path": {"other": "RUN"}},
+         r"names run files for datasets \['other'\]; give one for each dataset of this config, \['world'\]"),
+    ],
+)
+def test_a_run_retriever_takes_a_path_to_an_existing_file_only(tmp_path, retriever, message) -> None:
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 tag\n")
+    path = retriever.get("path")
+    if path is not None:
+        retriever = {**retriever, "path": {k: str(run) for k in path} if isinstance(path, dict) else
+                     str(run) if path == "RUN" else path}
+    with pytest.raises(ConfigError, match=message):
+        parse_config(with_changes(retrievers=[retriever]), "exp.yaml")
+
+
+def test_a_hybrid_fuses_no_run_retriever(tmp_path) -> None:
+    (tmp_path / "run.trec").write_text("")
+    with pytest.raises(ConfigError, match=r"fuses \['mine'\], not a bm25 or dense retriever"):
+        parse_config(with_changes(retrievers=[
+            {"name": "bm25", "kind": "bm25"}, {"name": "mine", "kind": "run", "path": str(tmp_path / "run.trec")},
+            {"name": "h", "kind": "hybrid", "fuse": ["bm25", "mine"]},
+        ]))

@@ -178,3 +178,25 @@ def test_a_replaced_run_file_reruns_exactly_what_it_feeds(run_beside_bm25) -> No
     message = failure.step_failure_data.error.cause.message
     assert f"{path}:3: field 'doc_id': 'no-such-passage' is not a passage of dataset 'world'" in message
     assert_frame_equal(store.read_table("retrieval_run", f"world__mine__k{K}"), run)
+
+
+@pytest.mark.parametrize("built_in", [["bm25"], []])
+def test_run_files_side_by_side_in_the_lineage_graph(tiny_world, make_tiny_config, tmp_path, built_in) -> None:
+    """Two run files beside BM25 (or alone): each a partition of ``run_file`` feeding only its own
+    settings, no index of theirs; the definitions validate as ``dagster definitions validate`` does."""
+    config = bm25_config(tiny_world, make_tiny_config)
+    for name in ("mine", "theirs"):
+        (tmp_path / f"{name}.trec").write_text("")
+    config["retrievers"] = [*(r for r in config["retrievers"] if r["name"] in built_in),
+                            *({"name": n, "kind": "run", "path": str(tmp_path / f"{n}.trec")} for n in ("mine", "theirs"))]
+    experiment = parse_config(config)
+    defs = build_definitions(experiment, str(tmp_path / "home"))
+    graph = defs.resolve_asset_graph()
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey("retrieval_run")).parent_keys} == {
+        "index", "queries", "corpus", "run_file"}
+    assert graph.get(RUN_FILE).partitions_def.get_partition_keys() == ["world__mine", "world__theirs"]
+    assert graph.get(dg.AssetKey("index")).partitions_def.get_partition_keys() == [f"world__{r}" for r in built_in]
+    children = graph.get_children_partitions(RUN_FILE, "world__theirs")
+    assert {(c.asset_key.to_user_string(), c.partition_key) for c in children} == {
+        (name, f"world__theirs__k{K}") for name in RETRIEVAL}
+    dg.Definitions.validate_loadable(defs)
