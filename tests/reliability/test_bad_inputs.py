@@ -36,6 +36,7 @@ from ragutil_dagster.data.corpus import (
 )
 from ragutil_dagster.data.qa import QADataset, load_dataset
 from ragutil_dagster.data.records import read_records
+from ragutil_dagster.data.run_files import read_external_run
 from ragutil_dagster.errors import ConfigError, CorpusValidationError, ModelUnavailableError
 from ragutil_dagster.models.identity import resolve_model
 from ragutil_dagster.models.resolver import model_location, resolve
@@ -121,6 +122,21 @@ def config(folder: Path, text: str | None = None, **changes: object) -> object:
             data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
         text = yaml.safe_dump(data, sort_keys=False)
     return load_config(write(folder, "exp.yaml", text))
+
+
+# --- run files of a user's own retriever (kind: run) ------------------------------------------
+
+
+def external_run(folder: Path, name: str, content: Content, query_ids: tuple[str, ...] = ("q1",)) -> object:
+    """Read run file ``name`` as the retrieval step reads it, against the small dataset's
+    passages (d1, d2) and ``query_ids``."""
+    ids = pl.Series([d["_id"] for d in CORPUS])
+    return read_external_run(write(folder, name, content), "mine", "small", pl.Series(query_ids), ids)
+
+
+def parquet_run(folder: Path, **columns: list) -> object:
+    pl.DataFrame(columns).write_parquet(folder / "run.parquet")
+    return external_run(folder, "run.parquet", (folder / "run.parquet").read_bytes())
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -335,6 +351,31 @@ CASES = [
     Case("score-not-an-object", "ragutil score records", "line 1 is `\"just a string\"`",
          lambda d: records(d, json.dumps("just a string")),
          CorpusValidationError, ("records.jsonl:1:", "expected a JSON object, got str")),
+    # --- run files (kind: run) ----------------------------------------------------------------
+    Case("run-unknown-query-id", "run file (TREC)", "line 2 ranks for query `q9`, not a question of the dataset",
+         lambda d: external_run(d, "run.trec", "q1 Q0 d1 1 2.5 mine\nq9 Q0 d2 1 1.0 mine\n"),
+         CorpusValidationError, ("run.trec:2:", "'query_id'", "'q9' is not a query of dataset 'small'")),
+    Case("run-unknown-doc-id", "run file (TREC)", "line 2 ranks passage `d7` of no corpus",
+         lambda d: external_run(d, "run.trec", "q1 Q0 d1 1 2.5 mine\nq1 Q0 d7 2 1.0 mine\n"),
+         CorpusValidationError, ("run.trec:2:", "'doc_id'", "'d7' is not a passage of dataset 'small'")),
+    Case("run-wrong-column-count", "run file (TREC)", "`q1 d1 1 2.5` (no Q0, no tag) on line 1",
+         lambda d: external_run(d, "run.trec", "q1 d1 1 2.5\n"),
+         CorpusValidationError, ("run.trec:1:", "expected 6 fields 'qid Q0 docid rank score tag', got 4")),
+    Case("run-non-integer-rank", "run file (JSONL)", "`\"rank\": \"first\"` on line 1",
+         lambda d: external_run(d, "run.jsonl", [{"query_id": "q1", "doc_id": "d1", "rank": "first", "score": 1}]),
+         CorpusValidationError, ("run.jsonl:1:", "'rank'", "expected an integer, got 'first'")),
+    Case("run-non-numeric-score", "run file (Parquet)", "row 2's `score` is `high`",
+         lambda d: parquet_run(d, query_id=["q1", "q1"], doc_id=["d1", "d2"], rank=[1, 2], score=["2.5", "high"]),
+         CorpusValidationError, ("run.parquet:2:", "'score'", "expected a number, got 'high'")),
+    Case("run-passage-twice", "run file (TREC)", "`d1` ranked for `q1` on lines 1 and 2",
+         lambda d: external_run(d, "run.trec", "q1 Q0 d1 1 2.5 mine\nq1 Q0 d1 2 1.0 mine\n"),
+         CorpusValidationError, ("run.trec:2:", "'doc_id'", "passage 'd1' is ranked twice for query 'q1'")),
+    Case("run-missing-query", "run file (TREC)", "no row for question `q2` of the dataset",
+         lambda d: external_run(d, "run.trec", "q1 Q0 d1 1 2.5 mine\n", ("q1", "q2")),
+         CorpusValidationError, ("run.trec:", "'query_id'", "1 of the 2 queries of dataset 'small' have no row, e.g. 'q2'")),
+    Case("config-run-file-missing", "experiment config", "`{kind: run, path: runs/mine.trec}`, no such file",
+         lambda d: config(d, retrievers=[{"name": "mine", "kind": "run", "path": "runs/mine.trec"}]),
+         ConfigError, ("exp.yaml:", "retrievers.0", "run file 'runs/mine.trec' does not exist")),
     # --- experiment config --------------------------------------------------------------------
     Case("config-typo", "experiment config", "`sampling: {temprature: 0.7}`",
          lambda d: config(d, sampling={"temprature": 0.7}),
@@ -514,7 +555,9 @@ def markdown_table() -> str:
             "(chunking cuts it; prompts are truncated at generation time); k larger than the corpus is "
             "an error, not a clamp; `NaN` / `Infinity` are rejected wherever JSON is read; a qrels "
             "line repeating an earlier judgement exactly is kept once, a conflicting one is an error; "
-            "temperature 0 is allowed only with n = 1."
+            "temperature 0 is allowed only with n = 1; a run file (`kind: run`) must rank every "
+            "question of its dataset, and its rows for questions that `max_queries` cut are left out "
+            "(counted in the step's metadata), not errors."
         ),
         "",
         (
