@@ -29,6 +29,7 @@ from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, top_k, write_trec
 from ragutil_dagster.tables import CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.tracking.partition import RUN_FILE_VERSION
 
 
 def write_setting_queries(
@@ -81,7 +82,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             queries_cut=experiment.dataset(setting.dataset).max_queries is not None,
         )
         metadata["run_file"] = dg.MetadataValue.path(str(path))
-        metadata["run_file_version"] = dg.MetadataValue.text(version)
+        metadata[RUN_FILE_VERSION] = dg.MetadataValue.text(version)
         metadata["rows_of_other_queries"] = dg.MetadataValue.int(external.rows_of_other_queries)
         return external.run
 

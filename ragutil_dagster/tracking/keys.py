@@ -41,6 +41,9 @@ class ModelIdentities:
     # The dtype the generator ran in, as its generations step recorded it; None where the backend
     # reports none (a server's dtype is part of its fingerprint in the generator's settings).
     generator_dtype: str | None = None
+    # A run retriever's run file, as its retrieval step read it (``sha256:<hex>``): a replaced file
+    # is a new run, as a new embedder is.
+    run_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class PartitionRun:
             "embedder": retriever.model or "none",
             "embedder_revision": retriever.revision or "none",
             "embedder_identity": self.identities.embedder or "none",
+            "run_file_version": self.identities.run_file or "none",
             "n": sampling.n,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

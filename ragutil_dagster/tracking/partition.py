@@ -43,6 +43,8 @@ UPSTREAM_FIGURES = {
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
 GENERATOR_DTYPE = "generator_dtype"
 """The metadata entry where the generation steps record the dtype their generator ran in."""
+RUN_FILE_VERSION = "run_file_version"
+"""The metadata entry where a run retriever's retrieval step records the version of the run file it read."""
 
 
 class ModelIdentityResolver(Protocol):
@@ -61,7 +63,8 @@ def partition_identities(
 ) -> ModelIdentities:
     """The identity of every model behind a partition: the generator's as recorded in its sample
     rows (what actually generated them) and its dtype as the generations step recorded it
-    (``generations_partition``), the NLI model's, and the embedder's / reranker's."""
+    (``generations_partition``), the NLI model's, the embedder's / reranker's, and a run
+    retriever's run file as the retrieval step recorded it."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
         raise ValueError(
@@ -75,6 +78,7 @@ def partition_identities(
         embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
         generator_dtype=recorded_text(instance, "generations", generations_partition, GENERATOR_DTYPE),
+        run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION) if retriever.kind == "run" else None,
     )
 
 

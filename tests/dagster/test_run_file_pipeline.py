@@ -21,9 +21,11 @@ from ragutil_dagster.data.corpus import corpus_record
 from ragutil_dagster.data.qa import load_dataset
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.runs import write_trec
 from ragutil_dagster.runner import materialize_all, plan
+from ragutil_dagster.tracking.partition import partition_identities
 
 K = 2
 CANDIDATES = 4
@@ -112,6 +114,10 @@ def test_a_run_file_of_bm25_scores_as_bm25(run_beside_bm25) -> None:
     metadata = latest(instance, "retrieval_run", f"world__mine__k{K}").metadata
     assert metadata["run_file_version"].value == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     assert metadata["rows_of_other_queries"].value == 0
+    identities = partition_identities(experiment, experiment.setting(f"world__mine__k{K}"),
+                                      store.read_table("generations", f"lm0|world__mine__k{K}"),
+                                      ModelLoader(), instance, f"lm0|world__mine__k{K}")
+    assert identities.run_file == metadata["run_file_version"].value  # a replaced file: a new MLflow run
 
 
 def test_a_replaced_run_file_reruns_exactly_what_it_feeds(run_beside_bm25) -> None:

@@ -66,6 +66,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
         PartitionRun(
             config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cx")
         ),
+        PartitionRun(config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cc", run_file="sha256:dd")),
         PartitionRun(config, Setting("world", "dense", 1), "lm0", identities),
         PartitionRun(config, setting, "lm1", identities),
         PartitionRun(config.model_copy(update={"seed": 1}), setting, "lm0", identities),
@@ -75,6 +76,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert len({run.key} | {other.key for other in changed}) == len(changed) + 1
     params = run.params()
     assert params["embedder"] == "some/embedder" and params["embedder_identity"] == "sha256:cc"
+    assert params["run_file_version"] == "none"
     assert (
         params["generator_identity"] == "sha256:aa"
         and params["k"] == "5"
