@@ -81,6 +81,21 @@ def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, 
     assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err
 
 
+def test_the_summary_leaves_out_measures_no_row_has() -> None:
+    import polars as pl
+
+    from ragutil_dagster.cli.run import SUMMARY_COLUMNS, format_summary
+
+    (kept, kept_label), (empty, empty_label) = SUMMARY_COLUMNS[:2]
+    table = pl.DataFrame({
+        "dataset": ["world", "world"], "retriever": ["bm25", "bm25"], "k": [1, 5], "reranker": [None, None],
+        "generator": ["reader", "reader"], kept: [0.25, None], empty: [None, None],
+    }, schema_overrides={empty: pl.Float64, "reranker": pl.String})
+    header, _, first, second = format_summary(table).splitlines()
+    assert kept_label in header and empty_label not in header
+    assert "0.250" in first and "—" in second
+
+
 @pytest.mark.parametrize("shown", [False, True])
 def test_third_party_progress_bars_are_hidden_unless_verbose(shown, capsys) -> None:
     """A library's bar (tqdm with its defaults, as transformers converts a GGUF file and vLLM loads

@@ -93,13 +93,14 @@ def third_party_output(shown: bool) -> Iterator[None]:
 
 
 def format_summary(table) -> str:
-    headers = ["setting", "generator"] + [label for _, label in SUMMARY_COLUMNS if _ in table.columns]
+    """The summary as a text table; a measure no row has (verbalized utility with a model that
+    gives none, truth correlations without ground truth) is left out rather than shown as dashes."""
+    columns = [(c, label) for c, label in SUMMARY_COLUMNS if c in table.columns and table[c].is_not_null().any()]
+    headers = ["setting", "generator"] + [label for _, label in columns]
     rows = []
     for row in table.iter_rows(named=True):
         setting = f"{row['dataset']}/{row['retriever']}/k={row['k']}" + (f"/{row['reranker']}" if row["reranker"] else "")
-        values = [
-            "—" if row[c] is None else f"{row[c]:.3f}" for c, _ in SUMMARY_COLUMNS if c in table.columns
-        ]
+        values = ["—" if row[c] is None else f"{row[c]:.3f}" for c, _ in columns]
         rows.append([setting, row["generator"], *values])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
     line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
