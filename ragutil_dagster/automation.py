@@ -24,7 +24,7 @@ from dagster._core.definitions.assets.graph.asset_graph import AssetGraph
 
 from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.assets.model_identities import observed_identity
-from ragutil_dagster.assets.run_files import RUN_FILE, observed_run_file
+from ragutil_dagster.assets.run_files import RUN_FILE, run_file_versions
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.resources.models import ModelLoader
 
@@ -125,10 +125,7 @@ def build_model_sensor(
     def model_identity_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         seen = json.loads(context.cursor) if context.cursor else None
         now = {role: current_identity(model, revision) for role, (model, revision) in model_inventory(experiment).items()}
-        now.update({
-            f"run_file:{key}": observed_run_file(experiment.run_file(dataset, retriever))
-            for key, (dataset, retriever) in experiment.run_file_partitions().items()
-        })
+        now.update({f"run_file:{key}": version for key, version in run_file_versions(experiment).items()})
         if seen is None:
             return dg.SensorResult(run_requests=[], cursor=json.dumps(now, sort_keys=True))
         changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]

@@ -13,6 +13,7 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP
 from ragutil_dagster.assets.partitions import Partitions
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.infra.files import sha256_file
 
 RUN_FILE = dg.AssetKey("run_file")
@@ -27,6 +28,14 @@ def observed_run_file(path: Path) -> str:
         return f"unavailable: {path}: {err.strerror or err}"
 
 
+def run_file_versions(experiment: ExperimentConfig) -> dict[str, str]:
+    """Every run file's version (:func:`observed_run_file`) by its partition key."""
+    return {
+        key: observed_run_file(experiment.run_file(dataset, retriever))
+        for key, (dataset, retriever) in experiment.run_file_partitions().items()
+    }
+
+
 def build(parts: Partitions) -> list[dg.SourceAsset]:
     experiment = parts.experiment
     if parts.run_file is None:
@@ -37,9 +46,6 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
         description="The run file of each run retriever and dataset (its data version: the file's SHA-256).",
     )
     def run_files() -> dg.DataVersionsByPartition:
-        return dg.DataVersionsByPartition({
-            key: observed_run_file(experiment.run_file(dataset, retriever))
-            for key, (dataset, retriever) in experiment.run_file_partitions().items()
-        })
+        return dg.DataVersionsByPartition(run_file_versions(experiment))
 
     return [run_files]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
@@ -38,19 +38,13 @@ class SerializedSqliteEventLogStorage(SqliteEventLogStorage):
 
     @contextmanager
     def _slots_locked(self) -> Iterator[None]:
-        if getattr(self._held, "depth", 0):
-            self._held.depth += 1
+        depth = getattr(self._held, "depth", 0)
+        with nullcontext() if depth else exclusive_file_lock(Path(self._base_dir) / LOCK_NAME):
+            self._held.depth = depth + 1
             try:
                 yield
             finally:
-                self._held.depth -= 1
-            return
-        with exclusive_file_lock(Path(self._base_dir) / LOCK_NAME):
-            self._held.depth = 1
-            try:
-                yield
-            finally:
-                self._held.depth = 0
+                self._held.depth = depth
 
     def claim_concurrency_slot(self, concurrency_key: str, run_id: str, step_key: str, priority: int | None = None):
         with self._slots_locked():
