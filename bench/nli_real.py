@@ -47,7 +47,6 @@ import datetime
 import json
 import platform
 import random
-import re
 import sys
 import tempfile
 import time
@@ -58,12 +57,14 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, ONES, TENS, answer_pairs
+from ragutil_dagster.embedded.answer_pairs import ENTAILMENT, answer_pairs
 from ragutil_dagster.embedded.world import make_world
-from ragutil_dagster.metrics.answers import exact_match, f1, has_answer, normalize_answer
+from ragutil_dagster.metrics.answers import (
+    exact_match, f1, has_answer, normalize_answer, numerals, shares_answer_content,
+)
 from ragutil_dagster.metrics.seper import ENTAILMENT as ENTAILMENT_INDEX
 from ragutil_dagster.metrics.seper import equivalent, nli_text
-from ragutil_dagster.models.entailment import Entailment
+from ragutil_dagster.models.entailment import ContentCheckedJudge, Entailment
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad"
@@ -168,22 +169,6 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     return rows
 
 
-_NUMBER_WORDS = {word: value for value, word in enumerate(ONES) if word}
-_NUMBER_WORDS.update({word: 10 * value for value, word in enumerate(TENS) if word})
-_NUMBER_WORD = re.compile(
-    r"\b(?:(" + "|".join(TENS[2:]) + r")-(" + "|".join(ONES[1:10]) + r")|(" + "|".join(_NUMBER_WORDS) + r"))\b",
-    re.IGNORECASE,
-)
-
-
-def numerals(text: str) -> str:
-    """``text`` with number words written as numerals ("two" → "2", "twenty-one" → "21")."""
-    def value(match: re.Match) -> str:
-        words = [word.lower() for word in match.groups() if word]
-        return str(sum(_NUMBER_WORDS[word] for word in words))
-    return _NUMBER_WORD.sub(value, text)
-
-
 def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
     """(gold, sample) pairs with unambiguous labels, and counts: samples, those cut at the token
     limit, and how many were dropped why."""
@@ -233,8 +218,13 @@ def _bare(text: str, question: str | None) -> str:
     return text.split("? ", 1)[1] if question is None and "? " in text else text
 
 
-def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None) -> dict[str, float]:
+def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None,
+               answer_check: bool = False) -> dict[str, float]:
+    """The model's scores on ``pairs``; with ``answer_check``, behind ragutil's content check
+    (``nli: {answer_check: content}``), also counting the equivalent pairs the check refuses."""
     entail = Entailment(str(model_dir), device="cpu", batch_size=64, cache=False, show_progress=False)
+    if answer_check:
+        entail = ContentCheckedJudge(entail)
     a = [nli_text(p.first, p.question) for p in pairs]
     b = [nli_text(p.second, p.question) for p in pairs]
     start = time.perf_counter()
@@ -253,7 +243,10 @@ def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None)
             "accuracy_loose": float((loose == truth).mean()),
             "fp_rate_loose": float(loose[~truth].mean()),
             "fp_credit_soft": float(both.max(0)[~truth].mean()),
-            "seconds": seconds}
+            "seconds": seconds,
+            **({"equivalent_refused_by_check": int(sum(
+                not shares_answer_content(x, y) for x, y, same in zip(a, b, truth, strict=True) if same))}
+               if answer_check else {})}
 
 
 def baseline_scores(pairs: list[Pair]) -> dict[str, float]:
@@ -282,7 +275,7 @@ def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]
 
 
 def format_table(results: dict) -> str:
-    header = (f"{'pair set':<10} {'model':<12} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
+    header = (f"{'pair set':<10} {'model':<16} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
               f"{'acc loose':>9} {'FP loose':>8} {'FP soft':>7} {'acc EM':>7} {'acc F1≥.5':>9}")
     lines = [header, "-" * len(header)]
     for name, entry in results["pair_sets"].items():
@@ -291,7 +284,7 @@ def format_table(results: dict) -> str:
                      ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "fp_rate_loose",
                       "fp_credit_soft", "accuracy_em", "accuracy_f1_05")]
             cells = [c if c != "nan" else "—" for c in cells]
-            lines.append(f"{name:<10} {model:<12} {entry['n']:>5} {cells[0]:>6} {cells[1]:>8} "
+            lines.append(f"{name:<10} {model:<16} {entry['n']:>5} {cells[0]:>6} {cells[1]:>8} "
                          f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>8} {cells[5]:>7} {cells[6]:>7} {cells[7]:>9}")
     return "\n".join(lines)
 
@@ -310,6 +303,9 @@ def main() -> None:
     parser.add_argument("--smollm2-backend", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--regenerate", action="store_true", help="sample SmolLM2 again")
     parser.add_argument("--no-world-nli", action="store_true", help="score the answer NLI only")
+    parser.add_argument("--answer-check", action="store_true",
+                        help="also score the answer NLI behind ragutil's content check "
+                             "(nli: {answer_check: content}) as 'answer-nli+check'")
     parser.add_argument("--pairs-out", type=Path,
                         help="write every pair with its answer-NLI score here (JSONL)")
     parser.add_argument("--out", type=Path, default=RESULTS / "nli_real.json")
@@ -339,6 +335,8 @@ def main() -> None:
             pairs, dropped = made if isinstance(made, tuple) else (made, None)
             scores: list[float] = []
             models = {"answer-nli": nli_scores(answer_dir, pairs, scores)}
+            if args.answer_check:
+                models["answer-nli+check"] = nli_scores(answer_dir, pairs, answer_check=True)
             if world_dir is not None:
                 models["world-nli"] = nli_scores(world_dir, pairs)
             models["lexical"] = baseline_scores(pairs)

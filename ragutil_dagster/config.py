@@ -203,9 +203,16 @@ class ModelConfig(_Strict):
 class NliConfig(ModelConfig):
     """The NLI model SePer clusters and judges answers with. ``dtype``: ``auto`` is float16 on
     CUDA and float32 on CPU; ``bfloat16`` on a CPU with native bfloat16 judges ~1.6× the pairs per
-    second with ~0.3 % of labels changed (docs/performance.md)."""
+    second with ~0.3 % of labels changed (docs/performance.md).
+
+    ``answer_check: content`` puts ragutil's content check in front of the model: two answers
+    that share no content word (the question's words left out; numbers must agree) are never
+    equivalent, whatever the model says (``metrics.answers.shares_answer_content``). It stops an
+    NLI crediting a wrong value of the right type, a restated question or a refusal; unset, the
+    model alone judges, as in the papers."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    answer_check: Literal["content"] | None = None
 
 
 class EngineConfig(_Strict):
@@ -604,8 +611,10 @@ class ExperimentConfig(_Strict):
         return [index_partition_key(setting.dataset, name) for name in retriever.fuse or [retriever.name]]
 
     def fingerprint(self) -> str:
-        """Hash of the whole config: part of every MLflow run key."""
-        return stable_hash(self.model_dump(mode="json"), 16)
+        """Hash of the whole config: part of every MLflow run key. Unset optional settings
+        (``None``) are left out, so that a new optional setting does not change the keys of
+        configs that do not use it; a changed non-``None`` default does change them."""
+        return stable_hash(self.model_dump(mode="json", exclude_none=True), 16)
 
 
 def _by_name(items: list, name: str, what: str):

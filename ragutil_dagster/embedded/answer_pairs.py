@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragutil_dagster.metrics.answers import normalize_answer
+from ragutil_dagster.metrics.answers import ONES, TENS, normalize_answer
 from ragutil_dagster.metrics.seper import nli_text
 
 ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
@@ -138,10 +138,6 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "September", "October", "November", "December")
 MONTH_ABBREVIATIONS = ("Jan.", "Feb.", "Mar.", "Apr.", "May", "Jun.", "Jul.", "Aug.", "Sept.",
                        "Oct.", "Nov.", "Dec.")
-ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-        "eighteen", "nineteen")
-TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 # (unit symbol, names; the value reads "5 km", "5 kilometres", "5 kilometers")
 UNITS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("km", ("kilometres", "kilometers")), ("m", ("metres", "meters")),

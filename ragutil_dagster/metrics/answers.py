@@ -139,6 +139,119 @@ def lexical_entailment(premises: Sequence[str], hypotheses: Sequence[str]) -> np
     return out
 
 
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+        "eighteen", "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_NUMBER_WORDS = {word: value for value, word in enumerate(ONES)}
+_NUMBER_WORDS.update({word: 10 * value for value, word in enumerate(TENS) if word})
+_NUMBER_WORD = re.compile(
+    r"\b(?:(" + "|".join(TENS[2:]) + r")-(" + "|".join(ONES[1:10]) + r")|(" + "|".join(_NUMBER_WORDS) + r"))\b",
+    re.IGNORECASE,
+)
+
+
+def numerals(text: str) -> str:
+    """``text`` with number words written as numerals ("two" → "2", "twenty-one" → "21")."""
+    def value(match: re.Match) -> str:
+        return str(sum(_NUMBER_WORDS[word.lower()] for word in match.groups() if word))
+    return _NUMBER_WORD.sub(value, text)
+
+
+# Words that carry no answer: articles, pronouns, prepositions, conjunctions, auxiliaries, question
+# words, titles and the filler of answer sentences. Written out rather than taken from scikit-learn's
+# English list, which also drops words that are answers ("fire", "bill", "system", "one").
+_FUNCTION_WORDS = frozenset("""
+a an the this that these those there here it its it's they them their theirs he him his she her
+hers we us our ours you your yours i me my mine who whom whose which what when where why how
+whatever whoever of in on at by for from to into onto upon with without within about above below
+over under between among through during before after since until till than as via per
+and or nor but so yet if then also too very just only not no yes
+is are was were be been being am do does did done have has had having will would shall should
+can could may might must s t d ll re ve m mr mrs ms dr prof
+answer answers question text passage document context says said say according called named known
+""".split())
+
+
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def _content_words(text: str, asked: frozenset[str] = frozenset()) -> list[str]:
+    """The content words of ``text`` in order: DPR tokens, number words as numerals and "85,196"
+    as one number, without punctuation, function words and the words in ``asked``."""
+    return [
+        token for token in dpr_tokens(numerals(_THOUSANDS.sub("", text)))
+        if token not in asked and token not in _FUNCTION_WORDS and any(ch.isalnum() for ch in token)
+    ]
+
+
+def answer_content(text: str, question: str = "") -> frozenset[str]:
+    """The words of an answer that can carry its value (:func:`_content_words`), without the words
+    of ``question``: an answer that only restates its question carries none."""
+    return frozenset(_content_words(text, frozenset(dpr_tokens(numerals(question)))))
+
+
+def _same_word(a: str, b: str) -> bool:
+    """One word, allowing inflection: equal, or (both alphabetic) sharing their first five letters
+    and more than the shorter one's length minus two ("american" / "america", "germany" / "german";
+    not "austria" / "australia")."""
+    if a == b:
+        return True
+    if not (a.isalpha() and b.isalpha()):
+        return False
+    shared = len(os.path.commonprefix([a, b]))
+    return shared >= 5 and shared > min(len(a), len(b)) - 2
+
+
+def _acronym_of(words: Sequence[str], expansion: Sequence[str]) -> bool:
+    """Whether a word of ``words`` is the initials of consecutive words of ``expansion``
+    ("awb" / "American Water Bank", "sspx" / "Society of St Pius X")."""
+    initials = "".join(word[0] for word in expansion if word.isalpha())
+    return any(2 <= len(word) <= 6 and word.isalpha() and word in initials for word in words)
+
+
+def shares_answer_content(premise: str, hypothesis: str) -> bool:
+    """Whether two answers can be the same answer on their words: ragutil's content check, which
+    ``nli: {answer_check: content}`` puts in front of the NLI (docs/metrics.md).
+
+    Texts in SePer's ``"{q}? {answer}"`` form are compared without their shared question. The two
+    answers' content words (:func:`answer_content`) must share a word (inflections and acronyms
+    count) — the question's own words left out unless one answer has no other (a gold answer
+    the question names: "high-voltage" for "Were they high-voltage or low-voltage?"); where both
+    hold numbers, they must share a number; two answers without content words ("it", "yes") pass,
+    left to the NLI. So a wrong value of the right type ("a doctor" for "Dr. Kuhn", "13" for
+    "12"), a restated question and a refusal are never equivalent to an answer, whatever the NLI
+    says."""
+    premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
+    question = premise[: len(premise) - len(premise_answer)]
+    first = answer_content(premise_answer, question)
+    second = answer_content(hypothesis_answer, question)
+    if not first or not second:
+        first, second = answer_content(premise_answer), answer_content(hypothesis_answer)
+        if not first and not second:
+            return True
+    first_numbers = {t for t in first if t.isdigit()}
+    second_numbers = {t for t in second if t.isdigit()}
+    if first_numbers and second_numbers and not first_numbers & second_numbers:
+        return False
+    return (
+        any(_same_word(a, b) for a in first for b in second)
+        or _acronym_of(first, _content_words(hypothesis_answer))
+        or _acronym_of(second, _content_words(premise_answer))
+    )
+
+
+def content_checked(premises: Sequence[str], hypotheses: Sequence[str], probs: np.ndarray) -> np.ndarray:
+    """NLI rows [contradiction, neutral, entailment] with the entailment of every pair that fails
+    :func:`shares_answer_content` moved to neutral (a copy)."""
+    checked = np.array(probs, dtype=np.float64, copy=True)
+    for row, (premise, hypothesis) in enumerate(zip(premises, hypotheses, strict=True)):
+        if not shares_answer_content(premise, hypothesis):
+            checked[row, 1] += checked[row, 2]
+            checked[row, 2] = 0.0
+    return checked
+
+
 def loose_match(prediction: str, golds: Golds) -> bool:
     """MIRAGE's answer check (§4.1, "exact match" in the paper's wording): the lowercased gold
     string is a substring of the lowercased prediction, for any gold alias."""

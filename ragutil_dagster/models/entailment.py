@@ -28,10 +28,13 @@ from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype, warn_if_bf16_emulated
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
-from ragutil_dagster.metrics.answers import lexical_entailment
+from ragutil_dagster.metrics.answers import content_checked, lexical_entailment
 from ragutil_dagster.models.resolver import LEXICAL_NLI_IDENTITY, resolve
 
-__all__ = ["NLI_LABELS", "Entailment", "EntailmentStats", "NLICache", "nli_label_order"]
+__all__ = [
+    "NLI_LABELS", "ContentCheckedJudge", "Entailment", "EntailmentStats", "LexicalJudge", "NLICache",
+    "nli_label_order",
+]
 
 NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
 _PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
@@ -139,6 +142,22 @@ class LexicalJudge:
         self.stats.pairs += len(premises)
         self.stats.computed += len(premises)
         return lexical_entailment(premises, hypotheses)
+
+
+class ContentCheckedJudge:
+    """A judge (:class:`Entailment` or :class:`LexicalJudge`) behind ragutil's content check
+    (``nli: {answer_check: content}``): the judge's probabilities, with the entailment of pairs
+    whose answers share no content word moved to neutral (``metrics.answers.content_checked``).
+    The judge's own cache keeps its unchecked probabilities; the check costs no model call."""
+
+    def __init__(self, judge: Entailment | LexicalJudge) -> None:
+        self.judge = judge
+        self.stats = judge.stats
+        self.dtype = judge.dtype
+        self.identity = f"{judge.identity}|answer_check=content"
+
+    def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        return content_checked(premises, hypotheses, self.judge(premises, hypotheses))
 
 
 class Entailment:

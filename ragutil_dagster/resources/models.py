@@ -95,6 +95,16 @@ class ModelLoader(ConfigurableResource):
         return _memo(("scorer", id(generator)), lambda: backend.scorer(generator, self._placement(self.show_progress)))
 
     def entailment(self, spec: NliConfig):
+        """The configured answer judge: the NLI model (or the lexical judge), behind the content
+        check when ``answer_check`` asks for it."""
+        from ragutil_dagster.models.entailment import ContentCheckedJudge
+
+        judge = self._judge(spec)
+        if spec.answer_check == "content":
+            return _memo(("checked", id(judge)), lambda: ContentCheckedJudge(judge))
+        return judge
+
+    def _judge(self, spec: NliConfig):
         from ragutil_dagster.models.entailment import Entailment, LexicalJudge
 
         if spec.model == LEXICAL_NLI:

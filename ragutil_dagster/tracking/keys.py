@@ -107,6 +107,7 @@ class PartitionRun:
             "nli_revision": experiment.nli.revision or "none",
             "nli_identity": self.identities.nli,
             "nli_dtype": experiment.nli.dtype,
+            "nli_answer_check": experiment.nli.answer_check or "none",
             "embedder": retriever.model or "none",
             "embedder_revision": retriever.revision or "none",
             "embedder_identity": self.identities.embedder or "none",

@@ -39,7 +39,8 @@ def test_the_registry_serves_it_as_the_nli_and_the_resolver_refuses_it_as_a_mode
     registry = ModelLoader()
     judge = registry.entailment(NliConfig(model="lexical"))
     assert judge.identity == registry.identity("lexical") == LEXICAL_NLI_IDENTITY
+    counted = judge.stats.pairs  # the loader serves one judge per process: other tests count too
     assert judge(["q? Paris, France"], ["q? paris"]).argmax(1).tolist() == [2]
-    assert judge.stats.pairs == 1
+    assert judge.stats.pairs == counted + 1
     with pytest.raises(ModelUnavailableError, match="lexical answer judge"):
         resolve("lexical")

@@ -40,6 +40,7 @@ REQUIRED_PARAMS = {
     "nli_revision",
     "nli_identity",
     "nli_dtype",
+    "nli_answer_check",
     "embedder",
     "n",
     "temperature",
