@@ -187,3 +187,16 @@ def test_a_hybrid_fuses_no_run_retriever(tmp_path) -> None:
             {"name": "bm25", "kind": "bm25"}, {"name": "mine", "kind": "run", "path": str(tmp_path / "run.trec")},
             {"name": "h", "kind": "hybrid", "fuse": ["bm25", "mine"]},
         ]))
+
+
+def test_the_fingerprint_leaves_unset_optional_settings_out_and_hashes_set_ones() -> None:
+    plain = parse_config(with_changes())
+    assert parse_config(with_changes(validity=None)).fingerprint() == plain.fingerprint()
+    checked = parse_config(with_changes(nli={**BASE["nli"], "answer_check": "content"}))
+    assert checked.fingerprint() != plain.fingerprint()
+    assert parse_config(with_changes(seed=1)).fingerprint() != plain.fingerprint()
+
+
+def test_the_answer_check_is_content_or_unset() -> None:
+    with pytest.raises(ConfigError, match="answer_check"):
+        parse_config(with_changes(nli={**BASE["nli"], "answer_check": "lexical"}))
