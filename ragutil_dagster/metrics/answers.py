@@ -159,14 +159,14 @@ def numerals(text: str) -> str:
 
 
 # Words that carry no answer: articles, pronouns, prepositions, conjunctions, auxiliaries, question
-# words, titles and the filler of answer sentences. Written out rather than taken from scikit-learn's
+# words, titles and the filler of answer sentences ("yes", "no" and "not" are answers). Written out rather than taken from scikit-learn's
 # English list, which also drops words that are answers ("fire", "bill", "system", "one").
 _FUNCTION_WORDS = frozenset("""
 a an the this that these those there here it its it's they them their theirs he him his she her
 hers we us our ours you your yours i me my mine who whom whose which what when where why how
 whatever whoever of in on at by for from to into onto upon with without within about above below
 over under between among through during before after since until till than as via per
-and or nor but so yet if then also too very just only not no yes
+and or nor but so yet if then also too very just only
 is are was were be been being am do does did done have has had having will would shall should
 can could may might must s t d ll re ve m mr mrs ms dr prof
 answer answers question text passage document context says said say according called named known
@@ -218,7 +218,7 @@ def shares_answer_content(premise: str, hypothesis: str) -> bool:
     answers' content words (:func:`answer_content`) must share a word (inflections and acronyms
     count) — the question's own words left out unless one answer has no other (a gold answer
     the question names: "high-voltage" for "Were they high-voltage or low-voltage?"); where both
-    hold numbers, they must share a number; two answers without content words ("it", "yes") pass,
+    hold numbers, they must share a number; two answers without content words ("it", "he") pass,
     left to the NLI. So a wrong value of the right type ("a doctor" for "Dr. Kuhn", "13" for
     "12"), a restated question and a refusal are never equivalent to an answer, whatever the NLI
     says."""

@@ -50,7 +50,10 @@ def test_inflections_of_one_word_match_and_different_words_do_not() -> None:
 
 def test_answers_without_content_words_are_left_to_the_judge() -> None:
     assert answer_content("It was him.", "Who?") == frozenset()
-    assert shares_answer_content(q("yes", "Is it?"), q("It is.", "Is it?"))
+    assert shares_answer_content(q("it", "Which?"), q("he", "Which?"))
+    # yes / no answers are content: they must agree
+    assert not shares_answer_content(q("yes", "Did it?"), q("No, it did not.", "Did it?"))
+    assert shares_answer_content(q("not", "Did it?"), q("It did not.", "Did it?"))
     assert answer_content("Tesla's lab", "") == {"tesla", "lab"}  # the clitic "s" is no content
 
 
