@@ -16,7 +16,8 @@ tokenizer as it encodes prompts (``Generator.count_prompt_tokens``), so a chat t
   at a word boundary (:func:`truncate`);
 * ``extractive`` — the context's sentences (:func:`split_sentences`) most similar to the question
   (cosine of the embedder's unit vectors), added best first while the context stays within the
-  budget, shown in their original order within their passages (:func:`extract`);
+  budget, shown in their original order within their passages; the best one truncated when no
+  whole sentence fits (:func:`extract`);
 * ``abstractive`` — the generator's greedy summary under the fixed prompt
   ``prompts.compress_abstractive``, at most ``budget`` new tokens, then truncated to the budget
   (:func:`summary_prompt`).
@@ -122,7 +123,8 @@ def extract(
     """The sentences of ``context`` (:func:`context_sentences`, scored by ``similarity`` in that
     order) most similar first — ties in context order — each kept when the context with it stays
     within ``budget`` ``tokens``; the kept sentences in their context order, joined by a space
-    within their passage, passages left without any dropped. The context itself when it fits."""
+    within their passage, passages left without any dropped; when no whole sentence fits, the most
+    similar one truncated to the budget (:func:`truncate`). The context itself when it fits."""
     context = list(context)
     if tokens(context) <= budget:
         return context
@@ -138,9 +140,12 @@ def extract(
         return [(context[index][0], " ".join(parts)) for index, parts in texts.items()]
 
     chosen: set[int] = set()
-    for position in sorted(range(len(sentences)), key=lambda p: (-similarity[p], p)):
+    ranked = sorted(range(len(sentences)), key=lambda p: (-similarity[p], p))
+    for position in ranked:
         if tokens(shown(chosen | {position})) <= budget:
             chosen.add(position)
+    if not chosen and ranked:  # no whole sentence fits: the most similar one, truncated
+        return truncate(shown({ranked[0]}), budget, tokens)
     return shown(chosen)
 
 

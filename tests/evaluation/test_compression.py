@@ -66,7 +66,8 @@ def test_extract_adds_the_most_similar_sentences_that_fit_and_keeps_their_order(
     assert words(kept) <= 12
     # A sentence too long for what is left is skipped, a shorter less similar one still added.
     assert extract(CONTEXT, similarity, 10, words) == [("d1", "Paris is the capital of France."), ("d2", "Gustave Eiffel did.")]
-    assert extract(CONTEXT, similarity, 2, words) == []  # no sentence fits
+    # No whole sentence fits: the most similar one, truncated to the budget.
+    assert extract(CONTEXT, similarity, 2, words) == [("d1", "Paris is")]
     # Ties go to the earlier sentence.
     assert extract(CONTEXT, [0.5] * 6, 6, words) == [("d1", "Paris is the capital of France.")]
     with pytest.raises(ValueError, match="6 sentences"):
