@@ -490,7 +490,8 @@ class ValidityConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    """One evaluation grid: every dataset × retriever × k (× reranker) × generator."""
+    """One evaluation grid: every dataset × retriever × k (× reranker) (× compressor, beside the
+    uncompressed setting) × generator."""
 
     name: Slug
     seed: int = 0
@@ -564,8 +565,6 @@ class ExperimentConfig(_Strict):
         names = [c.key for c in self.compression]
         if repeated := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"compression: compressor names must be unique; repeated: {repeated} (give 'name')")
-        if self.reranker and self.reranker.name in names:
-            raise ValueError(f"compression: {self.reranker.name!r} is the reranker's name; name the compressor otherwise")
         if self.consens.leave_one_out:
             raise ValueError(
                 "consens.leave_one_out leaves out whole passages, which a compressed context no longer "

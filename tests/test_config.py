@@ -227,9 +227,6 @@ def test_invalid_compressors_name_the_field(compression, message) -> None:
         parse_config(with_changes(compression=compression))
 
 
-def test_compression_refuses_what_a_compressed_context_cannot_have() -> None:
+def test_compression_refuses_consens_leave_one_out() -> None:
     with pytest.raises(ConfigError, match="consens.leave_one_out leaves out whole passages"):
         parse_config(with_changes(compression=[{"method": "truncate", "budget": 8}], consens={"leave_one_out": True}))
-    with pytest.raises(ConfigError, match="'bge' is the reranker's name"):
-        parse_config(with_changes(compression=[{"name": "bge", "method": "truncate", "budget": 8}],
-                                  reranker={"name": "bge", "model": "BAAI/bge-reranker-large"}))
