@@ -18,8 +18,8 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.config import ExperimentConfig, Setting
-from ragutil_dagster.errors import ConfigError, ServerResponseError
-from ragutil_dagster.evaluation.compression import TokenCount, compress_contexts, summary_prompt, whitespace_token_count
+from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts, summary_prompt
 from ragutil_dagster.evaluation.conditions import (
     CONSENS_LEAVE_OUT,
     PromptBudget,
@@ -45,17 +45,6 @@ def prompt_budget(context: dg.AssetExecutionContext, models: ModelLoader, experi
     return PromptBudget.of(generator, experiment.sampling.max_new_tokens)
 
 
-def context_token_count(generator: object) -> tuple[TokenCount, str]:
-    """How context tokens are counted (evaluation/compression.py) and the unit's name: the
-    generator's own tokenizer, or whitespace words for a generator served without a local
-    tokenizer by a server that does not count tokens (no ``/tokenize``)."""
-    try:
-        generator.count_prompt_tokens(["Question:"])
-    except ServerResponseError:
-        return whitespace_token_count, "whitespace words"
-    return generator.count_prompt_tokens, "generator tokens"
-
-
 def setting_contexts(
     context: dg.AssetExecutionContext,
     models: ModelLoader,
@@ -72,10 +61,7 @@ def setting_contexts(
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
     compressor = experiment.compressor(setting)
-    questions = dict(queries.select("query_id", "question").iter_rows())
-    texts = dict(passages.select("id", "text").iter_rows())
-    ranked = run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
-    contexts = {qid: [(doc, texts[doc]) for doc in docs] for qid, docs in ranked.iter_rows() if qid in questions}
+    questions, contexts = ranked_contexts(queries, passages, run)
     count, unit = context_token_count(generator)
     embed = generate = None
     if compressor is not None and compressor.method == "extractive":

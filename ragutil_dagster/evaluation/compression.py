@@ -37,6 +37,7 @@ import polars as pl
 
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import CompressorConfig
+from ragutil_dagster.errors import ServerResponseError
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import CONTEXT_SCHEMA
 
@@ -53,6 +54,28 @@ def whitespace_token_count(texts: Sequence[str]) -> list[int]:
     """The fallback token count: whitespace-separated words (every BPE, WordPiece or SentencePiece
     tokenizer splits at whitespace first, so this is a lower bound on their counts)."""
     return [len(text.split()) for text in texts]
+
+
+def context_token_count(generator: object) -> tuple[TokenCount, str]:
+    """How context tokens are counted, and the unit's name: the generator's own tokenizer
+    (``count_prompt_tokens``), or :func:`whitespace_token_count` for a generator served without a
+    local tokenizer by a server that does not count tokens (no ``/tokenize``)."""
+    try:
+        generator.count_prompt_tokens(["Question:"])
+    except ServerResponseError:
+        return whitespace_token_count, "whitespace words"
+    return generator.count_prompt_tokens, "generator tokens"
+
+
+def ranked_contexts(
+    queries: pl.DataFrame, passages: pl.DataFrame, run: pl.DataFrame
+) -> tuple[dict[str, str], dict[str, list[Passage]]]:
+    """Each query's question, and its context: the passages of ``run`` (query_id, doc_id, rank)
+    in rank order, with their text from ``passages`` (id, text)."""
+    questions = dict(queries.select("query_id", "question").iter_rows())
+    texts = dict(passages.select("id", "text").iter_rows())
+    ranked = run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
+    return questions, {qid: [(doc, texts[doc]) for doc in docs] for qid, docs in ranked.iter_rows() if qid in questions}
 
 
 def split_sentences(text: str) -> list[str]:

@@ -10,10 +10,10 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.assets import build_assets
-from ragutil_dagster.assets.generations import context_token_count
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.evaluation.compression import context_token_count
 from ragutil_dagster.errors import ServerResponseError, StepFailedError
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
