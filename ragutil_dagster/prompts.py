@@ -32,6 +32,12 @@ PROMPTS: dict[str, str] = {
         "Consider the following context:\nContext:\n{reference}\nPlease answer the following "
         "question:\n{question}\nAnswer:"
     ),
+    # Abstractive context compression (SePer §5.4, RQ3): the generator's greedy, query-focused
+    # summary of the passages replaces them in the rag prompt (evaluation/compression.py).
+    "compress_abstractive": (
+        "Documents:\n{reference}\nSummarize the documents in a few sentences, keeping every fact "
+        "needed to answer the question: {question}\nSummary:"
+    ),
     "seper_with_context": (
         "Answer the question based on the given document. Only give me the answer and do not "
         "output any other words. The following are given documents.\n{reference}\n"

@@ -110,6 +110,14 @@ NLI_SCHEMA: dict[str, pl.DataType] = {
     "p_entailment": pl.Float64,
 }
 
+# Per query, the context its rag prompt shows (evaluation/compression.py): the passages it draws on
+# (those kept by truncate / extractive; every one for an abstractive summary), the texts shown
+# (compressed, or as retrieved), and its context tokens before and after compression.
+CONTEXT_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "doc_ids": pl.List(pl.String), "passages": pl.List(pl.String),
+    "context_tokens_before": pl.Int32, "context_tokens_after": pl.Int32,
+}
+
 # --- score tables: metric_scores, document_scores, group_scores (evaluation/scoring.py) ---------
 # Per SePer group (GROUP_KEYS): SePer_S/H, semantic entropy and the number of its clusters, mean
 # EM / F1 / has_answer over the N samples, the token baselines of SePer Table 2, and the judged
@@ -140,6 +148,8 @@ QUERY_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
     **QA_QUERY_OPTIONAL_SCHEMA, "consens": pl.Float64,
     # ConSens Experiment 3 (consens.leave_one_out): removing the relevant document scores lowest.
     "consens_loo_lowest": pl.Float64,
+    # The rag context's tokens before and after compression (CONTEXT_SCHEMA), where it was counted.
+    "context_tokens_before": pl.Int32, "context_tokens_after": pl.Int32,
 }
 # Per retrieved document (its per_doc group): ΔSePer alone, its eRAG labels (eq. 1: EM, the
 # paper's metric for QA, in ``erag_label``; has_answer and token F1 beside it) and gold utility
@@ -229,6 +239,7 @@ PROMPTS = "prompts"  # closed_book_generations, generations: diagnostics shown i
 ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite samples per query
 VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
 RETRIEVER_SUMMARY = "retriever_summary"  # retrieval_run (JSON): MIRAGE Table 2 numbers, read by metric_scores
+CONTEXTS = "contexts"  # generations: CONTEXT_SCHEMA, the rag prompts' (compressed) contexts, read by metric_scores
 CONSENS_LEAVE_ONE_OUT = "leave_one_out"  # consens: CONSENS_LEAVE_ONE_OUT_SCHEMA (empty unless consens.leave_one_out)
 
 

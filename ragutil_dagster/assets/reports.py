@@ -26,7 +26,7 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
     """A setting × generator and its headline numbers."""
     return {
         "dataset": setting.dataset, "retriever": setting.retriever, "k": setting.k,
-        "reranker": setting.reranker or "", "generator": generator,
+        "reranker": setting.reranker or "", "compression": setting.compressor or "", "generator": generator,
         **{c: summary.get(c) for c in COLUMNS},
     }
 
@@ -34,7 +34,7 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
 def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
-    return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k")
+    return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression")
 
 
 def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:

@@ -99,7 +99,8 @@ def format_summary(table) -> str:
     headers = ["setting", "generator"] + [label for _, label in columns]
     rows = []
     for row in table.iter_rows(named=True):
-        setting = f"{row['dataset']}/{row['retriever']}/k={row['k']}" + (f"/{row['reranker']}" if row["reranker"] else "")
+        setting = "/".join([row["dataset"], row["retriever"], f"k={row['k']}",
+                            *(name for name in (row["reranker"], row.get("compression")) if name)])
         values = ["—" if row[c] is None else f"{row[c]:.3f}" for c, _ in columns]
         rows.append([setting, row["generator"], *values])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]

@@ -176,6 +176,24 @@ def _passages(corpus: pl.DataFrame) -> dict[str, tuple[str, str, str]]:
     }
 
 
+def compressed_contexts(contexts: pl.DataFrame | None) -> dict[str, tuple[list[str], list[str]]]:
+    """Per query of a compressed setting's contexts (``CONTEXT_SCHEMA``, evaluation/compression.py):
+    the passages it draws on and the texts its rag prompt shows; empty for an uncompressed one."""
+    if contexts is None:
+        return {}
+    return {qid: (doc_ids, texts) for qid, doc_ids, texts in contexts.select("query_id", "doc_ids", "passages").iter_rows()}
+
+
+def fit_compressed_prompt(
+    qid: str, question: str, shown: tuple[list[str], list[str]], template: str, budget: PromptBudget | None
+) -> FittedPrompt:
+    """The ``template`` prompt over a compressed context's texts, fitted to ``budget`` as
+    :func:`fit_context_prompt` fits passages; its ``doc_ids`` are the passages the context draws on."""
+    doc_ids, texts = shown
+    fitted = fit_context_prompt(qid, question, [(str(i), "", text) for i, text in enumerate(texts)], template, budget)
+    return FittedPrompt(fitted.prompt, list(doc_ids), fitted.passages_dropped, fitted.last_passage_chars)
+
+
 def prompt_row(qid: str, condition: str, doc_id: str | None, fitted: FittedPrompt) -> dict:
     return {
         "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
@@ -191,21 +209,28 @@ def consens_prompts(
     prompts: PromptConfig,
     budget: PromptBudget | None = None,
     leave_one_out: bool = False,
+    contexts: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """ConSens §3's evaluator prompts (``prompts.consens``) of every query with a ``rag`` prompt
     in ``context_prompt_table``: ``consens_empty``, the context left empty (P_E), and
-    ``consens_context``, the passages that rag prompt showed (P_C), fitted to ``budget`` like
-    every context prompt; none when ``prompts.consens`` is null (P_C is then the rag prompt).
-    With ``leave_one_out``, also the :func:`leave_out_prompts` of the P_C prompts."""
+    ``consens_context``, the passages that rag prompt showed (P_C) — a compressed setting's
+    compressed context (``contexts``) — fitted to ``budget`` like every context prompt; none when
+    ``prompts.consens`` is null (P_C is then the rag prompt). With ``leave_one_out``, also the
+    :func:`leave_out_prompts` of the P_C prompts."""
     passages = _passages(corpus)
     questions = dict(queries.select("query_id", "question").iter_rows())
+    compressed = compressed_contexts(contexts)
     rows = []
     rag = context_prompt_table.filter(pl.col("condition") == "rag")
     if prompts.consens is not None:
         for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
-            for condition, docs in zip(CONSENS_CONDITIONS, ([], doc_ids)):
-                fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in docs], prompts.consens, budget)
-                rows.append(prompt_row(qid, condition, None, fitted))
+            rows.append(prompt_row(qid, CONSENS_CONDITIONS[0], None,
+                                   fit_context_prompt(qid, questions[qid], [], prompts.consens, budget)))
+            if qid in compressed:
+                fitted = fit_compressed_prompt(qid, questions[qid], compressed[qid], prompts.consens, budget)
+            else:
+                fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in doc_ids], prompts.consens, budget)
+            rows.append(prompt_row(qid, CONSENS_CONDITIONS[1], None, fitted))
     table = pl.DataFrame(rows, schema=PROMPT_SCHEMA)
     if not leave_one_out:
         return table
@@ -274,11 +299,14 @@ def context_prompts(
     qrels: pl.DataFrame,
     prompts: PromptConfig,
     budget: PromptBudget | None = None,
+    contexts: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for ``run`` — the passages
     shown, already cut to the setting's top k (``retrieval_run``) — each fitted to ``budget``
-    (see the module doc)."""
+    (see the module doc). A compressed setting's ``rag`` prompts show its compressed ``contexts``
+    (``CONTEXT_SCHEMA``); ``per_doc`` and ``oracle`` show the passages as retrieved."""
     passages = _passages(corpus)
+    compressed = compressed_contexts(contexts)
     ranked = {
         qid: docs for qid, docs in run.sort("query_id", "rank").group_by("query_id").agg(pl.col("doc_id")).iter_rows()
     }
@@ -293,7 +321,11 @@ def context_prompts(
         docs = ranked.get(qid, [])
         if not docs:
             raise ValueError(f"query {qid!r} has no retrieved passage in the run")
-        add(qid, "rag", None, docs, question)
+        if qid in compressed:
+            rows.append(prompt_row(qid, "rag", None, fit_compressed_prompt(
+                qid, question, compressed[qid], prompts.with_context, budget)))
+        else:
+            add(qid, "rag", None, docs, question)
         for doc in docs:
             add(qid, "per_doc", doc, [doc], question)
         if qid in positives:

@@ -3,7 +3,8 @@
 Each JSONL line is ``{"id", "question", "answers": [gold, …], "contexts": [text or {"id", "text"}, …]}``.
 The generator is sampled closed book, with all contexts together (in the given order) and with
 each context alone. The result per record is every per-query metric of the catalogue
-(``metrics/catalog.py``: ΔSePer_S/H, SePer, semantic entropy, EM / F1 / has_answer, ConSens), a
+(``metrics/catalog.py``: ΔSePer_S/H, SePer, semantic entropy, EM / F1 / has_answer, ConSens, the
+contexts' tokens), a
 condition's named by what the record gave it (``seper_s_with_context``, ``em_without_context``),
 per context its catalogued per-document metrics (ΔSePer_S/H of the context alone) — with
 ``consens.leave_one_out`` its ConSens attribution too (the drop of ConSens without it, ConSens
@@ -18,6 +19,7 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
 from ragutil_dagster.data.records import Records
+from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts
 from ragutil_dagster.evaluation.conditions import (
     PromptBudget,
     closed_book_prompts,
@@ -72,7 +74,9 @@ def score_records(
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
-    queries = query_scores(groups, records.queries, consens.per_query)
+    questions, contexts = ranked_contexts(records.queries, records.corpus, records.run)
+    counted = compress_contexts(questions, contexts, None, context_token_count(generator)[0], prompts.with_context)
+    queries = query_scores(groups, records.queries, consens.per_query, contexts=counted)
     documents = document_scores(groups, records.queries, records.run)
     metrics = [name for name in catalog.per_query_means() if name in queries.columns]
     document_metrics = [name for name in catalog.per_query_means() if name in documents.columns]

@@ -33,7 +33,14 @@ from ragutil_dagster.metrics.erag import (
     erag_scores,
 )
 from ragutil_dagster.metrics.mirage import adaptability
-from ragutil_dagster.metrics.seper import EntailFn, SePerInput, delta_seper, judge_pairs, seper_batch
+from ragutil_dagster.metrics.seper import (
+    EntailFn,
+    SePerInput,
+    delta_seper,
+    delta_seper_per_context_tokens,
+    judge_pairs,
+    seper_batch,
+)
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
 from ragutil_dagster.tables import (
@@ -328,11 +335,13 @@ def query_scores(
     queries: pl.DataFrame,
     consens: pl.DataFrame | None = None,
     leave_one_out: pl.DataFrame | None = None,
+    contexts: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Per query: SePer with and without context and ΔSePer_S/H (eq. 11), semantic entropy,
     EM / F1 / has_answer, MIRAGE's per-question correctness (base, oracle, mixed = rag), and
-    when given ConSens (``consens``: ``CONSENS_SCHEMA``) and Experiment 3's removal-lowest share
-    of the retrieval hits (``leave_one_out``: :func:`leave_one_out_hits`)."""
+    when given ConSens (``consens``: ``CONSENS_SCHEMA``), Experiment 3's removal-lowest share
+    of the retrieval hits (``leave_one_out``: :func:`leave_one_out_hits`) and the rag context's
+    tokens before and after compression (``contexts``: ``CONTEXT_SCHEMA``)."""
     table = (
         queries.select("query_id", *[c for c in QA_QUERY_OPTIONAL_SCHEMA if c in queries.columns])
         .join(_condition(groups, "closed_book"), on="query_id", how="left")
@@ -350,6 +359,10 @@ def query_scores(
         table = table.join(consens, on="query_id", how="left")
     if leave_one_out is not None:
         table = table.join(leave_one_out.select("query_id", "consens_loo_lowest"), on="query_id", how="left")
+    if contexts is not None:
+        table = table.join(
+            contexts.select("query_id", "context_tokens_before", "context_tokens_after"), on="query_id", how="left"
+        )
     return table.sort("query_id")
 
 
@@ -562,6 +575,24 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
     return out
 
 
+def _compression_summary(queries_table: pl.DataFrame) -> _Summary:
+    """SePer §5.4 (RQ3) per context token, over the queries whose rag context was counted:
+    ``compression_ratio`` (context tokens after / before, summed over queries: 1 uncompressed)
+    and ΔSePer_S/H per 100 context tokens after compression
+    (:func:`~ragutil_dagster.metrics.seper.delta_seper_per_context_tokens`)."""
+    out = _Summary()
+    if "context_tokens_after" not in queries_table.columns:
+        return out
+    counted = queries_table.filter(pl.col("context_tokens_after").is_not_null())
+    before, after = counted["context_tokens_before"].sum(), counted["context_tokens_after"].sum()
+    if counted.height and before:
+        out.add("compression_ratio", after / before, counted.height)
+    for kernel in ("s", "h"):
+        value = delta_seper_per_context_tokens(counted[f"delta_seper_{kernel}"], counted["context_tokens_after"])
+        out.add(f"delta_seper_{kernel}_per_100_context_tokens", value, counted.height)
+    return out
+
+
 def retriever_summary(table: pl.DataFrame) -> dict[str, float]:
     """The summary numbers of MIRAGE Table 2 of the setting's retriever (``table``:
     ``retrieval.runs.mirage_retrieval`` of its run) — precision, recall, F1 and both NDCG@k —
@@ -586,9 +617,11 @@ def summarize(
     :func:`~ragutil_dagster.metrics.erag.erag_measure_names` defines for them),
     LLM-specific utility over its candidates when ``utility`` is given (:func:`_utility_summary`),
     ConSens, Experiment 3's AUCs over the retrieval hits when ``leave_one_out``
-    (:func:`leave_one_out_hits`) is given (:func:`_leave_one_out_summary`), and — when the
+    (:func:`leave_one_out_hits`) is given (:func:`_leave_one_out_summary`), — when the
     dataset has ground-truth utility — SePer
-    Table 2's validity correlations (:func:`_validity_correlations`)."""
+    Table 2's validity correlations (:func:`_validity_correlations`), and — when the per-query
+    table counts context tokens — the compression ratio and ΔSePer per 100 context tokens
+    (:func:`_compression_summary`)."""
     summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
     for column in catalog.per_query_means():
         if column in queries_table.columns:
@@ -619,4 +652,5 @@ def summarize(
         summary.update(_leave_one_out_summary(leave_one_out))
     if "true_utility" in documents.columns:
         summary.update(_validity_correlations(queries_table, documents))
+    summary.update(_compression_summary(queries_table))
     return dict(summary)

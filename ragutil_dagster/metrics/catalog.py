@@ -67,6 +67,7 @@ def _utility_paper(source: str) -> str:
 _CONSENS = "ConSens (Vankov et al.) §2"
 _CONSENS_EXPERIMENT_3 = "ConSens (Vankov et al.) §3.3, Experiment 3 (leave one document out)"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
+_COMPRESSION = f"{_SEPER} §5.4 (RQ3: prompt compression), App. D.1"
 _SUBSETS = ("", "_known", "_unknown")
 
 CATALOG: tuple[Metric, ...] = (
@@ -111,6 +112,19 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
     Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
+    # The rag context's cost and the utility it keeps per token (evaluation/compression.py): every
+    # setting counts its context; a compressed one shows fewer tokens.
+    Metric("context_tokens_before", "ctx tok", f"{_COMPRESSION}: the rag context's tokens as retrieved",
+           higher_is_better=False, per_query=True, headline=True),
+    Metric("context_tokens_after", "ctx tok kept", f"{_COMPRESSION}: the rag context's tokens as shown (compressed)",
+           higher_is_better=False, per_query=True, headline=True),
+    Metric("compression_ratio", "kept", f"{_COMPRESSION}: context tokens after / before, summed over queries",
+           higher_is_better=False, headline=True),
+    Metric("delta_seper_s_per_100_context_tokens", "ΔSePer_S/100tok",
+           f"{_SEPER} eq. 11 per 100 context tokens (§5.4, RQ3): 100 · mean ΔSePer_S / mean context tokens kept",
+           headline=True),
+    Metric("delta_seper_h_per_100_context_tokens", "ΔSePer_H/100tok",
+           f"{_SEPER} eq. 11, hard kernel, per 100 context tokens (§5.4, RQ3)"),
     # Experiment 3 (consens.leave_one_out): each passage left out of the context in turn, over the
     # retrieval hits (a relevant passage and another among those scored).
     Metric("consens_loo_auc", "ConSens LOO AUC", f"{_CONSENS_EXPERIMENT_3}, ROC AUC as Fig. 3 pairs the contexts",

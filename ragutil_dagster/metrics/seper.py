@@ -386,3 +386,21 @@ def delta_seper(with_context: Scores, without_context: Scores) -> float | np.nda
         return value.score if isinstance(value, SePerResult) else value
 
     return score(with_context) - score(without_context)
+
+
+CONTEXT_TOKENS_UNIT = 100
+"""ΔSePer is reported per this many context tokens (:func:`delta_seper_per_context_tokens`)."""
+
+
+def delta_seper_per_context_tokens(delta: Sequence[float], context_tokens: Sequence[float]) -> float:
+    """ΔSePer per 100 context tokens: 100 · mean ΔSePer / mean context tokens over the same
+    questions — the utility the context adds per unit of its cost, by which SePer §5.4 (RQ3,
+    Fig. 5b) weighs prompt compressors (ΔSePer kept against the prompt length saved). A ratio
+    of means, so a question with a near-empty context does not dominate; NaN when no question is
+    given or the contexts have no token."""
+    delta, tokens = np.asarray(delta, dtype=float), np.asarray(context_tokens, dtype=float)
+    if delta.shape != tokens.shape:
+        raise ValueError(f"{delta.size} ΔSePer values for {tokens.size} context token counts")
+    if not delta.size or tokens.sum() <= 0:
+        return float("nan")
+    return float(CONTEXT_TOKENS_UNIT * delta.mean() / tokens.mean())

@@ -58,9 +58,10 @@ class PartitionScores:
 
     @property
     def retriever_label(self) -> str:
-        return self.setting.retriever + (
-            f"+{self.setting.reranker}" if self.setting.reranker else ""
-        )
+        """The retriever with what follows it before generation: ``bm25+bge`` (a reranker),
+        ``bm25+truncate-64`` (a compressor). A compressed setting is a row of its own in every
+        by-retriever table and paired with its uncompressed retriever in the paired tests."""
+        return "+".join([self.setting.retriever, *(name for name in (self.setting.reranker, self.setting.compressor) if name)])
 
 
 @dataclass(frozen=True)

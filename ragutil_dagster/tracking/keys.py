@@ -85,6 +85,7 @@ class PartitionRun:
         retriever = experiment.retriever(self.setting.retriever)
         generator = experiment.generator(self.generator)
         reranker = experiment.reranker if self.setting.reranker else None
+        compressor = experiment.compressor(self.setting)
         sampling = experiment.sampling
         values: dict[str, object] = {
             "experiment": experiment.name,
@@ -112,6 +113,10 @@ class PartitionRun:
             "embedder_revision": retriever.revision or "none",
             "embedder_identity": self.identities.embedder or "none",
             "run_file_version": self.identities.run_file or "none",
+            "compression": compressor.key if compressor else "none",
+            "compression_method": compressor.method if compressor else "none",
+            "compression_budget": compressor.budget if compressor else "none",
+            "compression_embedder": compressor.ranking_embedder if compressor and compressor.method == "extractive" else "none",
             "n": sampling.n,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

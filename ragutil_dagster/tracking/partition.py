@@ -35,7 +35,7 @@ CI_COLUMNS = catalog.with_ci()
 
 UPSTREAM_FIGURES = {
     "closed_book_generations": ("sampling_seconds", "tokens_generated"),
-    "generations": ("sampling_seconds", "tokens_generated"),
+    "generations": ("sampling_seconds", "tokens_generated", "compression_seconds"),
     "consens": ("signals_seconds",),
     "utility_generations": ("sampling_seconds", "tokens_generated"),
     "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup"),

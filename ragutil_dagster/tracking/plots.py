@@ -107,6 +107,10 @@ def delta_seper_heatmap(table: pl.DataFrame, path: Path, column: str = "delta_se
         figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
         for ax, (dataset, generator) in zip(axes[0], panels):
             part = table.filter((pl.col("dataset") == dataset) & (pl.col("generator") == generator))
+            if "compression" in part.columns:  # a compressed setting is a row of its own: bm25+truncate-64
+                part = part.with_columns(pl.when(pl.col("compression") != "")
+                                         .then(pl.format("{}+{}", "retriever", "compression"))
+                                         .otherwise(pl.col("retriever")).alias("retriever"))
             retrievers = part["retriever"].unique(maintain_order=True).to_list()
             ks = sorted(part["k"].unique().to_list())
             grid = np.full((len(retrievers), len(ks)), np.nan)
