@@ -159,8 +159,9 @@ def numerals(text: str) -> str:
 
 
 # Words that carry no answer: articles, pronouns, prepositions, conjunctions, auxiliaries, question
-# words, titles and the filler of answer sentences ("yes", "no" and "not" are answers). Written out rather than taken from scikit-learn's
-# English list, which also drops words that are answers ("fire", "bill", "system", "one").
+# words, titles and the filler of answer sentences ("yes", "no" and "not" are answers). Written
+# out rather than taken from scikit-learn's English list, which also drops words that are answers
+# ("fire", "bill", "system", "one").
 _FUNCTION_WORDS = frozenset("""
 a an the this that these those there here it its it's they them their theirs he him his she her
 hers we us our ours you your yours i me my mine who whom whose which what when where why how
@@ -223,11 +224,12 @@ def shares_answer_content(premise: str, hypothesis: str) -> bool:
     "12"), a restated question and a refusal are never equivalent to an answer, whatever the NLI
     says."""
     premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
-    question = premise[: len(premise) - len(premise_answer)]
-    first = answer_content(premise_answer, question)
-    second = answer_content(hypothesis_answer, question)
+    asked = set(dpr_tokens(numerals(premise[: len(premise) - len(premise_answer)])))
+    # Each answer is tokenised once: its content words in order (for acronyms), then as sets.
+    premise_words, hypothesis_words = _content_words(premise_answer), _content_words(hypothesis_answer)
+    first, second = set(premise_words) - asked, set(hypothesis_words) - asked
     if not first or not second:
-        first, second = answer_content(premise_answer), answer_content(hypothesis_answer)
+        first, second = set(premise_words), set(hypothesis_words)
         if not first and not second:
             return True
     first_numbers = {t for t in first if t.isdigit()}
@@ -236,8 +238,8 @@ def shares_answer_content(premise: str, hypothesis: str) -> bool:
         return False
     return (
         any(_same_word(a, b) for a in first for b in second)
-        or _acronym_of(first, _content_words(hypothesis_answer))
-        or _acronym_of(second, _content_words(premise_answer))
+        or _acronym_of(first, hypothesis_words)
+        or _acronym_of(second, premise_words)
     )
 
 
