@@ -38,7 +38,7 @@ UPSTREAM_FIGURES = {
     "generations": ("sampling_seconds", "tokens_generated", "compression_seconds"),
     "consens": ("signals_seconds",),
     "utility_generations": ("sampling_seconds", "tokens_generated"),
-    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup"),
+    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup", "nli_pairs_computed"),
 }
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
 GENERATOR_DTYPE = "generator_dtype"

@@ -161,6 +161,25 @@ def test_utility_is_judged_over_the_candidates_whatever_k(materialized, tiny_exp
         assert 0.0 <= metadata["parse_failure_rate/listwise_answer"].value <= 1.0
 
 
+def test_each_nli_pair_runs_through_the_model_once_across_settings(materialized, tiny_experiment) -> None:
+    """The closed-book samples recur in every setting: their pairs are judged by the first
+    setting's NLI step and read from the cache by the others (``nli_pairs_computed``)."""
+    home, instance, _ = materialized
+    store = ArtifactStore(home=str(home))
+    parts, _ = build_assets(tiny_experiment)
+    computed, distinct, per_partition = 0, set(), 0
+    for key in parts.setting_generator.get_partition_keys():
+        metadata = instance.get_latest_materialization_event(
+            dg.AssetKey("entailment_clusters"), partition=str(key)
+        ).asset_materialization.metadata
+        nli = store.read_table("nli_probabilities", str(key))
+        assert metadata["nli_pairs_computed"].value + metadata["nli_pairs_from_cache"].value == nli.height
+        computed += metadata["nli_pairs_computed"].value
+        per_partition += nli.height
+        distinct |= set(nli.select("premise", "hypothesis").iter_rows())
+    assert computed <= len(distinct) < per_partition
+
+
 def test_asset_checks_passed(materialized) -> None:
     _, instance, _ = materialized
     for asset, check in (

@@ -140,3 +140,29 @@ def test_length_batches_do_not_change_probabilities(tiny_models, tmp_path: Path)
     )
     alone = Entailment(str(tiny_models.nli), device="cpu", batch_size=1, cache=False, show_progress=False)
     np.testing.assert_allclose(batched(premises, hypotheses), alone(premises, hypotheses), atol=1e-5)
+
+
+def test_a_large_call_on_cpu_compiles_the_model_and_keeps_its_probabilities(tiny_models) -> None:
+    eager = Entailment(str(tiny_models.nli), device="cpu", cache=False, show_progress=False, compile_min_pairs=None)
+    compiled = Entailment(str(tiny_models.nli), device="cpu", cache=False, show_progress=False, compile_min_pairs=3)
+    few = compiled(PREMISES[:2], HYPOTHESES[:2])
+    assert compiled.model is compiled.eager_model  # below the threshold: eager
+    got = compiled(PREMISES, HYPOTHESES)
+    assert compiled.model is not compiled.eager_model and compiled.compile_min_pairs is None
+    np.testing.assert_allclose(got, eager(PREMISES, HYPOTHESES), atol=1e-5)
+    np.testing.assert_allclose(few, got[:2], atol=1e-5)
+
+
+def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(tiny_models, monkeypatch) -> None:
+    def broken(model, **_):
+        def run(**batch):
+            raise RuntimeError("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    nli = Entailment(str(tiny_models.nli), device="cpu", cache=False, show_progress=False, compile_min_pairs=1)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler.*running it eagerly"):
+        got = nli(PREMISES, HYPOTHESES)
+    assert nli.model is nli.eager_model
+    reference = Entailment(str(tiny_models.nli), device="cpu", cache=False, show_progress=False, compile_min_pairs=None)
+    np.testing.assert_allclose(got, reference(PREMISES, HYPOTHESES), atol=1e-6)
