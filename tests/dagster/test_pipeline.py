@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 
 import dagster as dg
 import polars as pl
@@ -25,6 +26,13 @@ NODES = {
     "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
 
+
+
+def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.AssetMaterialization:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0].asset_materialization
 
 def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> None:
     defs = build_definitions(tiny_experiment, str(tmp_path))
@@ -169,9 +177,7 @@ def test_each_nli_pair_runs_through_the_model_once_across_settings(materialized,
     parts, _ = build_assets(tiny_experiment)
     computed, distinct, per_partition = 0, set(), 0
     for key in parts.setting_generator.get_partition_keys():
-        metadata = instance.get_latest_materialization_event(
-            dg.AssetKey("entailment_clusters"), partition=str(key)
-        ).asset_materialization.metadata
+        metadata = latest_materialization(instance, "entailment_clusters", str(key)).metadata
         nli = store.read_table("nli_probabilities", str(key))
         assert metadata["nli_pairs_computed"].value + metadata["nli_pairs_from_cache"].value == nli.height
         computed += metadata["nli_pairs_computed"].value
@@ -274,13 +280,7 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
 
 def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(materialized) -> None:
     home, instance, _ = materialized
-
-    def latest(asset: str, partition: str) -> dg.AssetMaterialization:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
-        ).records
-        return records[0].asset_materialization
-
+    latest = partial(latest_materialization, instance)
     corpus = latest("corpus", "world")
     fingerprint = corpus.tags["dagster/data_version"]
     assert fingerprint.startswith("sha256:") and corpus.metadata["fingerprint"].value == fingerprint
