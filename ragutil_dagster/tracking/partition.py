@@ -18,6 +18,7 @@ from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_w
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
+from ragutil_dagster.models.device import PLACEMENT_ENTRIES
 from ragutil_dagster.tracking import plots
 from ragutil_dagster.tracking.keys import OFF_WORLD_TAG, ModelIdentities
 from ragutil_dagster.tracking.resource import TrackedRun
@@ -89,6 +90,14 @@ def recorded_text(instance: dg.DagsterInstance, asset: str, partition: str, name
     ).records
     entry = records[0].asset_materialization.metadata.get(name) if records else None
     return entry.value if isinstance(entry, dg.TextMetadataValue) else None
+
+
+def engine_placement_tags(instance: dg.DagsterInstance, generations_partition: str) -> dict[str, str]:
+    """How the generations step's vLLM CPU engine was placed (threads, reserved cores, KV cache;
+    models/device.PLACEMENT_ENTRIES) as the step recorded it, as run tags ``ragutil.<entry>``:
+    tags, not params, since a retry on another machine may place it differently."""
+    recorded = {name: recorded_text(instance, "generations", generations_partition, name) for name in PLACEMENT_ENTRIES}
+    return {f"ragutil.{name}": value for name, value in recorded.items() if value is not None}
 
 
 def off_world_tags(experiment: ExperimentConfig, setting: Setting, generator: str) -> dict[str, str]:
