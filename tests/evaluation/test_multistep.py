@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from ragutil_dagster.assets.partitions import build_partitions
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.conditions import PromptBudget
@@ -121,3 +122,23 @@ def test_multistep_adds_a_setting_per_later_round_of_each_chained_retriever() ->
 def test_multistep_config_errors_name_the_field(multistep: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(_config(**multistep))
+
+
+def test_a_run_retriever_is_left_out_of_the_rounds_and_refused_by_name(tmp_path) -> None:
+    run_file = tmp_path / "mine.trec"
+    run_file.write_text("q1 Q0 d1 1 1.0 mine\n")
+    config = _config(steps=2)
+    config["retrievers"] = [{"name": "bm25", "kind": "bm25"}, {"name": "mine", "kind": "run", "path": str(run_file)}]
+    assert [r.name for r in parse_config(config).multistep_retrievers()] == ["bm25"]
+    config["multistep"]["retrievers"] = ["mine"]
+    with pytest.raises(ConfigError, match=r"multistep\.retrievers: \['mine'\] are of kind run"):
+        parse_config(config)
+
+
+def test_only_the_rounds_depend_on_the_query_writers_identity() -> None:
+    parts = build_partitions(parse_config(_config(steps=3, retrievers=["bm25"], query_writer="writer")))
+    (dependency,) = parts.query_writer_dependencies()
+    assert dependency.asset_key.to_user_string() == "model/generator"
+    rounds = [s.key for s in parts.experiment.settings() if s.step]
+    assert dependency.partition_mapping.downstream_partition_keys_by_upstream_partition_key == {"writer": rounds}
+    assert not build_partitions(parse_config({**_config(steps=2), "multistep": None})).query_writer_dependencies()
