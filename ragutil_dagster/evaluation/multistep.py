@@ -74,12 +74,13 @@ class Rounds:
     """MULTISTEP_QUERY_SCHEMA: per query and round, the text searched and the passages it added."""
 
     def run(self, retriever: str) -> pl.DataFrame:
-        """The gathered contexts as a run table (RUN_SCHEMA): rank in gathering order, each
-        passage's score from the round that found it."""
+        """The gathered contexts as a run table (RUN_SCHEMA): rank in gathering order, score
+        decreasing with it (passages gathered - rank + 1) — each round's scores are of another
+        query, on another scale, and a TREC consumer orders by score."""
         rows = [
-            (qid, rank, doc, score, retriever)
+            (qid, rank, doc, float(len(context) - rank + 1), retriever)
             for qid, context in self.contexts.items()
-            for rank, (doc, score) in enumerate(context, start=1)
+            for rank, (doc, _) in enumerate(context, start=1)
         ]
         return pl.DataFrame(rows, schema=RUN_SCHEMA, orient="row")
 
