@@ -1,8 +1,8 @@
 """The experiment grid: a YAML file validated into typed config, and the partition keys it implies.
 
-A ``setting`` is dataset × retriever × k (× reranker) (× compressor), written as one key such as
-``world__bm25__k5``, ``world__bm25__k5__bge`` or ``world__bm25__k5__truncate-64``; a
-``generator`` key is a generator's name.
+A ``setting`` is dataset × retriever × k (× reranker) (× compressor | multi-step round), written as
+one key such as ``world__bm25__k5``, ``world__bm25__k5__bge``, ``world__bm25__k5__truncate-64`` or
+``world__bm25__k5__step-2``; a ``generator`` key is a generator's name.
 Every name is a lowercase slug so that keys stay readable and split unambiguously on ``__``.
 """
 
@@ -475,6 +475,26 @@ class CompressorConfig(_Strict):
         return self.embedder or DEFAULT_COMPRESSION_EMBEDDER
 
 
+class MultistepConfig(_Strict):
+    """Multi-step RAG, IRCoT-style (SePer Fig. 1–2, App. C.2 / Table 12; evaluation/multistep.py):
+    round 1 retrieves the top k for the question; each later round the ``query_writer`` writes the
+    next query (greedy, fixed prompt ``prompts.multistep_next_query``) from the question and the
+    passages gathered so far, and its top k not yet gathered join the context, at most
+    ``max_passages`` in all (default: no cap, k per round).
+
+    Round t of ``steps`` is the setting ``<dataset>__<retriever>__k<k>__step-<t>`` (t ≥ 2; round 1
+    is the plain setting), an ordinary partition every metric scores, so ΔSePer after each round
+    and its gain over the round before are reported side by side (reports: ``multistep``).
+    ``query_writer``: the name of a generator of this config (default: the first); ``retrievers``:
+    the retrievers whose settings go through rounds (default: every one but ``kind: run``, whose
+    ranking cannot be searched for a new query)."""
+
+    steps: int = Field(ge=2, le=10)
+    max_passages: int | None = Field(default=None, ge=1)
+    query_writer: Slug | None = None
+    retrievers: list[Slug] | None = None
+
+
 class ValidityConfig(_Strict):
     """The papers' validity experiments (docs/metrics.md, "Validity"): per judged query, its
     positive passages (label 1) and ``per_query`` sampled negatives (label 0) of each kind in
@@ -521,6 +541,9 @@ class ExperimentConfig(_Strict):
     # Context compressors: each adds a compressed setting beside every uncompressed one. None (not
     # an empty list) when absent, so a config without compression keeps its fingerprint.
     compression: list[CompressorConfig] | None = None
+    # Multi-step RAG: rounds 2..steps of each chained setting as settings of their own. None when
+    # absent, so a config without it keeps its fingerprint.
+    multistep: MultistepConfig | None = None
 
     @field_validator("k")
     @classmethod
@@ -580,6 +603,34 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _multistep_inputs(self) -> ExperimentConfig:
+        multistep = self.multistep
+        if multistep is None:
+            return self
+        generators = [g.name for g in self.generators]
+        if multistep.query_writer is not None and multistep.query_writer not in generators:
+            raise ValueError(
+                f"multistep.query_writer: {multistep.query_writer!r} is not a generator of this config "
+                f"({generators}); name one of them (add the writer to generators to use another model)"
+            )
+        named = multistep.retrievers or []
+        if unknown := sorted(set(named) - {r.name for r in self.retrievers}):
+            raise ValueError(f"multistep.retrievers: {unknown} are not retrievers of this config")
+        if run := sorted(name for name in named if self.retriever(name).kind == "run"):
+            raise ValueError(
+                f"multistep.retrievers: {run} are of kind run: a run file ranks only the dataset's "
+                "questions and cannot be searched for a written query"
+            )
+        if not self.multistep_retrievers():
+            raise ValueError("multistep: every retriever of this config is of kind run; none can run rounds")
+        if multistep.max_passages is not None and multistep.max_passages < max(self.k):
+            raise ValueError(
+                f"multistep.max_passages ({multistep.max_passages}) is below k = {max(self.k)}: "
+                "round 1's context alone would not fit"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _validity_inputs(self) -> ExperimentConfig:
         if self.validity is None:
             return self
@@ -600,16 +651,36 @@ class ExperimentConfig(_Strict):
     # --- partitions --------------------------------------------------------------------------
 
     def settings(self) -> list[Setting]:
-        """Every dataset × retriever × k (× reranker): uncompressed, then once per compressor."""
+        """Every dataset × retriever × k (× reranker): uncompressed, then once per compressor, then
+        (a multi-step retriever's) once per round after the first."""
         reranker = self.reranker.name if self.reranker else None
         compressors = [None, *(c.key for c in self.compression or ())]
+        chained = {r.name for r in self.multistep_retrievers()}
+        rounds = range(2, self.multistep.steps + 1) if self.multistep else range(0)
         return [
-            Setting(dataset.name, retriever.name, k, reranker, compressor)
+            setting
             for dataset in self.datasets
             for retriever in self.retrievers
             for k in self.k
-            for compressor in compressors
+            for setting in [
+                *(Setting(dataset.name, retriever.name, k, reranker, compressor) for compressor in compressors),
+                *(Setting(dataset.name, retriever.name, k, reranker, step=step)
+                  for step in (rounds if retriever.name in chained else ())),
+            ]
         ]
+
+    def multistep_retrievers(self) -> list[RetrieverConfig]:
+        """The retrievers whose settings go through multi-step rounds (none without ``multistep``)."""
+        if self.multistep is None:
+            return []
+        named = self.multistep.retrievers
+        return [r for r in self.retrievers if (r.name in named if named else r.kind != "run")]
+
+    def query_writer(self) -> GeneratorConfig:
+        """The generator writing the next query of multi-step rounds: ``multistep.query_writer``,
+        or the config's first generator."""
+        assert self.multistep is not None, "no multistep section"
+        return self.generator(self.multistep.query_writer or self.generators[0].name)
 
     def compressor(self, setting: Setting) -> CompressorConfig | None:
         """The compressor of ``setting``; None for an uncompressed one."""
@@ -731,7 +802,7 @@ def parse_embedding_partition_key(key: str) -> tuple[str, int, int]:
 
 @dataclass(frozen=True)
 class Setting:
-    """dataset × retriever × k (× reranker) (× compressor): one static partition key."""
+    """dataset × retriever × k (× reranker) (× compressor | multi-step round): one static partition key."""
 
     dataset: str
     retriever: str
@@ -739,6 +810,8 @@ class Setting:
     reranker: str | None = None
     compressor: str | None = None
     """The name of the compressor shortening its rag context (``CompressorConfig.key``), or None."""
+    step: int | None = None
+    """The multi-step round (2, 3, …) whose gathered passages are its context; None: one round."""
 
     @property
     def key(self) -> str:
@@ -746,7 +819,12 @@ class Setting:
         configured ones (``ExperimentConfig.setting``), never by parsing. An uncompressed setting's
         key is the one it had before compression existed."""
         parts = [self.dataset, self.retriever, f"k{self.k}"]
-        return KEY_SEPARATOR.join(parts + [name for name in (self.reranker, self.compressor) if name])
+        return KEY_SEPARATOR.join(parts + [name for name in (self.reranker, self.compressor, self.round_name) if name])
+
+    @property
+    def round_name(self) -> str | None:
+        """``step-<t>`` for multi-step round t, the last part of its key; None for one round."""
+        return f"step-{self.step}" if self.step is not None else None
 
 
 def _model_in(annotation: object) -> type[BaseModel] | None:

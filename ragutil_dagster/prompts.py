@@ -38,6 +38,12 @@ PROMPTS: dict[str, str] = {
         "Documents:\n{reference}\nSummarize the documents in a few sentences, keeping every fact "
         "needed to answer the question: {question}\nSummary:"
     ),
+    # Multi-step RAG, IRCoT-style (Trivedi et al., 2023; SePer App. C.2): the query writer's greedy
+    # next query or thought over the passages gathered so far (evaluation/multistep.py).
+    "multistep_next_query": (
+        "Documents:\n{reference}\nQuestion: {question}\nWhat else should be looked up to answer the "
+        "question?\nNext query:"
+    ),
     "seper_with_context": (
         "Answer the question based on the given document. Only give me the answer and do not "
         "output any other words. The following are given documents.\n{reference}\n"

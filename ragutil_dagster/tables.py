@@ -118,6 +118,12 @@ CONTEXT_SCHEMA: dict[str, pl.DataType] = {
     "context_tokens_before": pl.Int32, "context_tokens_after": pl.Int32,
 }
 
+# Per query and multi-step round (evaluation/multistep.py): the text the round searched (round 1:
+# the question; later rounds: the query writer's) and how many passages it added to the context.
+MULTISTEP_QUERY_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "round": pl.Int32, "query": pl.String, "passages_added": pl.Int32,
+}
+
 # --- score tables: metric_scores, document_scores, group_scores (evaluation/scoring.py) ---------
 # Per SePer group (GROUP_KEYS): SePer_S/H, semantic entropy and the number of its clusters, mean
 # EM / F1 / has_answer over the N samples, the token baselines of SePer Table 2, and the judged
@@ -240,6 +246,7 @@ ISSUES = "issues"  # closed_book_generations, generations: empty / non-finite sa
 VALIDITY_PASSAGES = "validity_passages"  # setting_queries: the dataset's validity_passages, as the setting's
 RETRIEVER_SUMMARY = "retriever_summary"  # retrieval_run (JSON): MIRAGE Table 2 numbers, read by metric_scores
 CONTEXTS = "contexts"  # generations: CONTEXT_SCHEMA, the rag prompts' (compressed) contexts, read by metric_scores
+MULTISTEP_QUERIES = "multistep_queries"  # retrieval_run: MULTISTEP_QUERY_SCHEMA, a multi-step round's queries (diagnostics)
 CONSENS_LEAVE_ONE_OUT = "leave_one_out"  # consens: CONSENS_LEAVE_ONE_OUT_SCHEMA (empty unless consens.leave_one_out)
 
 

@@ -1,7 +1,7 @@
 """Partitions from the experiment config and the mappings between them.
 
 ``dataset`` → ``embedding`` (dense index × shard) → ``index`` (dataset × retriever) → ``setting``
-(dataset × retriever × k × reranker); ``run_file`` (dataset × run retriever) → ``setting``;
+(dataset × retriever × k × reranker, and multi-step rounds); ``run_file`` (dataset × run retriever) → ``setting``;
 ``dataset × generator`` for closed-book samples; ``setting × generator`` for everything that
 depends on both. Mappings are explicit tables built from the config, so the lineage graph's
 partition links are exact.
@@ -125,6 +125,16 @@ class Partitions:
         if kind == "reranker" and self.experiment.reranker is None:
             return []
         return [dg.AssetDep(key)]
+
+
+    def query_writer_dependencies(self) -> list[dg.AssetDep]:
+        """The dependency of the multi-step rounds' settings on their query writer's identity (a
+        generator's partition of ``model/generator``); none without ``multistep``."""
+        rounds = [s.key for s in self.experiment.settings() if s.step is not None]
+        if not rounds:
+            return []
+        writer = self.experiment.query_writer().name
+        return [dg.AssetDep(model_asset_key("generator"), partition_mapping=dg.StaticPartitionMapping({writer: rounds}))]
 
 
 def build_partitions(experiment: ExperimentConfig) -> Partitions:

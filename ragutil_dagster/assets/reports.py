@@ -26,7 +26,8 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
     """A setting × generator and its headline numbers."""
     return {
         "dataset": setting.dataset, "retriever": setting.retriever, "k": setting.k,
-        "reranker": setting.reranker or "", "compression": setting.compressor or "", "generator": generator,
+        "reranker": setting.reranker or "", "compression": setting.compressor or "",
+        "multistep_round": setting.step or 1, "generator": generator,
         **{c: summary.get(c) for c in COLUMNS},
     }
 
@@ -34,7 +35,7 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
 def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
-    return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression")
+    return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression", "multistep_round")
 
 
 def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:

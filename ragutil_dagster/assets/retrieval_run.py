@@ -8,7 +8,11 @@ answers, qrels, ground-truth utility) and ``retrieved_passages`` (the text of ev
 prompt of the setting can show: the top k, the utility candidates, the positives and any validity
 passages), so every step downstream reads only its declared parents — Dagster maps a setting ×
 generator partition onto its setting, not onto its dataset — and no generation step loads a
-Wikipedia-scale corpus for a few thousand passages."""
+Wikipedia-scale corpus for a few thousand passages.
+
+A multi-step round's setting (``…__step-<t>``) gathers its run over rounds 1..t here
+(evaluation/multistep.py): the query writer is loaded in this step, and the queries each round
+searched are its side table ``multistep_queries``."""
 
 
 import time
@@ -23,13 +27,17 @@ from ragutil_dagster.assets.run_files import RUN_FILE, observed_run_file
 from ragutil_dagster.config import Setting
 from ragutil_dagster.data.run_files import read_external_run
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.evaluation.conditions import PromptBudget
+from ragutil_dagster.evaluation.multistep import Ranked, run_rounds
 from ragutil_dagster.evaluation.scoring import retriever_summary
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import answer_recall, evaluate_run, mirage_retrieval, top_k, write_trec
-from ragutil_dagster.tables import CORPUS_RECORD, QRELS, RETRIEVER_SUMMARY, UTILITY, VALIDITY_PASSAGES, markdown_table
-from ragutil_dagster.tracking.partition import RUN_FILE_VERSION
+from ragutil_dagster.tables import (
+    CORPUS_RECORD, MULTISTEP_QUERIES, QRELS, RETRIEVER_SUMMARY, UTILITY, VALIDITY_PASSAGES, markdown_table,
+)
+from ragutil_dagster.tracking.partition import QUERY_WRITER_IDENTITY, RUN_FILE_VERSION
 
 
 def write_setting_queries(
@@ -68,7 +76,43 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         dg.AssetDep("corpus", partition_mapping=parts.dataset_to_setting()),
         *([dg.AssetDep("validity_passages", partition_mapping=parts.dataset_to_setting())] if experiment.validity else []),
         *parts.model_dependencies("reranker"),
+        *parts.query_writer_dependencies(),
     ]
+
+    def ranked(run: pl.DataFrame) -> dict[str, Ranked]:
+        grouped = run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id", "score")
+        return {qid: list(zip(docs, scores)) for qid, docs, scores in grouped.iter_rows()}
+
+    def gathered_run(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, setting: Setting,
+                     queries: pl.DataFrame, corpus: pl.DataFrame, first: pl.DataFrame, search,
+                     metadata: dict[str, dg.MetadataValue]) -> pl.DataFrame:
+        """Multi-step round ``setting.step``'s run: the passages gathered over rounds 1..t after
+        ``first`` (round 1's top k), each later round searching the query writer's query with
+        ``search`` (query table → ranking); its queries go to side table ``multistep_queries``."""
+        spec = experiment.query_writer()
+        writer = models.generator(spec)
+        params = experiment.sampling.greedy_params(experiment.seed)
+        texts = dict(corpus.select("id", "text").iter_rows())
+        start = time.perf_counter()
+        rounds = run_rounds(
+            dict(queries.select("query_id", "question").iter_rows()), ranked(first), texts.__getitem__,
+            lambda written: ranked(search(pl.DataFrame({"id": list(written), "text": list(written.values())}))),
+            lambda prompts: [samples[0].text for samples in writer.sample(prompts, params)],
+            setting.step, experiment.multistep.max_passages, PromptBudget.of(writer, params.max_new_tokens),
+        )
+        path = store.write_table("retrieval_run", context.partition_key, rounds.queries, MULTISTEP_QUERIES)
+        added = rounds.queries.group_by("round").agg(pl.col("passages_added").mean()).sort("round")
+        metadata.update({
+            "multistep_round": dg.MetadataValue.int(setting.step),
+            "query_writer": dg.MetadataValue.text(spec.name),
+            QUERY_WRITER_IDENTITY: dg.MetadataValue.text(writer.identity),
+            "query_writing_seconds": dg.MetadataValue.float(time.perf_counter() - start),
+            "passages_per_query": dg.MetadataValue.float(
+                sum(len(c) for c in rounds.contexts.values()) / max(len(rounds.contexts), 1)),
+            "passages_added_per_round": dg.MetadataValue.md(markdown_table(added)),
+            "multistep_queries": dg.MetadataValue.path(str(path)),
+        })
+        return rounds.run(first["retriever"][0] if first.height else setting.retriever)
 
     def read_run_file(setting: Setting, queries: pl.DataFrame, corpus: pl.DataFrame,
                       metadata: dict[str, dg.MetadataValue]) -> pl.DataFrame:
@@ -115,17 +159,30 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         depth = min(reranker.candidates if reranker else max(setting.k, experiment.utility.candidates), corpus.height)
         start = time.perf_counter()
         metadata: dict[str, dg.MetadataValue] = {}
-        if retriever.kind == "run":
+
+        rerank_model = models.reranker(reranker.model, reranker.revision) if reranker else None
+        searcher = load_searcher(store, models, experiment, setting) if retriever.kind != "run" else None
+
+        def reranked(found: pl.DataFrame, table: pl.DataFrame, depth: int) -> pl.DataFrame:
+            if rerank_model is None:
+                return found
+            return rerank(found, table, corpus, rerank_model, top_n=depth, k=depth, name=f"{retriever.name}+{reranker.name}")
+
+        def search(table: pl.DataFrame, depth: int) -> pl.DataFrame:
+            """The ranking of a query table (id, text), reranked when configured, ``depth`` deep."""
+            return reranked(searcher.search(table, k=depth, name=retriever.name), table, depth)
+
+        if searcher is None:
             # Cut as deep as a search would go, so a reranker and the candidates see the same.
-            ranking = top_k(read_run_file(setting, queries, corpus, metadata), depth)
+            ranking = reranked(top_k(read_run_file(setting, queries, corpus, metadata), depth), query_table, depth)
         else:
-            searcher = load_searcher(store, models, experiment, setting)
-            ranking = searcher.search(query_table, k=depth, name=retriever.name)
-        if reranker:
-            model = models.reranker(reranker.model, reranker.revision)
-            ranking = rerank(ranking, query_table, corpus, model, top_n=depth, k=depth, name=f"{retriever.name}+{reranker.name}")
+            ranking = search(query_table, depth)
         seconds = time.perf_counter() - start
         run = top_k(ranking, setting.k)
+        if setting.step is not None:
+            round_depth = min(reranker.candidates if reranker else setting.k, corpus.height)
+            run = gathered_run(context, store, models, setting, queries, corpus, run,
+                               lambda table: top_k(search(table, round_depth), setting.k), metadata)
         candidates = top_k(ranking, experiment.utility.candidates)
         path = store.write_table("retrieval_run", context.partition_key, run)
         with store.write_files("retrieval_run", context.partition_key, "trec") as directory:

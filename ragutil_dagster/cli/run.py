@@ -100,7 +100,8 @@ def format_summary(table) -> str:
     rows = []
     for row in table.iter_rows(named=True):
         setting = "/".join([row["dataset"], row["retriever"], f"k={row['k']}",
-                            *(name for name in (row["reranker"], row.get("compression")) if name)])
+                            *(name for name in (row["reranker"], row.get("compression")) if name),
+                            *([f"step-{row['multistep_round']}"] if (row.get("multistep_round") or 1) > 1 else [])])
         values = ["—" if row[c] is None else f"{row[c]:.3f}" for c, _ in columns]
         rows.append([setting, row["generator"], *values])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]

@@ -9,7 +9,9 @@
   difference between every two retrievers on the same queries (same dataset, k, generator), and
   which of the two is better where the interval excludes 0;
 - with a validity section, SePer Table 2: every per-passage measure's point-biserial r and ROC
-  AUC against the judgments, one column per run.
+  AUC against the judgments, one column per run;
+- with multi-step rounds, ΔSePer after each round of a chain and its gain over the round before,
+  with bootstrap 95% intervals (``multistep``; evaluation/multistep.round_gains).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.multistep import round_gains
 from ragutil_dagster.evaluation.predictors import figure_one, table_one
 from ragutil_dagster.evaluation.validity import table_two_across
 from ragutil_dagster.infra.files import atomic_write
@@ -59,9 +62,11 @@ class PartitionScores:
     @property
     def retriever_label(self) -> str:
         """The retriever with what follows it before generation: ``bm25+bge`` (a reranker),
-        ``bm25+truncate-64`` (a compressor). A compressed setting is a row of its own in every
-        by-retriever table and paired with its uncompressed retriever in the paired tests."""
-        return "+".join([self.setting.retriever, *(name for name in (self.setting.reranker, self.setting.compressor) if name)])
+        ``bm25+truncate-64`` (a compressor), ``bm25+step-2`` (multi-step round 2). A compressed
+        setting or a later round is a row of its own in every by-retriever table and paired with
+        its one-round retriever in the paired tests."""
+        setting = self.setting
+        return "+".join([setting.retriever, *(name for name in (setting.reranker, setting.compressor, setting.round_name) if name)])
 
 
 @dataclass(frozen=True)
@@ -335,6 +340,33 @@ def paired_retriever_tests(
     return pl.DataFrame(rows, schema=schema)
 
 
+def multistep_table(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.DataFrame:
+    """Every multi-step chain — one setting's rounds 1, 2, … (round 1: the one-round setting) with
+    one generator — as one row per round (``round_gains``): ΔSePer after the round, its gain over
+    the round before, context tokens; for all questions and, where the dataset types its questions
+    (the synthetic world's single_hop / two_hop), per type. A chain is read up to its first round
+    not scored yet; a setting without later rounds is no chain."""
+    chains: dict[tuple, dict[int, PartitionScores]] = {}
+    for p in partitions:
+        s = p.setting
+        if s.compressor is None:
+            chains.setdefault((s.dataset, s.retriever, s.k, s.reranker, p.generator), {})[s.step or 1] = p
+    tables = []
+    for (dataset, retriever, k, reranker, generator), rounds in sorted(chains.items(), key=str):
+        scored = list(itertools.takewhile(lambda step: step in rounds, itertools.count(1)))
+        if len(scored) < 2:
+            continue
+        per_round = [rounds[step].per_query for step in scored]
+        kinds = sorted(set().union(*(t["type"].drop_nulls().unique() for t in per_round))) if "type" in per_round[0].columns else []
+        for questions in ["all", *kinds]:
+            chosen = per_round if questions == "all" else [t.filter(pl.col("type") == questions) for t in per_round]
+            tables.append(round_gains(chosen, seed).select(
+                pl.lit(dataset).alias("dataset"), pl.lit("+".join([retriever, *([reranker] if reranker else [])])).alias("retriever"),
+                pl.lit(k, pl.Int64).alias("k"), pl.lit(generator).alias("generator"), pl.lit(questions).alias("questions"), pl.all(),
+            ))
+    return pl.concat(tables) if tables else pl.DataFrame()
+
+
 def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Comparison:
     """Every comparison table over ``partitions``."""
     long = long_table(partitions)
@@ -387,6 +419,13 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
         "Paired tests between retrievers on per-query ΔSePer_S (difference a − b, bootstrap 95% CI, permutation p; "
         "better: ahead where the CI excludes 0)",
     )
+    multistep = multistep_table(partitions, seed)
+    if not multistep.is_empty():
+        tables["multistep"], titles["multistep"] = (
+            multistep,
+            "Multi-step RAG: ΔSePer after each round and its gain over the round before (paired bootstrap 95% CI "
+            "over the questions both rounds scored; SePer Fig. 1–2, App. C.2)",
+        )
     tables["runs"], titles["runs"] = long, "Every run's summary"
     return Comparison(tables, titles)
 

@@ -44,6 +44,9 @@ class ModelIdentities:
     # A run retriever's run file, as its retrieval step read it (``sha256:<hex>``): a replaced file
     # is a new run, as a new embedder is.
     run_file: str | None = None
+    # A multi-step round's query writer, as its retrieval step loaded it: another writer's queries
+    # gather another context, so a new writer is a new run (None outside multi-step rounds).
+    query_writer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,10 @@ class PartitionRun:
             "compression_method": compressor.method if compressor else "none",
             "compression_budget": compressor.budget if compressor else "none",
             "compression_embedder": compressor.ranking_embedder if compressor and compressor.method == "extractive" else "none",
+            "multistep_round": self.setting.step or 1,
+            "query_writer": experiment.query_writer().name if self.setting.step else "none",
+            "query_writer_identity": self.identities.query_writer or "none",
+            "multistep_max_passages": (experiment.multistep.max_passages or "none") if self.setting.step else "none",
             "n": sampling.n,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

@@ -46,6 +46,8 @@ GENERATOR_DTYPE = "generator_dtype"
 """The metadata entry where the generation steps record the dtype their generator ran in."""
 RUN_FILE_VERSION = "run_file_version"
 """The metadata entry where a run retriever's retrieval step records the version of the run file it read."""
+QUERY_WRITER_IDENTITY = "query_writer_identity"
+"""The metadata entry where a multi-step round's retrieval step records its query writer's identity."""
 
 
 class ModelIdentityResolver(Protocol):
@@ -65,7 +67,7 @@ def partition_identities(
     """The identity of every model behind a partition: the generator's as recorded in its sample
     rows (what actually generated them) and its dtype as the generations step recorded it
     (``generations_partition``), the NLI model's, the embedder's / reranker's, and a run
-    retriever's run file as the retrieval step recorded it."""
+    retriever's run file and a multi-step round's query writer as the retrieval step recorded them."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
         raise ValueError(
@@ -80,6 +82,8 @@ def partition_identities(
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
         generator_dtype=recorded_text(instance, "generations", generations_partition, GENERATOR_DTYPE),
         run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION) if retriever.kind == "run" else None,
+        query_writer=(recorded_text(instance, "retrieval_run", setting.key, QUERY_WRITER_IDENTITY)
+                      if setting.step is not None else None),
     )
 
 

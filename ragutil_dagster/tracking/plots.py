@@ -111,6 +111,10 @@ def delta_seper_heatmap(table: pl.DataFrame, path: Path, column: str = "delta_se
                 part = part.with_columns(pl.when(pl.col("compression") != "")
                                          .then(pl.format("{}+{}", "retriever", "compression"))
                                          .otherwise(pl.col("retriever")).alias("retriever"))
+            if "multistep_round" in part.columns:  # so is a later multi-step round: bm25+step-2
+                part = part.with_columns(pl.when(pl.col("multistep_round") > 1)
+                                         .then(pl.format("{}+step-{}", "retriever", "multistep_round"))
+                                         .otherwise(pl.col("retriever")).alias("retriever"))
             retrievers = part["retriever"].unique(maintain_order=True).to_list()
             ks = sorted(part["k"].unique().to_list())
             grid = np.full((len(retrievers), len(ks)), np.nan)
