@@ -40,6 +40,7 @@ from ragutil_dagster.metrics.seper import (
     delta_seper_per_context_tokens,
     judge_pairs,
     seper_batch,
+    seper_standard_error,
 )
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
@@ -140,6 +141,15 @@ def table_entail(nli: pl.DataFrame) -> EntailFn:
             raise KeyError(f"NLI pair missing from the entailment table: {err.args[0]!r}") from None
 
     return entail
+
+
+def seper_standard_errors(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, float]:
+    """The standard error of SePer_S of every (query_id, condition, doc_id) group of samples
+    (:func:`~ragutil_dagster.metrics.seper.seper_standard_error`): adaptive sampling's stop rule
+    reads it between rounds."""
+    keys, items = _groups(generations, queries)
+    results = seper_batch(items, entail, kernel="soft")
+    return {key: seper_standard_error(result.credits, result.weights) for key, result in zip(keys, results)}
 
 
 def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:

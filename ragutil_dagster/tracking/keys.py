@@ -118,6 +118,10 @@ class PartitionRun:
             "compression_budget": compressor.budget if compressor else "none",
             "compression_embedder": compressor.ranking_embedder if compressor and compressor.method == "extractive" else "none",
             "n": sampling.n,
+            "adaptive": "none" if sampling.adaptive is None else (
+                f"first_round={sampling.adaptive.first_round},round_size={sampling.adaptive.round_size},"
+                f"target_se={sampling.adaptive.target_se}"
+            ),
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": sampling.top_k,
