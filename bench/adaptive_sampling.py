@@ -18,9 +18,10 @@ others: the soft kernel scores each sample against the gold answers). The share 
 re-draws' ΔSePer_S inside that CI says how strict the criterion is: a fixed-N run with another
 seed is as good an estimate as the reference, yet lands inside it only that often.
 
-Validity r: Pearson r between ΔSePer_S of the per_doc passages and the world's ground-truth
-utility (the pipeline's ``pearson_delta_seper_s_true_utility``), with a 95 % CI by bootstrap
-over queries (2,000 resamples; a query's passages stay together).
+Validity r: the pipeline's ``pearson_delta_seper_s_true_utility`` — Pearson r between ΔSePer_S of
+the per_doc passages and the world's ground-truth utility, over the questions the reader does not
+answer closed book (SePer Table 2's protocol) — with a 95 % CI by bootstrap over those queries
+(2,000 resamples; a query's passages stay together).
 
     python bench/adaptive_sampling.py --home /tmp/adaptive-bench    # runs what is missing
 """
@@ -54,7 +55,7 @@ VARIANTS = {  # name -> (seed, adaptive)
     "adaptive_redraw": (1, True),
 }
 CONTEXT = f"reader|world__bm25__k{K}"
-CLOSED_BOOK = "reader|world"
+CLOSED_BOOK = "world|reader"
 
 
 def variant_config(seed: int, adaptive: bool, max_queries: int) -> dict:
@@ -133,13 +134,19 @@ def share_inside(cis: dict, table: dict) -> float:
 
 
 def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, float]:
-    """Pearson r of per_doc ΔSePer_S with true utility, and its query-bootstrap 95 % CI."""
-    documents = store.read_table("document_scores", CONTEXT).filter(pl.col("true_utility").is_not_null())
+    """The pipeline's validity r — Pearson r of per_doc ΔSePer_S with true utility over the
+    questions not answered closed book (``evaluation/scoring._validity_correlations``) — recomputed
+    from the stored tables (checked against the summary), and its query-bootstrap 95 % CI."""
+    unanswered = store.read_table("metric_scores", CONTEXT).filter(~pl.col("answer_has_closed"))["query_id"]
+    documents = store.read_table("document_scores", CONTEXT).filter(
+        pl.col("true_utility").is_not_null() & pl.col("query_id").is_in(unanswered.to_list()))
     by_query = [(part["delta_seper_s"].to_numpy(), part["true_utility"].to_numpy())
                 for _, part in documents.group_by("query_id", maintain_order=True)]
     x = np.concatenate([a for a, _ in by_query])
     y = np.concatenate([b for _, b in by_query])
     r = float(np.corrcoef(x, y)[0, 1])
+    summary = store.read_json("metric_scores", CONTEXT, "summary")
+    assert abs(r - summary["pearson_delta_seper_s_true_utility"]) < 1e-9, (r, summary)
     draws = []
     for _ in range(RESAMPLES):
         picked = [by_query[i] for i in rng.integers(0, len(by_query), len(by_query))]
@@ -147,7 +154,7 @@ def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, floa
         if np.ptp(a) > 0 and np.ptp(b) > 0:
             draws.append(np.corrcoef(a, b)[0, 1])
     low, high = np.percentile(draws, [2.5, 97.5])
-    return {"r": r, "ci_low": float(low), "ci_high": float(high), "passages": int(x.size)}
+    return {"r": r, "ci_low": float(low), "ci_high": float(high), "passages": int(x.size), "queries": len(by_query)}
 
 
 def samples_drawn(store: ArtifactStore) -> dict[str, int]:

@@ -21,7 +21,7 @@ from ragutil_dagster.tracking.partition import upstream_figures
 
 N_MAX, FIRST, SIZE, TARGET = 6, 2, 2, 0.2
 SETTING = "world__bm25__k1"
-KEY, CLOSED_KEY = f"reader|{SETTING}", "reader|world"
+KEY, CLOSED_KEY = f"reader|{SETTING}", "world|reader"
 
 
 @pytest.fixture(scope="module")
