@@ -41,7 +41,8 @@ import polars as pl
 import yaml
 
 from ragutil_dagster.evaluation.scoring import _groups, table_entail
-from ragutil_dagster.metrics.seper import seper_batch
+from ragutil_dagster.metrics.seper import seper_batch, seper_standard_error
+from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,9 +129,34 @@ def fixed_cis(table: dict, rng: np.random.Generator) -> dict[str, tuple[float, f
     return cis
 
 
+def standard_error_cis(table: dict) -> dict[str, tuple[float, float]]:
+    """Per query, ΔSePer_S ± 1.96 · √(SE_rag² + SE_closed²) with the Jeffreys-floored SE of
+    ``metrics.seper.seper_standard_error`` over the fixed-N samples: never of zero width."""
+    cis = {}
+    for qid in sorted({k[0] for k in table if k[1] == "rag"}):
+        errors = []
+        for condition in ("rag", "closed_book"):
+            scores, credits = table[(qid, condition, None)]
+            weights = np.exp(scores - scores.max())
+            errors.append(seper_standard_error(credits, weights / weights.sum()))
+        half = 1.96 * float(np.hypot(*errors))
+        cis[qid] = (delta_seper(table, qid) - half, delta_seper(table, qid) + half)
+    return cis
+
+
 def share_inside(cis: dict, table: dict) -> float:
     inside = [low - 1e-12 <= delta_seper(table, qid) <= high + 1e-12 for qid, (low, high) in cis.items()]
     return float(np.mean(inside))
+
+
+def mean_with_ci(table: dict, store: ArtifactStore, queries: list[str]) -> dict[str, float]:
+    """Mean ΔSePer_S over the queries with its bootstrap 95 % CI (as MLflow logs it), the
+    per-query values checked against the pipeline's ``metric_scores``."""
+    values = [delta_seper(table, q) for q in queries]
+    stored = dict(store.read_table("metric_scores", CONTEXT).select("query_id", "delta_seper_s").iter_rows())
+    assert max(abs(stored[q] - v) for q, v in zip(queries, values)) < 1e-9
+    interval = bootstrap_mean_ci(values)
+    return {"mean": float(np.mean(values)), "ci_low": interval.low, "ci_high": interval.high}
 
 
 def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, float]:
@@ -176,6 +202,7 @@ def main() -> None:
     tables = {name: credit_table(store) for name, store in stores.items()}
     rng = np.random.default_rng(0)
     cis = fixed_cis(tables["fixed"], rng)
+    se_cis = standard_error_cis(tables["fixed"])
     drawn = {name: samples_drawn(store) for name, store in stores.items()}
     fraction = {name: sum(drawn[name].values()) / sum(drawn["fixed"].values()) for name in VARIANTS}
     result = {
@@ -190,18 +217,24 @@ def main() -> None:
             name: {c: drawn[name][c] / drawn["fixed"][c] for c in drawn["fixed"]} for name in VARIANTS
         },
         "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in VARIANTS if name != "fixed"},
-        "mean_delta_seper_s": {name: float(np.mean([delta_seper(tables[name], q) for q in cis])) for name in VARIANTS},
+        "zero_width_fixed_ci": float(np.mean([high - low < 1e-9 for low, high in cis.values()])),
+        "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in VARIANTS if name != "fixed"},
+        "mean_delta_seper_s": {name: mean_with_ci(tables[name], stores[name], sorted(cis)) for name in VARIANTS},
         "validity_r": {name: validity_r(store, rng) for name, store in stores.items()},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in fixed CI':>12} {'mean ΔSePer_S':>14} {'validity r [95% CI]':>26}")
+    print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'in SE CI':>9} "
+          f"{'mean ΔSePer_S [95% CI]':>27} {'validity r [95% CI]':>26}")
     for name in VARIANTS:
-        v = result["validity_r"][name]
-        inside = result["inside_fixed_ci"].get(name)
+        v, m = result["validity_r"][name], result["mean_delta_seper_s"][name]
+        inside, inside_se = result["inside_fixed_ci"].get(name), result["inside_fixed_se_ci"].get(name)
         print(f"{name:16} {sum(drawn[name].values()):8d} {fraction[name]:9.3f} "
-              f"{'—' if inside is None else f'{inside:.3f}':>12} {result['mean_delta_seper_s'][name]:14.4f} "
+              f"{'—' if inside is None else f'{inside:.3f}':>11} {'—' if inside_se is None else f'{inside_se:.3f}':>9} "
+              f"{m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}] "
               f"{v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]")
+    print(f"fixed-N bootstrap CIs of zero width (all N samples alike in both conditions): "
+          f"{result['zero_width_fixed_ci']:.3f}")
     print(f"wrote {RESULTS}")
 
 
