@@ -40,8 +40,8 @@ import numpy as np
 import polars as pl
 import yaml
 
-from ragutil_dagster.evaluation.scoring import _groups, table_entail
-from ragutil_dagster.metrics.seper import seper_batch, seper_standard_error
+from ragutil_dagster.evaluation.scoring import soft_seper, table_entail
+from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
 
@@ -89,17 +89,14 @@ def run_variant(home: Path, name: str, max_queries: int) -> float:
 
 
 def credit_table(store: ArtifactStore) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Per (query, condition, doc) group: each sample's mean answer log-prob (SePer's weight
-    score) and soft-kernel credit, from the stored samples and NLI probabilities."""
+    """Per (query, condition, doc) group: each sample's log SePer weight (its mean answer
+    log-prob up to a constant, which a softmax ignores) and soft-kernel credit, from the stored
+    samples and NLI probabilities."""
     samples = pl.concat([store.read_table("closed_book_generations", CLOSED_BOOK),
                          store.read_table("generations", CONTEXT)])
     queries = store.read_table("setting_queries", f"world__bm25__k{K}")
-    keys, items = _groups(samples, queries)
-    results = seper_batch(items, table_entail(store.read_table("nli_probabilities", CONTEXT)), kernel="soft")
-    return {
-        key: (np.array([np.mean(lp) for lp in item.token_logprobs]), result.credits)
-        for key, item, result in zip(keys, items, results)
-    }
+    entail = table_entail(store.read_table("nli_probabilities", CONTEXT))
+    return {key: (np.log(r.weights), r.credits) for key, r in soft_seper(samples, queries, entail).items()}
 
 
 def resampled_seper(scores: np.ndarray, credits: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -36,6 +36,7 @@ from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import (
     EntailFn,
     SePerInput,
+    SePerResult,
     delta_seper,
     delta_seper_per_context_tokens,
     judge_pairs,
@@ -143,13 +144,20 @@ def table_entail(nli: pl.DataFrame) -> EntailFn:
     return entail
 
 
+def soft_seper(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, SePerResult]:
+    """SePer_S of every (query_id, condition, doc_id) group of samples."""
+    keys, items = _groups(generations, queries)
+    return dict(zip(keys, seper_batch(items, entail, kernel="soft")))
+
+
 def seper_standard_errors(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, float]:
     """The standard error of SePer_S of every (query_id, condition, doc_id) group of samples
     (:func:`~ragutil_dagster.metrics.seper.seper_standard_error`): adaptive sampling's stop rule
     reads it between rounds."""
-    keys, items = _groups(generations, queries)
-    results = seper_batch(items, entail, kernel="soft")
-    return {key: seper_standard_error(result.credits, result.weights) for key, result in zip(keys, results)}
+    return {
+        key: seper_standard_error(result.credits, result.weights)
+        for key, result in soft_seper(generations, queries, entail).items()
+    }
 
 
 def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
