@@ -156,6 +156,18 @@ def mean_with_ci(table: dict, store: ArtifactStore, queries: list[str]) -> dict[
     return {"mean": float(np.mean(values)), "ci_low": interval.low, "ci_high": interval.high}
 
 
+PAIRS = (("adaptive", "fixed"), ("adaptive_redraw", "fixed_redraw"), ("fixed_redraw", "fixed"))
+"""Paired per-query differences of ΔSePer_S: adaptive against fixed N with the same seed, and the
+fixed-N re-draw against the reference (what noise alone moves)."""
+
+
+def paired_shift(tables: dict, first: str, second: str, queries: list[str]) -> dict[str, float]:
+    """Mean over queries of ΔSePer_S(first) − ΔSePer_S(second), with its bootstrap 95 % CI."""
+    differences = [delta_seper(tables[first], q) - delta_seper(tables[second], q) for q in queries]
+    interval = bootstrap_mean_ci(differences)
+    return {"mean": float(np.mean(differences)), "ci_low": interval.low, "ci_high": interval.high}
+
+
 def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, float]:
     """The pipeline's validity r — Pearson r of per_doc ΔSePer_S with true utility over the
     questions not answered closed book (``evaluation/scoring._validity_correlations``) — recomputed
@@ -217,6 +229,7 @@ def main() -> None:
         "zero_width_fixed_ci": float(np.mean([high - low < 1e-9 for low, high in cis.values()])),
         "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in VARIANTS if name != "fixed"},
         "mean_delta_seper_s": {name: mean_with_ci(tables[name], stores[name], sorted(cis)) for name in VARIANTS},
+        "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, sorted(cis)) for a, b in PAIRS},
         "validity_r": {name: validity_r(store, rng) for name, store in stores.items()},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -230,6 +243,8 @@ def main() -> None:
               f"{'—' if inside is None else f'{inside:.3f}':>11} {'—' if inside_se is None else f'{inside_se:.3f}':>9} "
               f"{m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}] "
               f"{v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]")
+    for pair, shift in result["paired_shift"].items():
+        print(f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]")
     print(f"fixed-N bootstrap CIs of zero width (all N samples alike in both conditions): "
           f"{result['zero_width_fixed_ci']:.3f}")
     print(f"wrote {RESULTS}")
