@@ -201,6 +201,14 @@ def samples_drawn(store: ArtifactStore) -> dict[str, int]:
     return counts
 
 
+def samples_per_group(store: ArtifactStore) -> dict[str, int]:
+    """How many (query, condition, doc) groups drew each number of samples."""
+    rows = pl.concat([store.read_table(asset, partition).filter(pl.col("decoding") == "sample")
+                      for asset, partition in (("closed_book_generations", CLOSED_BOOK), ("generations", CONTEXT))])
+    counts = rows.group_by("query_id", "condition", "doc_id").len("drawn").group_by("drawn").len("groups").sort("drawn")
+    return {str(n): int(groups) for n, groups in counts.iter_rows()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", type=Path, required=True, help="a directory holding one RAGUTIL_HOME per run")
@@ -222,6 +230,7 @@ def main() -> None:
         "run_seconds": seconds,
         "samples_drawn": drawn,
         "sample_fraction": fraction,
+        "groups_by_samples_drawn": {name: samples_per_group(store) for name, store in stores.items()},
         "sample_fraction_by_condition": {
             name: {c: drawn[name][c] / drawn["fixed"][c] for c in drawn["fixed"]} for name in VARIANTS
         },
@@ -243,6 +252,7 @@ def main() -> None:
               f"{'—' if inside is None else f'{inside:.3f}':>11} {'—' if inside_se is None else f'{inside_se:.3f}':>9} "
               f"{m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}] "
               f"{v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]")
+    print(f"groups by samples drawn, adaptive: {result['groups_by_samples_drawn']['adaptive']}")
     for pair, shift in result["paired_shift"].items():
         print(f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]")
     print(f"fixed-N bootstrap CIs of zero width (all N samples alike in both conditions): "
