@@ -9,6 +9,7 @@ Every name is a lowercase slug so that keys stay readable and split unambiguousl
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import typing
 from collections.abc import Iterator
@@ -322,6 +323,27 @@ class OpenAIGeneratorConfig(GeneratorConfig):
     server: ServerConfig
 
 
+class AdaptiveSamplingConfig(_Strict):
+    """Adaptive sampling (``sampling.adaptive``): each prompt draws ``first_round`` samples, then
+    ``round_size`` more per round while the standard error of its SePer_S over its samples
+    (``metrics.seper.seper_standard_error``) is above ``target_se``, up to N_max = ``sampling.n``.
+    Round r ≥ 1 samples with the seed ``round_seed(seed, r)``; round 0 with the seed itself."""
+
+    first_round: int = Field(default=4, ge=2)
+    round_size: int = Field(default=2, ge=1)
+    target_se: float = Field(default=0.16, gt=0, lt=0.5)
+
+
+def round_seed(seed: int, round_index: int) -> int:
+    """The sampling seed of adaptive round ``round_index``: the experiment's seed for round 0
+    (whose samples are then the first samples of a fixed-N draw), a stable hash of (seed, round)
+    after, so every round draws new samples and a run is reproducible from its seed."""
+    if round_index == 0:
+        return seed
+    digest = hashlib.sha256(f"adaptive\x00{seed}\x00{round_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
 class SamplingConfig(_Strict):
     """SePer's defaults (App. D): N = 10 samples at temperature 1.0.
 
@@ -337,11 +359,13 @@ class SamplingConfig(_Strict):
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ("\n",)
     labels: Literal["greedy", "most_likely"] = "greedy"
+    adaptive: AdaptiveSamplingConfig | None = None
 
-    def params(self, seed: int) -> SamplingParams:
-        """The sampling value every generator backend takes (validated there)."""
+    def params(self, seed: int, n: int | None = None) -> SamplingParams:
+        """The sampling value every generator backend takes (validated there); ``n`` samples
+        (default: ``self.n``) for an adaptive round."""
         return SamplingParams(
-            n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            n=self.n if n is None else n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed,
         )
 
@@ -362,6 +386,11 @@ class SamplingConfig(_Strict):
             raise ValueError(
                 f"temperature 0 is greedy decoding: the n = {self.n} samples would all be identical; "
                 "set a temperature > 0, or n: 1"
+            )
+        if self.adaptive is not None and self.adaptive.first_round > self.n:
+            raise ValueError(
+                f"adaptive.first_round {self.adaptive.first_round} is more than n = {self.n}, the most "
+                "samples a prompt may draw; lower first_round or raise n"
             )
         return self
 

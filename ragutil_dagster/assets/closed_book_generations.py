@@ -8,7 +8,7 @@ subtracts the same closed-book SePer.
 import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
-from ragutil_dagster.assets.generations import prompt_budget, sample_and_store
+from ragutil_dagster.assets.generations import prompt_budget, sample_and_store, sampling_model_dependencies
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
 from ragutil_dagster.resources.models import ModelLoader
@@ -23,7 +23,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         kinds={"pytorch", "parquet"}, **MODEL_STEP,
         deps=[
             dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")),
-            *parts.model_dependencies("generator"),
+            *sampling_model_dependencies(parts),
         ],
         check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="closed_book_generations")],
         description="N sampled answers per question without retrieval, with token log-probs.",
@@ -34,7 +34,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         dataset = dimension(context, "dataset")
         queries = store.read_table("queries", dataset)
         prompts = closed_book_prompts(queries, experiment.prompts, prompt_budget(context, models, experiment))
-        _, result = sample_and_store(context, store, models, experiment, prompts, "closed_book_generations", dataset)
+        _, result = sample_and_store(
+            context, store, models, experiment, prompts, queries, "closed_book_generations", dataset
+        )
         return result
 
     return closed_book_generations

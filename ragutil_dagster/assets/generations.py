@@ -17,7 +17,7 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, Setting
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts, summary_prompt
 from ragutil_dagster.evaluation.conditions import (
@@ -28,7 +28,10 @@ from ragutil_dagster.evaluation.conditions import (
     context_prompts,
     validity_prompts,
 )
-from ragutil_dagster.evaluation.sampling import generation_issues, sample_prompts, samples_per_prompt
+from ragutil_dagster.evaluation.sampling import (
+    generation_issues, sample_prompts, sample_prompts_adaptive, samples_drawn, samples_per_prompt,
+)
+from ragutil_dagster.evaluation.scoring import seper_standard_errors
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.models.vllm_backend import engine_placement
@@ -94,22 +97,60 @@ def setting_contexts(
     return table, metadata
 
 
+def sampling_model_dependencies(parts: Partitions) -> list[dg.AssetDep]:
+    """The models a generation step reads: its generator, and with adaptive sampling the NLI
+    model that scores SePer between rounds."""
+    adaptive = parts.experiment.sampling.adaptive is not None
+    return [*parts.model_dependencies("generator"), *(parts.model_dependencies("nli") if adaptive else [])]
+
+
+def draw_samples(
+    models: ModelLoader, experiment: ExperimentConfig, spec: GeneratorConfig, prompts: pl.DataFrame,
+    queries: pl.DataFrame,
+) -> tuple[pl.DataFrame, dict[str, dg.MetadataValue]]:
+    """The sample rows of ``prompts`` — N per prompt, or adaptively (``sampling.adaptive``) with
+    SePer scored between rounds by the experiment's NLI model — and the draw's metadata."""
+    generator = models.generator(spec)
+    sampling = experiment.sampling
+    start = time.perf_counter()
+    if sampling.adaptive is None:
+        return sample_prompts(prompts, generator, spec.name, sampling, experiment.seed), {
+            "sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start)}
+    nli = models.entailment(experiment.nli)
+    nli_seconds = 0.0
+
+    def standard_errors(samples: pl.DataFrame) -> dict[tuple, float]:
+        nonlocal nli_seconds
+        begun = time.perf_counter()
+        errors = seper_standard_errors(samples, queries, nli)
+        nli_seconds += time.perf_counter() - begun
+        return errors
+
+    rows = sample_prompts_adaptive(prompts, generator, spec.name, sampling, experiment.seed, standard_errors)
+    return rows, {
+        "sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start),
+        "adaptive_nli_seconds": dg.MetadataValue.float(nli_seconds),
+    }
+
+
 def sample_and_store(
     context: dg.AssetExecutionContext,
     store: ArtifactStore,
     models: ModelLoader,
     experiment: ExperimentConfig,
     prompts: pl.DataFrame,
+    queries: pl.DataFrame,
     asset: str,
     dataset: str,
 ) -> tuple[pl.DataFrame, dg.MaterializeResult]:
-    """Sample a prompt table (of questions of ``dataset``) with the partition's generator, store
+    """Sample a prompt table (of ``queries`` of ``dataset``) with the partition's generator, store
     prompts and samples, and return the sample rows with the materialisation's metadata and checks."""
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
-    start = time.perf_counter()
-    rows = sample_prompts(prompts, generator, spec.name, experiment.sampling, experiment.seed)
-    seconds = time.perf_counter() - start
+    rows, draw_metadata = draw_samples(models, experiment, spec, prompts, queries)
+    seconds = draw_metadata["sampling_seconds"].value
+    drawn = samples_drawn(rows, experiment.sampling.n)
+    n_drawn = int(drawn["samples_drawn"].sum())
     partition = context.partition_key
     prompts_path = store.write_table(asset, partition, prompts, PROMPTS)
     path = store.write_table(asset, partition, rows)
@@ -122,7 +163,10 @@ def sample_and_store(
         "prompts": dg.MetadataValue.int(prompts.height),
         "distinct_prompts": dg.MetadataValue.int(prompts["prompt"].n_unique()),
         "tokens_generated": dg.MetadataValue.int(tokens),
-        "sampling_seconds": dg.MetadataValue.float(seconds),
+        **draw_metadata,
+        "samples_drawn": dg.MetadataValue.int(n_drawn),
+        "sample_fraction": dg.MetadataValue.float(n_drawn / max(int(drawn["prompts"].sum()) * experiment.sampling.n, 1)),
+        "samples_by_condition": dg.MetadataValue.md(markdown_table(drawn.to_dicts())),
         "samples_per_second": dg.MetadataValue.float(rows.height / seconds if seconds else 0.0),
         "empty_generations": dg.MetadataValue.int(int(issues["empty_samples"].sum())),
         "nonfinite_logprob_generations": dg.MetadataValue.int(int(issues["nonfinite_logprob_samples"].sum())),
@@ -155,9 +199,11 @@ def sample_and_store(
         )
     per_prompt = samples_per_prompt(experiment.sampling)
     expected = prompts.height * per_prompt
+    if experiment.sampling.adaptive is not None:  # N is the most a prompt draws; its own count is in the rows
+        expected = expected - prompts.height * experiment.sampling.n + n_drawn
     rows_check = check_result(
         "rows_equal_prompts_times_n", rows.height == expected, rows=rows.height, expected=expected,
-        prompts=prompts.height, n=experiment.sampling.n, rows_per_prompt=per_prompt,
+        prompts=prompts.height, n=experiment.sampling.n, rows_per_prompt=per_prompt, samples_drawn=n_drawn,
     )
     return rows, dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
 
@@ -167,7 +213,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     deps = [
         *(dg.AssetDep(name, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))
           for name in ("retrieval_run", "setting_queries", "retrieved_passages")),
-        *parts.model_dependencies("generator"),
+        *sampling_model_dependencies(parts),
     ]
 
     @dg.multi_asset(
@@ -196,7 +242,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
             prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
-        samples, result = sample_and_store(context, store, models, experiment, prompts, "generations", setting.dataset)
+        samples, result = sample_and_store(
+            context, store, models, experiment, prompts, queries, "generations", setting.dataset
+        )
         contexts_path = store.write_table("generations", context.partition_key, contexts, CONTEXTS)
         metadata = {**result.metadata, **context_metadata, **side_table_metadata(CONTEXTS, contexts, contexts_path)}
         yield dg.MaterializeResult(asset_key="generations", metadata=metadata, check_results=result.check_results)

@@ -4,13 +4,18 @@ papers judge.
 
 Identical prompts (``per_doc`` at k = 1 equals ``rag``; the same passage retrieved by two
 retrievers) are sampled once and shared, so every condition reads one consistent set of samples.
+
+With ``sampling.adaptive`` (:func:`sample_prompts_adaptive`) the N samples are drawn in rounds and
+a prompt stops once its SePer is precise enough (docs/metrics.md, "Adaptive sampling").
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import polars as pl
 
-from ragutil_dagster.config import SamplingConfig
+from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig, round_seed
 from ragutil_dagster.models.generation import Generator
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
@@ -34,17 +39,92 @@ def sample_prompts(
     )
 
 
+GroupStandardErrors = Callable[[pl.DataFrame], dict[tuple, float]]
+"""The standard error of SePer of every (query_id, condition, doc_id) group of the given sample rows."""
+
+
+def continues(standard_error: float, drawn: int, n_max: int, adaptive: AdaptiveSamplingConfig) -> bool:
+    """The stop rule: a prompt draws another round while its SePer's standard error is above the
+    target and it has drawn fewer than N_max samples."""
+    return drawn < n_max and standard_error > adaptive.target_se
+
+
+def round_sizes(n_max: int, adaptive: AdaptiveSamplingConfig) -> list[int]:
+    """Samples drawn in each round by a prompt that never stops: ``first_round``, then
+    ``round_size`` at a time, the last round cut to reach exactly N_max."""
+    sizes = [min(adaptive.first_round, n_max)]
+    while sum(sizes) < n_max:
+        sizes.append(min(adaptive.round_size, n_max - sum(sizes)))
+    return sizes
+
+
+def sample_prompts_adaptive(
+    prompts: pl.DataFrame,
+    generator: Generator,
+    generator_name: str,
+    sampling: SamplingConfig,
+    seed: int,
+    standard_errors: GroupStandardErrors,
+) -> pl.DataFrame:
+    """Sample every distinct prompt in rounds (:func:`round_sizes`) until :func:`continues` says
+    stop — a prompt shared by several groups (conditions, queries) goes on while any of them does
+    — and once greedily when the labels are greedy; return the generation rows. Round r samples
+    with ``round_seed(seed, r)``; every row records ``seed``, from which all rounds derive."""
+    adaptive = sampling.adaptive
+    if adaptive is None:
+        raise ValueError("sample_prompts_adaptive needs sampling.adaptive")
+    keys = prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows()
+    groups_of: dict[str, list[tuple]] = {}
+    for qid, condition, doc_id, prompt in keys:
+        groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
+    rounds, active, drawn = [], prompts, 0
+    for index, size in enumerate(round_sizes(sampling.n, adaptive)):
+        params = sampling.params(round_seed(seed, index), size)
+        rounds.append(decode_prompts(active, generator, generator_name, DECODING_SAMPLE, params, first_index=drawn))
+        drawn += size
+        if drawn >= sampling.n:
+            break
+        wanted = set(active["prompt"].to_list())
+        so_far = pl.concat(rounds).join(active.select("query_id", "condition", "doc_id").unique(),
+                                        on=["query_id", "condition", "doc_id"], nulls_equal=True)
+        errors = standard_errors(so_far)
+        going = [p for p in wanted if any(continues(errors[g], drawn, sampling.n, adaptive) for g in groups_of[p])]
+        active = active.filter(pl.col("prompt").is_in(going))
+        if not active.height:
+            break
+    samples = pl.concat(rounds).with_columns(seed=pl.lit(seed, dtype=GENERATION_SCHEMA["seed"]))
+    if sampling.labels != "greedy":
+        return samples
+    return pl.concat([samples, decode_prompts(prompts, generator, generator_name, DECODING_GREEDY,
+                                              sampling.greedy_params(seed))])
+
+
+def samples_drawn(rows: pl.DataFrame, n_max: int) -> pl.DataFrame:
+    """Per condition: its prompts (query × doc), the samples they drew, and ``sample_fraction``,
+    those samples over N_max per prompt (1.0 without adaptive sampling). Greedy answers are not
+    samples."""
+    return (
+        rows.filter(pl.col("decoding") == DECODING_SAMPLE)
+        .group_by("condition", "query_id", "doc_id").len()
+        .group_by("condition").agg(prompts=pl.len(), samples_drawn=pl.col("len").sum())
+        .with_columns(sample_fraction=pl.col("samples_drawn") / (pl.col("prompts") * n_max))
+        .sort("condition")
+    )
+
+
 def decode_prompts(
-    prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams
+    prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams,
+    first_index: int = 0,
 ) -> pl.DataFrame:
     """Decode every distinct prompt once with ``params`` (``decoding`` names how: sample or
-    greedy); one generation row per prompt row and sample."""
+    greedy); one generation row per prompt row and sample, sample indices from ``first_index``
+    (an adaptive round continues the prompt's earlier ones)."""
     distinct = prompts["prompt"].unique(maintain_order=True).to_list()
     by_prompt = dict(zip(distinct, generator.sample(distinct, params))) if distinct else {}
     identity = generator.identity
     rows = []
     for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
-        for index, sample in enumerate(by_prompt[prompt]):
+        for index, sample in enumerate(by_prompt[prompt], start=first_index):
             rows.append({
                 "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
                 "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),

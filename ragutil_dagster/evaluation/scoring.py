@@ -36,10 +36,12 @@ from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import (
     EntailFn,
     SePerInput,
+    SePerResult,
     delta_seper,
     delta_seper_per_context_tokens,
     judge_pairs,
     seper_batch,
+    seper_standard_error,
 )
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
@@ -140,6 +142,22 @@ def table_entail(nli: pl.DataFrame) -> EntailFn:
             raise KeyError(f"NLI pair missing from the entailment table: {err.args[0]!r}") from None
 
     return entail
+
+
+def soft_seper(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, SePerResult]:
+    """SePer_S of every (query_id, condition, doc_id) group of samples."""
+    keys, items = _groups(generations, queries)
+    return dict(zip(keys, seper_batch(items, entail, kernel="soft")))
+
+
+def seper_standard_errors(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, float]:
+    """The standard error of SePer_S of every (query_id, condition, doc_id) group of samples
+    (:func:`~ragutil_dagster.metrics.seper.seper_standard_error`): adaptive sampling's stop rule
+    reads it between rounds."""
+    return {
+        key: seper_standard_error(result.credits, result.weights)
+        for key, result in soft_seper(generations, queries, entail).items()
+    }
 
 
 def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:

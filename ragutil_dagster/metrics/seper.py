@@ -78,7 +78,9 @@ class SePerResult:
     ``score``: SePer after ``gold_reduce`` over gold answers; ``per_gold``: the score for each
     gold answer; ``weights``: the N response weights (sum to 1); ``cluster_ids``: semantic
     cluster of each response (0, 1, … in order of first appearance); ``semantic_entropy``:
-    −Σ_C p(C) log p(C) with p(C) the summed weight of cluster C.
+    −Σ_C p(C) log p(C) with p(C) the summed weight of cluster C; ``credits``: each response's
+    kernel value after ``gold_reduce`` (soft: its own k_i, hard: its cluster's 0 / 1), so that
+    ``score == weights @ credits`` (what :func:`seper_standard_error` reads).
     """
 
     score: float
@@ -86,6 +88,7 @@ class SePerResult:
     weights: np.ndarray
     cluster_ids: np.ndarray
     semantic_entropy: float
+    credits: np.ndarray
 
 
 Scores: TypeAlias = "SePerResult | float | np.ndarray | pl.Expr"
@@ -267,6 +270,47 @@ def combine_gold_answers(match: np.ndarray, mass: np.ndarray, gold_reduce: GoldR
     return float(per_gold.max() if gold_reduce == "max" else per_gold.mean()), per_gold
 
 
+def unit_credits(match: np.ndarray, per_gold: np.ndarray, gold_reduce: GoldReduce) -> np.ndarray:
+    """Each unit's credit c(u) under ``gold_reduce``, so that the score of
+    :func:`combine_gold_answers` is Σ_u p(u) c(u): its best match (``"any"``), its match with the
+    best-scoring answer (``"max"``), or its mean match (``"mean"``)."""
+    if gold_reduce == "any":
+        return match.max(axis=1)
+    return match[:, int(np.argmax(per_gold))] if gold_reduce == "max" else match.mean(axis=1)
+
+
+# A Jeffreys prior Beta(½, ½) on SePer read as a proportion: its posterior standard deviation
+# floors the standard error, so a few agreeing samples do not claim certainty (SE 0).
+JEFFREYS_PRIOR = 0.5
+
+
+def seper_standard_error(credits: Sequence[float], weights: Sequence[float]) -> float:
+    """Standard error of SePer = Σ_i w_i c_i over its N samples (``credits`` c_i in [0, 1] from
+    :attr:`SePerResult.credits`, ``weights`` w_i summing to 1).
+
+    SePer is a self-normalised weighted mean of the samples' credits; its delta-method variance
+    is N / (N − 1) · Σ_i w_i² (c_i − SePer)². That is 0 whenever the samples agree, so the SE is
+    floored by the posterior standard deviation of a proportion under a Jeffreys prior, with
+    SePer · n_eff successes in n_eff = 1 / Σ w_i² effective samples (Kish): 4 equally weighted
+    agreeing samples give SE 0.122, 10 give 0.060. One sample has no spread to estimate: SE 0.5
+    (the prior's)."""
+    c, w = np.asarray(credits, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    if c.shape != w.shape or c.size == 0:
+        raise ValueError(f"{c.size} credits for {w.size} weights; need one per sample, at least one")
+    if not np.isclose(w.sum(), 1.0) or np.any(w < 0):
+        raise ValueError(f"weights must be non-negative and sum to 1 (sum {w.sum():.6g})")
+    n = c.size
+    if n == 1:
+        return JEFFREYS_PRIOR
+    score = float(w @ c)
+    delta = float(np.sqrt(n / (n - 1) * np.sum(w**2 * (c - score) ** 2)))
+    n_eff = 1.0 / float(np.sum(w**2))
+    a = score * n_eff + JEFFREYS_PRIOR
+    b = (1.0 - score) * n_eff + JEFFREYS_PRIOR
+    floor = float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
+    return max(delta, floor)
+
+
 def _score(
     prepared: _Prepared,
     probs: Callable[[str, str], np.ndarray],
@@ -293,12 +337,14 @@ def _score(
         )
         mass = np.bincount(cluster_ids, weights=weights)
     score, per_gold = combine_gold_answers(match, mass, gold_reduce)
+    credits = unit_credits(match, per_gold, gold_reduce)
     return SePerResult(
         score=score,
         per_gold=per_gold,
         weights=weights,
         cluster_ids=cluster_ids,
         semantic_entropy=semantic_entropy(cluster_ids, weights),
+        credits=credits if kernel == "soft" else credits[cluster_ids],
     )
 
 

@@ -35,8 +35,8 @@ CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 
 UPSTREAM_FIGURES = {
-    "closed_book_generations": ("sampling_seconds", "tokens_generated"),
-    "generations": ("sampling_seconds", "tokens_generated", "compression_seconds"),
+    "closed_book_generations": ("sampling_seconds", "tokens_generated", "samples_drawn", "sample_fraction"),
+    "generations": ("sampling_seconds", "tokens_generated", "compression_seconds", "samples_drawn", "sample_fraction"),
     "consens": ("signals_seconds",),
     "utility_generations": ("sampling_seconds", "tokens_generated"),
     "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup", "nli_pairs_computed"),

@@ -16,6 +16,7 @@ from ragutil_dagster.metrics.seper import (
     semantic_entropy,
     seper,
     seper_batch,
+    seper_standard_error,
 )
 
 from .conftest import CONTRADICT, ENTAIL, NEUTRAL, MeaningNLI, equal_logprobs
@@ -423,3 +424,47 @@ def test_union_bounds_the_best_answer_which_bounds_the_mean(data, golds, kernel)
     assert by["any"] >= by["max"] - 1e-12 and by["max"] >= by["mean"] - 1e-12
     if len(golds) == 1:
         assert by["any"] == pytest.approx(by["max"]) and by["max"] == pytest.approx(by["mean"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(samples, gold_lists, st.sampled_from(["soft", "hard"]), st.sampled_from(["any", "max", "mean"]))
+def test_score_is_the_weighted_sum_of_the_samples_credits(data, golds, kernel, rule) -> None:
+    """SePerResult.credits: each sample's kernel value after the gold rule, Σ w_i c_i = score."""
+    responses = [r for r, _ in data]
+    result = seper(responses, [lp for _, lp in data], golds, soft_nli, kernel=kernel, gold_reduce=rule)
+    assert result.weights @ result.credits == pytest.approx(result.score, abs=1e-12)
+    assert result.credits.shape == (len(responses),)
+
+
+def test_standard_error_of_split_samples_is_the_delta_method() -> None:
+    """Equal weights: N / (N − 1) · Σ w² (c − S)² is the sample variance over N, S(1 − S)·N/(N−1)/N."""
+    credits, weights = [1.0] * 5 + [0.0] * 5, [0.1] * 10
+    assert seper_standard_error(credits, weights) == pytest.approx(math.sqrt(0.25 * 10 / 9 / 10))
+    assert seper_standard_error([1, 1, 0, 0], [0.25] * 4) == pytest.approx(math.sqrt(0.25 * 4 / 3 / 4))
+
+
+def test_agreeing_samples_keep_the_jeffreys_floor() -> None:
+    """Four equally weighted agreeing samples: the Beta(4.5, 0.5) posterior sd, not 0; more
+    agreeing samples narrow it; one sample says nothing (the prior's 0.5)."""
+    four = seper_standard_error([1.0] * 4, [0.25] * 4)
+    assert four == pytest.approx(math.sqrt(4.5 * 0.5 / (5**2 * 6)))
+    assert seper_standard_error([1.0] * 10, [0.1] * 10) < four
+    assert seper_standard_error([0.0] * 4, [0.25] * 4) == pytest.approx(four)
+    assert seper_standard_error([0.7], [1.0]) == 0.5
+
+
+def test_uneven_weights_count_fewer_effective_samples() -> None:
+    """One dominant weight: Kish's n_eff ≈ 1, so agreement among the samples proves little."""
+    even = seper_standard_error([1.0] * 4, [0.25] * 4)
+    skewed = seper_standard_error([1.0] * 4, [0.97, 0.01, 0.01, 0.01])
+    assert skewed > even
+
+
+@pytest.mark.parametrize(("credits", "weights", "message"), [
+    ([1.0, 0.0], [0.5], "2 credits for 1 weights"),
+    ([], [], "0 credits"),
+    ([1.0, 0.0], [0.7, 0.7], "sum to 1"),
+])
+def test_standard_error_rejects_mismatched_input(credits, weights, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        seper_standard_error(credits, weights)

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 from mlflow import MlflowClient
 
-from ragutil_dagster.config import ERAGConfig, Setting, parse_config
+from ragutil_dagster.config import AdaptiveSamplingConfig, ERAGConfig, Setting, parse_config
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
@@ -89,6 +89,9 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert (params["utility_candidates"], params["utility_methods"]) == ("20", "listwise_answer,ranking_answer")
     no_methods = config.model_copy(update={"utility": config.utility.model_copy(update={"methods": ()})})
     assert PartitionRun(no_methods, setting, "lm0", identities).params()["utility_methods"] == "none"
+    adaptive = config.model_copy(update={"sampling": config.sampling.model_copy(update={"adaptive": AdaptiveSamplingConfig()})})
+    assert params["adaptive"] == "none"
+    assert PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"] == "first_round=4,round_size=2,target_se=0.16"
 
 
 @pytest.fixture()

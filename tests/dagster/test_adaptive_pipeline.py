@@ -1,0 +1,76 @@
+"""``sampling.adaptive`` through the asset graph on the tiny fixtures: the shipped reader of the
+CI world, BM25 at k = 1, N_max = 6 in rounds of 2. Every prompt stopped exactly where the stop
+rule says, judged again from the stored samples and NLI probabilities, and the samples drawn
+reach the Dagster metadata and the figures logged to MLflow."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from ragutil_dagster.assets import build_assets
+from ragutil_dagster.config import parse_config
+from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.embedded import layout
+from ragutil_dagster.embedded.shipped import SHIPPED_DIR
+from ragutil_dagster.evaluation.scoring import seper_standard_errors, table_entail
+from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.runner import materialize_all
+from ragutil_dagster.tracking.partition import upstream_figures
+
+N_MAX, FIRST, SIZE, TARGET = 6, 2, 2, 0.2
+SETTING = "world__bm25__k1"
+KEY, CLOSED_KEY = f"reader|{SETTING}", "world|reader"
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(tiny_world, make_tiny_config, tmp_path_factory):
+    _, world, models = tiny_world
+    config = make_tiny_config(models, world)
+    config.update({
+        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
+        "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
+        "sampling": {"n": N_MAX, "max_new_tokens": 6,
+                     "adaptive": {"first_round": FIRST, "round_size": SIZE, "target_se": TARGET}},
+        "utility": {"candidates": 1, "methods": []},
+    })
+    experiment = parse_config(config)
+    home = tmp_path_factory.mktemp("adaptive-home")
+    parts, _ = build_assets(experiment)
+    instance = dg.DagsterInstance.ephemeral()
+    materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance, progress=False)
+    return ArtifactStore(home=str(home)), instance
+
+
+def test_every_prompt_stopped_where_the_rule_says(adaptive_run) -> None:
+    store, _ = adaptive_run
+    samples = pl.concat([store.read_table("closed_book_generations", CLOSED_KEY),
+                         store.read_table("generations", KEY)]).filter(pl.col("decoding") == "sample")
+    queries = store.read_table("setting_queries", SETTING)
+    entail = table_entail(store.read_table("nli_probabilities", KEY))
+    drawn = samples.group_by("query_id", "condition", "doc_id").len()
+    assert set(drawn["len"]) <= {2, 4, 6}
+    assert drawn["len"].min() < N_MAX  # the rule stopped some prompt early on these fixtures
+    final = seper_standard_errors(samples, queries, entail)
+    for qid, condition, doc_id, n in drawn.iter_rows():
+        group = (qid, condition, doc_id)
+        if n < N_MAX:  # stopped: precise enough at n
+            assert final[group] <= TARGET, group
+        if n > FIRST:  # went on: not precise enough one round before
+            before = samples.filter((pl.col("query_id") == qid) & (pl.col("condition") == condition)
+                                    & pl.col("doc_id").eq_missing(doc_id) & (pl.col("sample_index") < n - SIZE))
+            assert seper_standard_errors(before, queries, entail)[group] > TARGET, group
+    assert store.read_table("metric_scores", KEY).height > 0
+
+
+def test_samples_drawn_reach_the_metadata_and_mlflow_figures(adaptive_run) -> None:
+    store, instance = adaptive_run
+    for asset, key in (("closed_book_generations", CLOSED_KEY), ("generations", KEY)):
+        rows = store.read_table(asset, key).filter(pl.col("decoding") == "sample")
+        prompts = rows.select("query_id", "condition", "doc_id").unique().height
+        metadata = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization.metadata
+        assert metadata["samples_drawn"].value == rows.height
+        assert metadata["sample_fraction"].value == pytest.approx(rows.height / (prompts * N_MAX))
+        figures = upstream_figures(instance, {asset: key})
+        assert figures[f"{asset}.samples_drawn"] == rows.height
