@@ -94,13 +94,13 @@ def test_force_runs_every_partition(grid) -> None:
 
 def test_a_changed_retriever_reruns_only_its_partitions(grid, capsys) -> None:
     config, home, instance = grid
-    changed = {**config, "retrievers": [config["retrievers"][0], {**config["retrievers"][1], "depth": 50}]}
+    changed = {**config, "retrievers": [config["retrievers"][0], {**config["retrievers"][1], "index": "hnsw"}]}
     before = len(instance.get_runs())
     outcome = run(changed, home, instance)
     dense = {p for _, p in new_runs(instance, before)} - {""}
     assert dense and all("dense" in p for p in dense), dense
     assert {a for a, _ in new_runs(instance, before)} == {
-        "passage_embeddings", "index", "retrieval_run", "candidate_scores", "reports"
+        "passage_embeddings", "index", "retrieved_passages", "candidate_scores", "reports"
     }
     assert outcome.runs == 5 and outcome.skipped == partitions(changed) - 5
     said = capsys.readouterr().out
