@@ -45,8 +45,9 @@ def partitions(config: dict) -> int:
 
 
 def new_runs(instance: dg.DagsterInstance, before: int) -> set[tuple[str, str]]:
-    """(first asset, partition) of every Dagster run after the first ``before``."""
-    runs = sorted(instance.get_runs(), key=lambda r: r.create_timestamp)[before:]
+    """(alphabetically first asset, partition) of every Dagster run after the first ``before``."""
+    runs = instance.get_runs()  # the newest first
+    runs = runs[:len(runs) - before]
     return {(sorted(r.asset_selection)[0].to_user_string(), r.tags.get("dagster/partition", "")) for r in runs}
 
 
