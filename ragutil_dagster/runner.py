@@ -1,6 +1,7 @@
 """Materialise a whole experiment — the engine of ``ragutil run``.
 
-Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
+Each asset partition whose inputs changed since it last ran (``freshness.py``) runs as its own
+Dagster run, in dependency order, recorded in the Dagster
 instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
 instance shows every materialisation with its metadata. With one worker the runs execute in this
