@@ -12,7 +12,7 @@ import difflib
 import hashlib
 import re
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -783,6 +783,63 @@ class ExperimentConfig(_Strict):
         (``None``) are left out, so that a new optional setting does not change the keys of
         configs that do not use it; a changed non-``None`` default does change them."""
         return stable_hash(self.model_dump(mode="json", exclude_none=True), 16)
+
+    def partition_fingerprint(self, parts: Iterable[str] | None) -> str:
+        """Hash of the part of the config one partition reads (:meth:`partition_config`): a
+        partition whose slice is unchanged need not run again (``ragutil run``), and its MLflow
+        run counts as this config's (the ``partition_config_fingerprint`` param)."""
+        return stable_hash(self.partition_config(parts), 16)
+
+    def partition_config(self, parts: Iterable[str] | None) -> dict:
+        """The config a partition reads, given its key's parts (a dataset, index, embedding shard,
+        setting or generator key each; a multi-partition key's dimensions): every section shared
+        by the grid (sampling, nli, prompts, seed, …) and, of the per-partition sections, only the
+        datasets, retrievers (with those a hybrid fuses), generators, reranker and compressor the
+        parts name. ``None`` (an unpartitioned asset, which reads every partition): all of it."""
+        whole = self.model_dump(mode="json", exclude_none=True)
+        if parts is None:
+            return whole
+        datasets, retrievers, generators, settings = set(), set(), set(), []
+        by_setting = {s.key: s for s in self.settings()}
+        indexes = {index_partition_key(d.name, r.name): (d.name, r.name) for d in self.datasets for r in self.retrievers}
+        shards = {shard: index for index, keys in self.embedding_partitions().items() for shard in keys}
+        for part in parts:
+            part = shards.get(part, part)
+            known = False
+            if part in by_setting:
+                setting = by_setting[part]
+                settings.append(setting)
+                datasets.add(setting.dataset)
+                retrievers.add(setting.retriever)
+                known = True
+            if part in indexes:
+                datasets.add(indexes[part][0])
+                retrievers.add(indexes[part][1])
+                known = True
+            if part in {d.name for d in self.datasets}:
+                datasets.add(part)
+                known = True
+            if part in {g.name for g in self.generators}:
+                generators.add(part)
+                known = True
+            if not known:
+                raise KeyError(f"{part!r} is no partition key of experiment {self.name!r}")
+        retrievers |= {name for r in self.retrievers if r.name in retrievers for name in r.fuse or ()}
+        compressors = {s.compressor for s in settings}
+        return {
+            **{name: value for name, value in whole.items() if name not in PER_PARTITION_SECTIONS},
+            "datasets": [d for d in whole["datasets"] if d["name"] in datasets],
+            "retrievers": [r for r in whole["retrievers"] if r["name"] in retrievers],
+            "generators": [g for g in whole["generators"] if g["name"] in generators],
+            "settings": [s.key for s in settings],  # k, reranker and compressor names included
+            **({"reranker": whole["reranker"]} if any(s.reranker for s in settings) else {}),
+            "compression": [c.model_dump(mode="json", exclude_none=True)
+                            for c in self.compression or () if c.key in compressors],
+        }
+
+
+PER_PARTITION_SECTIONS = ("datasets", "retrievers", "generators", "k", "reranker", "compression")
+"""The sections of which a partition reads only its own entries (:meth:`ExperimentConfig.partition_config`)."""
 
 
 def _by_name(items: list, name: str, what: str):

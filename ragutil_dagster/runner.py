@@ -1,6 +1,7 @@
 """Materialise a whole experiment — the engine of ``ragutil run``.
 
-Each asset partition runs as its own Dagster run, in dependency order, recorded in the Dagster
+Each asset partition whose inputs changed since it last ran (``freshness.py``) runs as its own
+Dagster run, in dependency order, recorded in the Dagster
 instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
 instance shows every materialisation with its metadata. With one worker the runs execute in this
@@ -30,6 +31,7 @@ from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import REPORT, summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.errors import SerializedError, StepFailedError
+from ragutil_dagster.freshness import Freshness
 from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -193,6 +195,9 @@ class RunOutcome:
     summary: pl.DataFrame
     seconds: float
     runs: int
+    """Partitions materialised."""
+    skipped: int
+    """Partitions left as they were: their inputs had not changed."""
     reports: str
     """Where the reports' files (summary.csv, summary.md, the ΔSePer heatmap) were published."""
 
@@ -205,8 +210,11 @@ def materialize_all(
     progress: bool = True,
     console_log_level: str = "WARNING",
     workers: int = 1,
+    force: bool = False,
 ) -> RunOutcome:
-    """Run every step of :func:`plan`; stop at the first failure with :class:`StepFailedError`.
+    """Run every step of :func:`plan` whose inputs changed since it last ran (``freshness.py``;
+    ``force``: every step), printing each partition run or skipped and why; stop at the first
+    failure with :class:`StepFailedError`.
 
     ``console_log_level``: Dagster events at or above it are echoed to the terminal (all of them
     are stored in the instance's event log either way). ``workers`` > 1 runs that many partitions
@@ -224,31 +232,53 @@ def materialize_all(
     loggers = {"console": {"config": {"log_level": console_log_level}}}
     steps = plan(assets)
     start = time.perf_counter()
+    freshness = Freshness(defs, experiment, instance, resources["models"], force)
     bar = tqdm(total=sum(len(keys) for _, keys in steps), desc="ragutil run", unit="step", disable=not progress)
 
-    def in_process(names: list[str], key: str | None) -> tuple[bool, str, SerializedError | None]:
+    def in_process(names: list[str], key: str | None, versions: dict[str, str]) -> tuple[bool, str, SerializedError | None]:
         return _outcome(dg.materialize(
             assets, selection=names, partition_key=key, instance=instance, resources=resources,
-            raise_on_error=False, tags=tags, run_config={"loggers": loggers},
+            raise_on_error=False, tags={**tags, **versions}, run_config={"loggers": loggers},
         ))
 
     parallel = ParallelRuns(resources, experiment, instance, tags, loggers, workers) if workers > 1 else None
+    ran = skipped = 0
     try:
         for names, keys in steps:
             bar.set_postfix_str("+".join(names))
-            outcomes = parallel.map(names, keys) if parallel else (in_process(names, key) for key in keys)
-            for key, (success, run_id, error) in zip(keys, outcomes):
+            decisions = {key: freshness.decide(names, key) for key in keys}
+            for key, decision in decisions.items():
+                tqdm.write(step_line(names, key, decision.reason))
+            due = [key for key in keys if decisions[key].reason is not None]
+            bar.update(len(keys) - len(due))
+            skipped += len(keys) - len(due)
+            outcomes = (parallel.map(names, due, [decisions[key].tags for key in due]) if parallel
+                        else (in_process(names, key, decisions[key].tags) for key in due))
+            for key, (success, run_id, error) in zip(due, outcomes):
                 bar.update()
                 if not success:
-                    label = f"{'+'.join(names)}[{key}]" if key else "+".join(names)
-                    raise StepFailedError(label, run_id, error)
+                    raise StepFailedError(step_label(names, key), run_id, error)
+                freshness.ran(names, key)
+                ran += 1
     finally:
         bar.close()
         if parallel:  # after a failure, partitions not yet started are not started
             parallel.close()
     store = _resolved_store(resources)
     return RunOutcome(summary_table(store, parts), time.perf_counter() - start,
-                      sum(len(keys) for _, keys in steps), store.location("reports", None, REPORT))
+                      ran, skipped, store.location("reports", None, REPORT))
+
+
+def step_label(names: list[str], key: str | None) -> str:
+    """A step's partition as the runner's messages name it: ``index[world__bm25]``."""
+    return f"{'+'.join(names)}[{key}]" if key else "+".join(names)
+
+
+def step_line(names: list[str], key: str | None, reason: str | None) -> str:
+    """What the runner says of a step's partition: ``run  …: config changed`` or
+    ``skip …: unchanged`` (a step of many assets is named by its first and their count)."""
+    label = step_label([names[0], f"{len(names) - 1} more"] if len(names) > 2 else names, key)
+    return f"run   {label}: {reason}" if reason else f"skip  {label}: unchanged"
 
 
 def _outcome(result: dg.ExecutionResult) -> tuple[bool, str, SerializedError | None]:
@@ -284,11 +314,13 @@ class ParallelRuns:
         context.set_forkserver_preload([__name__])
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
-    def map(self, names: list[str], keys: list[str | None]) -> Iterator[tuple[bool, str, SerializedError | None]]:
-        """The outcomes of one run per key, in the order of ``keys``."""
+    def map(self, names: list[str], keys: list[str | None], versions: list[dict[str, str]]
+            ) -> Iterator[tuple[bool, str, SerializedError | None]]:
+        """The outcomes of one run per key (tagged with its input versions), in the order of ``keys``."""
         futures = [
-            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config, self.tags)
-            for key in keys
+            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
+                             {**self.tags, **tags})
+            for key, tags in zip(keys, versions)
         ]
         return (future.result() for future in futures)
 

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"assets"},
     {"automation"},
     {"definitions"},
+    {"freshness"},
     {"runner"},
     {"cli"},
 ]

@@ -116,7 +116,7 @@ def test_third_party_progress_bars_are_hidden_unless_verbose(shown, capsys) -> N
 def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
     """By default ``ragutil run`` shows its one progress bar, the table and the warnings a user can act
     on: no Dagster beta warning, no MLflow "Downloading artifacts" bar; ``--verbose`` filters none
-    of them. The second run finds everything materialised and costs little."""
+    of them. The second run, forced (``--force``), materialises everything again from the caches."""
     _, world, models = tiny_world
     config = make_tiny_config(models, world)
     config.update(retrievers=config["retrievers"][:1], k=[1], utility={"candidates": 2, "methods": []})
@@ -125,7 +125,7 @@ def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
     monkeypatch.delenv(DAGSTER_HOME_VARIABLE, raising=False)
     shown = {}
-    for flags in ([], ["--verbose"]):
+    for flags in ([], ["--verbose", "--force"]):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert main(["run", str(path), *flags]) == 0
@@ -136,4 +136,5 @@ def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config
     assert not quiet[1] and "BetaWarning" not in quiet[0]
     assert "Downloading artifacts" not in quiet[0]
     assert verbose[1] and "Downloading artifacts" in verbose[0]
+    assert "skip  " not in verbose[0] and "run   reports: forced" in verbose[0]
     assert os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR") is None  # restored after the run

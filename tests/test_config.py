@@ -197,6 +197,25 @@ def test_the_fingerprint_leaves_unset_optional_settings_out_and_hashes_set_ones(
     assert parse_config(with_changes(seed=1)).fingerprint() != plain.fingerprint()
 
 
+def test_a_partition_reads_the_shared_sections_and_its_own_entries_only() -> None:
+    retrievers = [{"name": "bm25", "kind": "bm25"}, {"name": "dense", "kind": "dense", "model": "some/embedder"},
+                  {"name": "both", "kind": "hybrid", "fuse": ["bm25", "dense"]}]
+    plain = parse_config(with_changes(retrievers=retrievers))
+    other_index = parse_config(with_changes(retrievers=[*retrievers[:1], {**retrievers[1], "index": "hnsw"}, retrievers[2]]))
+    sampled = parse_config(with_changes(retrievers=retrievers, sampling={"n": 5}))
+    both = lambda config, parts: config.partition_fingerprint(parts) == plain.partition_fingerprint(parts)  # noqa: E731
+    # Another retriever's change leaves BM25's index, settings and its dataset and generator alone…
+    for parts in (["world__bm25"], ["world__bm25__k1", "reader"], ["world"], ["world", "reader"]):
+        assert both(other_index, parts), parts
+    # …not its own partitions, nor those of the hybrid fusing it; a shared section changes all.
+    for parts in (["world__dense__shard-1-of-1"], ["world__dense"], ["world__dense__k5", "reader"], ["world__both__k1"]):
+        assert not both(other_index, parts), parts
+    assert not both(sampled, ["world__bm25"]) and not both(sampled, None)
+    assert plain.partition_config(None) == plain.model_dump(mode="json", exclude_none=True)
+    with pytest.raises(KeyError, match="'world__nothing' is no partition key of experiment 'exp'"):
+        plain.partition_fingerprint(["world__nothing"])
+
+
 def test_the_answer_check_is_content_or_unset() -> None:
     with pytest.raises(ConfigError, match="answer_check"):
         parse_config(with_changes(nli={**BASE["nli"], "answer_check": "lexical"}))

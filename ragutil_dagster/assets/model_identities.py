@@ -11,6 +11,7 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, model_asset_key
 from ragutil_dagster.assets.partitions import Partitions
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.errors import ModelUnavailableError
 
 
@@ -23,6 +24,30 @@ def observed_identity(models, model: str, revision: str | None) -> str:
         return f"unavailable: {err}"
 
 
+def generator_identities(experiment: ExperimentConfig, models) -> dict[str, str]:
+    return {g.name: observed_identity(models, g.model, g.revision) for g in experiment.generators}
+
+
+def embedder_identities(experiment: ExperimentConfig, models) -> dict[str, str]:
+    """Per dense retriever, its embedder's identity (empty without a dense retriever)."""
+    return {r.name: observed_identity(models, r.model, r.revision) for r in experiment.retrievers if r.kind == "dense"}
+
+
+def model_versions(experiment: ExperimentConfig, models) -> dict[dg.AssetKey, dict[str | None, str]]:
+    """What observing every model identity source asset reports: its data version per partition
+    (``None``: an unpartitioned source)."""
+    nli = experiment.nli
+    versions = {
+        model_asset_key("generator"): generator_identities(experiment, models),
+        model_asset_key("nli"): {None: observed_identity(models, nli.model, nli.revision)},
+    }
+    if embedders := embedder_identities(experiment, models):
+        versions[model_asset_key("embedder")] = embedders
+    if (reranker := experiment.reranker) is not None:
+        versions[model_asset_key("reranker")] = {None: observed_identity(models, reranker.model, reranker.revision)}
+    return versions
+
+
 def build(parts: Partitions) -> list[dg.SourceAsset]:
     experiment = parts.experiment
     sources: list[dg.SourceAsset] = []
@@ -32,11 +57,8 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
         required_resource_keys={"models"},
         description="Identity of each configured generator (one partition per generator).",
     )
-    def generator_identities(context) -> dg.DataVersionsByPartition:
-        return dg.DataVersionsByPartition({
-            g.name: observed_identity(context.resources.models, g.model, g.revision)
-            for g in experiment.generators
-        })
+    def generator_identities_source(context) -> dg.DataVersionsByPartition:
+        return dg.DataVersionsByPartition(generator_identities(experiment, context.resources.models))
 
     @dg.observable_source_asset(
         key=model_asset_key("nli"), group_name=GROUP, required_resource_keys={"models"},
@@ -46,7 +68,7 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
         nli = experiment.nli
         return dg.DataVersion(observed_identity(context.resources.models, nli.model, nli.revision))
 
-    sources += [generator_identities, nli_identity]
+    sources += [generator_identities_source, nli_identity]
     dense = parts.dense_retrievers()
     if dense is not None:
 

@@ -1,5 +1,6 @@
-"""``ragutil run``: materialise the whole evaluation graph of an experiment config and print the
-summary table (the embedded world and models are built first when the config uses them)."""
+"""``ragutil run``: materialise the evaluation graph of an experiment config — the partitions whose
+inputs changed since they last ran, every one with ``--force`` — and print the summary table (the
+embedded world and models are built first when the config uses them)."""
 
 from __future__ import annotations
 
@@ -130,9 +131,11 @@ def _materialize(experiment: ExperimentConfig, args: argparse.Namespace) -> int:
     defs = build_definitions(experiment, show_progress=args.verbose)
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
-                              console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers)
+                              console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers,
+                              force=args.force)
     print()
-    print(f"experiment {experiment.name}: {outcome.runs} runs in {outcome.seconds:.0f} s")
+    print(f"experiment {experiment.name}: {outcome.runs} runs, {outcome.skipped} skipped (unchanged) "
+          f"in {outcome.seconds:.0f} s")
     print(format_summary(outcome.summary))
     for note in known_causes(experiment, outcome.summary):
         print(f"note: {note}")
@@ -161,4 +164,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                      help="run N partitions of a step at once, every step in a process of its own "
                      "(Dagster's multiprocess executor); steps running a model still take turns "
                      "(the instance's gpu pool). Default 1: one after the other, in this process")
+    run.add_argument("--force", action="store_true",
+                     help="materialise every partition; by default one whose code, config slice, models "
+                     "and upstream partitions are those it was last materialised from is skipped")
     run.set_defaults(func=_run)

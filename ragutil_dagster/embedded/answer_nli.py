@@ -35,9 +35,9 @@ from ragutil_dagster.embedded.train_loop import (
     optimiser_step,
     save_for_inference,
 )
+from ragutil_dagster.embedded.layout import ANSWER_NLI_RECORD
 from ragutil_dagster.infra.files import write_text_atomic
 
-RECORD_NAME = "ragutil_nli.json"
 # Raised whenever the training pairs or the recipe change: a directory trained by another version
 # is not this model, and ``ragutil run`` trains it anew (2: non-answers are not answers; 3: long,
 # rambling answers and non-answers, wrong values after answer leads, strings of unrelated words;
@@ -77,7 +77,7 @@ def base_model_dir() -> Path:
 
 def is_trained(model_dir: Path) -> bool:
     """Whether ``model_dir`` holds a completed answer-NLI training of the current version."""
-    record = Path(model_dir) / RECORD_NAME
+    record = Path(model_dir) / ANSWER_NLI_RECORD
     if not record.is_file():
         return False
     try:
@@ -114,7 +114,7 @@ def train_answer_nli(out_dir: str | Path, size: str = "default", seed: int = 0,
         _fit(staging, config, seed, progress)
     record = {"version": TRAINING_VERSION, "base_model": BASE_MODEL_PACKAGE, "size": size, "seed": seed,
               "config": asdict(config), "seconds": round(time.perf_counter() - start, 1)}
-    write_text_atomic(staging / RECORD_NAME, json.dumps(record, indent=2))
+    write_text_atomic(staging / ANSWER_NLI_RECORD, json.dumps(record, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     staging.replace(out)
     return out

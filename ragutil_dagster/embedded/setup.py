@@ -26,11 +26,9 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
     reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
     when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 10 min of 2
     cores) when the config names it."""
-    from ragutil_dagster.embedded.answer_nli import RECORD_NAME
-
     target = embedded_dir()
     answer_nli, world_nli = target / layout.ANSWER_NLI, target / layout.WORLD_NLI
-    if answer_nli.is_dir() and not (answer_nli / RECORD_NAME).is_file() and not world_nli.exists():
+    if answer_nli.is_dir() and not (answer_nli / layout.ANSWER_NLI_RECORD).is_file() and not world_nli.exists():
         # A build from before the answer NLI: its nli/ is the world's NLI.
         answer_nli.rename(world_nli)
     models = [g.model for g in experiment.generators] + [experiment.nli.model]

@@ -22,6 +22,7 @@ DAGSTER_RUN_TAG = "dagster.run_id"
 DAGSTER_ASSET_TAG = "dagster.asset_key"
 DAGSTER_PARTITION_TAG = "dagster.partition"
 OFF_WORLD_TAG = "ragutil.off_world_warning"
+PARTITION_CONFIG_PARAM = "partition_config_fingerprint"
 
 
 def prompt_template_hash(experiment: ExperimentConfig) -> str:
@@ -66,7 +67,7 @@ class PartitionRun:
 
     @property
     def run_name(self) -> str:
-        return f"{self.setting.key}|{self.generator}"
+        return partition_run_name(self.setting.key, self.generator)
 
     @property
     def key(self) -> str:
@@ -81,6 +82,10 @@ class PartitionRun:
             },
             length=32,
         )
+
+    @property
+    def partition_config_fingerprint(self) -> str:
+        return partition_config_fingerprint(self.experiment, self.setting.key, self.generator)
 
     def params(self) -> dict[str, str]:
         """The run's parameters, as MLflow stores them (strings)."""
@@ -142,9 +147,22 @@ class PartitionRun:
             "utility_candidates": experiment.utility.candidates,
             "utility_methods": ",".join(experiment.utility.methods) or "none",
             "config_fingerprint": experiment.fingerprint(),
+            PARTITION_CONFIG_PARAM: self.partition_config_fingerprint,
             "ragutil_version": self.version,
         }
         return {name: str(value) for name, value in values.items()}
+
+
+def partition_run_name(setting: str, generator: str) -> str:
+    """The MLflow run name of a ``metric_scores`` partition: ``world__bm25__k5|reader``."""
+    return f"{setting}|{generator}"
+
+
+def partition_config_fingerprint(experiment: ExperimentConfig, setting: str, generator: str) -> str:
+    """The slice of the config a setting × generator partition reads: the partition runs of a
+    config are those whose partitions read its slices, so a partition ``ragutil run`` skipped
+    (its slice unchanged by an edit elsewhere in the config) keeps its run."""
+    return experiment.partition_fingerprint([setting, generator])
 
 
 def mlflow_experiment_name(dataset: str) -> str:

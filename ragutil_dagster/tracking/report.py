@@ -26,7 +26,13 @@ from ragutil_dagster.tracking.compare import (
     log_comparison,
     write_comparison,
 )
-from ragutil_dagster.tracking.keys import KIND_TAG, mlflow_experiment_name
+from ragutil_dagster.tracking.keys import (
+    KIND_TAG,
+    PARTITION_CONFIG_PARAM,
+    mlflow_experiment_name,
+    partition_config_fingerprint,
+    partition_run_name,
+)
 from ragutil_dagster.tracking.partition import (
     CORRELATIONS_ARTIFACT,
     PER_QUERY_ARTIFACT,
@@ -36,14 +42,11 @@ from ragutil_dagster.tracking.partition import (
 from ragutil_dagster.tracking.resource import FINISHED, MlflowTracking, TrackedRun
 
 
-def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str, fingerprint: str) -> Iterator:
-    """Every FINISHED partition run of the config ``fingerprint`` in an MLflow experiment, the
-    most recently ended first (page by page: an experiment can hold more than one page)."""
+def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str) -> Iterator:
+    """Every FINISHED partition run in an MLflow experiment, the most recently ended first (page
+    by page: an experiment can hold more than one page)."""
     client, token = tracking.client(), None
-    query = (
-        f"tags.`{KIND_TAG}` = 'partition' AND params.config_fingerprint = '{fingerprint}' "
-        f"AND attributes.status = '{FINISHED}'"
-    )
+    query = f"tags.`{KIND_TAG}` = 'partition' AND attributes.status = '{FINISHED}'"
     while True:
         page = client.search_runs(
             [experiment_id], query, order_by=["attributes.end_time DESC"], page_token=token
@@ -79,17 +82,25 @@ def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, dir
 
 def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> list[PartitionScores]:
     """Every scored setting × generator of ``experiment`` as MLflow holds it: per partition the
-    latest FINISHED run of this config (a re-used run ends anew, so a partition scored again with
-    earlier weights counts as current), its summary and per-query table from its artifacts."""
+    latest FINISHED run that read this config's slice for it (``partition_config_fingerprint``;
+    a re-used run ends anew, so a partition scored again with earlier weights counts as current),
+    its summary and per-query table from its artifacts."""
     client = tracking.client()
     found: list[PartitionScores] = []
     for dataset in experiment.datasets:
         mlflow_experiment = client.get_experiment_by_name(mlflow_experiment_name(dataset.name))
         if mlflow_experiment is None:
             continue
+        slices = {
+            partition_run_name(setting.key, generator.name): partition_config_fingerprint(experiment, setting.key, generator.name)
+            for setting in experiment.settings() if setting.dataset == dataset.name
+            for generator in experiment.generators
+        }
         latest: dict[str, object] = {}
-        for run in _finished_partition_runs(tracking, mlflow_experiment.experiment_id, experiment.fingerprint()):
-            latest.setdefault(run.info.run_name, run)
+        for run in _finished_partition_runs(tracking, mlflow_experiment.experiment_id):
+            name = run.info.run_name
+            if name in slices and run.data.params.get(PARTITION_CONFIG_PARAM) == slices[name]:
+                latest.setdefault(name, run)
         for run in latest.values():
             with tempfile.TemporaryDirectory(prefix="ragutil-compare-") as directory:
                 found.append(_run_scores(tracking, experiment, run, Path(directory)))

@@ -161,11 +161,12 @@ def test_rambling_and_gibberish_non_answers_appear() -> None:
 def test_an_older_training_is_not_the_current_model(tmp_path: Path) -> None:
     import json
 
-    from ragutil_dagster.embedded.answer_nli import RECORD_NAME, TRAINING_VERSION
+    from ragutil_dagster.embedded.answer_nli import TRAINING_VERSION
+    from ragutil_dagster.embedded.layout import ANSWER_NLI_RECORD
 
-    (tmp_path / RECORD_NAME).write_text(json.dumps({"version": TRAINING_VERSION - 1}))
+    (tmp_path / ANSWER_NLI_RECORD).write_text(json.dumps({"version": TRAINING_VERSION - 1}))
     assert not is_trained(tmp_path)
-    (tmp_path / RECORD_NAME).write_text(json.dumps({"version": TRAINING_VERSION}))
+    (tmp_path / ANSWER_NLI_RECORD).write_text(json.dumps({"version": TRAINING_VERSION}))
     assert is_trained(tmp_path)
 
 
