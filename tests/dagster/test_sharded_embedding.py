@@ -130,7 +130,7 @@ def test_shards_run_in_processes_of_their_own_on_the_multiprocess_executor(
                    resources=dict(defs.resources))
     runs = ParallelRuns(dict(defs.resources), experiment, instance, {}, {"console": {"config": {"log_level": "WARNING"}}}, 3)
     try:
-        outcomes = list(runs.map(["passage_embeddings"], SHARDS))
+        outcomes = list(runs.map(["passage_embeddings"], SHARDS, [{}] * len(SHARDS)))
     finally:
         runs.close()
     assert [success for success, _, _ in outcomes] == [True] * 3, outcomes
