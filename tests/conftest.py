@@ -112,6 +112,37 @@ def tiny_experiment(tiny_world) -> ExperimentConfig:
     return parse_config(tiny_config(models, world))
 
 
+@pytest.fixture(scope="session")
+def run_shipped_reader(tiny_world, tmp_path_factory):
+    """``run_shipped_reader(name, **sections)``: the tiny world's whole graph with BM25 at k = 1 and
+    the shipped reader as the one generator (``sections`` update the config), materialised in
+    process under a fresh home; returns the store and the Dagster instance."""
+    import dagster as dg
+
+    from ragutil_dagster.assets import build_assets
+    from ragutil_dagster.definitions import build_definitions
+    from ragutil_dagster.embedded import layout
+    from ragutil_dagster.embedded.shipped import SHIPPED_DIR
+    from ragutil_dagster.resources import ArtifactStore
+    from ragutil_dagster.runner import materialize_all
+
+    def run(name: str, **sections: object):
+        _, world, models = tiny_world
+        config = tiny_config(models, world)
+        config.update({
+            "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
+            "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
+            **sections,
+        })
+        experiment = parse_config(config)
+        home, instance = tmp_path_factory.mktemp(name), dg.DagsterInstance.ephemeral()
+        parts, _ = build_assets(experiment)
+        materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance, progress=False)
+        return ArtifactStore(home=str(home)), instance
+
+    return run
+
+
 # The vLLM engine every vLLM test shares: float32 (log-probs are compared with an HF float32
 # teacher-forced pass), eager (no torch.compile: starts in ~30 s instead of ~100 s on CPU), a
 # 1 GiB KV cache and 2,048 positions — ample for the tests' short prompts.

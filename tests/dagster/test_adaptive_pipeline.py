@@ -9,14 +9,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from ragutil_dagster.assets import build_assets
-from ragutil_dagster.config import parse_config
-from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.embedded import layout
-from ragutil_dagster.embedded.shipped import SHIPPED_DIR
 from ragutil_dagster.evaluation.scoring import seper_standard_errors, table_entail
-from ragutil_dagster.resources import ArtifactStore
-from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking.partition import upstream_figures
 
 N_MAX, FIRST, SIZE, TARGET = 6, 2, 2, 0.2
@@ -25,22 +18,13 @@ KEY, CLOSED_KEY = f"reader|{SETTING}", "world|reader"
 
 
 @pytest.fixture(scope="module")
-def adaptive_run(tiny_world, make_tiny_config, tmp_path_factory):
-    _, world, models = tiny_world
-    config = make_tiny_config(models, world)
-    config.update({
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-        "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
-        "sampling": {"n": N_MAX, "max_new_tokens": 6,
-                     "adaptive": {"first_round": FIRST, "round_size": SIZE, "target_se": TARGET}},
-        "utility": {"candidates": 1, "methods": []},
-    })
-    experiment = parse_config(config)
-    home = tmp_path_factory.mktemp("adaptive-home")
-    parts, _ = build_assets(experiment)
-    instance = dg.DagsterInstance.ephemeral()
-    materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance, progress=False)
-    return ArtifactStore(home=str(home)), instance
+def adaptive_run(run_shipped_reader):
+    return run_shipped_reader(
+        "adaptive-home",
+        sampling={"n": N_MAX, "max_new_tokens": 6,
+                  "adaptive": {"first_round": FIRST, "round_size": SIZE, "target_se": TARGET}},
+        utility={"candidates": 1, "methods": []},
+    )
 
 
 def test_every_prompt_stopped_where_the_rule_says(adaptive_run) -> None:

@@ -8,36 +8,16 @@ from __future__ import annotations
 
 import math
 
-import dagster as dg
 import polars as pl
 import pytest
 
-from ragutil_dagster.assets import build_assets
-from ragutil_dagster.config import parse_config
-from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.embedded import layout
-from ragutil_dagster.embedded.shipped import SHIPPED_DIR
-from ragutil_dagster.resources import ArtifactStore
-from ragutil_dagster.runner import materialize_all
 
 CANDIDATES = 8
 
 
 @pytest.fixture(scope="module")
-def reader_run(tiny_world, make_tiny_config, tmp_path_factory):
-    _, world, models = tiny_world
-    config = make_tiny_config(models, world)
-    config.update({
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-        "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
-        "utility": {"candidates": CANDIDATES},
-    })
-    experiment = parse_config(config)
-    home = tmp_path_factory.mktemp("utility-home")
-    parts, _ = build_assets(experiment)
-    materialize_all(build_definitions(experiment, str(home)), experiment, parts, dg.DagsterInstance.ephemeral(),
-                    progress=False)
-    store = ArtifactStore(home=str(home))
+def reader_run(run_shipped_reader):
+    store, _ = run_shipped_reader("utility-home", utility={"candidates": CANDIDATES})
     key = "reader|world__bm25__k1"
     return store, key, store.read_table("candidate_scores", key), store.read_json("metric_scores", key, "summary")
 
