@@ -215,8 +215,8 @@ def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    dtype = settings.dtype if settings.dtype != "auto" else str(default_causal_lm_dtype(torch.device("cpu")))
-    element_bytes = torch.empty((), dtype=resolve_dtype(dtype, default=torch.float32)).element_size()
+    dtype = resolve_dtype(settings.dtype, default=default_causal_lm_dtype(torch.device("cpu")))
+    element_bytes = torch.empty((), dtype=dtype).element_size()
     max_model_len = settings.max_model_len or text.max_position_embeddings
     try:
         return vllm_cpu_placement(
