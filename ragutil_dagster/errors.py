@@ -113,6 +113,16 @@ class DatabaseUnavailableError(UserError, ConnectionError):
     """A database named as the Dagster instance or the MLflow store refuses connections."""
 
 
+class BrokerUnavailableError(UserError, ConnectionError):
+    """The Celery executor's broker refuses connections, or restarted during a run (the steps
+    queued there are lost); names the URL and how to go on."""
+
+
+class DistributedSetupError(UserError):
+    """The Celery executor is chosen but a store its workers must share is still on this machine's
+    disk, or a step's worker died more often than the executor retries."""
+
+
 class ServerUnavailableError(UserError):
     """A request still failed after every retry (server down, overloaded or erroring)."""
 
