@@ -31,10 +31,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 
 import dagster as dg
 from celery import signals
+from celery.exceptions import DuplicateTaskNameWarning
 from dagster._core.events import EngineEventData
 from dagster._core.execution.retries import RetryMode, get_retries_config
 from dagster_celery.core_execution_loop import core_celery_execution_loop
@@ -87,8 +89,6 @@ def backend_url() -> str:
     return os.environ.get(BACKEND_VARIABLE) or broker_url()
 
 
-def _app_args() -> dict:
-    return CeleryExecutor.for_cli(broker=broker_url(), backend=backend_url(), config_source=SETTINGS).app_args()
 
 
 def check_shared_stores() -> None:
@@ -102,6 +102,12 @@ def check_shared_stores() -> None:
             "(the Dagster instance on PostgreSQL, MLflow on a database or server, the artifacts on an "
             "object store; docs/scale.md), for the workers too"
         )
+
+
+def check_setup() -> None:
+    """Before a run: the shared stores named and the broker reachable, else one clear error."""
+    check_shared_stores()
+    Broker(broker_url())
 
 
 class Broker:
@@ -124,21 +130,31 @@ class Broker:
         import redis
 
         try:
-            return str(self.client.info("server")["run_id"])
+            return self._server_id()
         except redis.RedisError as err:
             raise BrokerUnavailableError(
                 f"cannot reach the Celery broker at {redact_uri(self.url)} ({err}); start it or change "
                 f"{BROKER_VARIABLE}"
             ) from None
 
+    def _server_id(self) -> str:
+        return str(self.client.info("server")["run_id"])
+
     def check(self, run_id: str) -> None:
-        """Raise :class:`BrokerUnavailableError` when the broker is down or another server answers."""
-        if self.server_id() != self.server:
-            raise BrokerUnavailableError(
-                f"the Celery broker at {redact_uri(self.url)} restarted during Dagster run {run_id}: the "
-                "steps queued there were lost; the partitions that finished are kept — run the same "
-                "command again to resume"
-            )
+        """Raise :class:`BrokerUnavailableError` when the broker is down or another server answers:
+        the steps queued there are lost."""
+        import redis
+
+        try:
+            if self._server_id() == self.server:
+                return
+            what = f"the Celery broker at {redact_uri(self.url)} restarted during Dagster run {run_id}"
+        except redis.RedisError as err:
+            what = f"lost the Celery broker at {redact_uri(self.url)} during Dagster run {run_id} ({err})"
+        raise BrokerUnavailableError(
+            f"{what}: the steps queued there are lost; the partitions that finished are kept — once the "
+            "broker is up, run the same command again to resume"
+        )
 
 
 class WatchedStep:
@@ -161,11 +177,12 @@ class WatchedStep:
                     return True
                 self._resend(f"its worker's pool process died ({self.result.result})")
                 return False
-        except BrokerUnavailableError:
-            raise
-        except Exception as err:  # the result backend (Redis) unreachable: say which broker
-            self.broker.server_id()
-            raise BrokerUnavailableError(f"lost the Celery result backend at {redact_uri(backend_url())} ({err})") from None
+        except Exception as err:  # the result backend unreachable: the broker's fate, if it is the cause
+            self.broker.check(self.context.dagster_run.run_id)
+            raise BrokerUnavailableError(
+                f"lost the Celery result backend at {redact_uri(backend_url())} during Dagster run "
+                f"{self.context.dagster_run.run_id} ({err}); once it is up, run the same command again to resume"
+            ) from None
         now = time.monotonic()
         if now < self.next_check:
             return False
@@ -215,39 +232,53 @@ class WatchedCeleryExecutor(CeleryExecutor):
 
     def execute(self, plan_context, execution_plan):
         broker = Broker(self.broker)
+        # dagster-celery registers its task on the app again for every step it submits: the same
+        # callable each time, which Celery warns about on the terminal.
+        warnings.filterwarnings("ignore", category=DuplicateTaskNameWarning)
 
         def submit(app, context, step, queue, priority, known_state) -> WatchedStep:
             send = lambda: _submit_task(app, context, step, queue, priority, known_state)  # noqa: E731
             return WatchedStep(send, app, broker, context, step.key)
 
-        return core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+        try:
+            yield from core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+        except BaseException:
+            # A step still running on a worker, or lost with one, never reports its end to this run:
+            # the pool slot it holds would stay taken, and every later model step wait for it.
+            plan_context.instance.event_log_storage.free_concurrency_slots_for_run(plan_context.dagster_run.run_id)
+            raise
 
 
 @dg.executor(name="celery", config_schema={"retries": get_retries_config()},
              requirements=dg.multiple_process_executor_requirements())
 def celery_executor(init_context) -> WatchedCeleryExecutor:
     """Every step a task for the Celery workers of ``$RAGUTIL_CELERY_BROKER``."""
-    return WatchedCeleryExecutor(retries=RetryMode.from_config(init_context.executor_config["retries"]), **{
-        key: value for key, value in _app_args().items() if key != "retries"
-    })
+    return _executor(RetryMode.from_config(init_context.executor_config["retries"]))
+
+
+def _executor(retries: RetryMode) -> WatchedCeleryExecutor:
+    return WatchedCeleryExecutor(retries=retries, broker=broker_url(), backend=backend_url(), config_source=SETTINGS)
 
 
 # What `celery -A ragutil_dagster.celery_executor worker` runs: dagster-celery's task, on the
 # broker of $RAGUTIL_CELERY_BROKER.
-app = make_app(_app_args())
+app = make_app(_executor(RetryMode.DISABLED).app_args())
 execute_plan = create_task(app)
 
 
 @signals.worker_init.connect
 def _prepare_worker(**_) -> None:
     """Before the pool starts: the shared stores named, the Dagster database's URL in the form
-    dagster-postgres needs (as the launcher hands it), step logs under this worker's own home."""
+    dagster-postgres needs (as the launcher hands it), step logs under this worker's own home, the
+    steps' code imported."""
     try:
-        check_shared_stores()
-        Broker(broker_url())
+        check_setup()
     except (DistributedSetupError, BrokerUnavailableError) as err:
         print(f"ragutil celery worker: error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     if url := os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
         os.environ[DAGSTER_POSTGRES_URL_VARIABLE] = dagster_postgres_url(url)
     os.environ[WORKER_LOGS_VARIABLE] = str(ragutil_home() / "dagster" / "storage")
+    # Imported once here, before the pool forks, rather than by each pool process at its first step
+    # (≈ 15 s of imports on a 2-core machine).
+    import ragutil_dagster.runner  # noqa: F401

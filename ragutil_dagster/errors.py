@@ -166,8 +166,16 @@ class StepFailedError(RuntimeError):
         self.step, self.run_id = step, run_id
         self.cause_type = cause.cls_name if cause is not None else None
         self.user_error = self.cause_type in user_error_names()
-        detail = f"{cause.cls_name}: {cause.message.strip()}" if cause is not None else "see the Dagster run log"
+        detail = f"{cause.cls_name}: {_own_message(cause)}" if cause is not None else "see the Dagster run log"
         super().__init__(f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)")
+
+
+def _own_message(error: SerializedError) -> str:
+    """The error's message without the ``module.Class: `` prefix Dagster keeps on errors raised by
+    an executor (a step's errors come without it)."""
+    message = error.message.strip()
+    prefix, separator, rest = message.partition(": ")
+    return rest if separator and prefix.rsplit(".", 1)[-1] == error.cls_name else message
 
 
 def _root_cause(error: SerializedError) -> SerializedError:

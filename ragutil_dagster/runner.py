@@ -244,10 +244,9 @@ def materialize_all(
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if executor == CELERY_EXECUTOR:
-        from ragutil_dagster.celery_executor import Broker, broker_url, check_shared_stores
+        from ragutil_dagster.celery_executor import check_setup
 
-        check_shared_stores()
-        Broker(broker_url())  # one clear error now rather than one per partition
+        check_setup()  # one clear error now rather than one per partition
     for run_id in release_abandoned_runs(instance):
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
@@ -339,22 +338,27 @@ class ParallelRuns:
         execution = {} if executor else {"max_concurrent": workers, "start_method": {"forkserver": {}}}
         self.run_config = {"execution": {"config": execution}, "loggers": loggers}
         self.instance_ref, self.tags = instance.get_ref(), tags
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self.pool = None
+        # One Celery run at a time is orchestrated in this process: a process of its own would only
+        # add its imports (the steps run on the workers either way).
+        if workers > 1 or not executor:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
     def map(self, names: list[str], keys: list[str | None], versions: list[dict[str, str]]
             ) -> Iterator[tuple[bool, str, SerializedError | None]]:
         """The outcomes of one run per key (tagged with its input versions), in the order of ``keys``."""
-        futures = [
-            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
-                             {**self.tags, **tags})
-            for key, tags in zip(keys, versions)
-        ]
+        calls = [(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
+                  {**self.tags, **tags}) for key, tags in zip(keys, versions)]
+        if self.pool is None:
+            return (call[0](*call[1:]) for call in calls)
+        futures = [self.pool.submit(*call) for call in calls]
         return (future.result() for future in futures)
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
 def _execute_partition(

@@ -116,6 +116,10 @@ def _run(args: argparse.Namespace) -> int:
 
     experiment = load_config(args.config)
     check_generators(experiment)
+    if args.executor == CELERY_EXECUTOR:
+        from ragutil_dagster.celery_executor import check_setup
+
+        check_setup()  # before the embedded models are installed for workers that cannot be reached
     with third_party_output(args.verbose):
         return _materialize(experiment, args)
 

@@ -16,7 +16,6 @@ from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.infra.shared import (
     EMBEDDED_BUILD,
-    PUBLISHED_RECORD,
     publish_directory,
     published_directory,
     shared_store,
@@ -50,7 +49,7 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
     published = published_directory(EMBEDDED_BUILD) if wanted and not (target / layout.BUILD_RECORD).is_file() else None
     if published is not None:
         # Another machine installed or trained the build and published it: take its copy.
-        shutil.copytree(published, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(PUBLISHED_RECORD))
+        shutil.copytree(published, target, dirs_exist_ok=True)
     if needs_world and not (target / layout.BUILD_RECORD).is_file():
         from ragutil_dagster.embedded.shipped import install
         from ragutil_dagster.embedded.training import format_quality, train_all

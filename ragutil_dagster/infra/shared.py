@@ -22,9 +22,9 @@ from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE, ObjectStor
 
 EMBEDDED_BUILD = "embedded/build"
 """The published copy of ``$RAGUTIL_HOME/embedded`` (the world, its reader and NLIs)."""
-PUBLISHED_RECORD = "ragutil_published.json"
-"""Inside a published directory: the digest of its files, so an unchanged directory is not
-uploaded again."""
+DIGEST_SUFFIX = ".digest"
+"""Beside a published directory ``<name>``, the record ``<name>.digest`` of its files' digest, so an
+unchanged directory is not uploaded again (kept outside: a model's identity hashes its files)."""
 
 
 def shared_store() -> ObjectStore | None:
@@ -36,7 +36,7 @@ def shared_store() -> ObjectStore | None:
 def _digest(directory: Path) -> str:
     """SHA-256 over the relative names and bytes of every file under ``directory``."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != PUBLISHED_RECORD):
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         digest.update(f"{path.relative_to(directory).as_posix()}\0{path.stat().st_size}\0".encode())
         with path.open("rb") as handle:
             while chunk := handle.read(8 << 20):
@@ -50,13 +50,13 @@ def publish_directory(name: str, directory: Path) -> bool:
     store = shared_store()
     if store is None:
         return False
-    digest = _digest(directory)
-    if store.exists(name) and store.read(name, json.load, file=PUBLISHED_RECORD).get("digest") == digest:
+    digest, record = _digest(directory), name + DIGEST_SUFFIX
+    if store.exists(name) and store.exists(record) and store.read(record, json.load) == {"digest": digest}:
         return False
     with store.publish(name) as staging:
-        shutil.copytree(directory, staging, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(PUBLISHED_RECORD))
-        (staging / PUBLISHED_RECORD).write_text(json.dumps({"digest": digest}))
+        shutil.copytree(directory, staging, dirs_exist_ok=True)
+    with store.publish(record) as staging:  # after the files: a reader of the files needs none
+        (staging / "digest.json").write_text(json.dumps({"digest": digest}))
     return True
 
 
