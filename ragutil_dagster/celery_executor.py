@@ -279,6 +279,6 @@ def _prepare_worker(**_) -> None:
     if url := os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
         os.environ[DAGSTER_POSTGRES_URL_VARIABLE] = dagster_postgres_url(url)
     os.environ[WORKER_LOGS_VARIABLE] = str(ragutil_home() / "dagster" / "storage")
-    # Imported once here, before the pool forks, rather than by each pool process at its first step
-    # (≈ 15 s of imports on a 2-core machine).
-    import ragutil_dagster.runner  # noqa: F401
+    # The steps' code imported once here, before the pool forks, rather than by each pool process at
+    # its first step (≈ 15 s of imports on a 2-core machine).
+    import ragutil_dagster.assets  # noqa: F401

@@ -338,3 +338,10 @@ def test_no_shared_stores_or_no_broker_is_one_line(config, redis_server, postgre
     error = done.stderr.strip()
     assert error.startswith("ragutil run: error: cannot reach the Celery broker at redis://127.0.0.1:") and \
         error.endswith("; start it or change RAGUTIL_CELERY_BROKER") and "\n" not in error, error
+
+
+def test_ragutil_executor_celery_gives_the_definitions_the_celery_executor(tiny_experiment, tmp_path) -> None:
+    from ragutil_dagster.celery_executor import celery_executor
+    from ragutil_dagster.definitions import build_definitions
+
+    assert build_definitions(tiny_experiment, str(tmp_path), executor_name="celery").executor is celery_executor
