@@ -13,8 +13,8 @@ own trace, checked below)."""
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -75,7 +75,7 @@ class Redis:
     def _start(self) -> subprocess.Popen:
         import redis
 
-        server = subprocess.run(["which", "redis-server"], capture_output=True, text=True).stdout.strip()
+        server = shutil.which("redis-server")
         assert server, "redis-server is not installed: run install.sh (apt-get install redis-server)"
         process = _start([server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
                           "--appendonly", "no", "--dir", str(self.directory)], self.directory / "redis.log", dict(os.environ))
