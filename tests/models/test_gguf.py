@@ -207,8 +207,13 @@ def test_a_conversion_is_published_once_and_never_converted_by_another_home(
 
     monkeypatch.setenv("RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts")
     conversions = []
-    convert = conversion._convert
-    monkeypatch.setattr(conversion, "_convert", lambda *args: conversions.append(args) or convert(*args))
+
+    def convert(gguf_file: Path, out: Path) -> str:  # what is shared, not how it converts (tested above)
+        conversions.append(gguf_file)
+        (out / "model.safetensors").write_bytes(b"weights of " + gguf_file.read_bytes()[:64])
+        return "test"
+
+    monkeypatch.setattr(conversion, "_convert", convert)
     sha = file_sha256(tiny_gguf)
     # The first machine converts and publishes; a second one, its home empty, takes the copy.
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "first"))
