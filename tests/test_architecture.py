@@ -29,7 +29,6 @@ LAYERS: list[set[str]] = [
     {"tracking"},
     {"assets"},
     {"automation"},
-    {"celery_executor"},
     {"definitions"},
     {"freshness"},
     {"runner"},
