@@ -13,6 +13,9 @@ waits until the row is gone and then finds what the holder made (the run, the Lo
   row's ``beat`` every :data:`HEARTBEAT_SECONDS`; a waiter that sees the beat unchanged for
   :data:`STALE_SECONDS` by its own clock takes the claim over, and that UPDATE names the beat it
   saw, so of several waiters exactly one wins. No clocks are compared across machines.
+- A holder on the waiter's own machine (same kernel boot and PID namespace, named in the holder
+  id) whose process is gone is taken over at once: a ``ragutil run`` started again after a crash
+  does not wait out the heartbeat. A PID reused since falls back to the heartbeat rule.
 
 Transactions stay short (one statement each), so the claim never blocks MLflow's own writes,
 even on SQLite where a transaction locks the whole file.
@@ -20,12 +23,16 @@ even on SQLite where a transaction locks the whole file.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -48,6 +55,38 @@ _claims = sa.Table(
 )
 
 
+@cache
+def _machine() -> str:
+    """This process's PID space: the kernel's boot id and the PID namespace, hashed (8 hex)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:  # not Linux: no PID is ever judged, the heartbeat decides
+        return "unknown0"
+    return hashlib.sha256(f"{boot}:{namespace}".encode()).hexdigest()[:8]
+
+
+def _new_holder() -> str:
+    """``<machine>.<pid in hex>.<random>``, 32 characters (the column's width)."""
+    return f"{_machine()}.{os.getpid():x}.{uuid.uuid4().hex}"[:32]
+
+
+def _holder_is_gone(holder: str) -> bool:
+    """Whether ``holder`` names a process of this PID space that no longer exists (ids of other
+    machines, and of older ragutil versions, are never judged)."""
+    machine, _, rest = holder.partition(".")
+    pid, dot, _ = rest.partition(".")
+    if not dot or machine != _machine() or machine == "unknown0":
+        return False
+    try:
+        os.kill(int(pid, 16), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, PermissionError):
+        return False
+    return False
+
+
 def _try_insert(engine: sa.Engine, key: str, holder: str) -> bool:
     try:
         with engine.begin() as db:
@@ -68,7 +107,8 @@ def _acquire(engine: sa.Engine, key: str, holder: str, stale_after: float) -> No
             continue
         if tuple(row) != seen:
             seen, seen_at = tuple(row), time.monotonic()
-        elif time.monotonic() - seen_at > stale_after:
+        gone = _holder_is_gone(row.holder)
+        if gone or time.monotonic() - seen_at > stale_after:
             with engine.begin() as db:
                 taken = db.execute(
                     _claims.update()
@@ -76,7 +116,8 @@ def _acquire(engine: sa.Engine, key: str, holder: str, stale_after: float) -> No
                     .values(holder=holder, beat=0)
                 ).rowcount
             if taken:
-                _log.warning("took over claim %s from %s, silent for %.0f s", key, row.holder, stale_after)
+                why = "its process is gone" if gone else f"silent for {stale_after:.0f} s"
+                _log.warning("took over claim %s from %s: %s", key, row.holder, why)
                 return
         if not waited:
             _log.info("waiting for claim %s, held by another process (%s)", key, row.holder)
@@ -101,7 +142,7 @@ def _heartbeat(engine: sa.Engine, key: str, holder: str, stop: threading.Event) 
 def claim(url: str, key: str, stale_after: float = STALE_SECONDS) -> Iterator[None]:
     """Hold ``key`` in the database at ``url`` (a SQLAlchemy URL) for the ``with`` block, waiting
     while another live process holds it."""
-    engine, holder = database_engine(url, _metadata), uuid.uuid4().hex
+    engine, holder = database_engine(url, _metadata), _new_holder()
     _acquire(engine, key, holder, stale_after)
     stop = threading.Event()
     beating = threading.Thread(target=_heartbeat, args=(engine, key, holder, stop), daemon=True)

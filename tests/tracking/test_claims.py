@@ -4,6 +4,8 @@ on PostgreSQL — a dead holder's claim taken over, and a database that is down 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -77,6 +79,28 @@ def test_a_live_holder_is_waited_for_and_a_silent_one_taken_over(tmp_path) -> No
         with sa.create_engine(url).connect() as db:
             holder_now = db.execute(sa.text(f"SELECT holder FROM {CLAIMS_TABLE}")).scalar()
     assert 1.0 <= waited < 10 and holder_now != "dead"
+
+
+def test_a_killed_holder_on_this_machine_is_taken_over_without_waiting_out_its_heartbeat(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'claims.db'}"
+    held = tmp_path / "held"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        "from ragutil_dagster.tracking.claims import claim\n"
+        "with claim(sys.argv[1], 'k'):\n"
+        "    pathlib.Path(sys.argv[2]).touch()\n"
+        "    time.sleep(600)\n"
+    ), url, str(held)], preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    deadline = time.monotonic() + 60
+    while not held.exists():
+        assert holder.poll() is None and time.monotonic() < deadline, "the holder did not take the claim"
+        time.sleep(0.05)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    start = time.monotonic()
+    with claim(url, "k"):  # the default heartbeat rule would wait 60 s
+        waited = time.monotonic() - start
+    assert waited < 5
 
 
 def test_a_database_that_is_down_is_one_clear_error(tmp_path) -> None:
