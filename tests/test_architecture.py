@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"tracking"},
     {"assets"},
     {"automation"},
+    {"celery_executor"},
     {"definitions"},
     {"freshness"},
     {"runner"},

@@ -14,7 +14,7 @@ import dagster as dg
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, check_result
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.passage_embeddings import ASSET as PASSAGE_EMBEDDINGS
-from ragutil_dagster.assets.passage_embeddings import dense_config, sharded_embeddings
+from ragutil_dagster.assets.passage_embeddings import dense_config, gather_shards, sharded_embeddings
 from ragutil_dagster.config import ExperimentConfig, RetrieverConfig, Setting, parse_index_partition_key
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -80,6 +80,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             # The identity names the embeddings to build from; the model itself is not loaded.
             identity = models.identity(retriever.model, retriever.revision)
             embeddings = sharded_embeddings(store, retriever, context.partition_key, record, identity)
+            gather_shards(store, embeddings)
             built = DenseRetriever.from_embeddings(
                 corpus["id"], embeddings.open(), identity, fingerprint, dense_config(retriever)
             )

@@ -2,8 +2,10 @@
 ``embedding_shards`` contiguous row ranges — one partition, one step, one GPU each — all written
 into one ``.npy`` pre-allocated at the corpus's size, from which the index step builds FAISS
 (retrieval/embedding_shards.py). The file is in the store's scratch directory
-(``$RAGUTIL_SCRATCH_DIR``, default ``$RAGUTIL_HOME/scratch``), on a POSIX file system every step
-process mounts: a memory map cannot live on an object store.
+(``$RAGUTIL_SCRATCH_DIR``, default ``$RAGUTIL_HOME/scratch``), on a POSIX file system: a memory
+map cannot live on an object store. Where step processes do not share it (an artifact store URL
+and no ``$RAGUTIL_SCRATCH_DIR``: Celery workers with homes of their own), each shard also
+publishes its rows to the store, and the index step copies them into its own file.
 
 Partition keys are static, ``<index key>__shard-<i>-of-<n>`` (``world__e5__shard-2-of-8``), rather
 than a Dagster multi-partition of index × shard: a multi-partition is the full cross product of
@@ -24,6 +26,8 @@ from ragutil_dagster.retrieval.embedding_shards import ShardedEmbeddings
 from ragutil_dagster.tables import CORPUS_RECORD
 
 ASSET = "passage_embeddings"
+SHARD_EXPORT = "shard"
+"""A shard's rows and record, published for index steps that do not share the scratch directory."""
 
 
 def dense_config(retriever: RetrieverConfig) -> DenseConfig:
@@ -41,6 +45,22 @@ def sharded_embeddings(
         store.scratch_directory(ASSET, index_key), index_key, str(corpus_record["fingerprint"]),
         int(corpus_record["rows"]), encoder_identity, dense_config(retriever), retriever.embedding_shards,
     )
+
+
+def gather_shards(store: ArtifactStore, embeddings: ShardedEmbeddings) -> None:
+    """Without a shared scratch directory, copy into this process's file the shards other
+    processes embedded and published (:data:`SHARD_EXPORT`); those missing or embedded for other
+    inputs are left for ``embeddings.open`` to report."""
+    if store.scratch_is_shared:
+        return
+    for shard in range(1, embeddings.shards + 1):
+        if embeddings.is_recorded(shard):
+            continue
+        try:
+            exported = store.local_files(ASSET, embeddings.shard_name(shard), SHARD_EXPORT)
+        except FileNotFoundError:
+            continue
+        embeddings.import_shard(shard, exported)
 
 
 def build(parts: Partitions) -> list[dg.AssetsDefinition]:
@@ -70,6 +90,9 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         start = time.perf_counter()
         passages = store.read_table("corpus", dataset, rows=embeddings.rows_of(shard))
         rows = embeddings.fill(shard, passages, embedder, dense_config(retriever))
+        if not store.scratch_is_shared:  # the index step may run where this file is not
+            with store.write_files(ASSET, context.partition_key, SHARD_EXPORT) as directory:
+                embeddings.export_shard(shard, directory)
         seconds = time.perf_counter() - start
         return dg.MaterializeResult(metadata={
             "rows": dg.MetadataValue.int(len(rows)),

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ragutil_dagster.config import ExperimentConfig, load_config
+from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.metrics import catalog
 
@@ -115,6 +116,10 @@ def _run(args: argparse.Namespace) -> int:
 
     experiment = load_config(args.config)
     check_generators(experiment)
+    if args.executor == CELERY_EXECUTOR:
+        from ragutil_dagster.celery_executor import check_setup
+
+        check_setup()  # before the embedded models are installed for workers that cannot be reached
     with third_party_output(args.verbose):
         return _materialize(experiment, args)
 
@@ -132,7 +137,7 @@ def _materialize(experiment: ExperimentConfig, args: argparse.Namespace) -> int:
     parts, _ = build_assets(experiment)
     outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
                               console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers,
-                              force=args.force)
+                              force=args.force, executor=args.executor)
     print()
     print(f"experiment {experiment.name}: {outcome.runs} runs, {outcome.skipped} skipped (unchanged) "
           f"in {outcome.seconds:.0f} s")
@@ -164,6 +169,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                      help="run N partitions of a step at once, every step in a process of its own "
                      "(Dagster's multiprocess executor); steps running a model still take turns "
                      "(the instance's gpu pool). Default 1: one after the other, in this process")
+    run.add_argument("--executor", choices=[CELERY_EXECUTOR], default=None,
+                     help="celery: every step a task for the Celery workers of $RAGUTIL_CELERY_BROKER, which "
+                     "share only the databases, the artifact store and the vLLM servers (docs/scale.md); "
+                     "--workers N partitions at a time. Default: this machine")
     run.add_argument("--force", action="store_true",
                      help="materialise every partition; by default one whose code, config slice, models "
                      "and upstream partitions are those it was last materialised from is skipped")

@@ -46,7 +46,8 @@ from ragutil_dagster.data.corpus import (
 )
 from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.errors import CorpusValidationError
-from ragutil_dagster.infra.files import embedded_dir, user_path
+from ragutil_dagster.infra.files import user_path
+from ragutil_dagster.infra.shared import embedded_build
 from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QA_QUERY_SCHEMA, QRELS_SCHEMA
 
 QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)
@@ -76,7 +77,7 @@ def dataset_folder(spec: DatasetConfig) -> Path:
     """Where a dataset's ``path`` points (a folder, or the file of ``squad`` and ``qa``)."""
     if spec.path:
         return user_path(spec.path)
-    return embedded_dir() / "world"
+    return embedded_build() / "world"
 
 
 def gold_answer_list(value: object, path: Path, line: int) -> list[str]:

@@ -1,9 +1,11 @@
 """Named crash points for fault-injection tests (the failpoint pattern of FreeBSD's ``fail(9)``
 and TiKV's ``fail-rs``).
 
-``RAGUTIL_FAILPOINT=<name>[:<n>]`` makes the process kill itself with SIGKILL the ``n``-th time
-(default: the first) execution passes ``failpoint(<name>)`` — no clean-up handler, ``finally``
-block or atexit hook runs, exactly as when the OOM killer or a scheduler pre-empts a worker.
+``RAGUTIL_FAILPOINT=<name>[:<n>[:group]]`` makes the process kill itself with SIGKILL the ``n``-th
+time (default: the first) execution passes ``failpoint(<name>)`` — no clean-up handler, ``finally``
+block or atexit hook runs, exactly as when the OOM killer or a scheduler pre-empts a worker. With
+``group`` the whole process group dies with it — a Celery worker and its pool, as when their machine
+is lost.
 Unset, as always outside the tests, a failpoint costs one environment lookup.
 
 The points: ``sampling`` (after each checkpointed batch of generations), ``nli`` (after each
@@ -30,9 +32,12 @@ def failpoint(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    target, _, nth = spec.partition(":")
+    target, _, rest = spec.partition(":")
     if target != name:
         return
+    nth, _, scope = rest.partition(":")
     _passes[name] = _passes.get(name, 0) + 1
     if _passes[name] == int(nth or 1):
+        if scope == "group":
+            os.killpg(os.getpgid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

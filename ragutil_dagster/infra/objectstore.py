@@ -322,6 +322,13 @@ class ObjectStore:
         return self._with_published(name, use)
 
 
+def artifact_objects(url: str, home: str | Path) -> ObjectStore:
+    """The artifact store of a ragutil home: ``url``, or ``<home>/artifacts`` when empty; local
+    copies of remote objects under ``<home>/cache/artifacts``."""
+    home = Path(home).expanduser()
+    return ObjectStore(url or str(home / "artifacts"), home / "cache" / "artifacts")
+
+
 def _directories(folder: Path) -> list[Path]:
     return sorted(entry for entry in folder.iterdir() if entry.is_dir()) if folder.is_dir() else []
 

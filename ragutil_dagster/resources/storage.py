@@ -19,7 +19,7 @@ from dagster import ConfigurableResource
 
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import newest_mtime, tree_size
-from ragutil_dagster.infra.objectstore import Garbage, ObjectStore
+from ragutil_dagster.infra.objectstore import Garbage, ObjectStore, artifact_objects
 
 SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
 """A directory on a POSIX file system for working files that cannot live on an object store (the
@@ -63,8 +63,7 @@ class ArtifactStore(ConfigurableResource):
 
     @property
     def _objects(self) -> ObjectStore:
-        root = self.url or str(Path(self.home).expanduser() / "artifacts")
-        return ObjectStore(root, Path(self.home).expanduser() / "cache" / "artifacts")
+        return artifact_objects(self.url, self.home)
 
     @staticmethod
     def artifact_name(asset: str, partition: str | None, file: str) -> str:
@@ -136,6 +135,14 @@ class ArtifactStore(ConfigurableResource):
     @property
     def _scratch_root(self) -> Path:
         return Path(self.scratch or Path(self.home) / "scratch").expanduser()
+
+    @property
+    def scratch_is_shared(self) -> bool:
+        """Whether every step process sees the same scratch directory: a declared
+        ``$RAGUTIL_SCRATCH_DIR`` (a shared mount), or artifacts under the home, i.e. one machine.
+        With an artifact store URL and the default scratch under each process's own home (Celery
+        workers on several machines), files another step needs go through the store instead."""
+        return bool(self.scratch) or not self.url
 
     def scratch_directory(self, asset: str, partition: str) -> Path:
         """The working directory of an asset's partition on a POSIX file system: for files that are

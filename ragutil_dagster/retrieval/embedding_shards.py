@@ -35,6 +35,8 @@ from ragutil_dagster.retrieval.dense import DenseConfig, TextEncoder, allocate_n
 
 FORMAT_VERSION = 1
 EMBEDDINGS_FILE = "embeddings.npy"
+# A shard exported for machines that do not share the file (export_shard / import_shard).
+SHARD_ROWS_FILE, SHARD_RECORD_FILE = "rows.npy", "record.json"
 
 
 def shard_rows(shard: int, shards: int, rows: int) -> range:
@@ -114,6 +116,37 @@ class ShardedEmbeddings:
             embed_rows(passages, encoder, config, rows.start, write, label=f"embed {self.shard_name(shard)}")
         write_text_atomic(record, json.dumps({**self._expected_record(shard), "dim": encoder.dim}, indent=2))
         return rows
+
+    def is_recorded(self, shard: int) -> bool:
+        """Whether shard ``shard``'s rows are in this file, recorded for this corpus and encoder."""
+        try:
+            recorded = json.loads(self._record_path(shard).read_text())
+        except FileNotFoundError:
+            return False
+        return all(recorded.get(key) == value for key, value in self._expected_record(shard).items())
+
+    def export_shard(self, shard: int, directory: Path) -> None:
+        """Copy shard ``shard``'s rows (``rows.npy``) and record into ``directory``: for index steps
+        on machines that do not mount this file (:meth:`import_shard`)."""
+        rows = self.rows_of(shard)
+        embeddings = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        np.save(directory / SHARD_ROWS_FILE, embeddings[rows.start:rows.stop])
+        (directory / SHARD_RECORD_FILE).write_bytes(self._record_path(shard).read_bytes())
+
+    def import_shard(self, shard: int, directory: Path) -> bool:
+        """Write the rows and record :meth:`export_shard` put in ``directory`` into this file
+        (allocating it when this is the first shard here), unless they were embedded for other
+        inputs; True when written."""
+        record = json.loads((directory / SHARD_RECORD_FILE).read_text())
+        if any(record.get(key) != value for key, value in self._expected_record(shard).items()):
+            return False
+        vectors = np.load(directory / SHARD_ROWS_FILE, mmap_mode="r", allow_pickle=False)
+        shape = (self.rows, int(record["dim"]))
+        create_once(self.path, lambda temporary: allocate_npy(temporary, shape))
+        with npy_row_writer(self.path, shape) as write:
+            write(record["rows"][0], vectors)
+        write_text_atomic(self._record_path(shard), json.dumps(record, indent=2))
+        return True
 
     def open(self) -> np.memmap:
         """The finished embeddings, memory-mapped read-only, once every shard has recorded its rows

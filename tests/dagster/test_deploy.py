@@ -16,7 +16,8 @@ import yaml
 
 from ragutil_dagster.assets.common import GPU_POOL
 from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
-from ragutil_dagster.definitions import EXECUTOR_VARIABLE, build_definitions
+from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.infra.executors import EXECUTOR_VARIABLE
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 
@@ -62,8 +63,8 @@ def test_a_model_step_is_a_kubernetes_job_with_one_gpu(tiny_experiment, tmp_path
         else:
             assert "nvidia.com/gpu" not in limits and not tolerations, name
 
-    with pytest.raises(ConfigError, match="RAGUTIL_EXECUTOR='celery': unknown executor; choose one of k8s"):
-        build_definitions(tiny_experiment, str(tmp_path), executor_name="celery")
+    with pytest.raises(ConfigError, match="RAGUTIL_EXECUTOR='dask': unknown executor; choose one of k8s, celery"):
+        build_definitions(tiny_experiment, str(tmp_path), executor_name="dask")
 
 
 def test_the_deployment_instance_opens_with_the_k8s_launcher_on_postgres(postgres, tmp_path, monkeypatch) -> None:

@@ -200,6 +200,33 @@ def test_concurrent_conversions_convert_once(tiny_gguf: Path, tmp_path: Path) ->
     assert lm.model.config.num_hidden_layers == 1 and lm.model.config.hidden_size == 8
 
 
+def test_a_conversion_is_published_once_and_never_converted_by_another_home(
+    tiny_gguf: Path, s3_environment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragutil_dagster.models import gguf as conversion
+
+    monkeypatch.setenv("RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts")
+    conversions = []
+
+    def convert(gguf_file: Path, out: Path) -> str:  # what is shared, not how it converts (tested above)
+        conversions.append(gguf_file)
+        (out / "model.safetensors").write_bytes(b"weights of " + gguf_file.read_bytes()[:64])
+        return "test"
+
+    monkeypatch.setattr(conversion, "_convert", convert)
+    sha = file_sha256(tiny_gguf)
+    # The first machine converts and publishes; a second one, its home empty, takes the copy.
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "first"))
+    first = gguf_to_hf(tiny_gguf, tmp_path / "first" / "models")
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "second"))
+    second = gguf_to_hf(tiny_gguf, tmp_path / "second" / "models")
+    assert len(conversions) == 1 and first == tmp_path / "first" / "models" / sha
+    assert second.is_relative_to(tmp_path / "second" / "cache" / "artifacts")
+    assert not (tmp_path / "second" / "models").exists()
+    assert conversion_record(second).sha256 == sha
+    assert (second / "model.safetensors").read_bytes() == (first / "model.safetensors").read_bytes()
+
+
 def _damaged_copies(source: Path, folder: Path) -> dict[str, Path]:
     data = source.read_bytes()
     variants = {
