@@ -102,11 +102,12 @@ def redis_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def config(tiny_world, make_tiny_config, tmp_path_factory) -> Path:
-    """The tiny world (3 queries, BM25, k = 1) read by the embedded reader and world NLI."""
+    """The tiny world (3 queries, BM25, k = 1) read by the embedded reader (in float32: runs are
+    compared to the bit, see docs/reliability.md "Determinism") and the world NLI."""
     _, world, models = tiny_world
     spec = make_tiny_config(models, world)
     spec.update({"retrievers": spec["retrievers"][:1], "k": [1],
-                 "generators": [{"name": "reader", "model": "embedded:reader"}],
+                 "generators": [{"name": "reader", "model": "embedded:reader", "dtype": "float32"}],
                  "nli": {"model": "embedded:world-nli"}, "utility": {"candidates": 2, "methods": []}})
     spec["datasets"][0]["max_queries"] = 3
     path = tmp_path_factory.mktemp("celery-config") / "tiny.yaml"
