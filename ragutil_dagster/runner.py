@@ -41,6 +41,7 @@ from ragutil_dagster.infra.databases import (
     dagster_postgres_url,
 )
 from ragutil_dagster.infra.files import ragutil_home, write_text_atomic
+from ragutil_dagster.infra.processes import process_alive
 from ragutil_dagster.resources.storage import ArtifactStore
 
 INSTANCE_SETTINGS = """\
@@ -158,16 +159,6 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
 PID_TAG, HOST_TAG = "ragutil/pid", "ragutil/host"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
     """Mark failed the runs a dead ``ragutil run`` process on this host left in progress, and free
     their pool slots; return their ids.
@@ -180,7 +171,7 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
     released = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={HOST_TAG: socket.gethostname()})):
         pid = int(run.tags.get(PID_TAG, "0"))
-        if pid == os.getpid() or (pid and _alive(pid)):
+        if pid == os.getpid() or (pid and process_alive(pid)):
             continue
         instance.report_run_failed(run, f"the ragutil process (pid {pid}) running it died; released by a later ragutil run")
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)

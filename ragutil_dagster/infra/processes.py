@@ -27,6 +27,17 @@ RESET_SIGNALS_AND_EXEC = (
 )
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists in this PID namespace (one owned by another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` right now."""
     with socket.socket() as sock:

@@ -37,6 +37,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ragutil_dagster.infra.databases import database_engine
+from ragutil_dagster.infra.processes import process_alive
 
 CLAIMS_TABLE = "ragutil_claims"
 HEARTBEAT_SECONDS = 5.0
@@ -55,6 +56,9 @@ _claims = sa.Table(
 )
 
 
+_UNKNOWN_MACHINE = "unknown0"
+
+
 @cache
 def _machine() -> str:
     """This process's PID space: the kernel's boot id and the PID namespace, hashed (8 hex)."""
@@ -62,7 +66,7 @@ def _machine() -> str:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:  # not Linux: no PID is ever judged, the heartbeat decides
-        return "unknown0"
+        return _UNKNOWN_MACHINE
     return hashlib.sha256(f"{boot}:{namespace}".encode()).hexdigest()[:8]
 
 
@@ -76,15 +80,12 @@ def _holder_is_gone(holder: str) -> bool:
     machines, and of older ragutil versions, are never judged)."""
     machine, _, rest = holder.partition(".")
     pid, dot, _ = rest.partition(".")
-    if not dot or machine != _machine() or machine == "unknown0":
+    if not dot or machine != _machine() or machine == _UNKNOWN_MACHINE:
         return False
     try:
-        os.kill(int(pid, 16), 0)
-    except ProcessLookupError:
-        return True
-    except (ValueError, PermissionError):
+        return not process_alive(int(pid, 16))
+    except ValueError:
         return False
-    return False
 
 
 def _try_insert(engine: sa.Engine, key: str, holder: str) -> bool:
