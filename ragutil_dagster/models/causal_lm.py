@@ -164,6 +164,8 @@ def load_causal_lm(
             f"model {ref.name} has no chat template, but the configuration asks to use one"
         )
     lm.to(dev).eval()
+    if dev.type == "cpu":
+        _warm_up(lm, dev)
     eos = lm.generation_config.eos_token_id
     eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
     if tokenizer.eos_token_id is not None:
@@ -182,6 +184,19 @@ def load_causal_lm(
         eos_ids=frozenset(eos_ids),
         pad_id=pad,
     )
+
+
+def _warm_up(lm: torch.nn.Module, device: torch.device) -> None:
+    """One discarded forward pass over a few tokens.
+
+    On a 2-thread CPU (Intel Xeon with AMX, PyTorch 2.13) about one fresh process in ten computed
+    other logits in its *first* forward pass than in every later one, for identical inputs
+    (bfloat16: sampled tokens flipped; float32: the last bits); with this pass first, none of 50
+    did (docs/reliability.md, Determinism). Paying it here keeps samples and scores reproducible
+    from process to process.
+    """
+    with torch.inference_mode():
+        lm(input_ids=torch.zeros((1, 4), dtype=torch.long, device=device))
 
 
 def left_pad(
