@@ -98,13 +98,12 @@ from ragutil_dagster.data.qa import QADataset, load_dataset
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.sampling import sample_prompts, sample_prompts_adaptive
+from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.scoring import (
     compute_nli,
     document_scores,
     group_scores,
     query_scores,
-    seper_standard_errors,
     soft_seper,
     table_entail,
 )
@@ -356,22 +355,10 @@ def ragutil_path(
         computed_before = nli.stats.computed
 
         def draw(prompts: pl.DataFrame) -> pl.DataFrame:
-            judging = 0.0
-
-            def standard_errors(so_far: pl.DataFrame) -> dict[tuple, float]:
-                nonlocal judging
-                begun = time.perf_counter()
-                errors = seper_standard_errors(so_far, queries, nli)
-                judging += time.perf_counter() - begun
-                return errors
-
             with timer(phase, "sampling_s"):
-                if adaptive:
-                    rows = sample_prompts_adaptive(
-                        prompts, generator, "reader", sampling, work.seed, standard_errors
-                    )
-                else:
-                    rows = sample_prompts(prompts, generator, "reader", sampling, work.seed)
+                rows, judging = sample_prompts_by_config(
+                    prompts, generator, "reader", sampling, work.seed, queries, nli
+                )
             phase.sampling_s -= judging
             phase.nli_s += judging
             return rows

@@ -29,9 +29,8 @@ from ragutil_dagster.evaluation.conditions import (
     validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import (
-    generation_issues, sample_prompts, sample_prompts_adaptive, samples_drawn, samples_per_prompt,
+    generation_issues, sample_prompts_by_config, samples_drawn, samples_per_prompt,
 )
-from ragutil_dagster.evaluation.scoring import seper_standard_errors
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
 from ragutil_dagster.models.vllm_backend import engine_placement
@@ -113,24 +112,14 @@ def draw_samples(
     generator = models.generator(spec)
     sampling = experiment.sampling
     start = time.perf_counter()
-    if sampling.adaptive is None:
-        return sample_prompts(prompts, generator, spec.name, sampling, experiment.seed), {
-            "sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start)}
-    nli = models.entailment(experiment.nli)
-    nli_seconds = 0.0
-
-    def standard_errors(samples: pl.DataFrame) -> dict[tuple, float]:
-        nonlocal nli_seconds
-        begun = time.perf_counter()
-        errors = seper_standard_errors(samples, queries, nli)
-        nli_seconds += time.perf_counter() - begun
-        return errors
-
-    rows = sample_prompts_adaptive(prompts, generator, spec.name, sampling, experiment.seed, standard_errors)
-    return rows, {
-        "sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start),
-        "adaptive_nli_seconds": dg.MetadataValue.float(nli_seconds),
-    }
+    nli = None if sampling.adaptive is None else models.entailment(experiment.nli)
+    rows, nli_seconds = sample_prompts_by_config(
+        prompts, generator, spec.name, sampling, experiment.seed, queries, nli
+    )
+    metadata = {"sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start)}
+    if sampling.adaptive is not None:
+        metadata["adaptive_nli_seconds"] = dg.MetadataValue.float(nli_seconds)
+    return rows, metadata
 
 
 def sample_and_store(

@@ -11,11 +11,14 @@ a prompt stops once its SePer is precise enough (docs/metrics.md, "Adaptive samp
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import polars as pl
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig, round_seed
+from ragutil_dagster.evaluation.scoring import seper_standard_errors
+from ragutil_dagster.metrics.seper import EntailFn
 from ragutil_dagster.models.generation import Generator
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
@@ -37,6 +40,33 @@ def sample_prompts(
         [decode_prompts(prompts, generator, generator_name, decoding, params) for decoding, params in decodings],
         how="vertical",
     )
+
+
+def sample_prompts_by_config(
+    prompts: pl.DataFrame,
+    generator: Generator,
+    generator_name: str,
+    sampling: SamplingConfig,
+    seed: int,
+    queries: pl.DataFrame,
+    entail: EntailFn | None,
+) -> tuple[pl.DataFrame, float]:
+    """The sample rows of ``prompts`` — N per prompt, or with ``sampling.adaptive`` in rounds,
+    SePer judged between them by ``entail`` — and the seconds that judging took (0 at fixed N)."""
+    if sampling.adaptive is None:
+        return sample_prompts(prompts, generator, generator_name, sampling, seed), 0.0
+    if entail is None:
+        raise ValueError("adaptive sampling needs an NLI model to judge SePer between rounds")
+    judging = 0.0
+
+    def standard_errors(samples: pl.DataFrame) -> dict[tuple, float]:
+        nonlocal judging
+        begun = time.perf_counter()
+        errors = seper_standard_errors(samples, queries, entail)
+        judging += time.perf_counter() - begun
+        return errors
+
+    return sample_prompts_adaptive(prompts, generator, generator_name, sampling, seed, standard_errors), judging
 
 
 GroupStandardErrors = Callable[[pl.DataFrame], dict[tuple, float]]
