@@ -55,7 +55,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         samples = all_generations(store, parts, context.partition_key)
         nli_model = models.entailment(experiment.nli)
         start = time.perf_counter()
-        judged_before = (nli_model.stats.computed, nli_model.stats.cache_hits)
+        judged_before = (nli_model.stats.computed, nli_model.stats.cache_hits, nli_model.stats.content_rejected)
         nli = compute_nli(samples, queries, nli_model)
         clusters = cluster_table(samples, queries, nli)
         seconds = time.perf_counter() - start
@@ -76,6 +76,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             # generator (closed-book samples recur in every setting) or in an earlier run.
             "nli_pairs_computed": dg.MetadataValue.int(nli_model.stats.computed - judged_before[0]),
             "nli_pairs_from_cache": dg.MetadataValue.int(nli_model.stats.cache_hits - judged_before[1]),
+            # Pairs ragutil's content check decided without the model (nli.answer_check: content).
+            "nli_pairs_content_rejected": dg.MetadataValue.int(nli_model.stats.content_rejected - judged_before[2]),
             "nli_seconds": dg.MetadataValue.float(seconds),
             "mean_clusters_per_prompt": dg.MetadataValue.float(float(per_group["cluster_id"].mean())),
             "nli_identity": dg.MetadataValue.text(nli_model.identity),

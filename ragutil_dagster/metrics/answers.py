@@ -243,17 +243,6 @@ def shares_answer_content(premise: str, hypothesis: str) -> bool:
     )
 
 
-def content_checked(premises: Sequence[str], hypotheses: Sequence[str], probs: np.ndarray) -> np.ndarray:
-    """NLI rows [contradiction, neutral, entailment] with the entailment of every pair that fails
-    :func:`shares_answer_content` moved to neutral (a copy)."""
-    checked = np.array(probs, dtype=np.float64, copy=True)
-    for row, (premise, hypothesis) in enumerate(zip(premises, hypotheses, strict=True)):
-        if not shares_answer_content(premise, hypothesis):
-            checked[row, 1] += checked[row, 2]
-            checked[row, 2] = 0.0
-    return checked
-
-
 def loose_match(prediction: str, golds: Golds) -> bool:
     """MIRAGE's answer check (§4.1, "exact match" in the paper's wording): the lowercased gold
     string is a substring of the lowercased prediction, for any gold alias."""

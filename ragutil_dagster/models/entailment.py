@@ -29,7 +29,7 @@ from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.models.device import resolve_device, resolve_dtype, warn_if_bf16_emulated
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
-from ragutil_dagster.metrics.answers import content_checked, lexical_entailment
+from ragutil_dagster.metrics.answers import lexical_entailment, shares_answer_content
 from ragutil_dagster.models.resolver import LEXICAL_NLI_IDENTITY, resolve
 
 __all__ = [
@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
+NEUTRAL = np.array([0.0, 1.0, 0.0])
+"""The row of a pair the content check rejects: [contradiction, neutral, entailment]."""
 COMPILE_MIN_PAIRS = 2000
 """On CPU in float32, a call with at least this many pairs to run compiles the model first
 (``torch.compile``, Inductor): 2.0× the eager pairs/s, every label kept, for ≈ 20 s of compiling
@@ -78,6 +80,7 @@ class EntailmentStats:
     unique_pairs: int = 0  # distinct pairs among them (per call, summed)
     cache_hits: int = 0  # distinct pairs found in the on-disk cache
     computed: int = 0  # distinct pairs run through the model
+    content_rejected: int = 0  # pairs the content check decided without the judge (ContentCheckedJudge)
 
 
 class NLICache:
@@ -151,9 +154,16 @@ class LexicalJudge:
 
 class ContentCheckedJudge:
     """A judge (:class:`Entailment` or :class:`LexicalJudge`) behind ragutil's content check
-    (``nli: {answer_check: content}``): the judge's probabilities, with the entailment of pairs
-    whose answers share no content word moved to neutral (``metrics.answers.content_checked``).
-    The judge's own cache keeps its unchecked probabilities; the check costs no model call."""
+    (``nli: {answer_check: content}``): a pair whose answers share no content word
+    (``metrics.answers.shares_answer_content``) is neutral, [0, 1, 0], without asking the judge;
+    the other pairs get the judge's probabilities.
+
+    Skipping the judge changes no score: the check is symmetric, so both directions of a rejected
+    pair lack entailment whatever the judge would say, and SePer reads a pair only through its
+    entailment (the soft kernel), entailment both ways (strict clusters) or "no contradiction
+    either way and not neutral both ways" (loose), which a pair without entailment either way
+    never is. On SQuAD with SmolLM2 the check rejects about 86 % of the pairs SePer reads
+    (docs/performance.md), so most never reach the model."""
 
     def __init__(self, judge: Entailment | LexicalJudge) -> None:
         self.judge = judge
@@ -162,7 +172,13 @@ class ContentCheckedJudge:
         self.identity = f"{judge.identity}|answer_check=content"
 
     def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
-        return content_checked(premises, hypotheses, self.judge(premises, hypotheses))
+        shared = [shares_answer_content(p, h) for p, h in zip(premises, hypotheses, strict=True)]
+        judged = [row for row, passes in enumerate(shared) if passes]
+        probs = np.tile(NEUTRAL, (len(premises), 1))
+        if judged:
+            probs[judged] = self.judge([premises[row] for row in judged], [hypotheses[row] for row in judged])
+        self.stats.content_rejected += len(premises) - len(judged)
+        return probs
 
 
 class Entailment:

@@ -39,7 +39,8 @@ UPSTREAM_FIGURES = {
     "generations": ("sampling_seconds", "tokens_generated", "compression_seconds", "samples_drawn", "sample_fraction"),
     "consens": ("signals_seconds",),
     "utility_generations": ("sampling_seconds", "tokens_generated"),
-    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup", "nli_pairs_computed"),
+    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup", "nli_pairs_computed",
+                            "nli_pairs_content_rejected"),
 }
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
 GENERATOR_DTYPE = "generator_dtype"

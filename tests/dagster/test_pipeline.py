@@ -179,6 +179,7 @@ def test_each_nli_pair_runs_through_the_model_once_across_settings(materialized,
     for key in parts.setting_generator.get_partition_keys():
         metadata = latest_materialization(instance, "entailment_clusters", str(key)).metadata
         nli = store.read_table("nli_probabilities", str(key))
+        assert metadata["nli_pairs_content_rejected"].value == 0  # no answer_check here
         assert metadata["nli_pairs_computed"].value + metadata["nli_pairs_from_cache"].value == nli.height
         computed += metadata["nli_pairs_computed"].value
         per_partition += nli.height
