@@ -43,6 +43,8 @@ def encode_prompts(
         format_prompt(tokenizer, p, use_chat_template, system_prompt)
         for p in check_texts(prompts, "prompts")
     ]
+    if not texts:  # fast tokenizers fail on an empty batch
+        return []
     # A chat template writes its own special tokens (BOS etc.); don't add them twice.
     encoded = tokenizer(texts, add_special_tokens=not use_chat_template)
     return [list(ids) for ids in encoded["input_ids"]]

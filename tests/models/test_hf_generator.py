@@ -228,3 +228,7 @@ def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, 
         for a, b in zip(a_row, b_row, strict=True):
             assert (a.token_ids, a.text, a.finish_reason) == (b.token_ids, b.text, b.finish_reason)
             np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
+
+
+def test_no_prompts_encode_to_no_ids(gen: HFGenerator) -> None:
+    assert gen.lm.encode_prompts([]) == []  # the fast tokenizer itself fails on an empty batch
