@@ -9,7 +9,6 @@ Every name is a lowercase slug so that keys stay readable and split unambiguousl
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import typing
 from collections.abc import Iterable, Iterator
@@ -327,21 +326,12 @@ class AdaptiveSamplingConfig(_Strict):
     """Adaptive sampling (``sampling.adaptive``): each prompt draws ``first_round`` samples, then
     ``round_size`` more per round while the standard error of its SePer_S over its samples
     (``metrics.seper.seper_standard_error``) is above ``target_se``, up to N_max = ``sampling.n``.
-    Round r ≥ 1 samples with the seed ``round_seed(seed, r)``; round 0 with the seed itself."""
+    Every round continues each prompt's sample stream (``SamplingParams.first_index``), so the
+    samples a prompt draws are the first N_q of a fixed-N run with the same seed."""
 
     first_round: int = Field(default=4, ge=2)
     round_size: int = Field(default=2, ge=1)
     target_se: float = Field(default=0.16, gt=0, lt=0.5)
-
-
-def round_seed(seed: int, round_index: int) -> int:
-    """The sampling seed of adaptive round ``round_index``: the experiment's seed for round 0
-    (whose samples are then the first samples of a fixed-N draw), a stable hash of (seed, round)
-    after, so every round draws new samples and a run is reproducible from its seed."""
-    if round_index == 0:
-        return seed
-    digest = hashlib.sha256(f"adaptive\x00{seed}\x00{round_index}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
 
 
 class SamplingConfig(_Strict):
@@ -361,12 +351,12 @@ class SamplingConfig(_Strict):
     labels: Literal["greedy", "most_likely"] = "greedy"
     adaptive: AdaptiveSamplingConfig | None = None
 
-    def params(self, seed: int, n: int | None = None) -> SamplingParams:
-        """The sampling value every generator backend takes (validated there); ``n`` samples
-        (default: ``self.n``) for an adaptive round."""
+    def params(self, seed: int, n: int | None = None, first_index: int = 0) -> SamplingParams:
+        """The sampling value every generator backend takes (validated there); for an adaptive
+        round, ``n`` samples (default: ``self.n``) from sample ``first_index`` of each stream."""
         return SamplingParams(
             n=self.n if n is None else n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed,
+            max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed, first_index=first_index,
         )
 
     def greedy_params(self, seed: int) -> SamplingParams:

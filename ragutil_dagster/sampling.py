@@ -22,6 +22,8 @@ _RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "top_p": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
     "top_k": (lambda v: v >= 0, "must be >= 0 (0 disables it)"),
     "max_new_tokens": (lambda v: v >= 1, "must be at least 1"),
+    # vLLM seeds a request's j-th sample with its seed + j, in a range with 2**16 to spare
+    "first_index": (lambda v: 0 <= v < 2**15, "must be in [0, 32768)"),
 }
 
 
@@ -44,7 +46,12 @@ class SamplingParams:
     """How to sample: ``n`` responses per prompt, drawn from the temperature-scaled, top-k and
     top-p filtered distribution (``temperature == 0`` is greedy; ``top_k == 0`` and
     ``top_p == 1`` disable those filters), at most ``max_new_tokens`` each, cut at the first of
-    the ``stop`` strings, reproducible from ``seed``."""
+    the ``stop`` strings, reproducible from ``seed``.
+
+    Each prompt has one stream of samples per seed; a request returns its samples
+    ``first_index`` … ``first_index + n − 1``, so a request from ``first_index = m`` continues one
+    of ``n = m`` (adaptive sampling's later rounds) with the samples a single larger request
+    would have drawn."""
 
     n: int = 10
     temperature: float = 1.0
@@ -53,6 +60,7 @@ class SamplingParams:
     max_new_tokens: int = 512
     stop: tuple[str, ...] = ()
     seed: int = 0
+    first_index: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig, round_seed
+from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.evaluation.scoring import seper_standard_errors
 from ragutil_dagster.metrics.seper import EntailFn
 from ragutil_dagster.models.generation import Generator
@@ -98,8 +98,9 @@ def sample_prompts_adaptive(
 ) -> pl.DataFrame:
     """Sample every distinct prompt in rounds (:func:`round_sizes`) until :func:`continues` says
     stop — a prompt shared by several groups (conditions, queries) goes on while any of them does
-    — and once greedily when the labels are greedy; return the generation rows. Round r samples
-    with ``round_seed(seed, r)``; every row records ``seed``, from which all rounds derive."""
+    — and once greedily when the labels are greedy; return the generation rows. Each round
+    continues the prompts' sample streams of ``seed`` (``first_index``): a prompt's N_q samples
+    are the first N_q of a fixed-N draw."""
     adaptive = sampling.adaptive
     if adaptive is None:
         raise ValueError("sample_prompts_adaptive needs sampling.adaptive")
@@ -109,8 +110,8 @@ def sample_prompts_adaptive(
         groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
     rounds, active, drawn = [], prompts, 0
     for index, size in enumerate(round_sizes(sampling.n, adaptive)):
-        params = sampling.params(round_seed(seed, index), size)
-        rounds.append(decode_prompts(active, generator, generator_name, DECODING_SAMPLE, params, first_index=drawn))
+        params = sampling.params(seed, size, first_index=drawn)
+        rounds.append(decode_prompts(active, generator, generator_name, DECODING_SAMPLE, params))
         drawn += size
         if drawn >= sampling.n:
             break
@@ -122,7 +123,7 @@ def sample_prompts_adaptive(
         active = active.filter(pl.col("prompt").is_in(going))
         if not active.height:
             break
-    samples = pl.concat(rounds).with_columns(seed=pl.lit(seed, dtype=GENERATION_SCHEMA["seed"]))
+    samples = pl.concat(rounds)
     if sampling.labels != "greedy":
         return samples
     return pl.concat([samples, decode_prompts(prompts, generator, generator_name, DECODING_GREEDY,
@@ -144,17 +145,16 @@ def samples_drawn(rows: pl.DataFrame, n_max: int) -> pl.DataFrame:
 
 def decode_prompts(
     prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams,
-    first_index: int = 0,
 ) -> pl.DataFrame:
     """Decode every distinct prompt once with ``params`` (``decoding`` names how: sample or
-    greedy); one generation row per prompt row and sample, sample indices from ``first_index``
-    (an adaptive round continues the prompt's earlier ones)."""
+    greedy); one generation row per prompt row and sample, sample indices from
+    ``params.first_index`` (an adaptive round continues the prompt's earlier ones)."""
     distinct = prompts["prompt"].unique(maintain_order=True).to_list()
     by_prompt = dict(zip(distinct, generator.sample(distinct, params))) if distinct else {}
     identity = generator.identity
     rows = []
     for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
-        for index, sample in enumerate(by_prompt[prompt], start=first_index):
+        for index, sample in enumerate(by_prompt[prompt], start=params.first_index):
             rows.append({
                 "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
                 "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),

@@ -88,7 +88,7 @@ class GenerationCache:
             "settings": dict(settings),
             "versions": library_versions(),
             "prompt": prompt,
-            "params": dataclasses.asdict(params),
+            "params": _params_key(params),
         }
         return hashlib.sha256(canonical_json(request)).hexdigest()
 
@@ -132,6 +132,15 @@ class GenerationCache:
         insert = _INSERTS[self.engine.dialect.name](_entries).on_conflict_do_nothing()
         with self.engine.begin() as db:
             db.execute(insert, rows)
+
+
+def _params_key(params: SamplingParams) -> dict[str, object]:
+    """The sampling parameters in a request's address; ``first_index`` only when not 0, so that
+    requests from a stream's start keep the addresses they had before the field existed."""
+    fields = dataclasses.asdict(params)
+    if not fields["first_index"]:
+        del fields["first_index"]
+    return fields
 
 
 def _entry_bytes(key: str, samples: Sequence[Sample]) -> bytes:

@@ -460,7 +460,7 @@ class HFGenerator:
         draws = []
         for prompt in prompts:
             for j in range(params.n):
-                gen = torch.Generator().manual_seed(row_seed(params.seed, prompt, j))
+                gen = torch.Generator().manual_seed(row_seed(params.seed, prompt, params.first_index + j))
                 draws.append(torch.rand(params.max_new_tokens, generator=gen))
         return torch.stack(draws)
 

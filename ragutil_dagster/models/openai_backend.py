@@ -321,7 +321,7 @@ class OpenAIGenerator:
                 what,
                 max_tokens=request.max_new_tokens,
                 params=request,
-                seed=row_seed(request.seed, prompts[index], 0) % _SEED_RANGE,
+                seed=row_seed(request.seed, prompts[index], 0) % _SEED_RANGE + request.first_index,
                 cancelled=cancelled,
             )
             return self._samples(answer, request.n, what, prompt) * greedy_copies

@@ -385,8 +385,9 @@ class VLLMGenerator:
 
 def request_params(params: SamplingParams, prompt: str) -> Any:
     """vLLM ``SamplingParams`` of one prompt's request: our sampling settings, the prompt's own
-    seed (:func:`row_seed`; vLLM seeds its j-th sample with seed + j), and the sampled tokens'
-    log-probs only (``logprobs=0``)."""
+    seed (:func:`row_seed`; vLLM seeds its j-th sample with seed + j, so ``first_index`` shifts
+    the seed to continue the prompt's stream), and the sampled tokens' log-probs only
+    (``logprobs=0``)."""
     from vllm import SamplingParams as VLLMSamplingParams
 
     return VLLMSamplingParams(
@@ -396,7 +397,7 @@ def request_params(params: SamplingParams, prompt: str) -> Any:
         top_k=params.top_k,  # 0 disables it, in vLLM as in ours
         max_tokens=params.max_new_tokens,
         stop=list(params.stop) or None,
-        seed=row_seed(params.seed, prompt, 0) % _SEED_RANGE,
+        seed=row_seed(params.seed, prompt, 0) % _SEED_RANGE + params.first_index,
         logprobs=0,
         skip_special_tokens=True,
     )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import polars as pl
 import pytest
 
-from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig, round_seed
+from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.evaluation.sampling import (
     continues, round_sizes, sample_prompts, sample_prompts_adaptive, samples_drawn, sampling_mismatch,
 )
@@ -33,7 +33,9 @@ class RecordingGenerator:
 
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         self.calls.append((list(prompts), params))
-        return [[Sample(f"{p}@{params.seed}#{i}", (1,), (-0.5,), "stop", 1) for i in range(params.n)] for p in prompts]
+        # sample i of a prompt's stream, as a backend seeding samples by (seed, prompt, i) draws it
+        return [[Sample(f"{p}@{params.seed}#{params.first_index + i}", (1,), (-0.5,), "stop", 1)
+                 for i in range(params.n)] for p in prompts]
 
 
 def prompt_table(*rows: tuple[str, str, str | None, str]) -> pl.DataFrame:
@@ -82,26 +84,25 @@ def test_prompts_stop_when_precise_and_shared_prompts_follow_every_group() -> No
     rows = sample_prompts_adaptive(prompts, generator, "g", sampling, 7, standard_errors)
     drawn = {(q, c): n for q, c, n in rows.group_by("query_id", "condition").len().iter_rows()}
     assert drawn == {("q1", "rag"): 6, ("q1", "per_doc"): 6, ("q2", "rag"): 4, ("q3", "rag"): 10}
-    assert [(call, params.n, params.seed) for call, params in generator.calls] == [
-        (["P1", "P2", "P3"], 4, 7), (["P1", "P3"], 2, round_seed(7, 1)),
-        (["P3"], 2, round_seed(7, 2)), (["P3"], 2, round_seed(7, 3)),
+    # Every round continues the streams of the experiment's seed where the last one stopped.
+    assert [(call, params.n, params.seed, params.first_index) for call, params in generator.calls] == [
+        (["P1", "P2", "P3"], 4, 7, 0), (["P1", "P3"], 2, 7, 4), (["P3"], 2, 7, 6), (["P3"], 2, 7, 8),
     ]
-    # Indices continue across rounds; every row records the experiment's seed.
     q3 = rows.filter(pl.col("query_id") == "q3").sort("sample_index")
     assert q3["sample_index"].to_list() == list(range(10)) and set(rows["seed"]) == {7}
-    assert q3["text"][4] == f"P3@{round_seed(7, 1)}#0"
+    assert q3["text"].to_list() == [f"P3@7#{i}" for i in range(10)]
     # The standard errors are asked only of prompts still drawing.
     assert seen == [16, 18, 8]
 
 
-def test_first_round_is_the_start_of_a_fixed_n_draw_and_closed_book_compares() -> None:
-    """Round 0 samples with the seed itself (the fixed-N draw's first samples in a backend
-    seeding sample i by (seed, prompt, i)); adaptive rows pass the ΔSePer comparability check."""
+def test_adaptive_samples_are_the_start_of_a_fixed_n_draw_and_closed_book_compares() -> None:
+    """A prompt's adaptive samples are the fixed-N draw's first ones (in a backend seeding
+    sample i by (seed, prompt, i)); adaptive rows pass the ΔSePer comparability check."""
     prompts = prompt_table(("q1", "closed_book", None, "C1"))
     fixed = sample_prompts(prompts, RecordingGenerator(), "g", SamplingConfig(n=10), 3)
     adaptive = sample_prompts_adaptive(prompts, RecordingGenerator(), "g", SamplingConfig(n=10, adaptive={}), 3,
                                        lambda rows: {("q1", "closed_book", None): 0.0})
-    assert adaptive.filter(pl.col("decoding") == "sample")["text"].to_list() == [f"C1@3#{i}" for i in range(4)]
+    assert adaptive.filter(pl.col("decoding") == "sample")["text"].to_list() == fixed["text"].to_list()[:4]
     assert adaptive.filter(pl.col("decoding") == "greedy").height == 1
     assert sampling_mismatch(fixed, adaptive) is None
     table = samples_drawn(adaptive, 10).row(0, named=True)

@@ -74,6 +74,7 @@ def test_same_request_never_samples_twice(cached: CachedGenerator, hf: HFGenerat
         {"top_k": 3},
         {"max_new_tokens": 7},
         {"stop": ["\n"]},
+        {"first_index": 3},
     ],
 )
 def test_any_parameter_change_is_a_new_request(cached: CachedGenerator, change: dict) -> None:

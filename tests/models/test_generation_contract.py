@@ -171,6 +171,15 @@ def test_samples_do_not_depend_on_batch_mates(backend) -> None:
     _assert_same_samples(crowd[1:2], alone, REPEAT_TOLERANCE[name])
 
 
+def test_a_request_from_first_index_continues_the_stream(backend) -> None:
+    """Adaptive sampling's later rounds: samples 0-1 then 2-4 are samples 0-4 of one request."""
+    name, gen, _ = backend
+    whole = gen.sample(PROMPTS[:2], SamplingParams(n=5, max_new_tokens=8, seed=13))
+    start = gen.sample(PROMPTS[:2], SamplingParams(n=2, max_new_tokens=8, seed=13))
+    rest = gen.sample(PROMPTS[:2], SamplingParams(n=3, max_new_tokens=8, seed=13, first_index=2))
+    _assert_same_samples([a + b for a, b in zip(start, rest, strict=True)], whole, REPEAT_TOLERANCE[name])
+
+
 def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
     _, gen, _ = backend
     greedy = gen.sample([PROMPTS[1]], SamplingParams(n=2, max_new_tokens=6, temperature=0.0))[0]
