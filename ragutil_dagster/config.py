@@ -116,6 +116,10 @@ class DatasetConfig(_Strict):
 # a full copy on every GPU (queries split between them), or 1/G of the vectors on each.
 GpuLayout = Literal["one", "replicas", "shards"]
 
+# What a run retriever's questions without any row in its file are (data/run_files.py): refused, or
+# kept as a retriever that returned nothing (docs/datasets.md, "Questions without a row").
+MissingQueries = Literal["refuse", "empty"]
+
 
 class RetrieverConfig(_Strict):
     """A first-stage retriever: BM25 (bm25s), dense (sentence-transformers + FAISS), hybrid:
@@ -124,6 +128,8 @@ class RetrieverConfig(_Strict):
 
     ``path`` (run only): the run file, used for every dataset of the config, or a mapping
     ``{dataset: file}`` naming one file per dataset (a run's query ids are one dataset's).
+    ``missing_queries`` (run only): a question of the dataset without any row in the file is an
+    error (``refuse``) or scored as a retriever that returned nothing (``empty``).
 
     ``gpus`` (dense only): ``one`` keeps the FAISS index on GPU 0 when there is one (else the CPU);
     ``replicas`` puts a copy on every GPU (throughput ×G: an IVF-PQ index of a few GB fits each),
@@ -145,6 +151,8 @@ class RetrieverConfig(_Strict):
     rrf_k: int = Field(default=60, ge=0)
     depth: int = Field(default=100, ge=1)
     path: str | dict[Slug, str] | None = None
+    # Left out of the dump at its default, so a config that does not set it keeps its fingerprint.
+    missing_queries: MissingQueries = Field(default="refuse", exclude_if=lambda value: value == "refuse")
 
     @model_validator(mode="after")
     def _fields_for_the_kind(self) -> RetrieverConfig:
@@ -152,8 +160,9 @@ class RetrieverConfig(_Strict):
         if self.kind == "run":
             # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
             # multiprocess executor's workers rebuild it from JSON) sets every field.
-            if given := [f for f in fields if f not in ("name", "kind", "path") and getattr(self, f) != fields[f].default]:
-                raise ValueError(f"{given} are not for kind run, which takes 'path' only")
+            run_fields = ("name", "kind", "path", "missing_queries")
+            if given := [f for f in fields if f not in run_fields and getattr(self, f) != fields[f].default]:
+                raise ValueError(f"{given} are not for kind run, which takes 'path' and 'missing_queries' only")
             if not self.path:
                 raise ValueError("a run retriever needs 'path' (a run file, or {dataset: run file})")
             for file in self.run_files().values():
@@ -162,6 +171,10 @@ class RetrieverConfig(_Strict):
             return self
         if self.path is not None:
             raise ValueError(f"'path' (a run file) is for kind run, not {self.kind}")
+        if self.missing_queries != fields["missing_queries"].default:
+            raise ValueError(
+                f"'missing_queries' (questions without a row in a run file) is for kind run, not {self.kind}"
+            )
         if self.kind == "dense" and not self.model:
             raise ValueError("a dense retriever needs 'model' (an embedder id or directory)")
         if self.kind != "dense" and self.model:

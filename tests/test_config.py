@@ -160,10 +160,12 @@ def test_run_retrievers_read_their_files_beside_built_in_ones(tmp_path, monkeypa
     [
         ({"name": "mine", "kind": "run"}, r"retrievers\.0: a run retriever needs 'path'"),
         ({"name": "mine", "kind": "run", "path": "nowhere.trec"}, r"run file 'nowhere.trec' does not exist"),
-        ({"name": "mine", "kind": "run", "path": "RUN", "model": "m"}, r"\['model'\] are not for kind run, which takes 'path' only"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "model": "m"},
+         r"\['model'\] are not for kind run, which takes 'path' and 'missing_queries' only"),
         ({"name": "mine", "kind": "run", "path": "RUN", "depth": 10}, r"\['depth'\] are not for kind run"),
         ({"name": "mine", "kind": "run", "path": "RUN", "embedding_shards": 2}, r"\['embedding_shards'\] are not for kind run"),
-        ({"name": "mine", "kind": "run", "path": "RUN", "missing_queries": "empty"}, r"missing_queries: unknown key"),
+        ({"name": "mine", "kind": "run", "path": "RUN", "missing_queries": "skip"}, r"missing_queries: Input should be 'refuse' or 'empty'"),
+        ({"name": "bm25", "kind": "bm25", "missing_queries": "empty"}, r"'missing_queries' .* is for kind run, not bm25"),
         ({"name": "bm25", "kind": "bm25", "path": "RUN"}, r"'path' \(a run file\) is for kind run, not bm25"),
         ({"name": "mine", "kind": "run", "path": {"other": "RUN"}},
          r"names run files for datasets \['other'\]; give one for each dataset of this config, \['world'\]"),
@@ -195,6 +197,25 @@ def test_the_fingerprint_leaves_unset_optional_settings_out_and_hashes_set_ones(
     checked = parse_config(with_changes(nli={**BASE["nli"], "answer_check": "content"}))
     assert checked.fingerprint() != plain.fingerprint()
     assert parse_config(with_changes(seed=1)).fingerprint() != plain.fingerprint()
+
+
+def test_missing_queries_at_its_default_leaves_the_fingerprints_as_they_were(tmp_path) -> None:
+    """A run retriever's ``missing_queries``: unset and ``refuse`` hash as before the option
+    existed (the dump leaves the default out), ``empty`` hashes differently — the whole config
+    and the partitions of its settings, not those of another retriever."""
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 tag\n")
+    mine = {"name": "mine", "kind": "run", "path": str(run)}
+    unset, refuse, empty = (parse_config(with_changes(retrievers=[*BASE["retrievers"], {**mine, **option}]))
+                            for option in ({}, {"missing_queries": "refuse"}, {"missing_queries": "empty"}))
+    assert "missing_queries" not in unset.model_dump(mode="json", exclude_none=True)["retrievers"][-1]
+    assert unset.retriever("mine").missing_queries == "refuse"
+    assert refuse.fingerprint() == unset.fingerprint() != empty.fingerprint()
+    for parts in (["world__mine__k1", "reader"], ["world__bm25__k1", "reader"]):
+        same = parts[0].startswith("world__bm25")
+        assert (empty.partition_fingerprint(parts) == unset.partition_fingerprint(parts)) is same, parts
+        assert refuse.partition_fingerprint(parts) == unset.partition_fingerprint(parts), parts
+    assert parse_config(empty.model_dump(mode="json", exclude_none=True)) == empty  # workers rebuild it from the dump
 
 
 def test_a_partition_reads_the_shared_sections_and_its_own_entries_only() -> None:

@@ -6,6 +6,9 @@ passage alone (``validity``) — and, from the same loaded generator, its
 teacher-forced ``consens`` per query (and, with ``consens.leave_one_out``, per passage left out of
 the context: side table ``leave_one_out``).
 
+A question a run file has no row for (``missing_queries: empty``) has the closed-book prompt as
+its rag prompt and its ``closed_book_generations`` samples as its rag samples, not drawn again.
+
 The prompts sampled and the generation issues (empty or non-finite samples) are the step's
 diagnostics: written beside the samples and shown in the metadata (path, columns, preview)."""
 
@@ -26,6 +29,8 @@ from ragutil_dagster.evaluation.conditions import (
     closed_book_prompts,
     consens_prompts,
     context_prompts,
+    empty_retrieval_samples,
+    queries_without_passages,
     validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import (
@@ -37,7 +42,8 @@ from ragutil_dagster.models.vllm_backend import engine_placement
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
-    CONSENS_LEAVE_ONE_OUT, CONTEXTS, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES, markdown_table,
+    CONSENS_LEAVE_ONE_OUT, CONTEXTS, GENERATION_SCHEMA, GROUP_KEYS, ISSUES, PROMPTS, QRELS, VALIDITY_PASSAGES,
+    markdown_table,
 )
 from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
 
@@ -131,12 +137,18 @@ def sample_and_store(
     queries: pl.DataFrame,
     asset: str,
     dataset: str,
+    reused: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, dg.MaterializeResult]:
     """Sample a prompt table (of ``queries`` of ``dataset``) with the partition's generator, store
-    prompts and samples, and return the sample rows with the materialisation's metadata and checks."""
+    prompts and samples, and return the sample rows with the materialisation's metadata and checks.
+    The prompts ``reused`` holds sample rows for (the rag prompts of queries without passages:
+    :func:`~ragutil_dagster.evaluation.conditions.empty_retrieval_samples`) are not drawn again."""
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
-    rows, draw_metadata = draw_samples(models, experiment, spec, prompts, queries)
+    reused = pl.DataFrame(schema=GENERATION_SCHEMA) if reused is None else reused
+    drawn_prompts = prompts.join(reused.select(GROUP_KEYS).unique(), on=list(GROUP_KEYS), how="anti", nulls_equal=True)
+    rows, draw_metadata = draw_samples(models, experiment, spec, drawn_prompts, queries)
+    rows = pl.concat([rows, reused])
     seconds = draw_metadata["sampling_seconds"].value
     drawn = samples_drawn(rows, experiment.sampling.n)
     n_drawn = int(drawn["samples_drawn"].sum())
@@ -161,6 +173,7 @@ def sample_and_store(
         "nonfinite_logprob_generations": dg.MetadataValue.int(int(issues["nonfinite_logprob_samples"].sum())),
         "queries_with_generation_issues": dg.MetadataValue.int(issues["query_id"].n_unique()),
         "prompts_fitted_to_context": dg.MetadataValue.int(fitted.height),
+        "prompts_reusing_closed_book_samples": dg.MetadataValue.int(prompts.height - drawn_prompts.height),
         "passages_dropped_to_fit": dg.MetadataValue.int(int(prompts["passages_dropped"].sum())),
         "passages_cut_to_fit": dg.MetadataValue.int(prompts["last_passage_chars"].is_not_null().sum()),
         "model_identity": dg.MetadataValue.text(generator.identity),
@@ -199,9 +212,13 @@ def sample_and_store(
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
+    # A question a run file has no row for (missing_queries: empty) takes its rag samples from the closed book.
+    empty_retrieval = any(r.missing_queries == "empty" for r in experiment.retrievers)
     deps = [
         *(dg.AssetDep(name, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("setting"))
           for name in ("retrieval_run", "setting_queries", "retrieved_passages")),
+        *([dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator())]
+          if empty_retrieval else []),
         *sampling_model_dependencies(parts),
     ]
 
@@ -227,12 +244,17 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         budget = prompt_budget(context, models, experiment)
         contexts, context_metadata = setting_contexts(context, models, experiment, setting, queries, passages, run)
         compressed = contexts if setting.compressor else None
-        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget, compressed)
+        empty = experiment.retriever(setting.retriever).missing_queries == "empty"
+        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget, compressed, empty)
         if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
             prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
+        reused = None
+        if empty and (without := queries_without_passages(queries, run)):
+            closed_book = store.read_table("closed_book_generations", parts.closed_book_partition(context.partition_key))
+            reused = empty_retrieval_samples(closed_book, without)
         samples, result = sample_and_store(
-            context, store, models, experiment, prompts, queries, "generations", setting.dataset
+            context, store, models, experiment, prompts, queries, "generations", setting.dataset, reused
         )
         contexts_path = store.write_table("generations", context.partition_key, contexts, CONTEXTS)
         metadata = {**result.metadata, **context_metadata, **side_table_metadata(CONTEXTS, contexts, contexts_path)}

@@ -25,7 +25,7 @@ from ragutil_dagster.assets.index import load_searcher
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.run_files import RUN_FILE, observed_run_file
 from ragutil_dagster.config import Setting
-from ragutil_dagster.data.run_files import read_external_run
+from ragutil_dagster.data.run_files import NAMED_MISSING_QUERIES, read_external_run
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.conditions import PromptBudget
 from ragutil_dagster.evaluation.multistep import Ranked, run_rounds
@@ -114,20 +114,31 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         })
         return rounds.run(first["retriever"][0] if first.height else setting.retriever)
 
-    def read_run_file(setting: Setting, queries: pl.DataFrame, corpus: pl.DataFrame,
-                      metadata: dict[str, dg.MetadataValue]) -> pl.DataFrame:
+    def read_run_file(context: dg.AssetExecutionContext, setting: Setting, queries: pl.DataFrame,
+                      corpus: pl.DataFrame, metadata: dict[str, dg.MetadataValue]) -> pl.DataFrame:
         """A run retriever's ranking, read from its file and checked against the dataset; the file,
-        its version and the rows left out go into ``metadata``."""
+        its version, the rows left out and the questions without a row (``missing_queries:
+        empty``; also logged) go into ``metadata``."""
         path = experiment.run_file(setting.dataset, setting.retriever)
         # Hashed before reading: a file replaced in between keeps the older version, so the sensor re-runs it.
         version = observed_run_file(path)
         external = read_external_run(
             path, setting.retriever, setting.dataset, queries["query_id"], corpus["id"],
             queries_cut=experiment.dataset(setting.dataset).max_queries is not None,
+            missing_queries=experiment.retriever(setting.retriever).missing_queries,
         )
+        missing = external.queries_without_rows
         metadata["run_file"] = dg.MetadataValue.path(str(path))
         metadata[RUN_FILE_VERSION] = dg.MetadataValue.text(version)
         metadata["rows_of_other_queries"] = dg.MetadataValue.int(external.rows_of_other_queries)
+        metadata["queries_without_rows"] = dg.MetadataValue.int(len(missing))
+        if missing:
+            named = missing[:NAMED_MISSING_QUERIES]
+            metadata["queries_without_rows_named"] = dg.MetadataValue.text(", ".join(named))
+            context.log.warning(
+                f"{len(missing)} of the {queries.height} questions have no row in run file {path} and are scored as "
+                f"a retriever that returned nothing (missing_queries: empty), e.g. {', '.join(map(repr, named))}"
+            )
         return external.run
 
     @dg.multi_asset(
@@ -174,7 +185,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
 
         if searcher is None:
             # Cut as deep as a search would go, so a reranker and the candidates see the same.
-            ranking = reranked(top_k(read_run_file(setting, queries, corpus, metadata), depth), query_table, depth)
+            ranking = reranked(top_k(read_run_file(context, setting, queries, corpus, metadata), depth), query_table, depth)
         else:
             ranking = search(query_table, depth)
         seconds = time.perf_counter() - start

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import polars as pl
 
+from ragutil_dagster.config import MissingQueries
 from ragutil_dagster.data.corpus import decoded_lines, jsonl_records, read_parquet_table, record_id
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.tables import RUN_SCHEMA
 
 RUN_FILE_COLUMNS = ("query_id", "doc_id", "rank", "score")
+NAMED_MISSING_QUERIES = 5
+"""How many questions without a row an error, the step's metadata and its log name."""
 # A run file's rows as read: the four columns and the line (Parquet: row) each came from.
 _ROWS_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String(), "doc_id": pl.String(), "rank": pl.Int64(), "score": pl.Float64(), "line": pl.Int64(),
@@ -108,10 +111,13 @@ class ExternalRun:
     """The run table (``RUN_SCHEMA``), ranks 1..n per query."""
     rows_of_other_queries: int
     """Rows left out for naming a query the dataset's ``max_queries`` cut."""
+    queries_without_rows: list[str]
+    """The queries of the dataset without any row (``missing_queries: empty``), in dataset order."""
 
 
 def read_external_run(
     path: str | Path, retriever: str, dataset: str, query_ids: pl.Series, doc_ids: pl.Series, queries_cut: bool = False,
+    missing_queries: MissingQueries = "refuse",
 ) -> ExternalRun:
     """Read run file ``path`` as the ranking of ``retriever`` over ``dataset``'s queries
     ``query_ids`` and passages ``doc_ids``.
@@ -119,9 +125,9 @@ def read_external_run(
     A row naming a passage outside ``doc_ids`` or a query outside ``query_ids`` is an error (with
     ``queries_cut`` — the dataset keeps its first ``max_queries`` questions — rows of other
     queries are left out and counted instead: they may be the questions it cut), as is a passage
-    ranked twice for one query, a score that is not finite, or a query without any row: every
-    prompt condition but the closed book shows the question's passages, so a question without
-    any has no score (docs/datasets.md).
+    ranked twice for one query or a score that is not finite. A query without any row is an
+    error with ``missing_queries: refuse``; with ``empty`` it is kept without passages — a
+    retriever that returned nothing — and listed (docs/datasets.md), unless no query has a row.
 
     Ranks are derived again per query, as trec_eval orders a run: by score, highest first; equal
     scores by the file's rank, then by the order of the lines."""
@@ -140,11 +146,17 @@ def read_external_run(
     if repeated.height:
         query, doc = repeated["query_id"][0], repeated["doc_id"][0]
         raise CorpusValidationError(path, int(repeated["line"][0]), "doc_id", f"passage {doc!r} is ranked twice for query {query!r}")
-    if missing := query_ids.filter(~query_ids.is_in(rows["query_id"].implode())).to_list():
+    missing = query_ids.filter(~query_ids.is_in(rows["query_id"].implode())).to_list()
+    if missing and (missing_queries == "refuse" or len(missing) == query_ids.len()):
+        named = ", ".join(repr(q) for q in missing[:NAMED_MISSING_QUERIES])
+        remedy = (
+            "rank at least one passage for every question, or set 'missing_queries: empty' on the retriever to "
+            "score them as a retriever that returned nothing"
+            if missing_queries == "refuse" else "a run that ranks none of its questions has nothing to measure"
+        )
         raise CorpusValidationError(
             path, None, "query_id",
-            f"{len(missing)} of the {query_ids.len()} queries of dataset {dataset!r} have no row, e.g. {missing[0]!r}; "
-            "rank at least one passage for every question (a question without passages has no RAG answer to score)",
+            f"{len(missing)} of the {query_ids.len()} queries of dataset {dataset!r} have no row, e.g. {named}; {remedy}",
         )
     run = (
         rows.sort(["query_id", "score", "rank", "line"], descending=[False, True, False, False])
@@ -154,7 +166,7 @@ def read_external_run(
             "doc_id", "score", pl.lit(retriever, dtype=pl.String).alias("retriever"),
         )
     )
-    return ExternalRun(run.cast(RUN_SCHEMA), other.height)  # type: ignore[arg-type]
+    return ExternalRun(run.cast(RUN_SCHEMA), other.height, missing)  # type: ignore[arg-type]
 
 
 def _unknown_ids(path: Path, unknown: pl.DataFrame, field: str, what: str) -> None:

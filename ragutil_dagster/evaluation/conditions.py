@@ -5,7 +5,10 @@ Conditions (DESIGN.md, SePer §3.4, MIRAGE §4.1):
 * ``closed_book`` — the question alone (MIRAGE's base setting); sampled once per dataset ×
   generator and shared by every retriever setting;
 * ``rag`` — the top-k retrieved passages together, in rank order. This is also MIRAGE's *mixed*
-  setting: the retriever's top-k from the pool, relevant and noisy chunks together;
+  setting: the retriever's top-k from the pool, relevant and noisy chunks together. A question the
+  retriever returned nothing for (a run file's question without a row, ``missing_queries: empty``)
+  sees what SePer's eq. 11 gives it with D = ∅: its closed-book prompt, whose closed-book samples
+  the generation step reuses (:func:`empty_retrieval_samples`);
 * ``per_doc`` — each of the top-k passages alone (per-document ΔSePer, eRAG labels, gold utility);
 * ``oracle`` — MIRAGE's oracle setting: one relevant passage, for single-hop queries with a
   positive in the qrels (``prompts.oracle: all_positives``: every positive, multi-hop included);
@@ -274,7 +277,7 @@ def closed_book_prompts(
 ) -> pl.DataFrame:
     """One closed-book prompt per query; a question over the ``budget`` is an error."""
     texts = [templates.closed_book(q, prompts.closed_book) for q in queries["question"]]
-    if budget is not None:
+    if budget is not None and texts:
         for qid, question, tokens in zip(queries["query_id"], queries["question"], budget.count_tokens(texts)):
             if tokens > budget.max_tokens:
                 raise _too_long(qid, question, budget)
@@ -292,6 +295,11 @@ def closed_book_prompts(
     )
 
 
+def queries_without_passages(queries: pl.DataFrame, run: pl.DataFrame) -> list[str]:
+    """The queries of ``queries`` that ``run`` shows no passage for, in query order."""
+    return queries.filter(~pl.col("query_id").is_in(run["query_id"].implode()))["query_id"].to_list()
+
+
 def context_prompts(
     queries: pl.DataFrame,
     corpus: pl.DataFrame,
@@ -300,17 +308,27 @@ def context_prompts(
     prompts: PromptConfig,
     budget: PromptBudget | None = None,
     contexts: pl.DataFrame | None = None,
+    empty_retrieval: bool = False,
 ) -> pl.DataFrame:
     """The ``rag``, ``per_doc`` and ``oracle`` prompts of every query for ``run`` — the passages
     shown, already cut to the setting's top k (``retrieval_run``) — each fitted to ``budget``
     (see the module doc). A compressed setting's ``rag`` prompts show its compressed ``contexts``
-    (``CONTEXT_SCHEMA``); ``per_doc`` and ``oracle`` show the passages as retrieved."""
+    (``CONTEXT_SCHEMA``); ``per_doc`` and ``oracle`` show the passages as retrieved.
+
+    A query without any passage in ``run`` is an error, unless ``empty_retrieval`` (a run file's
+    ``missing_queries: empty``): its ``rag`` prompt is then its closed-book prompt — no template
+    around an empty context, which would measure the template — and it has no ``per_doc`` one."""
     passages = _passages(corpus)
     compressed = compressed_contexts(contexts)
     ranked = {
         qid: docs for qid, docs in run.sort("query_id", "rank").group_by("query_id").agg(pl.col("doc_id")).iter_rows()
     }
     positives = oracle_contexts(qrels, queries, prompts.oracle)
+    without = queries_without_passages(queries, run)
+    if without and not empty_retrieval:
+        raise ValueError(f"query {without[0]!r} has no retrieved passage in the run")
+    closed_book = closed_book_prompts(queries.filter(pl.col("query_id").is_in(without)), prompts, budget)
+    closed_book_rag = {row["query_id"]: row for row in closed_book.with_columns(pl.lit("rag").alias("condition")).to_dicts()}
     rows: list[dict] = []
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
@@ -319,9 +337,9 @@ def context_prompts(
 
     for qid, question in queries.select("query_id", "question").iter_rows():
         docs = ranked.get(qid, [])
-        if not docs:
-            raise ValueError(f"query {qid!r} has no retrieved passage in the run")
-        if qid in compressed:
+        if qid in closed_book_rag:
+            rows.append(closed_book_rag[qid])
+        elif qid in compressed:
             rows.append(prompt_row(qid, "rag", None, fit_compressed_prompt(
                 qid, question, compressed[qid], prompts.with_context, budget)))
         else:
@@ -331,6 +349,16 @@ def context_prompts(
         if qid in positives:
             add(qid, "oracle", None, positives[qid], question)
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
+
+
+def empty_retrieval_samples(closed_book_samples: pl.DataFrame, query_ids: Sequence[str]) -> pl.DataFrame:
+    """The ``rag`` samples of queries the retriever returned nothing for: their closed-book
+    samples, relabelled. Their rag prompt is the closed-book prompt (:func:`context_prompts`), so
+    these are its samples, not drawn again — SePer(q, ∅) on both sides of eq. 11: ΔSePer is
+    exactly 0, and MIRAGE's mixed answer is the closed-book one."""
+    return closed_book_samples.filter(pl.col("query_id").is_in(list(query_ids))).with_columns(
+        pl.lit("rag").alias("condition")
+    )
 
 
 def validity_prompts(

@@ -657,8 +657,10 @@ def summarize(
             summary.add(f"mirage_{name}", value, with_oracle.height)
         # The questions behind each share (its two groups G(b, o, m), eqs. 2–5).
         summary.update({f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()})
-    ranked = {qid: docs for qid, docs in documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
-    labels: dict[str, dict[str, float]] = {}
+    # Every query, ranked or not: one the retriever returned nothing for scores 0 (trec_eval's -c).
+    listed = dict(documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows())
+    ranked = {qid: listed.get(qid, []) for qid in queries_table["query_id"]}
+    labels: dict[str, dict[str, float]] = {qid: {} for qid in ranked}
     for qid, doc, label in documents.select("query_id", "doc_id", ERAG_LABEL_COLUMNS[erag_label]).iter_rows():
         labels.setdefault(qid, {})[doc] = float(label)
     erag = erag_scores(ranked, labels, erag_measure_names(erag_label, k))

@@ -78,7 +78,12 @@ def consens_scores(
     leave_out = _prompts(prompts, CONSENS_LEAVE_OUT, qids)
     batch = [(by_condition[c][q], q) for c in by_condition for q in qids]
     batch += list(zip(leave_out["prompt"], leave_out["query_id"]))
-    scored = scorer.score([prompt for prompt, _ in batch], [answers[q] for _, q in batch])
+    # Each distinct (prompt, answer) is scored once, so equal prompts score equally: the context of
+    # a query the retriever returned nothing for is the empty one, and its ConSens exactly 0 (r = 0).
+    pairs = [(prompt, answers[q]) for prompt, q in batch]
+    distinct = list(dict.fromkeys(pairs))
+    by_pair = dict(zip(distinct, scorer.score([p for p, _ in distinct], [a for _, a in distinct])))
+    scored = [by_pair[pair] for pair in pairs]
     empties, contexts = scored[: len(qids)], scored[len(qids) : 2 * len(qids)]
     rows, full, masks = [], {}, {}
     for qid, empty, with_ctx in zip(qids, empties, contexts):

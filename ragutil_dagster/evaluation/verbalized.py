@@ -81,15 +81,11 @@ class UtilityRun:
     signals: pl.DataFrame
 
 
-def candidate_lists(candidates: pl.DataFrame, queries: pl.DataFrame) -> dict[str, list[str]]:
-    """Each query's candidates in rank order; a query without any is an error."""
-    ranked = dict(
+def candidate_lists(candidates: pl.DataFrame) -> dict[str, list[str]]:
+    """Each query's candidates in rank order."""
+    return dict(
         candidates.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
     )
-    for qid in queries["query_id"]:
-        if not ranked.get(qid):
-            raise ValueError(f"query {qid!r} has no utility candidate in the run")
-    return ranked
 
 
 def judge_utility(
@@ -103,11 +99,14 @@ def judge_utility(
     experiment: ExperimentConfig,
 ) -> UtilityRun:
     """The three rounds of the module doc for every query of ``queries`` over its
-    ``candidates`` (a run table), with the passages' text from ``passages`` (corpus schema)."""
+    ``candidates`` (a run table), with the passages' text from ``passages`` (corpus schema). A
+    query without candidates (a run file's question without a row, ``missing_queries: empty``)
+    has nothing to judge: it has no prompt, judgment or signal."""
     texts = {
         doc: (doc, title or "", text) for doc, title, text in passages.select("id", "title", "text").iter_rows()
     }
-    ranked = candidate_lists(candidates, queries)
+    ranked = candidate_lists(candidates)
+    queries = queries.filter(pl.col("query_id").is_in(list(ranked)))
     questions = dict(queries.select("query_id", "question").iter_rows())
     greedy = experiment.sampling.greedy_params(experiment.seed)
     answer_budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)

@@ -20,11 +20,14 @@ from ragutil_dagster.config import parse_config
 from ragutil_dagster.data.corpus import corpus_record
 from ragutil_dagster.data.qa import load_dataset
 from ragutil_dagster.definitions import build_definitions
+from ragutil_dagster.metrics import catalog
+from ragutil_dagster.metrics.erag import erag_measure_names, erag_scores
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
-from ragutil_dagster.retrieval.runs import write_trec
+from ragutil_dagster.retrieval.runs import evaluate_run, write_trec
 from ragutil_dagster.runner import materialize_all, plan
+from ragutil_dagster.tables import QRELS, QUERY_CONDITION_COLUMNS
 from ragutil_dagster.tracking.partition import partition_identities
 
 K = 2
@@ -206,3 +209,94 @@ def test_run_files_side_by_side_in_the_lineage_graph(tiny_world, make_tiny_confi
     assert {(c.asset_key.to_user_string(), c.partition_key) for c in children} == {
         (name, f"world__theirs__k{K}") for name in RETRIEVAL}
     dg.Definitions.validate_loadable(defs)
+
+
+DROPPED = 2
+"""Questions the partial run file leaves out."""
+
+
+@pytest.fixture(scope="module")
+def run_without_some_questions(tiny_world, make_tiny_config, tmp_path_factory):
+    """BM25 beside ``partial``: BM25's own ranking as a run file without the rows of the first
+    ``DROPPED`` questions, with ``missing_queries: empty``."""
+    root = tmp_path_factory.mktemp("run-file-missing")
+    config = bm25_config(tiny_world, make_tiny_config)
+    bm25_run = write_bm25_run(config, root / "full.trec")
+    dropped = sorted(bm25_run["query_id"].unique())[:DROPPED]
+    path = root / "partial.trec"
+    write_trec(bm25_run.filter(~pl.col("query_id").is_in(dropped)), path, tag="their-system")
+    partial = {"name": "partial", "kind": "run", "path": str(path)}
+    config["retrievers"] = [*config["retrievers"], {**partial, "missing_queries": "empty"}]
+    experiment = parse_config(config)
+    home = root / "home"
+    defs = build_definitions(experiment, str(home))
+    parts, _ = build_assets(experiment)
+    instance = dg.DagsterInstance.ephemeral()
+    materialize_all(defs, experiment, parts, instance, progress=False)
+    refusing = parse_config({**config, "retrievers": [*config["retrievers"][:1], partial]})
+    return experiment, refusing, instance, ArtifactStore(home=str(home)), dropped
+
+
+def test_questions_without_rows_score_as_an_empty_retrieval(run_without_some_questions) -> None:
+    """With ``missing_queries: empty`` the questions without a row are reported and scored as a
+    retriever that returned nothing: their rag answer is their closed-book one (ΔSePer exactly 0,
+    MIRAGE's mixed answer the closed-book one, ConSens 0), they have no document, candidate or
+    judgment, and eRAG and the IR measures count them 0 over all questions. Every other
+    question scores as it does with all rows (BM25's own ranking)."""
+    _, _, instance, store, dropped = run_without_some_questions
+    setting, partition = f"world__partial__k{K}", f"lm0|world__partial__k{K}"
+    metadata = latest(instance, "retrieval_run", setting).metadata
+    assert metadata["queries_without_rows"].value == DROPPED
+    assert metadata["queries_without_rows_named"].value == ", ".join(dropped)
+    warnings = [entry.user_message for run in instance.get_runs() for entry in instance.all_logs(run.run_id)
+                if "returned nothing (missing_queries: empty)" in entry.user_message]
+    assert warnings and all(repr(q) in warnings[0] for q in dropped)
+    assert latest(instance, "generations", partition).metadata["prompts_reusing_closed_book_samples"].value == DROPPED
+
+    mine, bm25 = (store.read_table("metric_scores", f"lm0|world__{r}__k{K}").sort("query_id") for r in ("partial", "bm25"))
+    assert mine.height == 6
+    empty, kept = (mine.filter(pl.col("query_id").is_in(dropped) == is_dropped) for is_dropped in (True, False))
+    assert empty["delta_seper_s"].to_list() == [0.0] * DROPPED and empty["delta_seper_h"].to_list() == [0.0] * DROPPED
+    for column in QUERY_CONDITION_COLUMNS:  # answer_loose: MIRAGE's mixed correctness is the closed-book one
+        assert empty[f"{column}_rag"].to_list() == empty[f"{column}_closed"].to_list(), column
+    consens = store.read_table("consens", partition).filter(pl.col("query_id").is_in(dropped))
+    assert consens["consens"].to_list() == [0.0] * DROPPED  # r = log(P_E / P_C) = 0: the context is the empty one
+    numeric = [c for c, dtype in mine.schema.items() if dtype.is_numeric()]
+    assert_frame_equal(kept.select(numeric), bm25.filter(pl.col("query_id").is_in(kept["query_id"].implode())).select(numeric))
+
+    for asset in ("document_scores", "candidate_scores"):
+        table, full = (store.read_table(asset, f"lm0|world__{r}__k{K}").sort("query_id", "rank") for r in ("partial", "bm25"))
+        assert set(table["query_id"]) == set(kept["query_id"]), asset
+        assert_frame_equal(table, full.filter(~pl.col("query_id").is_in(dropped)), check_row_order=False)
+
+    # eRAG and the IR measures: the mean over every question, the questions without rows counting 0
+    # (the tiny generator's eRAG labels are all 0, so n tells; tests/evaluation/test_summary.py checks a mean).
+    documents = store.read_table("document_scores", f"lm0|world__bm25__k{K}").filter(~pl.col("query_id").is_in(dropped))
+    ranked = dict(documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows())
+    labels: dict[str, dict[str, float]] = {}
+    for qid, doc, label in documents.select("query_id", "doc_id", "erag_label").iter_rows():
+        labels.setdefault(qid, {})[doc] = float(label)
+    kept_scores = erag_scores(ranked, labels, erag_measure_names("exact_match", K)).per_query
+    summary = store.read_json("metric_scores", partition, "summary")
+    for measure in kept_scores[next(iter(kept_scores))]:
+        assert summary[f"erag_{measure}"] == pytest.approx(sum(s[measure] for s in kept_scores.values()) / 6), measure
+        assert summary[f"n_{catalog.generic_name(f'erag_{measure}')}"] == 6
+    bm25_run = store.read_table("retrieval_run", f"world__bm25__k{K}")
+    per_query, _ = evaluate_run(bm25_run.filter(~pl.col("query_id").is_in(dropped)),
+                                store.read_table("setting_queries", setting, QRELS), [f"recall_{K}", "recip_rank"])
+    for measure in (f"recall_{K}", "recip_rank"):
+        assert per_query[measure].sum() > 0 and metadata[measure].value == pytest.approx(per_query[measure].sum() / 6)
+
+
+def test_questions_without_rows_are_refused_by_default_naming_the_option(run_without_some_questions) -> None:
+    _, refusing, instance, store, dropped = run_without_some_questions
+    assert refusing.retriever("partial").missing_queries == "refuse"
+    defs = build_definitions(refusing, str(store.home))
+    _, assets = build_assets(refusing)
+    failed = dg.materialize(assets, selection=list(RETRIEVAL), partition_key=f"world__partial__k{K}",
+                            instance=instance, resources=defs.resources, raise_on_error=False)
+    assert not failed.success and not materialised(failed)
+    (failure,) = [e for e in failed.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message
+    assert f"{DROPPED} of the 6 queries of dataset 'world' have no row, e.g. {dropped[0]!r}" in message
+    assert "set 'missing_queries: empty' on the retriever" in message

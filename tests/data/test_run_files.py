@@ -105,14 +105,30 @@ def test_a_bad_row_is_one_error_naming_file_line_and_id(tmp_path, form, content,
     assert says in str(error) and str(error).startswith(f"{path}:{line}:")
 
 
-def test_a_query_without_rows_is_refused(tmp_path) -> None:
+def test_a_query_without_rows_is_refused_naming_the_option(tmp_path) -> None:
     path = write_trec(tmp_path / "run.trec", [("q1", "d1", 1, 1.0)])
-    with pytest.raises(CorpusValidationError) as caught:
-        read(path)
-    assert str(caught.value) == (
-        f"{path}: field 'query_id': 1 of the 2 queries of dataset 'world' have no row, e.g. 'q2'; rank at least "
-        "one passage for every question (a question without passages has no RAG answer to score)"
-    )
+    for options in ({}, {"missing_queries": "refuse"}):
+        with pytest.raises(CorpusValidationError) as caught:
+            read(path, **options)
+        assert str(caught.value) == (
+            f"{path}: field 'query_id': 1 of the 2 queries of dataset 'world' have no row, e.g. 'q2'; rank at least "
+            "one passage for every question, or set 'missing_queries: empty' on the retriever to score them as a "
+            "retriever that returned nothing"
+        )
+
+
+def test_with_missing_queries_empty_queries_without_rows_are_kept_without_passages_and_listed(tmp_path) -> None:
+    """The ranked queries read as they would with every query ranked; the others are listed in the
+    dataset's order and have no row — unless no query has one, which stays an error."""
+    queries = pl.Series(["q3", "q1", "q4", "q2"])
+    path = write_trec(tmp_path / "run.trec")
+    external = read_external_run(path, "mine", "world", queries, PASSAGES, missing_queries="empty")
+    assert external.run.equals(EXPECTED)
+    assert external.queries_without_rows == ["q3", "q4"] and external.rows_of_other_queries == 0
+    assert read_external_run(path, "mine", "world", QUERIES, PASSAGES, missing_queries="empty").queries_without_rows == []
+    with pytest.raises(CorpusValidationError, match=r"2 of the 2 queries of dataset 'world' have no row, e.g. 'q3', 'q4'; "
+                       "a run that ranks none of its questions has nothing to measure"):
+        read_external_run(path, "mine", "world", pl.Series(["q3", "q4"]), PASSAGES, queries_cut=True, missing_queries="empty")
 
 
 def test_with_max_queries_rows_of_other_questions_are_left_out_and_counted(tmp_path) -> None:

@@ -204,3 +204,14 @@ def test_every_summary_key_is_catalogued() -> None:
         assert key in catalog.SUMMARY_COUNTS or catalog.summary_entry(key) is not None, key
     with pytest.raises(ValueError, match="no_such_metric"):
         catalog.validate_summary({**summary, "no_such_metric": 1.0, "n_no_such_metric": 3.0})
+
+
+def test_erag_counts_a_query_the_retriever_returned_nothing_for_as_0() -> None:
+    """trec_eval's -c convention: q2 (a run file's question without a row, ``missing_queries:
+    empty``) has no document; eRAG's mean is over both questions, q2 scoring 0 on every measure."""
+    documents = pl.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["d1", "d2"], "rank": [1, 2], "erag_label": [0, 1]})
+    summary = summarize(QUERIES, documents, k=2)
+    alone = summarize(QUERIES.filter(pl.col("query_id") == "q1"), documents, k=2)
+    for measure in ("P_2", "success_2", "map", "recip_rank", "ndcg_cut_2"):
+        assert alone[f"erag_{measure}"] > 0 and summary[f"erag_{measure}"] == pytest.approx(alone[f"erag_{measure}"] / 2)
+        assert summary[f"n_{catalog.generic_name(f'erag_{measure}')}"] == 2

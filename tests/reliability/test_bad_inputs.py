@@ -372,7 +372,8 @@ CASES = [
          CorpusValidationError, ("run.trec:2:", "'doc_id'", "passage 'd1' is ranked twice for query 'q1'")),
     Case("run-missing-query", "run file (TREC)", "no row for question `q2` of the dataset",
          lambda d: external_run(d, "run.trec", "q1 Q0 d1 1 2.5 mine\n", ("q1", "q2")),
-         CorpusValidationError, ("run.trec:", "'query_id'", "1 of the 2 queries of dataset 'small' have no row, e.g. 'q2'")),
+         CorpusValidationError, ("run.trec:", "'query_id'", "1 of the 2 queries of dataset 'small' have no row, e.g. 'q2'",
+                                 "set 'missing_queries: empty'")),
     Case("config-run-file-missing", "experiment config", "`{kind: run, path: runs/mine.trec}`, no such file",
          lambda d: config(d, retrievers=[{"name": "mine", "kind": "run", "path": "runs/mine.trec"}]),
          ConfigError, ("exp.yaml:", "retrievers.0", "run file 'runs/mine.trec' does not exist")),
@@ -556,8 +557,10 @@ def markdown_table() -> str:
             "an error, not a clamp; `NaN` / `Infinity` are rejected wherever JSON is read; a qrels "
             "line repeating an earlier judgement exactly is kept once, a conflicting one is an error; "
             "temperature 0 is allowed only with n = 1; a run file (`kind: run`) must rank every "
-            "question of its dataset, and its rows for questions that `max_queries` cut are left out "
-            "(counted in the step's metadata), not errors."
+            "question of its dataset unless its retriever sets `missing_queries: empty` (then a question "
+            "without a row is scored as a retriever that returned nothing, and counted in the step's "
+            "metadata), and its rows for questions that `max_queries` cut are left out (counted in the "
+            "step's metadata), not errors."
         ),
         "",
         (
