@@ -6,9 +6,9 @@ per-query ΔSePer, the five per_doc passages for validity), each in its own ``$R
 
 * ``fixed``          — N = 10 per prompt, seed 0 (the reference);
 * ``fixed_redraw``   — N = 10, seed 1: an independent fixed-N draw;
-* ``adaptive``       — ``sampling.adaptive`` at its defaults, seed 0 (its first round is the first
-  four samples of ``fixed``: the hf backend seeds sample i from (seed, prompt, i));
-* ``adaptive_redraw`` — adaptive, seed 1 (shares no sample with ``fixed``).
+* ``adaptive``       — ``sampling.adaptive`` at its defaults, seed 0: a prompt's N_q samples are
+  the first N_q of ``fixed`` (every round continues the prompt's sample stream);
+* ``adaptive_redraw`` — adaptive, seed 1 (the first samples of ``fixed_redraw``, none of ``fixed``).
 
 The fixed-N 95 % CI of a query's ΔSePer_S is a percentile bootstrap over its N samples: each of
 2,000 resamples draws N of the closed-book samples and N of the rag samples with replacement,
