@@ -9,7 +9,8 @@ length batching; only the forward pass differs:
 * ``float32`` — eager PyTorch, the CPU default;
 * ``bfloat16`` — eager PyTorch with bfloat16 weights (emulated on CPUs without AVX512-BF16 / AMX);
 * ``compiled`` — ``torch.compile(model, dynamic=True)`` (Inductor), float32; its first pass, which
-  compiles, is timed apart as ``warmup_seconds``.
+  compiles, is timed apart as ``warmup_seconds``;
+* ``compiled-bfloat16`` — the same compiled model with bfloat16 weights (native on AMX CPUs).
 
 Labels kept = share of pairs whose argmax label equals float32 eager's; the largest absolute
 difference in P(entailment) is reported too. Each runtime judges the pairs ``--repeats`` times
@@ -35,14 +36,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nli_real import SQUAD, squad_pairs  # noqa: E402
+from vllm_cpu import cpu_model  # noqa: E402
 
 from ragutil_dagster.metrics.seper import nli_text  # noqa: E402
+from ragutil_dagster.models.device import cpu_has_native_bf16  # noqa: E402
 from ragutil_dagster.models.entailment import Entailment  # noqa: E402
 from ragutil_dagster.models.resolver import resolve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LABELS_KEPT_TARGET = 0.995
-RUNTIMES = ("float32", "bfloat16", "compiled")
+RUNTIMES = ("float32", "bfloat16", "compiled", "compiled-bfloat16")
 
 
 def judge(entailment: Entailment, premises: list[str], hypotheses: list[str], repeats: int) -> tuple[np.ndarray, float, float]:
@@ -78,9 +81,9 @@ def main() -> None:
     for name in ("float32", *(r for r in args.runtimes.split(",") if r != "float32")):
         if name not in RUNTIMES:
             parser.error(f"unknown runtime {name!r}; choose among {', '.join(RUNTIMES)}")
-        entailment = Entailment(ref, device="cpu", dtype="bfloat16" if name == "bfloat16" else "float32",
-                                cache=False, show_progress=False)
-        if name == "compiled":
+        entailment = Entailment(ref, device="cpu", dtype="bfloat16" if name.endswith("bfloat16") else "float32",
+                                cache=False, show_progress=False, compile_min_pairs=None)
+        if name.startswith("compiled"):
             entailment.model = torch.compile(entailment.model, dynamic=True)
         probs, warmup, seconds = judge(entailment, premises, hypotheses, args.repeats)
         if reference is None:
@@ -101,7 +104,8 @@ def main() -> None:
     result = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", *sys.argv]),
-        "machine": {"platform": platform.platform(), "cores": torch.get_num_threads(), "torch": torch.__version__},
+        "machine": {"platform": platform.platform(), "cpu": cpu_model(), "native_bf16": cpu_has_native_bf16(),
+                    "cores": torch.get_num_threads(), "torch": torch.__version__},
         "model": ref.identity, "pairs": len(pairs), "runtimes": runtimes,
         "fastest_keeping_labels": fastest,
         "ratios": {f"{name}_vs_float32": row["pairs_per_second"] / base for name, row in runtimes.items()},
