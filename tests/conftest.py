@@ -351,7 +351,6 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     import boto3
 
     from ragutil_dagster.infra.processes import background_server, free_port
-    from ragutil_dagster.models.device import vllm_cpu_environment
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"

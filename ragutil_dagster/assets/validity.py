@@ -29,7 +29,6 @@ from ragutil_dagster.evaluation.validity import (
     passage_table,
     signal_columns,
     table_two,
-    validity_metrics,
     validity_table,
 )
 from ragutil_dagster.resources.models import ModelLoader

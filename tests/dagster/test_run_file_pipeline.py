@@ -151,6 +151,8 @@ def test_a_replaced_run_file_reruns_exactly_what_it_feeds(run_beside_bm25) -> No
     assert observed() == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     # What the UI shows after "Observe sources": the run's settings stale, BM25's not.
     stale = get_stale_status_resolver(instance, assets)
+    assert stale.get_status(dg.AssetKey("retrieval_run"), f"world__mine__k{K}") == StaleStatus.STALE
+    assert stale.get_status(dg.AssetKey("retrieval_run"), f"world__bm25__k{K}") == StaleStatus.FRESH
     changed = sensor(dg.build_sensor_context(cursor=baseline.cursor))
     requests = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key): r
                 for r in changed.run_requests}
