@@ -109,7 +109,7 @@ def sample_prompts_adaptive(
     for qid, condition, doc_id, prompt in keys:
         groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
     rounds, active, drawn = [], prompts, 0
-    for index, size in enumerate(round_sizes(sampling.n, adaptive)):
+    for size in round_sizes(sampling.n, adaptive):
         params = sampling.params(seed, size, first_index=drawn)
         rounds.append(decode_prompts(active, generator, generator_name, DECODING_SAMPLE, params))
         drawn += size
