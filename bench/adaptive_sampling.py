@@ -1,29 +1,47 @@
-"""Adaptive sampling against fixed N on the demo world: samples drawn, per-query ΔSePer_S against
-the fixed-N 95 % CI, and the world's validity r.
+"""Adaptive sampling against fixed N: samples drawn, per-query ΔSePer_S against the fixed-N
+95 % CI, and (on the demo world) the world's validity r.
 
-Four runs of ``ragutil run`` on ``examples/demo.yaml`` cut to BM25 at k = 5 (the rag condition for
-per-query ΔSePer, the five per_doc passages for validity), each in its own ``$RAGUTIL_HOME``:
+Two workloads, each run as ``ragutil run`` variants in their own ``$RAGUTIL_HOME``:
 
-* ``fixed``          — N = 10 per prompt, seed 0 (the reference);
-* ``fixed_redraw``   — N = 10, seed 1: an independent fixed-N draw;
-* ``adaptive``       — ``sampling.adaptive`` at its defaults, seed 0: a prompt's N_q samples are
-  the first N_q of ``fixed`` (every round continues the prompt's sample stream);
-* ``adaptive_redraw`` — adaptive, seed 1 (the first samples of ``fixed_redraw``, none of ``fixed``).
+* ``demo`` — ``examples/demo.yaml`` cut to BM25 at k = 5 (the rag condition for per-query
+  ΔSePer, the five per_doc passages for validity), four variants:
+
+  * ``fixed``           — N = 10 per prompt, seed 0 (the reference);
+  * ``fixed_redraw``    — N = 10, seed 1: an independent fixed-N draw;
+  * ``adaptive``        — ``sampling.adaptive`` at its defaults, seed 0: a prompt's N_q samples
+    are the first N_q of ``fixed`` (every round continues the prompt's sample stream);
+  * ``adaptive_redraw`` — adaptive, seed 1 (the first samples of ``fixed_redraw``, none of
+    ``fixed``).
+
+* ``squad`` — ``examples/squad-compression.yaml`` as it is (40 SQuAD questions, SmolLM2 on vLLM,
+  BM25 at k = 5, uncompressed and five compressed settings: 240 setting × question ΔSePer_S
+  values), variants ``fixed`` and ``adaptive`` (seed 0). ``--caches-from HOME`` copies an
+  earlier run's caches and installed models (``cache``, ``embedded``, ``models``) into each fresh
+  home, so the fixed variant re-reads its samples and the adaptive one draws only its rounds; the
+  statistics do not depend on it, the run seconds do.
 
 The fixed-N 95 % CI of a query's ΔSePer_S is a percentile bootstrap over its N samples: each of
-2,000 resamples draws N of the closed-book samples and N of the rag samples with replacement,
+2,000 resamples draws N of the closed-book samples and N of the context samples with replacement,
 independently; SePer_S of a resample re-softmaxes the drawn samples' mean token log-probs into
 weights and sums weight × soft-kernel credit (the credit of a sample does not depend on the
-others: the soft kernel scores each sample against the gold answers). The share of the
-re-draws' ΔSePer_S inside that CI says how strict the criterion is: a fixed-N run with another
-seed is as good an estimate as the reference, yet lands inside it only that often.
+others: the soft kernel scores each sample against the gold answers). A value is inside the CI
+strictly, and at the reports' resolution: within the CI widened by half of ΔSePer's last printed
+decimal (``RESOLUTION``). Where every sample of both conditions misses the gold, each credit is
+an entailment probability near 0 (0.001 ± 0.0005) and the CI is a few ten-thousandths wide —
+narrower than the generator's own batch-composition noise (a prompt decoded among other batch
+mates draws a different token in about 2 % of samples on the demo reader) —, so the strict share
+counts as misses values no report can tell apart. The share of the re-draws' ΔSePer_S inside
+that CI says how strict the criterion is: a fixed-N run with another seed is as good an estimate
+as the reference, yet lands inside it only that often.
 
-Validity r: the pipeline's ``pearson_delta_seper_s_true_utility`` — Pearson r between ΔSePer_S of
-the per_doc passages and the world's ground-truth utility, over the questions the reader does not
-answer closed book (SePer Table 2's protocol) — with a 95 % CI by bootstrap over those queries
-(2,000 resamples; a query's passages stay together).
+Validity r (demo): the pipeline's ``pearson_delta_seper_s_true_utility`` — Pearson r between
+ΔSePer_S of the per_doc passages and the world's ground-truth utility, over the questions the
+reader does not answer closed book (SePer Table 2's protocol) — with a 95 % CI by bootstrap over
+those queries (2,000 resamples; a query's passages stay together).
 
-    python bench/adaptive_sampling.py --home /tmp/adaptive-bench    # runs what is missing
+    python bench/adaptive_sampling.py --home /tmp/adaptive-bench                 # demo
+    python bench/adaptive_sampling.py --workload squad --home /tmp/adaptive-squad \
+        --caches-from <a home where examples/squad-compression.yaml ran>
 """
 
 from __future__ import annotations
@@ -31,72 +49,113 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import yaml
 
+from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.evaluation.scoring import soft_seper, table_entail
 from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "adaptive_sampling.json"
-K = 5
 RESAMPLES = 2000
-VARIANTS = {  # name -> (seed, adaptive)
-    "fixed": (0, False),
-    "fixed_redraw": (1, False),
-    "adaptive": (0, True),
-    "adaptive_redraw": (1, True),
+RESOLUTION = 0.0005
+"""Half of the last decimal (0.001) the reports and docs print ΔSePer to: a value this close to
+the CI cannot be told from one inside it."""
+CACHED = ("cache", "embedded", "models")
+"""What ``--caches-from`` copies from an earlier home: the generation / NLI / compression caches
+and the installed models."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    example: str
+    dataset: str
+    generator: str
+    variants: dict[str, tuple[int, bool]]  # name -> (seed, adaptive)
+    validity: bool  # the world's ground-truth utility exists
+
+    def config(self, seed: int, adaptive: bool, max_queries: int | None) -> dict:
+        config = yaml.safe_load((ROOT / "examples" / self.example).read_text())
+        config.update(seed=seed, name=f"{Path(self.example).stem}-adaptive-bench-{seed}-{int(adaptive)}")
+        if self.validity:
+            config.update(retrievers=[r for r in config["retrievers"] if r["kind"] == "bm25"], k=[5])
+        if max_queries:
+            config["datasets"][0]["max_queries"] = max_queries
+        if adaptive:
+            config["sampling"]["adaptive"] = {}
+        return config
+
+    def settings(self, config: dict) -> list[str]:
+        return [setting.key for setting in ExperimentConfig.model_validate(config).settings()]
+
+    @property
+    def closed_partition(self) -> str:
+        return f"{self.dataset}|{self.generator}"
+
+
+WORKLOADS = {
+    "demo": Workload("demo.yaml", "world", "reader",
+                     {"fixed": (0, False), "fixed_redraw": (1, False), "adaptive": (0, True),
+                      "adaptive_redraw": (1, True)}, validity=True),
+    "squad": Workload("squad-compression.yaml", "squad", "smollm2",
+                      {"fixed": (0, False), "adaptive": (0, True)}, validity=False),
 }
-CONTEXT = f"reader|world__bm25__k{K}"
-CLOSED_BOOK = "world|reader"
 
 
-def variant_config(seed: int, adaptive: bool, max_queries: int) -> dict:
-    config = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
-    config.update(seed=seed, name=f"demo-adaptive-bench-{seed}-{int(adaptive)}",
-                  retrievers=[r for r in config["retrievers"] if r["kind"] == "bm25"], k=[K])
-    config["datasets"][0]["max_queries"] = max_queries
-    if adaptive:
-        config["sampling"]["adaptive"] = {}
-    return config
-
-
-def run_variant(home: Path, name: str, max_queries: int) -> float:
+def run_variant(home: Path, workload: Workload, name: str, max_queries: int | None, caches_from: Path | None) -> float:
     """``ragutil run`` of the variant in ``home/name`` unless already done; its wall seconds."""
     target = home / name
     done = target / "bench_seconds.json"
     if done.is_file():
         return json.loads(done.read_text())["seconds"]
     target.mkdir(parents=True, exist_ok=True)
-    seed, adaptive = VARIANTS[name]
+    if caches_from is not None:
+        for part in CACHED:
+            if (caches_from / part).is_dir() and not (target / part).exists():
+                shutil.copytree(caches_from / part, target / part, symlinks=True)
+    seed, adaptive = workload.variants[name]
     config_path = target / "config.yaml"
-    config_path.write_text(yaml.safe_dump(variant_config(seed, adaptive, max_queries)))
+    config_path.write_text(yaml.safe_dump(workload.config(seed, adaptive, max_queries)))
     env = {**os.environ, "RAGUTIL_HOME": str(target), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "ragutil_dagster.cli", "run", str(config_path), "--quiet"],
-                   env=env, check=True)
+                   env=env, check=True, cwd=ROOT)
     seconds = time.perf_counter() - start
     done.write_text(json.dumps({"seconds": seconds}))
     return seconds
 
 
-def credit_table(store: ArtifactStore) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Per (query, condition, doc) group: each sample's log SePer weight (its mean answer
-    log-prob up to a constant, which a softmax ignores) and soft-kernel credit, from the stored
-    samples and NLI probabilities."""
-    samples = pl.concat([store.read_table("closed_book_generations", CLOSED_BOOK),
-                         store.read_table("generations", CONTEXT)])
-    queries = store.read_table("setting_queries", f"world__bm25__k{K}")
-    entail = table_entail(store.read_table("nli_probabilities", CONTEXT))
-    return {key: (np.log(r.weights), r.credits) for key, r in soft_seper(samples, queries, entail).items()}
+Tables = dict[str, dict[tuple, tuple[np.ndarray, np.ndarray]]]
+"""Per setting: each (query, condition, doc) group's log SePer weights and soft-kernel credits,
+the closed-book groups in every setting's table."""
+
+
+def credit_table(store: ArtifactStore, workload: Workload, settings: list[str]) -> Tables:
+    """Per setting and (query, condition, doc) group: each sample's log SePer weight (its mean
+    answer log-prob up to a constant, which a softmax ignores) and soft-kernel credit, from the
+    stored samples and NLI probabilities; checked against the pipeline's ΔSePer_S."""
+    closed = store.read_table("closed_book_generations", workload.closed_partition)
+    tables = {}
+    for setting in settings:
+        partition = f"{workload.generator}|{setting}"
+        samples = pl.concat([closed, store.read_table("generations", partition)])
+        queries = store.read_table("setting_queries", setting)
+        entail = table_entail(store.read_table("nli_probabilities", partition))
+        table = {key: (np.log(r.weights), r.credits) for key, r in soft_seper(samples, queries, entail).items()}
+        stored = store.read_table("metric_scores", partition).select("query_id", "delta_seper_s").iter_rows()
+        assert max(abs(value - delta_seper(table, qid)) for qid, value in stored) < 1e-9, setting
+        tables[setting] = table
+    return tables
 
 
 def resampled_seper(scores: np.ndarray, credits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -116,42 +175,47 @@ def delta_seper(table: dict, qid: str) -> float:
     return seper((qid, "rag", None)) - seper((qid, "closed_book", None))
 
 
-def fixed_cis(table: dict, rng: np.random.Generator) -> dict[str, tuple[float, float]]:
-    """Per query, the percentile bootstrap 95 % CI of ΔSePer_S over its fixed-N samples."""
+def units(tables: Tables) -> list[tuple[str, str]]:
+    """The (setting, query) pairs with a per-query ΔSePer_S."""
+    return sorted((setting, key[0]) for setting, table in tables.items() for key in table if key[1] == "rag")
+
+
+def fixed_cis(tables: Tables, rng: np.random.Generator) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (setting, query), the percentile bootstrap 95 % CI of ΔSePer_S over its fixed-N samples."""
     cis = {}
-    for qid in sorted({k[0] for k in table if k[1] == "rag"}):
+    for setting, qid in units(tables):
+        table = tables[setting]
         delta = resampled_seper(*table[(qid, "rag", None)], rng) - resampled_seper(*table[(qid, "closed_book", None)], rng)
         low, high = np.percentile(delta, [2.5, 97.5])
-        cis[qid] = (float(low), float(high))
+        cis[(setting, qid)] = (float(low), float(high))
     return cis
 
 
-def standard_error_cis(table: dict) -> dict[str, tuple[float, float]]:
-    """Per query, ΔSePer_S ± 1.96 · √(SE_rag² + SE_closed²) with the Jeffreys-floored SE of
-    ``metrics.seper.seper_standard_error`` over the fixed-N samples: never of zero width."""
+def standard_error_cis(tables: Tables) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (setting, query), ΔSePer_S ± 1.96 · √(SE_rag² + SE_closed²) with the Jeffreys-floored
+    SE of ``metrics.seper.seper_standard_error`` over the fixed-N samples: never of zero width."""
     cis = {}
-    for qid in sorted({k[0] for k in table if k[1] == "rag"}):
-        errors = []
+    for setting, qid in units(tables):
+        table, errors = tables[setting], []
         for condition in ("rag", "closed_book"):
             scores, credits = table[(qid, condition, None)]
             weights = np.exp(scores - scores.max())
             errors.append(seper_standard_error(credits, weights / weights.sum()))
-        half = 1.96 * float(np.hypot(*errors))
-        cis[qid] = (delta_seper(table, qid) - half, delta_seper(table, qid) + half)
+        half, value = 1.96 * float(np.hypot(*errors)), delta_seper(table, qid)
+        cis[(setting, qid)] = (value - half, value + half)
     return cis
 
 
-def share_inside(cis: dict, table: dict) -> float:
-    inside = [low - 1e-12 <= delta_seper(table, qid) <= high + 1e-12 for qid, (low, high) in cis.items()]
+def share_inside(cis: dict, tables: Tables, slack: float = 0.0) -> float:
+    inside = [low - slack - 1e-12 <= delta_seper(tables[setting], qid) <= high + slack + 1e-12
+              for (setting, qid), (low, high) in cis.items()]
     return float(np.mean(inside))
 
 
-def mean_with_ci(table: dict, store: ArtifactStore, queries: list[str]) -> dict[str, float]:
-    """Mean ΔSePer_S over the queries with its bootstrap 95 % CI (as MLflow logs it), the
-    per-query values checked against the pipeline's ``metric_scores``."""
-    values = [delta_seper(table, q) for q in queries]
-    stored = dict(store.read_table("metric_scores", CONTEXT).select("query_id", "delta_seper_s").iter_rows())
-    assert max(abs(stored[q] - v) for q, v in zip(queries, values)) < 1e-9
+def mean_with_ci(tables: Tables, keys: list[tuple[str, str]]) -> dict[str, float]:
+    """Mean ΔSePer_S over the (setting, query) pairs with its bootstrap 95 % CI (as MLflow logs it
+    per setting)."""
+    values = [delta_seper(tables[setting], qid) for setting, qid in keys]
     interval = bootstrap_mean_ci(values)
     return {"mean": float(np.mean(values)), "ci_low": interval.low, "ci_high": interval.high}
 
@@ -161,26 +225,26 @@ PAIRS = (("adaptive", "fixed"), ("adaptive_redraw", "fixed_redraw"), ("fixed_red
 fixed-N re-draw against the reference (what noise alone moves)."""
 
 
-def paired_shift(tables: dict, first: str, second: str, queries: list[str]) -> dict[str, float]:
-    """Mean over queries of ΔSePer_S(first) − ΔSePer_S(second), with its bootstrap 95 % CI."""
-    differences = [delta_seper(tables[first], q) - delta_seper(tables[second], q) for q in queries]
+def paired_shift(tables: dict[str, Tables], first: str, second: str, keys: list[tuple[str, str]]) -> dict[str, float]:
+    """Mean over (setting, query) of ΔSePer_S(first) − ΔSePer_S(second), with its bootstrap 95 % CI."""
+    differences = [delta_seper(tables[first][s], q) - delta_seper(tables[second][s], q) for s, q in keys]
     interval = bootstrap_mean_ci(differences)
     return {"mean": float(np.mean(differences)), "ci_low": interval.low, "ci_high": interval.high}
 
 
-def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, float]:
+def validity_r(store: ArtifactStore, partition: str, rng: np.random.Generator) -> dict[str, float]:
     """The pipeline's validity r — Pearson r of per_doc ΔSePer_S with true utility over the
     questions not answered closed book (``evaluation/scoring._validity_correlations``) — recomputed
     from the stored tables (checked against the summary), and its query-bootstrap 95 % CI."""
-    unanswered = store.read_table("metric_scores", CONTEXT).filter(~pl.col("answer_has_closed"))["query_id"]
-    documents = store.read_table("document_scores", CONTEXT).filter(
+    unanswered = store.read_table("metric_scores", partition).filter(~pl.col("answer_has_closed"))["query_id"]
+    documents = store.read_table("document_scores", partition).filter(
         pl.col("true_utility").is_not_null() & pl.col("query_id").is_in(unanswered.to_list()))
     by_query = [(part["delta_seper_s"].to_numpy(), part["true_utility"].to_numpy())
                 for _, part in documents.group_by("query_id", maintain_order=True)]
     x = np.concatenate([a for a, _ in by_query])
     y = np.concatenate([b for _, b in by_query])
     r = float(np.corrcoef(x, y)[0, 1])
-    summary = store.read_json("metric_scores", CONTEXT, "summary")
+    summary = store.read_json("metric_scores", partition, "summary")
     assert abs(r - summary["pearson_delta_seper_s_true_utility"]) < 1e-9, (r, summary)
     draws = []
     for _ in range(RESAMPLES):
@@ -192,72 +256,96 @@ def validity_r(store: ArtifactStore, rng: np.random.Generator) -> dict[str, floa
     return {"r": r, "ci_low": float(low), "ci_high": float(high), "passages": int(x.size), "queries": len(by_query)}
 
 
-def samples_drawn(store: ArtifactStore) -> dict[str, int]:
-    counts = {}
-    for asset, partition in (("closed_book_generations", CLOSED_BOOK), ("generations", CONTEXT)):
-        rows = store.read_table(asset, partition).filter(pl.col("decoding") == "sample")
-        for condition, n in rows.group_by("condition").len().iter_rows():
-            counts[condition] = int(n)
-    return counts
+def sample_rows(store: ArtifactStore, workload: Workload, settings: list[str]) -> pl.DataFrame:
+    """Every sample the variant drew (greedy answers are not samples), with its setting
+    (none for the closed-book prompts, drawn once for all settings)."""
+    parts = [store.read_table("closed_book_generations", workload.closed_partition).with_columns(setting=pl.lit(None, pl.String))]
+    parts += [store.read_table("generations", f"{workload.generator}|{setting}").with_columns(setting=pl.lit(setting))
+              for setting in settings]
+    return pl.concat(parts, how="diagonal_relaxed").filter(pl.col("decoding") == "sample")
 
 
-def samples_per_group(store: ArtifactStore) -> dict[str, int]:
-    """How many (query, condition, doc) groups drew each number of samples."""
-    rows = pl.concat([store.read_table(asset, partition).filter(pl.col("decoding") == "sample")
-                      for asset, partition in (("closed_book_generations", CLOSED_BOOK), ("generations", CONTEXT))])
-    counts = rows.group_by("query_id", "condition", "doc_id").len("drawn").group_by("drawn").len("groups").sort("drawn")
-    return {str(n): int(groups) for n, groups in counts.iter_rows()}
+def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
+    return {condition: int(n) for condition, n in rows.group_by("condition").len().sort("condition").iter_rows()}
+
+
+def samples_per_group(rows: pl.DataFrame) -> dict[str, int]:
+    """How many (setting, query, condition, doc) groups drew each number of samples."""
+    counts = rows.group_by("setting", "query_id", "condition", "doc_id").len("drawn").group_by("drawn").len("groups")
+    return {str(n): int(groups) for n, groups in counts.sort("drawn").iter_rows()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="demo")
     parser.add_argument("--home", type=Path, required=True, help="a directory holding one RAGUTIL_HOME per run")
-    parser.add_argument("--max-queries", type=int, default=200)
+    parser.add_argument("--max-queries", type=int, default=None,
+                        help="questions (default: 200 on the demo world, the example's own otherwise)")
+    parser.add_argument("--caches-from", type=Path, default=None,
+                        help="an earlier RAGUTIL_HOME whose caches and installed models each fresh home starts from")
     args = parser.parse_args()
-    seconds = {name: run_variant(args.home, name, args.max_queries) for name in VARIANTS}
-    stores = {name: ArtifactStore(home=str(args.home / name)) for name in VARIANTS}
-    tables = {name: credit_table(store) for name, store in stores.items()}
+    workload = WORKLOADS[args.workload]
+    max_queries = args.max_queries or (200 if args.workload == "demo" else None)
+    names = list(workload.variants)
+    seconds = {name: run_variant(args.home, workload, name, max_queries, args.caches_from) for name in names}
+    settings = workload.settings(workload.config(0, False, max_queries))
+    stores = {name: ArtifactStore(home=str(args.home / name)) for name in names}
+    tables = {name: credit_table(store, workload, settings) for name, store in stores.items()}
+    rows = {name: sample_rows(store, workload, settings) for name, store in stores.items()}
     rng = np.random.default_rng(0)
     cis = fixed_cis(tables["fixed"], rng)
     se_cis = standard_error_cis(tables["fixed"])
-    drawn = {name: samples_drawn(store) for name, store in stores.items()}
-    fraction = {name: sum(drawn[name].values()) / sum(drawn["fixed"].values()) for name in VARIANTS}
+    keys = sorted(cis)
+    drawn = {name: samples_drawn(rows[name]) for name in names}
+    fraction = {name: rows[name].height / rows["fixed"].height for name in names}
+    others = [name for name in names if name != "fixed"]
     result = {
-        "command": "python bench/adaptive_sampling.py --home DIR",
-        "config": f"examples/demo.yaml, BM25, k = {K}, {args.max_queries} queries, N = 10",
-        "queries": len(cis),
+        "command": f"python bench/adaptive_sampling.py --workload {args.workload} --home DIR"
+                   + (" --caches-from HOME" if args.caches_from else ""),
+        "config": f"examples/{workload.example}" + (", BM25, k = 5" if workload.validity else "")
+                  + f", {max_queries or 'all its'} queries, settings {settings}, N = 10",
+        "adaptive_defaults": ExperimentConfig.model_validate(workload.config(0, True, max_queries)).sampling.adaptive.key,
+        "setting_queries": len(cis),
         "ci": f"percentile bootstrap 95 % over the N samples of each condition, {RESAMPLES} resamples",
+        "resolution": RESOLUTION,
         "run_seconds": seconds,
         "samples_drawn": drawn,
         "sample_fraction": fraction,
-        "groups_by_samples_drawn": {name: samples_per_group(store) for name, store in stores.items()},
+        "groups_by_samples_drawn": {name: samples_per_group(rows[name]) for name in names},
         "sample_fraction_by_condition": {
-            name: {c: drawn[name][c] / drawn["fixed"][c] for c in drawn["fixed"]} for name in VARIANTS
+            name: {c: drawn[name].get(c, 0) / drawn["fixed"][c] for c in drawn["fixed"]} for name in names
         },
-        "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in VARIANTS if name != "fixed"},
-        "zero_width_fixed_ci": float(np.mean([high - low < 1e-9 for low, high in cis.values()])),
-        "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in VARIANTS if name != "fixed"},
-        "mean_delta_seper_s": {name: mean_with_ci(tables[name], stores[name], sorted(cis)) for name in VARIANTS},
-        "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, sorted(cis)) for a, b in PAIRS},
-        "validity_r": {name: validity_r(store, rng) for name, store in stores.items()},
+        "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in others},
+        "inside_fixed_ci_at_resolution": {name: share_inside(cis, tables[name], RESOLUTION) for name in others},
+        "fixed_ci_narrower_than_0.001": float(np.mean([high - low < 0.001 for low, high in cis.values()])),
+        "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in others},
+        "mean_delta_seper_s": {name: mean_with_ci(tables[name], keys) for name in names},
+        "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'in SE CI':>9} "
-          f"{'mean ΔSePer_S [95% CI]':>27} {'validity r [95% CI]':>26}")
-    for name in VARIANTS:
-        v, m = result["validity_r"][name], result["mean_delta_seper_s"][name]
-        inside, inside_se = result["inside_fixed_ci"].get(name), result["inside_fixed_se_ci"].get(name)
-        print(f"{name:16} {sum(drawn[name].values()):8d} {fraction[name]:9.3f} "
-              f"{'—' if inside is None else f'{inside:.3f}':>11} {'—' if inside_se is None else f'{inside_se:.3f}':>9} "
-              f"{m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}] "
-              f"{v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]")
-    print(f"groups by samples drawn, adaptive: {result['groups_by_samples_drawn']['adaptive']}")
+    if workload.validity:
+        partition = f"{workload.generator}|{settings[0]}"
+        result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}
+    results = ROOT / "bench" / "results" / f"adaptive_sampling{'' if args.workload == 'demo' else '_' + args.workload}.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'at 0.001':>9} {'in SE CI':>9} "
+          f"{'mean ΔSePer_S [95% CI]':>27}" + (f" {'validity r [95% CI]':>26}" if workload.validity else ""))
+    for name in names:
+        m = result["mean_delta_seper_s"][name]
+        shares = [result[k].get(name) for k in ("inside_fixed_ci", "inside_fixed_ci_at_resolution", "inside_fixed_se_ci")]
+        line = (f"{name:16} {rows[name].height:8d} {fraction[name]:9.3f} "
+                + " ".join(f"{'—' if v is None else f'{v:.3f}':>{w}}" for v, w in zip(shares, (11, 9, 9)))
+                + f" {m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}]")
+        if workload.validity:
+            v = result["validity_r"][name]
+            line += f" {v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
+        print(line)
+    for name in others:
+        print(f"groups by samples drawn, {name}: {result['groups_by_samples_drawn'][name]}")
     for pair, shift in result["paired_shift"].items():
         print(f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]")
-    print(f"fixed-N bootstrap CIs of zero width (all N samples alike in both conditions): "
-          f"{result['zero_width_fixed_ci']:.3f}")
-    print(f"wrote {RESULTS}")
+    print(f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":

@@ -338,13 +338,31 @@ class OpenAIGeneratorConfig(GeneratorConfig):
 class AdaptiveSamplingConfig(_Strict):
     """Adaptive sampling (``sampling.adaptive``): each prompt draws ``first_round`` samples, then
     ``round_size`` more per round while the standard error of its SePer_S over its samples
-    (``metrics.seper.seper_standard_error``) is above ``target_se``, up to N_max = ``sampling.n``.
+    (``metrics.seper.seper_standard_error``) is above its target, up to N_max = ``sampling.n``.
     Every round continues each prompt's sample stream (``SamplingParams.first_index``), so the
-    samples a prompt draws are the first N_q of a fixed-N run with the same seed."""
+    samples a prompt draws are the first N_q of a fixed-N run with the same seed.
+
+    The target is ``target_se`` for prompts with context and ``closed_book_target_se`` (half of
+    ``target_se`` unless set) for the closed-book prompt: its SePer is subtracted from every
+    context SePer of its question (rag, each per_doc passage, oracle, every setting), so its error
+    enters each ΔSePer, while it is one prompt of many per question (docs/metrics.md)."""
 
     first_round: int = Field(default=4, ge=2)
     round_size: int = Field(default=2, ge=1)
-    target_se: float = Field(default=0.16, gt=0, lt=0.5)
+    target_se: float = Field(default=0.22, gt=0, lt=0.5)
+    closed_book_target_se: float | None = Field(default=None, gt=0, lt=0.5)
+
+    def target_for(self, condition: str) -> float:
+        """The standard error at which a group of ``condition``'s samples stops."""
+        if condition == "closed_book":
+            return self.target_se / 2 if self.closed_book_target_se is None else self.closed_book_target_se
+        return self.target_se
+
+    @property
+    def key(self) -> str:
+        """How the rule is named in MLflow's run parameters."""
+        return (f"first_round={self.first_round},round_size={self.round_size},target_se={self.target_se},"
+                f"closed_book_target_se={self.target_for('closed_book')}")
 
 
 class SamplingConfig(_Strict):

@@ -73,10 +73,11 @@ GroupStandardErrors = Callable[[pl.DataFrame], dict[tuple, float]]
 """The standard error of SePer of every (query_id, condition, doc_id) group of the given sample rows."""
 
 
-def continues(standard_error: float, drawn: int, n_max: int, adaptive: AdaptiveSamplingConfig) -> bool:
-    """The stop rule: a prompt draws another round while its SePer's standard error is above the
-    target and it has drawn fewer than N_max samples."""
-    return drawn < n_max and standard_error > adaptive.target_se
+def continues(standard_error: float, condition: str, drawn: int, n_max: int, adaptive: AdaptiveSamplingConfig) -> bool:
+    """The stop rule: a group of ``condition``'s samples draws another round while its SePer's
+    standard error is above the condition's target (:meth:`AdaptiveSamplingConfig.target_for`)
+    and it has drawn fewer than N_max samples."""
+    return drawn < n_max and standard_error > adaptive.target_for(condition)
 
 
 def round_sizes(n_max: int, adaptive: AdaptiveSamplingConfig) -> list[int]:
@@ -119,7 +120,8 @@ def sample_prompts_adaptive(
         so_far = pl.concat(rounds).join(active.select("query_id", "condition", "doc_id").unique(),
                                         on=["query_id", "condition", "doc_id"], nulls_equal=True)
         errors = standard_errors(so_far)
-        going = [p for p in wanted if any(continues(errors[g], drawn, sampling.n, adaptive) for g in groups_of[p])]
+        going = [p for p in wanted
+                 if any(continues(errors[g], g[1], drawn, sampling.n, adaptive) for g in groups_of[p])]
         active = active.filter(pl.col("prompt").is_in(going))
         if not active.height:
             break

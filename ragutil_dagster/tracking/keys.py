@@ -130,10 +130,7 @@ class PartitionRun:
             "query_writer_identity": self.identities.query_writer or "none",
             "multistep_max_passages": (experiment.multistep.max_passages or "none") if self.setting.step else "none",
             "n": sampling.n,
-            "adaptive": "none" if sampling.adaptive is None else (
-                f"first_round={sampling.adaptive.first_round},round_size={sampling.adaptive.round_size},"
-                f"target_se={sampling.adaptive.target_se}"
-            ),
+            "adaptive": "none" if sampling.adaptive is None else sampling.adaptive.key,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "top_k": sampling.top_k,

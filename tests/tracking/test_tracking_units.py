@@ -91,7 +91,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert PartitionRun(no_methods, setting, "lm0", identities).params()["utility_methods"] == "none"
     adaptive = config.model_copy(update={"sampling": config.sampling.model_copy(update={"adaptive": AdaptiveSamplingConfig()})})
     assert params["adaptive"] == "none"
-    assert PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"] == "first_round=4,round_size=2,target_se=0.16"
+    assert PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"] == "first_round=4,round_size=2,target_se=0.22,closed_book_target_se=0.11"
 
 
 @pytest.fixture()
