@@ -265,6 +265,26 @@ def sample_rows(store: ArtifactStore, workload: Workload, settings: list[str]) -
     return pl.concat(parts, how="diagonal_relaxed").filter(pl.col("decoding") == "sample")
 
 
+def same_index_differs(rows: pl.DataFrame, reference: pl.DataFrame) -> dict[str, float]:
+    """Of the samples ``rows`` shares by index with the same-seed ``reference``, the share whose
+    text differs, and the largest log-prob difference between identical texts: the engine's
+    batch-composition noise (a prompt decoded among other batch mates)."""
+    keys = ["setting", "query_id", "condition", "doc_id", "sample_index"]
+    joined = rows.join(reference, on=keys, nulls_equal=True, suffix="_reference")
+    same = joined.filter(pl.col("text") == pl.col("text_reference"))
+    logprob_gap = (same["token_logprobs"].list.sum() - same["token_logprobs_reference"].list.sum()).abs().max()
+    return {"samples": joined.height, "text_differs": float((joined["text"] != joined["text_reference"]).mean()),
+            "max_logprob_sum_difference": float(logprob_gap or 0.0)}
+
+
+def as_prefix(tables: Tables, reference: Tables) -> Tables:
+    """``reference``'s samples cut to the number each group of ``tables`` drew: what an engine
+    whose samples do not depend on their batch mates would have given the adaptive run."""
+    return {setting: {key: (scores[: len(table[key][1])], credits[: len(table[key][1])])
+                      for key, (scores, credits) in reference[setting].items() if key in table}
+            for setting, table in tables.items()}
+
+
 def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
     return {condition: int(n) for condition, n in rows.group_by("condition").len().sort("condition").iter_rows()}
 
@@ -299,6 +319,7 @@ def main() -> None:
     drawn = {name: samples_drawn(rows[name]) for name in names}
     fraction = {name: rows[name].height / rows["fixed"].height for name in names}
     others = [name for name in names if name != "fixed"]
+    same_seed = [name for name in others if workload.variants[name] == (workload.variants["fixed"][0], True)]
     result = {
         "command": f"python bench/adaptive_sampling.py --workload {args.workload} --home DIR"
                    + (" --caches-from HOME" if args.caches_from else ""),
@@ -317,9 +338,12 @@ def main() -> None:
         },
         "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in others},
         "inside_fixed_ci_at_resolution": {name: share_inside(cis, tables[name], RESOLUTION) for name in others},
+        "inside_fixed_ci_as_prefix": {name: share_inside(cis, as_prefix(tables[name], tables["fixed"]))
+                                      for name in others if name in same_seed},
         "fixed_ci_narrower_than_0.001": float(np.mean([high - low < 0.001 for low, high in cis.values()])),
         "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in others},
         "mean_delta_seper_s": {name: mean_with_ci(tables[name], keys) for name in names},
+        "same_index_as_fixed": {name: same_index_differs(rows[name], rows["fixed"]) for name in same_seed},
         "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
     }
     if workload.validity:
@@ -344,6 +368,10 @@ def main() -> None:
         print(f"groups by samples drawn, {name}: {result['groups_by_samples_drawn'][name]}")
     for pair, shift in result["paired_shift"].items():
         print(f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]")
+    for name, noise in result["same_index_as_fixed"].items():
+        print(f"{name} against fixed, same seed and index: {noise['text_differs']:.4f} of {noise['samples']} texts differ, "
+              f"log-prob sums of identical texts by up to {noise['max_logprob_sum_difference']:.4f}; inside the "
+              f"fixed-N CI had its samples been the fixed run's first N_q: {result['inside_fixed_ci_as_prefix'][name]:.3f}")
     print(f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}")
     print(f"wrote {results}")
 
