@@ -42,6 +42,7 @@ those queries (2,000 resamples; a query's passages stay together).
     python bench/adaptive_sampling.py --home /tmp/adaptive-bench                 # demo
     python bench/adaptive_sampling.py --workload squad --home /tmp/adaptive-squad \
         --caches-from <a home where examples/squad-compression.yaml ran>
+    python bench/adaptive_sampling.py ... --replay   # also the stop rule replayed over a grid of targets
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ import numpy as np
 import polars as pl
 import yaml
 
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
+from ragutil_dagster.evaluation.sampling import continues, round_sizes
 from ragutil_dagster.evaluation.scoring import soft_seper, table_entail
 from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
@@ -285,6 +287,35 @@ def as_prefix(tables: Tables, reference: Tables) -> Tables:
             for setting, table in tables.items()}
 
 
+REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25)
+"""``--replay``'s grid of ``target_se``, each with ``closed_book_target_se`` at the same value and
+at half of it (the default)."""
+
+
+def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
+    """The stop rule replayed on the fixed run's samples: each group's N_q is where
+    ``evaluation/sampling.continues`` would have stopped it on its first samples (each group on
+    its own: no prompt is shared between groups here at k = 5); the share of samples drawn and of
+    ΔSePer_S values inside the fixed-N CI, strictly and at the reports' resolution."""
+    cut: Tables = {}
+    drawn = total = 0
+    for setting, table in tables.items():
+        cut[setting] = {}
+        for key, (scores, credits) in table.items():
+            n = 0
+            for size in round_sizes(n_max, adaptive):
+                n += size
+                weights = np.exp(scores[:n] - scores[:n].max())
+                if not continues(seper_standard_error(credits[:n], weights / weights.sum()), key[1], n, n_max, adaptive):
+                    break
+            cut[setting][key] = (scores[:n], credits[:n])
+            if key[1] != "closed_book" or setting == next(iter(tables)):  # closed book: drawn once for all settings
+                drawn, total = drawn + n, total + credits.size
+    return {"target_se": adaptive.target_se, "closed_book_target_se": adaptive.target_for("closed_book"),
+            "sample_fraction": drawn / total, "inside_fixed_ci": share_inside(cis, cut),
+            "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION)}
+
+
 def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
     return {condition: int(n) for condition, n in rows.group_by("condition").len().sort("condition").iter_rows()}
 
@@ -303,6 +334,8 @@ def main() -> None:
                         help="questions (default: 200 on the demo world, the example's own otherwise)")
     parser.add_argument("--caches-from", type=Path, default=None,
                         help="an earlier RAGUTIL_HOME whose caches and installed models each fresh home starts from")
+    parser.add_argument("--replay", action="store_true",
+                        help="also replay the stop rule on the fixed run's samples over a grid of targets")
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
     max_queries = args.max_queries or (200 if args.workload == "demo" else None)
@@ -346,6 +379,11 @@ def main() -> None:
         "same_index_as_fixed": {name: same_index_differs(rows[name], rows["fixed"]) for name in same_seed},
         "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
     }
+    if args.replay:
+        result["replay"] = [
+            replay(tables["fixed"], cis, 10, AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed))
+            for target in REPLAY_TARGETS for closed in (target, None)
+        ]
     if workload.validity:
         partition = f"{workload.generator}|{settings[0]}"
         result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}
@@ -372,6 +410,10 @@ def main() -> None:
         print(f"{name} against fixed, same seed and index: {noise['text_differs']:.4f} of {noise['samples']} texts differ, "
               f"log-prob sums of identical texts by up to {noise['max_logprob_sum_difference']:.4f}; inside the "
               f"fixed-N CI had its samples been the fixed run's first N_q: {result['inside_fixed_ci_as_prefix'][name]:.3f}")
+    for row in result.get("replay", []):
+        print(f"replayed on the fixed samples, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
+              f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
+              f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution)")
     print(f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}")
     print(f"wrote {results}")
 
