@@ -86,7 +86,9 @@ class Workload:
     variants: dict[str, tuple[int, bool]]  # name -> (seed, adaptive)
     validity: bool  # the world's ground-truth utility exists
 
-    def config(self, seed: int, adaptive: bool, max_queries: int | None) -> dict:
+    def config(self, seed: int, adaptive: bool, max_queries: int | None, dtype: str | None = None) -> dict:
+        """The example as this variant runs it; ``dtype`` replaces the generators' (vLLM: the
+        engine's) weights dtype."""
         config = yaml.safe_load((ROOT / "examples" / self.example).read_text())
         config.update(seed=seed, name=f"{Path(self.example).stem}-adaptive-bench-{seed}-{int(adaptive)}")
         if self.validity:
@@ -95,6 +97,11 @@ class Workload:
             config["datasets"][0]["max_queries"] = max_queries
         if adaptive:
             config["sampling"]["adaptive"] = {}
+        for generator in config["generators"] if dtype else ():
+            if generator.get("backend") == "vllm":
+                generator.setdefault("engine", {})["dtype"] = dtype
+            else:
+                generator["dtype"] = dtype
         return config
 
     def settings(self, config: dict) -> list[str]:
@@ -114,7 +121,8 @@ WORKLOADS = {
 }
 
 
-def run_variant(home: Path, workload: Workload, name: str, max_queries: int | None, caches_from: Path | None) -> float:
+def run_variant(home: Path, workload: Workload, name: str, max_queries: int | None, dtype: str | None,
+                caches_from: Path | None) -> float:
     """``ragutil run`` of the variant in ``home/name`` unless already done; its wall seconds."""
     target = home / name
     done = target / "bench_seconds.json"
@@ -127,7 +135,7 @@ def run_variant(home: Path, workload: Workload, name: str, max_queries: int | No
                 shutil.copytree(caches_from / part, target / part, symlinks=True)
     seed, adaptive = workload.variants[name]
     config_path = target / "config.yaml"
-    config_path.write_text(yaml.safe_dump(workload.config(seed, adaptive, max_queries)))
+    config_path.write_text(yaml.safe_dump(workload.config(seed, adaptive, max_queries, dtype)))
     env = {**os.environ, "RAGUTIL_HOME": str(target), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "ragutil_dagster.cli", "run", str(config_path), "--quiet"],
@@ -334,13 +342,15 @@ def main() -> None:
                         help="questions (default: 200 on the demo world, the example's own otherwise)")
     parser.add_argument("--caches-from", type=Path, default=None,
                         help="an earlier RAGUTIL_HOME whose caches and installed models each fresh home starts from")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="the generators' dtype (default: the example's; on an AMX CPU `auto` is bfloat16)")
     parser.add_argument("--replay", action="store_true",
                         help="also replay the stop rule on the fixed run's samples over a grid of targets")
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
     max_queries = args.max_queries or (200 if args.workload == "demo" else None)
     names = list(workload.variants)
-    seconds = {name: run_variant(args.home, workload, name, max_queries, args.caches_from) for name in names}
+    seconds = {name: run_variant(args.home, workload, name, max_queries, args.dtype, args.caches_from) for name in names}
     settings = workload.settings(workload.config(0, False, max_queries))
     stores = {name: ArtifactStore(home=str(args.home / name)) for name in names}
     tables = {name: credit_table(store, workload, settings) for name, store in stores.items()}
@@ -355,9 +365,10 @@ def main() -> None:
     same_seed = [name for name in others if workload.variants[name] == (workload.variants["fixed"][0], True)]
     result = {
         "command": f"python bench/adaptive_sampling.py --workload {args.workload} --home DIR"
-                   + (" --caches-from HOME" if args.caches_from else ""),
+                   + (" --caches-from HOME" if args.caches_from else "") + (f" --dtype {args.dtype}" if args.dtype else ""),
         "config": f"examples/{workload.example}" + (", BM25, k = 5" if workload.validity else "")
-                  + f", {max_queries or 'all its'} queries, settings {settings}, N = 10",
+                  + f", {max_queries or 'all its'} queries, settings {settings}, N = 10"
+                  + (f", generators in {args.dtype}" if args.dtype else ""),
         "adaptive_defaults": ExperimentConfig.model_validate(workload.config(0, True, max_queries)).sampling.adaptive.key,
         "setting_queries": len(cis),
         "ci": f"percentile bootstrap 95 % over the N samples of each condition, {RESAMPLES} resamples",
@@ -387,7 +398,8 @@ def main() -> None:
     if workload.validity:
         partition = f"{workload.generator}|{settings[0]}"
         result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}
-    results = ROOT / "bench" / "results" / f"adaptive_sampling{'' if args.workload == 'demo' else '_' + args.workload}.json"
+    suffix = ("" if args.workload == "demo" else f"_{args.workload}") + (f"_{args.dtype}" if args.dtype else "")
+    results = ROOT / "bench" / "results" / f"adaptive_sampling{suffix}.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'at 0.001':>9} {'in SE CI':>9} "
