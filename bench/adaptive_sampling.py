@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import yaml
+from scipy.special import softmax
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
 from ragutil_dagster.evaluation.sampling import continues, round_sizes
@@ -103,9 +104,6 @@ class Workload:
             else:
                 generator["dtype"] = dtype
         return config
-
-    def settings(self, config: dict) -> list[str]:
-        return [setting.key for setting in ExperimentConfig.model_validate(config).settings()]
 
     @property
     def closed_partition(self) -> str:
@@ -171,17 +169,13 @@ def credit_table(store: ArtifactStore, workload: Workload, settings: list[str]) 
 def resampled_seper(scores: np.ndarray, credits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """SePer_S of RESAMPLES bootstrap resamples of one group's samples."""
     picks = rng.integers(0, scores.size, size=(RESAMPLES, scores.size))
-    logits = scores[picks]
-    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
-    weights /= weights.sum(axis=1, keepdims=True)
-    return (weights * credits[picks]).sum(axis=1)
+    return (softmax(scores[picks], axis=1) * credits[picks]).sum(axis=1)
 
 
 def delta_seper(table: dict, qid: str) -> float:
     def seper(key: tuple) -> float:
         scores, credits = table[key]
-        weights = np.exp(scores - scores.max())
-        return float((weights / weights.sum()) @ credits)
+        return float(softmax(scores) @ credits)
     return seper((qid, "rag", None)) - seper((qid, "closed_book", None))
 
 
@@ -209,8 +203,7 @@ def standard_error_cis(tables: Tables) -> dict[tuple[str, str], tuple[float, flo
         table, errors = tables[setting], []
         for condition in ("rag", "closed_book"):
             scores, credits = table[(qid, condition, None)]
-            weights = np.exp(scores - scores.max())
-            errors.append(seper_standard_error(credits, weights / weights.sum()))
+            errors.append(seper_standard_error(credits, softmax(scores)))
         half, value = 1.96 * float(np.hypot(*errors)), delta_seper(table, qid)
         cis[(setting, qid)] = (value - half, value + half)
     return cis
@@ -313,8 +306,7 @@ def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConf
             n = 0
             for size in round_sizes(n_max, adaptive):
                 n += size
-                weights = np.exp(scores[:n] - scores[:n].max())
-                if not continues(seper_standard_error(credits[:n], weights / weights.sum()), key[1], n, n_max, adaptive):
+                if not continues(seper_standard_error(credits[:n], softmax(scores[:n])), key[1], n, n_max, adaptive):
                     break
             cut[setting][key] = (scores[:n], credits[:n])
             if key[1] != "closed_book" or setting == next(iter(tables)):  # closed book: drawn once for all settings
@@ -351,7 +343,8 @@ def main() -> None:
     max_queries = args.max_queries or (200 if args.workload == "demo" else None)
     names = list(workload.variants)
     seconds = {name: run_variant(args.home, workload, name, max_queries, args.dtype, args.caches_from) for name in names}
-    settings = workload.settings(workload.config(0, False, max_queries))
+    fixed_config = ExperimentConfig.model_validate(workload.config(0, False, max_queries))
+    settings = [setting.key for setting in fixed_config.settings()]
     stores = {name: ArtifactStore(home=str(args.home / name)) for name in names}
     tables = {name: credit_table(store, workload, settings) for name, store in stores.items()}
     rows = {name: sample_rows(store, workload, settings) for name, store in stores.items()}
@@ -367,7 +360,7 @@ def main() -> None:
         "command": f"python bench/adaptive_sampling.py --workload {args.workload} --home DIR"
                    + (" --caches-from HOME" if args.caches_from else "") + (f" --dtype {args.dtype}" if args.dtype else ""),
         "config": f"examples/{workload.example}" + (", BM25, k = 5" if workload.validity else "")
-                  + f", {max_queries or 'all its'} queries, settings {settings}, N = 10"
+                  + f", {max_queries or 'all its'} queries, settings {settings}, N = {fixed_config.sampling.n}"
                   + (f", generators in {args.dtype}" if args.dtype else ""),
         "adaptive_defaults": ExperimentConfig.model_validate(workload.config(0, True, max_queries)).sampling.adaptive.key,
         "setting_queries": len(cis),
@@ -382,8 +375,7 @@ def main() -> None:
         },
         "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in others},
         "inside_fixed_ci_at_resolution": {name: share_inside(cis, tables[name], RESOLUTION) for name in others},
-        "inside_fixed_ci_as_prefix": {name: share_inside(cis, as_prefix(tables[name], tables["fixed"]))
-                                      for name in others if name in same_seed},
+        "inside_fixed_ci_as_prefix": {name: share_inside(cis, as_prefix(tables[name], tables["fixed"])) for name in same_seed},
         "fixed_ci_narrower_than_0.001": float(np.mean([high - low < 0.001 for low, high in cis.values()])),
         "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in others},
         "mean_delta_seper_s": {name: mean_with_ci(tables[name], keys) for name in names},
@@ -392,7 +384,8 @@ def main() -> None:
     }
     if args.replay:
         result["replay"] = [
-            replay(tables["fixed"], cis, 10, AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed))
+            replay(tables["fixed"], cis, fixed_config.sampling.n,
+                   AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed))
             for target in REPLAY_TARGETS for closed in (target, None)
         ]
     if workload.validity:
