@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dagster._core.nux import set_nux_seen
 
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.config import parse_config
@@ -75,6 +76,10 @@ def ui(tiny_world, make_tiny_config, tmp_path_factory):
     env.pop("MLFLOW_TRACKING_URI", None)
     experiment = parse_config(config)
     with pytest.MonkeyPatch.context() as patch:
+        # Dagster's "Join the community" dialog opens a second after a page loads, over whatever
+        # a test is about to click; the UI shows it until the instance records it as seen.
+        patch.setenv("DAGSTER_HOME", env["DAGSTER_HOME"])
+        set_nux_seen()
         patch.delenv("DAGSTER_HOME", raising=False)
         patch.delenv("MLFLOW_TRACKING_URI", raising=False)
         patch.setenv(MLFLOW_UI_URL_VARIABLE, f"http://127.0.0.1:{mlflow_port}")
