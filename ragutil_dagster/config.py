@@ -216,8 +216,10 @@ class ModelConfig(_Strict):
 
 class NliConfig(ModelConfig):
     """The NLI model SePer clusters and judges answers with. ``dtype``: ``auto`` is float16 on
-    CUDA and float32 on CPU; ``bfloat16`` on a CPU with native bfloat16 judges ~1.6× the pairs per
-    second with ~0.3 % of labels changed (docs/performance.md).
+    CUDA and float32 on CPU (``models.device.default_nli_dtype``); ``bfloat16`` on a CPU with
+    native bfloat16 judges ~2× the pairs per second, keeps 99.95 % of the entailment decisions of
+    a real run but moves per-query ΔSePer in the fourth decimal (docs/performance.md). The dtype
+    the NLI ran in is logged (Dagster metadata and the MLflow param ``nli_dtype``).
 
     ``answer_check: content`` puts ragutil's content check in front of the model: two answers
     that share no content word (the question's words left out; numbers must agree) are never

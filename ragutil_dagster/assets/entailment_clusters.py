@@ -15,6 +15,7 @@ from ragutil_dagster.evaluation.sampling import sampling_mismatch
 from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tracking.partition import NLI_DTYPE
 
 
 def all_generations(store: ArtifactStore, parts: Partitions, partition: str) -> pl.DataFrame:
@@ -62,7 +63,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         path = store.write_table("nli_probabilities", context.partition_key, nli)
         yield dg.MaterializeResult(asset_key="nli_probabilities", metadata={
             **table_metadata(nli, path), "nli_identity": dg.MetadataValue.text(nli_model.identity),
-            "nli_dtype": dg.MetadataValue.text(str(nli_model.dtype).removeprefix("torch.")),
+            NLI_DTYPE: dg.MetadataValue.text(str(nli_model.dtype).removeprefix("torch.")),
         })
         path = store.write_table("entailment_clusters", context.partition_key, clusters)
         per_group = clusters.group_by("query_id", "condition", "doc_id").agg(pl.col("cluster_id").max() + 1)

@@ -10,7 +10,7 @@ import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import (
-    default_causal_lm_dtype, resolve_device, resolve_dtype, warn_if_bf16_emulated,
+    default_causal_lm_dtype, resolve_device, resolve_dtype, warm_up_on_cpu, warn_if_bf16_emulated,
 )
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
@@ -166,8 +166,7 @@ def load_causal_lm(
             f"model {ref.name} has no chat template, but the configuration asks to use one"
         )
     lm.to(dev).eval()
-    if dev.type == "cpu":
-        _warm_up(lm, dev)
+    warm_up_on_cpu(lm, dev)
     eos = lm.generation_config.eos_token_id
     eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
     if tokenizer.eos_token_id is not None:
@@ -186,19 +185,6 @@ def load_causal_lm(
         eos_ids=frozenset(eos_ids),
         pad_id=pad,
     )
-
-
-def _warm_up(lm: torch.nn.Module, device: torch.device) -> None:
-    """One discarded forward pass over a few tokens.
-
-    On a 2-thread CPU (Intel Xeon with AMX, PyTorch 2.13) about one fresh process in ten computed
-    other logits in its *first* forward pass than in every later one, for identical inputs
-    (bfloat16: sampled tokens flipped; float32: the last bits); with this pass first, none of 50
-    did (docs/reliability.md, Determinism). Paying it here keeps samples and scores reproducible
-    from process to process.
-    """
-    with torch.inference_mode():
-        lm(input_ids=torch.zeros((1, 4), dtype=torch.long, device=device))
 
 
 def left_pad(

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "PLACEMENT_ENTRIES", "VLLMCPUPlacement", "available_memory_bytes", "cpu_has_native_bf16", "default_causal_lm_dtype",
-    "resolve_device", "resolve_dtype", "vllm_cpu_environment", "vllm_cpu_placement", "warn_if_bf16_emulated",
+    "PLACEMENT_ENTRIES", "VLLMCPUPlacement", "available_memory_bytes", "cpu_has_native_bf16", "default_causal_lm_dtype", "default_nli_dtype",
+    "resolve_device", "resolve_dtype", "vllm_cpu_environment", "vllm_cpu_placement", "warm_up_on_cpu", "warn_if_bf16_emulated",
 ]
 
 
@@ -39,6 +39,31 @@ def default_causal_lm_dtype(device: torch.device) -> torch.dtype:
     if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return torch.bfloat16
     return torch.float32
+
+
+def default_nli_dtype(device: torch.device) -> torch.dtype:
+    """The NLI model's dtype when the configuration leaves it to us: float16 on CUDA, float32 on
+    every CPU. Native bfloat16 judges about 2× the pairs per second on an AMX Xeon and keeps
+    99.95 % of the entailment decisions SePer reads, but only 71.9 % of the three-way labels of a
+    real run's pairs (contradiction / neutral near-ties), below issue 29's 99.5 % bar, and it moves
+    per-query ΔSePer_H by up to 0.12 (bench/nli_dtype_seper.py; docs/performance.md). So the CPU
+    default stays float32, the same labels on every CPU; ``nli.dtype: bfloat16`` opts in."""
+    return torch.float16 if device.type == "cuda" else torch.float32
+
+
+def warm_up_on_cpu(model: torch.nn.Module, device: torch.device) -> None:
+    """One discarded forward pass over a few tokens, on CPU (any model that takes ``input_ids``).
+
+    On a 2-thread CPU (Intel Xeon with AMX, PyTorch 2.13) about one fresh process in ten computed
+    other outputs in its *first* forward pass than in every later one, for identical inputs
+    (bfloat16: sampled tokens flipped; float32: the last bits); with this pass first, none of 50
+    did (docs/reliability.md, Determinism). Paying it at load time keeps samples, NLI
+    probabilities and scores reproducible from process to process.
+    """
+    if device.type != "cpu":
+        return
+    with torch.inference_mode():
+        model(input_ids=torch.zeros((1, 4), dtype=torch.long, device=device))
 
 
 def warn_if_bf16_emulated(dtype: torch.dtype, device: torch.device, what: str) -> None:

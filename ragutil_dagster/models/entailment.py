@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -26,7 +27,13 @@ from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root
 from ragutil_dagster.infra.locks import exclusive_file_lock
-from ragutil_dagster.models.device import resolve_device, resolve_dtype, warn_if_bf16_emulated
+from ragutil_dagster.models.device import (
+    default_nli_dtype,
+    resolve_device,
+    resolve_dtype,
+    warm_up_on_cpu,
+    warn_if_bf16_emulated,
+)
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.metrics.answers import lexical_entailment, shares_answer_content
@@ -40,10 +47,12 @@ __all__ = [
 NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
 NEUTRAL = np.array([0.0, 1.0, 0.0])
 """The row of a pair the content check rejects: [contradiction, neutral, entailment]."""
-COMPILE_MIN_PAIRS = 2000
-"""On CPU in float32, a call with at least this many pairs to run compiles the model first
-(``torch.compile``, Inductor): 2.0× the eager pairs/s, every label kept, for ≈ 20 s of compiling
-once per process (bench/nli_runtime.py; docs/performance.md), so smaller calls stay eager."""
+COMPILE_MIN_PAIRS = {torch.float32: 2_000, torch.bfloat16: 50_000}
+"""On CPU, a call with at least this many pairs to run compiles the model first (``torch.compile``,
+Inductor), once per process, by dtype: where compiling (≈ 20 s) pays for itself
+(bench/nli_runtime.py; docs/performance.md). Float32: 2.0× the eager pairs/s on an AVX2 EPYC,
+every label kept, so from about 2,000 pairs. Native bfloat16: 1.17× the eager pairs/s on an AMX
+Xeon (425.8 against 363.8), so only from about 50,000 pairs; smaller calls stay eager."""
 _PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
 
 
@@ -187,15 +196,17 @@ class Entailment:
     Args:
         model: hub id, local directory or :class:`ModelRef` of a sequence-pair classifier
             (``AutoModelForSequenceClassification``).
-        device, dtype: CUDA + float16 when present, else CPU + float32.
+        device, dtype: CUDA + float16 when present, else CPU + float32
+            (:func:`~ragutil_dagster.models.device.default_nli_dtype`).
         batch_size, max_batch_tokens: at most this many pairs, and padded tokens, per forward
             pass (pairs are batched by token length to limit padding).
         max_length: pairs are truncated to this many tokens.
         cache: ``True`` for the default SQLite file under the ragutil cache directory, a path for
             another file, ``False`` for none.
         trust_remote_code: off unless configured.
-        compile_min_pairs: on CPU in float32, compile the model before the first call with at
-            least this many pairs to run (:data:`COMPILE_MIN_PAIRS`); None never compiles.
+        compile_min_pairs: on CPU, compile the model before the first call with at least this
+            many pairs to run; ``"auto"``: :data:`COMPILE_MIN_PAIRS` for the dtype; None never
+            compiles.
     """
 
     def __init__(
@@ -211,17 +222,13 @@ class Entailment:
         cache: bool | str | Path = True,
         trust_remote_code: bool = False,
         show_progress: bool = True,
-        compile_min_pairs: int | None = COMPILE_MIN_PAIRS,
+        compile_min_pairs: int | Literal["auto"] | None = "auto",
     ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.ref = model if isinstance(model, ModelRef) else resolve(model, revision)
         self.device = resolve_device(device)
-        # Float32 on CPU: the NLI costs little beside generation, and its probabilities decide
-        # clusters at thresholds where bfloat16's rounding would move pairs across.
-        self.dtype = resolve_dtype(
-            dtype, default=torch.float16 if self.device.type == "cuda" else torch.float32
-        )
+        self.dtype = resolve_dtype(dtype, default=default_nli_dtype(self.device))
         warn_if_bf16_emulated(self.dtype, self.device, f"NLI model {self.ref.name}")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
@@ -236,13 +243,15 @@ class Entailment:
                 f"classifier: {error_summary(err)}"
             ) from None
         self.model.to(self.device).eval()
+        warm_up_on_cpu(self.model, self.device)
         self.order = nli_label_order(self.model.config.id2label, self.ref.name)
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.max_length = max_length
         self.show_progress = show_progress
-        compilable = self.device.type == "cpu" and self.dtype == torch.float32
-        self.compile_min_pairs = compile_min_pairs if compilable else None
+        if compile_min_pairs == "auto":
+            compile_min_pairs = COMPILE_MIN_PAIRS.get(self.dtype)
+        self.compile_min_pairs = compile_min_pairs if self.device.type == "cpu" else None
         self.eager_model = self.model
         self.cache = (
             None

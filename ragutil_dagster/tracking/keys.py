@@ -42,6 +42,9 @@ class ModelIdentities:
     # The dtype the generator ran in, as its generations step recorded it; None where the backend
     # reports none (a server's dtype is part of its fingerprint in the generator's settings).
     generator_dtype: str | None = None
+    # The dtype the NLI model ran in, as the NLI step recorded it (``nli.dtype: auto`` depends on
+    # the CPU); None for a judge without one (the lexical judge) or a step that predates the entry.
+    nli_dtype: str | None = None
     # A run retriever's run file, as its retrieval step read it (``sha256:<hex>``): a replaced file
     # is a new run, as a new embedder is.
     run_file: str | None = None
@@ -115,7 +118,7 @@ class PartitionRun:
             "nli_model": experiment.nli.model,
             "nli_revision": experiment.nli.revision or "none",
             "nli_identity": self.identities.nli,
-            "nli_dtype": experiment.nli.dtype,
+            "nli_dtype": self.identities.nli_dtype or experiment.nli.dtype,
             "nli_answer_check": experiment.nli.answer_check or "none",
             "embedder": retriever.model or "none",
             "embedder_revision": retriever.revision or "none",

@@ -45,6 +45,8 @@ UPSTREAM_FIGURES = {
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
 GENERATOR_DTYPE = "generator_dtype"
 """The metadata entry where the generation steps record the dtype their generator ran in."""
+NLI_DTYPE = "nli_dtype"
+"""The metadata entry where the NLI step (``nli_probabilities``) records the dtype its model ran in."""
 RUN_FILE_VERSION = "run_file_version"
 """The metadata entry where a run retriever's retrieval step records the version of the run file it read."""
 QUERY_WRITER_IDENTITY = "query_writer_identity"
@@ -63,12 +65,13 @@ def partition_identities(
     samples: pl.DataFrame,
     models: ModelIdentityResolver,
     instance: dg.DagsterInstance,
-    generations_partition: str,
+    partition: str,
 ) -> ModelIdentities:
-    """The identity of every model behind a partition: the generator's as recorded in its sample
-    rows (what actually generated them) and its dtype as the generations step recorded it
-    (``generations_partition``), the NLI model's, the embedder's / reranker's, and a run
-    retriever's run file and a multi-step round's query writer as the retrieval step recorded them."""
+    """The identity of every model behind a setting × generator ``partition``: the generator's as
+    recorded in its sample rows (what actually generated them) and its dtype as the generations
+    step recorded it, the NLI model's and the dtype the NLI step ran it in, the embedder's /
+    reranker's, and a run retriever's run file and a multi-step round's query writer as the
+    retrieval step recorded them."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
         raise ValueError(
@@ -81,7 +84,8 @@ def partition_identities(
         nli=models.identity(experiment.nli.model, experiment.nli.revision),
         embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
-        generator_dtype=recorded_text(instance, "generations", generations_partition, GENERATOR_DTYPE),
+        generator_dtype=recorded_text(instance, "generations", partition, GENERATOR_DTYPE),
+        nli_dtype=recorded_text(instance, "nli_probabilities", partition, NLI_DTYPE),
         run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION) if retriever.kind == "run" else None,
         query_writer=(recorded_text(instance, "retrieval_run", setting.key, QUERY_WRITER_IDENTITY)
                       if setting.step is not None else None),

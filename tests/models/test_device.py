@@ -1,4 +1,4 @@
-"""The causal LM's default dtype (one rule in models/device.py) and length batching."""
+"""The causal LM's and the NLI model's default dtypes (rules in models/device.py) and length batching."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from ragutil_dagster.models import device
 from ragutil_dagster.models.causal_lm import load_causal_lm
-from ragutil_dagster.models.device import default_causal_lm_dtype, resolve_dtype
+from ragutil_dagster.models.device import default_causal_lm_dtype, default_nli_dtype, resolve_dtype
 from ragutil_dagster.models.inputs import length_batches
 
 
@@ -26,10 +26,12 @@ from ragutil_dagster.models.inputs import length_batches
 def test_cpu_default_follows_native_bf16(monkeypatch, flags, expected) -> None:
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
     assert default_causal_lm_dtype(torch.device("cpu")) == expected
+    assert default_nli_dtype(torch.device("cpu")) == torch.float32  # the NLI's labels on every CPU
 
 
-def test_cuda_default_is_bfloat16() -> None:
+def test_cuda_defaults_are_bfloat16_for_the_lm_and_float16_for_the_nli() -> None:
     assert default_causal_lm_dtype(torch.device("cuda")) == torch.bfloat16
+    assert default_nli_dtype(torch.device("cuda")) == torch.float16
 
 
 def test_auto_and_none_take_the_default_and_names_override_it() -> None:

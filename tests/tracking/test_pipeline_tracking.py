@@ -10,10 +10,12 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+import torch
 from mlflow import MlflowClient
 
 from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
+from ragutil_dagster.models.device import default_nli_dtype
 from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking.report import compare_runs
@@ -123,6 +125,8 @@ def check_partition_runs(client: MlflowClient, experiment) -> None:
             and run.data.params["max_new_tokens"] == "4"
         )
         assert run.data.params["generator"] == partition.split("|")[0]
+        # the dtype the NLI ran in (the config says auto)
+        assert run.data.params["nli_dtype"] == str(default_nli_dtype(torch.device("cpu"))).removeprefix("torch.")
         assert run.data.params["embedder"] == (
             "none" if "bm25" in partition else experiment.config.retriever("dense").model
         )
