@@ -5,9 +5,8 @@ samples one batch as the realistic grid does (bench/seper_e2e.py --realistic): S
 with-context prompts of the first ``--questions`` records of records_200, each over its two
 passages (the gold paragraph and an unrelated one; about a k = 2 prompt), SmolLM2-135M-Instruct
 in bfloat16 on ``HFGenerator(max_batch_rows=256)``, N = 10, T = 1, at most 32 new tokens, cut at
-a newline. One warm-up call, one timed call, one call under
-``torch.profiler``; prints the operators by self CPU time and writes
-bench/results/hf_decode_profile.json.
+a newline. One warm-up call, one timed call, one call under ``torch.profiler``; prints the
+operators by self CPU time and writes bench/results/hf_decode_profile.json.
 
     python bench/hf_decode_profile.py [--records ../shared/data/squad/beir/records_200.jsonl] \\
         [--questions 25]
@@ -28,18 +27,19 @@ RESULTS = Path(__file__).parent / "results" / "hf_decode_profile.json"
 
 
 def record_prompts(records: Path, questions: int) -> list[str]:
-    """SePer's with-context prompts of the first ``questions`` records over their passages."""
+    """SePer's with-context prompts of the first ``questions`` records over their passages, read
+    and validated as ``ragutil score`` reads records (``data.records.read_records``)."""
+    from ragutil_dagster.data.records import read_records
     from ragutil_dagster.prompts import with_context
 
-    prompts = []
-    with records.open() as lines:
-        for line in lines:
-            record = json.loads(line)
-            passages = [(c.get("title", ""), c["text"]) for c in record["contexts"]]
-            prompts.append(with_context(record["question"], passages, "seper_with_context"))
-            if len(prompts) == questions:
-                break
-    return prompts
+    table = read_records(records)
+    passages = dict(zip(table.corpus["id"], zip(table.corpus["title"], table.corpus["text"])))
+    ranked = table.run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
+    docs = dict(zip(ranked["query_id"], ranked["doc_id"]))
+    return [
+        with_context(question, [passages[doc] for doc in docs[query_id]], "seper_with_context")
+        for query_id, question in zip(table.queries["query_id"][:questions], table.queries["question"][:questions])
+    ]
 
 
 def main() -> None:
