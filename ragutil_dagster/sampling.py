@@ -4,8 +4,8 @@ config validates each of its fields with :func:`check_sampling_field`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 
 
 def _valid_stop(stop: tuple[str, ...]) -> str | None:
@@ -69,3 +69,19 @@ class SamplingParams:
                 check_sampling_field(field.name, getattr(self, field.name))
             except ValueError as err:
                 raise ValueError(f"{field.name} {err}" if field.name != "stop" else str(err)) from None
+
+
+def check_rounds(rounds: Sequence[SamplingParams]) -> None:
+    """Raise ``ValueError`` unless ``rounds`` are rounds of one sample stream per prompt: at least
+    one, each starting where the last ended (``first_index``), and alike in every other setting
+    but ``n``."""
+    if not rounds:
+        raise ValueError("rounds: at least one round is needed")
+    for i, (last, this) in enumerate(zip(rounds, rounds[1:]), start=1):
+        if this.first_index != last.first_index + last.n:
+            raise ValueError(
+                f"rounds[{i}].first_index is {this.first_index}; it must continue round {i - 1} "
+                f"at {last.first_index + last.n}"
+            )
+        if replace(this, n=last.n, first_index=last.first_index) != last:
+            raise ValueError(f"rounds[{i}] differs from round {i - 1} in more than n and first_index")

@@ -19,7 +19,7 @@ import polars as pl
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.evaluation.scoring import seper_standard_errors
 from ragutil_dagster.metrics.seper import EntailFn
-from ragutil_dagster.models.generation import Generator
+from ragutil_dagster.models.generation import Generator, Sample, sample_rounds
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
 
@@ -101,31 +101,32 @@ def sample_prompts_adaptive(
     stop — a prompt shared by several groups (conditions, queries) goes on while any of them does
     — and once greedily when the labels are greedy; return the generation rows. Each round
     continues the prompts' sample streams of ``seed`` (``first_index``): a prompt's N_q samples
-    are the first N_q of a fixed-N draw."""
+    are the first N_q of a fixed-N draw. The generator draws the rounds
+    (:func:`~ragutil_dagster.models.generation.sample_rounds`) and asks between them which prompts
+    go on."""
     adaptive = sampling.adaptive
     if adaptive is None:
         raise ValueError("sample_prompts_adaptive needs sampling.adaptive")
-    keys = prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows()
     groups_of: dict[str, list[tuple]] = {}
-    for qid, condition, doc_id, prompt in keys:
+    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
         groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
-    rounds, active, drawn = [], prompts, 0
+    distinct = list(groups_of)
+    rounds, drawn = [], 0
     for size in round_sizes(sampling.n, adaptive):
-        params = sampling.params(seed, size, first_index=drawn)
-        rounds.append(decode_prompts(active, generator, generator_name, DECODING_SAMPLE, params))
+        rounds.append(sampling.params(seed, size, first_index=drawn))
         drawn += size
-        if drawn >= sampling.n:
-            break
-        wanted = set(active["prompt"].to_list())
-        so_far = pl.concat(rounds).join(active.select("query_id", "condition", "doc_id").unique(),
-                                        on=["query_id", "condition", "doc_id"], nulls_equal=True)
+
+    def keep_going(indices: list[int], samples: list[list[Sample]]) -> list[bool]:
+        chosen = [distinct[i] for i in indices]
+        so_far = generation_rows(prompts.filter(pl.col("prompt").is_in(chosen)), dict(zip(chosen, samples)),
+                                 generator, generator_name, DECODING_SAMPLE, rounds[0])
         errors = standard_errors(so_far)
-        going = [p for p in wanted
-                 if any(continues(errors[g], g[1], drawn, sampling.n, adaptive) for g in groups_of[p])]
-        active = active.filter(pl.col("prompt").is_in(going))
-        if not active.height:
-            break
-    samples = pl.concat(rounds)
+        return [any(continues(errors[g], g[1], len(got), sampling.n, adaptive) for g in groups_of[prompt])
+                for prompt, got in zip(chosen, samples, strict=True)]
+
+    per_round = sample_rounds(generator, distinct, rounds, keep_going)
+    by_prompt = {prompt: [s for got in rounds_drawn for s in got] for prompt, rounds_drawn in zip(distinct, per_round)}
+    samples = generation_rows(prompts, by_prompt, generator, generator_name, DECODING_SAMPLE, rounds[0])
     if sampling.labels != "greedy":
         return samples
     return pl.concat([samples, decode_prompts(prompts, generator, generator_name, DECODING_GREEDY,
@@ -149,10 +150,22 @@ def decode_prompts(
     prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams,
 ) -> pl.DataFrame:
     """Decode every distinct prompt once with ``params`` (``decoding`` names how: sample or
-    greedy); one generation row per prompt row and sample, sample indices from
-    ``params.first_index`` (an adaptive round continues the prompt's earlier ones)."""
+    greedy); one generation row per prompt row and sample (:func:`generation_rows`)."""
     distinct = prompts["prompt"].unique(maintain_order=True).to_list()
     by_prompt = dict(zip(distinct, generator.sample(distinct, params))) if distinct else {}
+    return generation_rows(prompts, by_prompt, generator, generator_name, decoding, params)
+
+
+def generation_rows(
+    prompts: pl.DataFrame,
+    by_prompt: dict[str, list[Sample]],
+    generator: Generator,
+    generator_name: str,
+    decoding: str,
+    params: SamplingParams,
+) -> pl.DataFrame:
+    """One generation row per row of ``prompts`` and sample of its prompt in ``by_prompt``, sample
+    indices from ``params.first_index``, the sampling settings from ``params``."""
     identity = generator.identity
     rows = []
     for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():

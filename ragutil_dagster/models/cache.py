@@ -30,7 +30,9 @@ from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root, canonical_json
 from ragutil_dagster.infra.locks import exclusive_file_lock
-from ragutil_dagster.models.generation import Generator, Sample
+from ragutil_dagster.models.generation import (
+    Generator, KeepGoing, Sample, checked_round_prompts, sample_rounds,
+)
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.infra.redaction import redact_uri
 from ragutil_dagster.sampling import SamplingParams
@@ -275,3 +277,78 @@ class CachedGenerator:
                 bar.update(len(checkpoint))
                 failpoint("sampling")
         return [list(found[key]) for key in keys]
+
+    def sample_rounds(
+        self, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+    ) -> list[list[list[Sample]]]:
+        """As :func:`~ragutil_dagster.models.generation.sample_rounds` on the wrapped generator,
+        reusing every stored round. Each round of a prompt is its own request (``n`` and
+        ``first_index`` of the round), so rounds drawn by calls and by a
+        :class:`~ragutil_dagster.models.generation.RoundSampler` share entries. Per checkpoint (as
+        :meth:`sample` cuts them), rounds whose requests are all stored are served, the decision
+        between rounds is taken on them, and the wrapped generator draws the rest from the first
+        round with a request missing, each round stored as it returns."""
+        prompts = checked_round_prompts(prompts, rounds)
+        settings = self.generator.settings
+        index = {prompt: i for i, prompt in enumerate(prompts)}
+        ordered = sorted(prompts, key=lambda p: (len(p), p))
+        size = self.checkpoint_prompts
+        drawn: list[list[list[Sample]]] = [[] for _ in prompts]
+
+        def so_far(prompt: str) -> list[Sample]:
+            return [s for got in drawn[index[prompt]] for s in got]
+
+        with tqdm(total=len(prompts), desc="sampling in rounds", unit="prompt",
+                  disable=not self.show_progress or not prompts) as bar:
+            for start in range(0, len(ordered), size):
+                active, number = ordered[start:start + size], 0
+                while active and number < len(rounds):
+                    keys = {p: GenerationCache.key(settings, p, rounds[number]) for p in active}
+                    stored = self.cache.get_many(list(keys.values()), rounds[number].n)
+                    if len(stored) < len(keys):
+                        break
+                    self.stats.hits += len(active)
+                    for p in active:
+                        drawn[index[p]].append(stored[keys[p]])
+                    number += 1
+                    if number < len(rounds):
+                        going = keep_going([index[p] for p in active], [so_far(p) for p in active])
+                        active = [p for p, more in zip(active, going, strict=True) if more]
+                if active and number < len(rounds):
+                    self._draw_rounds(active, rounds[number:], keep_going, index, drawn)
+                bar.update(len(ordered[start:start + size]))
+                failpoint("sampling")
+        return drawn
+
+    def _draw_rounds(
+        self,
+        prompts: list[str],
+        rounds: Sequence[SamplingParams],
+        keep_going: KeepGoing,
+        index: dict[str, int],
+        drawn: list[list[list[Sample]]],
+    ) -> None:
+        """The wrapped generator draws ``rounds`` of ``prompts`` (whose earlier rounds are in
+        ``drawn``); each round is stored, a stored entry winning over the fresh one as in
+        :meth:`sample`."""
+        settings = self.generator.settings
+        earlier = {p: [s for got in drawn[index[p]] for s in got] for p in prompts}
+
+        def decide(indices: list[int], samples: list[list[Sample]]) -> list[bool]:
+            chosen = [prompts[i] for i in indices]
+            return keep_going([index[p] for p in chosen], [earlier[p] + got for p, got in zip(chosen, samples)])
+
+        fresh = sample_rounds(self.generator, prompts, rounds, decide)
+        requests = [
+            [(GenerationCache.key(settings, prompt, params), got) for params, got in zip(rounds, per_round)]
+            for prompt, per_round in zip(prompts, fresh, strict=True)
+        ]
+        self.cache.put_many({key: got for per_prompt in requests for key, got in per_prompt})
+        for number, params in enumerate(rounds):
+            keys = [per_prompt[number][0] for per_prompt in requests if len(per_prompt) > number]
+            stored = self.cache.get_many(keys, params.n)
+            for prompt, per_prompt in zip(prompts, requests):
+                if len(per_prompt) > number:
+                    key, got = per_prompt[number]
+                    drawn[index[prompt]].append(stored.get(key, got))
+        self.stats.misses += sum(len(per_round) for per_round in fresh)

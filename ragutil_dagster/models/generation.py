@@ -13,7 +13,7 @@ from: p(r | q) in SePer is the model's likelihood of the response.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, Unpack, runtime_checkable
@@ -28,15 +28,20 @@ from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, lo
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts, length_batches
 from ragutil_dagster.models.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, switched_attention
-from ragutil_dagster.sampling import SamplingParams
+from ragutil_dagster.sampling import SamplingParams, check_rounds
 
 
 __all__ = [
     "FinishReason",
     "Generator",
     "HFGenerator",
+    "KeepGoing",
+    "KeptPrefill",
+    "RoundSampler",
     "Sample",
     "row_seed",
+    "sample_rounds",
+    "sample_rounds_by_calls",
     "truncate_at_stop",
 ]
 
@@ -95,6 +100,66 @@ class Generator(Protocol):
         ...
 
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]: ...
+
+
+KeepGoing = Callable[[list[int], list[list[Sample]]], list[bool]]
+"""Adaptive sampling's decision between rounds: given the indices of some prompts of the call and
+every sample each has drawn so far, whether each draws the next round."""
+
+
+@runtime_checkable
+class RoundSampler(Protocol):
+    """A generator that draws rounds itself (:func:`sample_rounds`), e.g. keeping each prompt's
+    prefill between rounds instead of computing it again for every round."""
+
+    def sample_rounds(
+        self, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+    ) -> list[list[list[Sample]]]: ...
+
+
+def sample_rounds(
+    generator: Generator, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+) -> list[list[list[Sample]]]:
+    """Each of the distinct ``prompts`` sampled in ``rounds`` (:func:`~ragutil_dagster.sampling.check_rounds`):
+    every prompt draws the first round, and the next while ``keep_going`` says so. Returns per
+    prompt the samples of each round it drew. A :class:`RoundSampler` draws them its own way;
+    any other generator gets one :meth:`Generator.sample` call per round."""
+    if isinstance(generator, RoundSampler):
+        return generator.sample_rounds(prompts, rounds, keep_going)
+    return sample_rounds_by_calls(generator, prompts, rounds, keep_going)
+
+
+def checked_round_prompts(prompts: Sequence[str], rounds: Sequence[SamplingParams]) -> list[str]:
+    """``prompts`` as a list, after checking them and ``rounds``: rounds need distinct prompts,
+    since ``keep_going`` decides per prompt."""
+    prompts = check_texts(prompts, "prompts")
+    check_rounds(rounds)
+    seen: dict[str, int] = {}
+    for i, prompt in enumerate(prompts):
+        if prompt in seen:
+            raise ValueError(f"prompts[{i}] repeats prompts[{seen[prompt]}]; rounds are drawn per distinct prompt")
+        seen[prompt] = i
+    return prompts
+
+
+def sample_rounds_by_calls(
+    generator: Generator, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+) -> list[list[list[Sample]]]:
+    """:func:`sample_rounds` with one ``generator.sample`` call per round over the prompts still
+    drawing (a backend with a prefix cache, as vLLM's, does not prefill them again)."""
+    prompts = checked_round_prompts(prompts, rounds)
+    drawn: list[list[list[Sample]]] = [[] for _ in prompts]
+    active = list(range(len(prompts)))
+    for number, params in enumerate(rounds):
+        for i, samples in zip(active, generator.sample([prompts[i] for i in active], params), strict=True):
+            drawn[i].append(samples)
+        if number == len(rounds) - 1:
+            break
+        going = keep_going(active, [[s for got in drawn[i] for s in got] for i in active])
+        active = [i for i, more in zip(active, going, strict=True) if more]
+        if not active:
+            break
+    return drawn
 
 
 def row_seed(seed: int, prompt: str, index: int) -> int:
@@ -163,6 +228,40 @@ def _sample_tokens(
     return picked.squeeze(-1)
 
 
+@dataclass(frozen=True)
+class KeptPrefill:
+    """One prompt's prefill, kept between adaptive rounds: per layer its keys and values
+    (``[kv_heads, length, head_dim]``, no padding), its last logits and its last position."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    logits: torch.Tensor
+    last_position: torch.Tensor
+
+    @staticmethod
+    def join(
+        kept: Sequence[KeptPrefill],
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prompts' kept prefills as :meth:`HFGenerator._prefill` returns a group's: keys and
+        values ``[prompts, kv_heads, width, head_dim]`` left-padded to the longest, last logits,
+        the 0/1 attention mask and the last positions."""
+        width = max(p.layers[0][0].shape[-2] for p in kept)
+
+        def padded(states: list[torch.Tensor]) -> torch.Tensor:
+            return torch.stack([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states])
+
+        layers = [
+            (padded([p.layers[i][0] for p in kept]), padded([p.layers[i][1] for p in kept]))
+            for i in range(len(kept[0].layers))
+        ]
+        device = kept[0].logits.device
+        mask = torch.stack([
+            torch.nn.functional.pad(torch.ones(p.layers[0][0].shape[-2], dtype=torch.long, device=device),
+                                    (width - p.layers[0][0].shape[-2], 0))
+            for p in kept
+        ])
+        return layers, torch.stack([p.logits for p in kept]), mask, torch.stack([p.last_position for p in kept])
+
+
 class HFGenerator:
     """transformers backend: many prompts per batch, one prefill per prompt for its n samples.
 
@@ -185,6 +284,9 @@ class HFGenerator:
             with native bfloat16, float32 elsewhere).
         max_batch_rows: samples decoded together (prompts per group = max_batch_rows // n).
         max_prefill_tokens: padded prompt tokens per prefill forward pass.
+        max_kept_prefix_tokens: prompt tokens whose keys and values :meth:`sample_rounds` keeps
+            between adaptive rounds (SmolLM2-135M: 23 KB per token in bfloat16, 1.5 GB at the
+            default).
         show_progress: tqdm bar over prompts.
     """
 
@@ -196,12 +298,14 @@ class HFGenerator:
         *,
         max_batch_rows: int = 64,
         max_prefill_tokens: int = 16384,
+        max_kept_prefix_tokens: int = 65536,
         show_progress: bool = True,
         **load_options: Unpack[LoadOptions],
     ) -> None:
         self.lm = load_causal_lm(model, **load_options)
         self.max_batch_rows = max_batch_rows
         self.max_prefill_tokens = max_prefill_tokens
+        self.max_kept_prefix_tokens = max_kept_prefix_tokens
         self.show_progress = show_progress
 
     @property
@@ -244,6 +348,75 @@ class HFGenerator:
                 bar.update(len(group))
         return results
 
+    def sample_rounds(
+        self, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+    ) -> list[list[list[Sample]]]:
+        """:func:`sample_rounds` with each prompt prefilled once for all its rounds.
+
+        The prompts go in waves of at most ``max_kept_prefix_tokens`` prompt tokens, shortest
+        first. A wave is prefilled once and its keys and values kept (:class:`KeptPrefill`); each
+        round decodes the wave's prompts still drawing, in groups as :meth:`sample` forms them,
+        against those kept keys and values, and ``keep_going`` is asked once per wave and round.
+        Prefilling every round again cost about as much as the samples adaptive sampling saves
+        (docs/performance.md). A model decoded without a shared prefix (:meth:`_prefill`) is
+        sampled by calls (:func:`sample_rounds_by_calls`)."""
+        prompts = checked_round_prompts(prompts, rounds)
+        if not prompts:
+            return []
+        if not self._shares_prefix():
+            return sample_rounds_by_calls(self, prompts, rounds, keep_going)
+        encoded = self.lm.encode_prompts(prompts)
+        self._check_lengths(encoded)
+        lengths = [len(ids) for ids in encoded]
+        drawn: list[list[list[Sample]]] = [[] for _ in prompts]
+        with tqdm(
+            total=len(prompts), desc="sampling in rounds", unit="prompt", disable=not self.show_progress
+        ) as bar:
+            for wave in length_batches(lengths, len(prompts), self.max_kept_prefix_tokens):
+                kept = self._kept_prefills([encoded[i] for i in wave], rounds[0].n)
+                active = list(range(len(wave)))
+                for number, params in enumerate(rounds):
+                    groups = length_batches(
+                        [lengths[wave[a]] for a in active],
+                        max(1, self.max_batch_rows // params.n),
+                        self.max_prefill_tokens,
+                    )
+                    for group in groups:
+                        members = [wave[active[g]] for g in group]
+                        samples = self._decode_group(
+                            [prompts[m] for m in members], [encoded[m] for m in members], params,
+                            *KeptPrefill.join([kept[active[g]] for g in group]),
+                        )
+                        for m, got in zip(members, samples, strict=True):
+                            drawn[m].append(got)
+                    if number == len(rounds) - 1:
+                        break
+                    going = keep_going(
+                        [wave[a] for a in active], [[s for got in drawn[wave[a]] for s in got] for a in active]
+                    )
+                    active = [a for a, more in zip(active, going, strict=True) if more]
+                    if not active:
+                        break
+                bar.update(len(wave))
+        return drawn
+
+    @torch.inference_mode()
+    def _kept_prefills(self, encoded: list[list[int]], n: int) -> list[KeptPrefill]:
+        """Each prompt's prefill, in the groups :meth:`sample` would prefill them for ``n`` samples."""
+        kept: list[KeptPrefill | None] = [None] * len(encoded)
+        for group in length_batches(
+            [len(ids) for ids in encoded], max(1, self.max_batch_rows // n), self.max_prefill_tokens
+        ):
+            layers, logits, _, last_positions = self._prefill([encoded[i] for i in group])
+            for row, i in enumerate(group):
+                length = len(encoded[i])
+                kept[i] = KeptPrefill(
+                    [(k[row, :, -length:], v[row, :, -length:]) for k, v in layers],
+                    logits[row],
+                    last_positions[row],
+                )
+        return kept
+
     def _check_lengths(self, encoded: list[list[int]]) -> None:
         limit = self.context_length
         for i, ids in enumerate(encoded):
@@ -259,10 +432,23 @@ class HFGenerator:
     def _sample_group(
         self, prompts: list[str], encoded: list[list[int]], params: SamplingParams
     ) -> list[list[Sample]]:
+        return self._decode_group(prompts, encoded, params, *self._prefill(encoded))
+
+    @torch.inference_mode()
+    def _decode_group(
+        self,
+        prompts: list[str],
+        encoded: list[list[int]],
+        params: SamplingParams,
+        prefilled: list[tuple[torch.Tensor, torch.Tensor]] | DynamicCache,
+        logits: torch.Tensor,
+        mask: torch.Tensor,
+        last_positions: torch.Tensor,
+    ) -> list[list[Sample]]:
+        """``params.n`` samples of each prompt, decoded from its prefill (:meth:`_prefill`)."""
         from transformers import DynamicCache
 
         lm, n, steps = self.lm, params.n, params.max_new_tokens
-        prefilled, logits, mask, last_positions = self._prefill(encoded)
         # Rows i*n .. i*n+n-1 are prompt i's samples. With a shared prefix the prompts' cache
         # stays one copy each and ``cache`` holds only the generated tokens; otherwise the
         # prompt's cache is copied n times and decoded with a growing attention mask.
@@ -335,6 +521,16 @@ class HFGenerator:
                 next_pos = next_pos + 1
         return self._samples(encoded, n, token_ids, token_logprobs, lengths, done, cut_texts)
 
+    def _shares_prefix(self) -> bool:
+        """Whether decoding runs against a :class:`SharedPrefix`: the model's attention can be
+        switched and its cache has only plain full-attention layers (:meth:`_prefill`)."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        return self.lm.model._can_set_attn_implementation() and all(
+            type(layer) is DynamicLayer for layer in DynamicCache(config=self.lm.model.config).layers
+        )
+
     def _prefill(
         self, encoded: list[list[int]]
     ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -351,13 +547,10 @@ class HFGenerator:
         returned as it is.
         """
         from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
 
         lm = self.lm
         config = lm.model.config
-        shareable = lm.model._can_set_attn_implementation() and all(
-            type(layer) is DynamicLayer for layer in DynamicCache(config=config).layers
-        )
+        shareable = self._shares_prefix()
         lengths = [len(ids) for ids in encoded]
         buckets = prefill_buckets(lengths) if shareable else [(0, len(encoded))]
         caches, logits, masks, last_positions = [], [], [], []

@@ -279,3 +279,33 @@ def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_lo
     errors = [writer.communicate(timeout=120)[1] for writer in writers]
     assert [writer.returncode for writer in writers] == [0, 0], "\n".join(errors)
     assert len(GenerationCache(shared_location)) == 15 * 300
+
+
+ROUNDS = [SamplingParams(n=3, max_new_tokens=6, seed=1), SamplingParams(n=2, max_new_tokens=6, seed=1, first_index=3)]
+
+
+def test_rounds_are_requests_of_their_own(cached: CachedGenerator, hf: HFGenerator) -> None:
+    """Each round of a prompt is stored as its own request: a repeated call draws nothing, and
+    rounds already stored (here the first, by a plain call) are served with only the rest drawn,
+    the decision between rounds taken on all of a prompt's samples."""
+    prompts = [PROMPTS[0], PROMPTS[1]]
+    decisions: list[tuple[list[int], list[int]]] = []
+
+    def keep_going(indices: list[int], samples: list[list[Sample]]) -> list[bool]:
+        decisions.append((indices, [len(got) for got in samples]))
+        return [prompts[i] == PROMPTS[0] for i in indices]
+
+    first_round = cached.sample(prompts, ROUNDS[0])
+    cached.generator.calls.clear()
+    drawn = cached.sample_rounds(prompts, ROUNDS, keep_going)
+    assert cached.generator.calls == [[PROMPTS[0]]]  # the first round served, the second drawn
+    assert decisions == [([1, 0], [3, 3])]  # checkpoint order: shortest prompt first
+    assert [len(per) for per in drawn] == [2, 1] and drawn[1][0] == first_round[1]
+    direct = hf.sample([PROMPTS[0]], SamplingParams(n=5, max_new_tokens=6, seed=1))[0]
+    assert [s.token_ids for got in drawn[0] for s in got] == [s.token_ids for s in direct]
+    cached.generator.calls.clear()
+    assert cached.sample_rounds(prompts, ROUNDS, keep_going) == drawn
+    assert cached.generator.calls == [] and decisions[1] == decisions[0]
+    assert cached.sample([PROMPTS[0]], ROUNDS[1]) == [drawn[0][1]]
+    with pytest.raises(ValueError, match=r"prompts\[1\] repeats prompts\[0\]"):
+        cached.sample_rounds([PROMPTS[0], PROMPTS[0]], ROUNDS, keep_going)

@@ -232,3 +232,52 @@ def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, 
 
 def test_no_prompts_encode_to_no_ids(gen: HFGenerator) -> None:
     assert gen.lm.encode_prompts([]) == []  # the fast tokenizer itself fails on an empty batch
+
+
+def test_rounds_prefill_each_prompt_once_and_continue_the_fixed_draw(gen: HFGenerator, monkeypatch) -> None:
+    """Adaptive rounds keep every prompt's prefill between rounds — in waves when the kept tokens
+    would exceed ``max_kept_prefix_tokens`` — and a prompt's samples are the first of a fixed-N
+    draw; a model decoded without a shared prefix draws the same rounds by calls."""
+    from ragutil_dagster.models.generation import sample_rounds
+
+    prompts = ["hi", PROMPT, PROMPT * 4, "The capital of France is", "Once upon a time"]
+    rounds = [SamplingParams(n=4, max_new_tokens=10, seed=8, stop=("\n",))]
+    rounds += [dataclasses.replace(rounds[0], n=2, first_index=first) for first in (4, 6)]
+    # prompt 0 stops after the first round, prompt 2 after the second, the rest draw all three
+    stops = {0: 4, 2: 6}
+    asked: list[list[int]] = []
+
+    def keep_going(indices: list[int], samples: list[list]) -> list[bool]:
+        asked.append(list(indices))
+        return [len(got) < stops.get(i, 8) for i, got in zip(indices, samples, strict=True)]
+
+    prefilled: list[int] = []
+
+    def count(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] > 1:
+            prefilled.append(ids.shape[0])
+
+    fixed = gen.sample(prompts, dataclasses.replace(rounds[0], n=8))
+    handle = gen.lm.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        kept = sample_rounds(gen, prompts, rounds, keep_going)
+        assert sum(prefilled) == len(prompts) and len(asked) == 2
+        prefilled.clear()
+        asked.clear()
+        monkeypatch.setattr(gen, "max_kept_prefix_tokens", 2 * len(gen.lm.encode_prompts([PROMPT * 4])[0]))
+        in_waves = sample_rounds(gen, prompts, rounds, keep_going)
+        assert sum(prefilled) == len(prompts) and len(asked) > 2  # asked once per wave and round
+        prefilled.clear()
+        monkeypatch.setattr(type(gen.lm.model), "_can_set_attn_implementation", lambda self: False)
+        by_calls = sample_rounds(gen, prompts, rounds, keep_going)
+        assert sum(prefilled) > len(prompts)  # each round prefilled its prompts again
+    finally:
+        handle.remove()
+    for i, expected in enumerate(fixed):
+        drawn = stops.get(i, 8)
+        for result in (kept, in_waves, by_calls):
+            samples = [s for got in result[i] for s in got]
+            assert [s.token_ids for s in samples] == [s.token_ids for s in expected[:drawn]]
+            np.testing.assert_allclose([lp for s in samples for lp in s.token_logprobs],
+                                       [lp for s in expected[:drawn] for lp in s.token_logprobs], atol=1e-5, rtol=0)
