@@ -199,33 +199,72 @@ def prefill_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
 
 def _sample_tokens(
     logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor
-) -> torch.Tensor:
-    """Draw one token per row by inverse-CDF sampling with the row's own uniform number.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row by inverse-CDF sampling with the row's own uniform number; return
+    the tokens and their log-probabilities under the raw logits (log-softmax, not the processed
+    distribution they were drawn from). ``logits`` (float32) is overwritten.
 
     Temperature, then top-k, then top-p (nucleus: the smallest set of most likely tokens whose
-    mass reaches ``top_p``), as transformers and vLLM apply them.
+    mass reaches ``top_p``), as transformers and vLLM apply them. The sampling passes run in place
+    on unnormalised weights exp((logits − max) / T) — at T = 1 the very terms the
+    log-probability's normaliser sums — and the CDF is searched per block of the vocabulary
+    (:func:`_inverse_cdf`): a fresh softmax, CDF and log-sum-exp over 49k tokens for hundreds of
+    rows cost more per step than the rest of sampling (docs/performance.md, the decode profile).
     """
     if params.temperature == 0:
-        return logits.argmax(dim=-1)
-    scaled = logits / params.temperature
-    if 0 < params.top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    order = None
-    if params.top_p < 1:
-        probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        tokens = logits.argmax(dim=-1)
+        return tokens, logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    # log w = (logit − max) / T: the raw log-probability is T · log w − log Σ exp(logit − max).
+    weights = logits.sub_(logits.amax(dim=-1, keepdim=True))
+    if params.temperature != 1:
+        weights.div_(params.temperature)
+    weights.exp_()
+    normaliser = weights.sum(dim=-1) if params.temperature == 1 else weights.pow(params.temperature).sum(dim=-1)
+    if 0 < params.top_k < weights.shape[-1]:
+        kth = torch.topk(weights, params.top_k, dim=-1).values[:, -1:]
+        chosen_weights = weights.clone()
+        weights.masked_fill_(weights < kth, 0.0)
+    else:
+        chosen_weights = weights
+    tokens = _inverse_cdf(weights, params.top_p, uniforms)
+    log_weights = chosen_weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
+    return tokens, params.temperature * log_weights - normaliser.log()
+
+
+# The CDF is searched in blocks of this many tokens: the block, then the token within it.
+CDF_BLOCK = 1024
+
+
+def _inverse_cdf(weights: torch.Tensor, top_p: float, uniforms: torch.Tensor) -> torch.Tensor:
+    """The token each row's uniform number picks from its non-negative ``weights`` (top-p applied
+    first): the block of :data:`CDF_BLOCK` tokens whose cumulative weight passes the target, then
+    the token within that block. Two short cumulative sums instead of one over the vocabulary;
+    a zero-weight token or block is never picked."""
+    if top_p < 1:
+        probs, order = torch.sort(weights / weights.sum(dim=-1, keepdim=True), dim=-1, descending=True, stable=True)
         before = torch.cumsum(probs, dim=-1) - probs
-        drop = before >= params.top_p
+        drop = before >= top_p
         drop[:, 0] = False
-        probs = probs.masked_fill(drop, 0.0)
-    cdf = torch.cumsum(probs, dim=-1)
-    target = (uniforms * cdf[:, -1]).unsqueeze(-1)
-    # right=True skips zero-probability tokens (flat CDF steps) when the target hits a step edge.
-    picked = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
-    if order is not None:
-        picked = order.gather(-1, picked)
-    return picked.squeeze(-1)
+        return order.gather(-1, _inverse_cdf(probs.masked_fill(drop, 0.0), 1.0, uniforms).unsqueeze(-1)).squeeze(-1)
+    rows, vocab = weights.shape
+    blocks = -(-vocab // CDF_BLOCK)
+    if vocab % CDF_BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, blocks * CDF_BLOCK - vocab))
+    by_block = weights.view(rows, blocks, CDF_BLOCK)
+    block_cdf = by_block.sum(dim=-1).cumsum(dim=-1)
+    target = (uniforms * block_cdf[:, -1]).unsqueeze(-1)
+    block = _search(block_cdf, target)
+    start = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_(min=0)), 0.0)
+    within = by_block.gather(1, block.unsqueeze(-1).expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(dim=-1)
+    return (block * CDF_BLOCK + _search(within, target - start)).squeeze(-1)
+
+
+def _search(cdf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per row, the first index whose cumulative weight exceeds ``target`` (right=True skips
+    flat, zero-weight steps), at most the last index with weight (rounding can put the target at
+    the total)."""
+    last_with_weight = torch.searchsorted(cdf, cdf[:, -1:].contiguous())
+    return torch.minimum(torch.searchsorted(cdf, target, right=True), last_with_weight)
 
 
 @dataclass(frozen=True)
@@ -481,10 +520,7 @@ class HFGenerator:
         attention = switched_attention(lm.model, SHARED_PREFIX_ATTENTION) if shared else nullcontext()
         with attention:
             for step in range(steps):
-                tokens = _sample_tokens(logits, params, uniforms[slots, step])
-                chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
-                    logits, dim=-1
-                )
+                tokens, chosen = _sample_tokens(logits, params, uniforms[slots, step])
                 live_in_batch = ~done[slots]
                 live = slots[live_in_batch]
                 token_ids[live, step] = tokens[live_in_batch]
