@@ -905,28 +905,27 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
     bootstrap of bench/adaptive_sampling.py (docs/metrics.md) — and the share of samples drawn."""
     from adaptive_sampling import fixed_cis, share_inside, standard_error_cis
 
-    rng = np.random.default_rng(0)
-    settings = {}
-    for setting, table in fixed.credits.items():
-        theirs = adaptive.credits[setting]
-        standard_error, bootstrap = standard_error_cis(table), fixed_cis(table, rng)
-        settings[setting] = {
-            "queries": len(standard_error),
-            "within_se_ci": share_inside(standard_error, theirs),
-            "within_bootstrap_ci": share_inside(bootstrap, theirs),
+    standard_error = standard_error_cis(fixed.credits)
+    bootstrap = fixed_cis(fixed.credits, np.random.default_rng(0))
+
+    def of(setting: str, cis: dict[tuple[str, str], tuple[float, float]]) -> dict[tuple[str, str], tuple[float, float]]:
+        return {key: ci for key, ci in cis.items() if key[0] == setting}
+
+    settings = {
+        setting: {
+            "queries": len(of(setting, standard_error)),
+            "within_se_ci": share_inside(of(setting, standard_error), adaptive.credits),
+            "within_bootstrap_ci": share_inside(of(setting, bootstrap), adaptive.credits),
         }
-    items = sum(s["queries"] for s in settings.values())
-
-    def pooled(key: str) -> float:
-        return sum(s[key] * s["queries"] for s in settings.values()) / items
-
+        for setting in fixed.credits
+    }
     return {
         "sample_fraction": adaptive.samples / fixed.samples,
         "samples": adaptive.samples,
         "fixed_samples": fixed.samples,
-        "items": items,
-        "within_se_ci": pooled("within_se_ci"),
-        "within_bootstrap_ci": pooled("within_bootstrap_ci"),
+        "items": len(standard_error),
+        "within_se_ci": share_inside(standard_error, adaptive.credits),
+        "within_bootstrap_ci": share_inside(bootstrap, adaptive.credits),
         "settings": settings,
     }
 
