@@ -224,10 +224,11 @@ def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, 
     assert len(built) == 1
     lengths = {len(s.token_ids) for row in shared for s in row}
     assert len(lengths) > 2  # samples finished at different steps: the batch was compacted
+    # float32 rounding apart: the fused kernel sums the prompt's positions block by block
     for a_row, b_row in zip(shared, copied, strict=True):
         for a, b in zip(a_row, b_row, strict=True):
             assert (a.token_ids, a.text, a.finish_reason) == (b.token_ids, b.text, b.finish_reason)
-            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
+            np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=1e-5)
 
 
 def test_no_prompts_encode_to_no_ids(gen: HFGenerator) -> None:
