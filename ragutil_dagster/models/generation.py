@@ -38,6 +38,7 @@ __all__ = [
     "KeepGoing",
     "KeptPrefill",
     "RoundSampler",
+    "checked_round_prompts",
     "Sample",
     "row_seed",
     "sample_rounds",
