@@ -31,7 +31,7 @@ from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root, canonical_json
 from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.models.generation import (
-    Generator, KeepGoing, Sample, checked_round_prompts, sample_rounds,
+    Generator, KeepGoing, Sample, checked_round_prompts, sample_rounds, still_drawing,
 )
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.infra.redaction import redact_uri
@@ -290,32 +290,26 @@ class CachedGenerator:
         round with a request missing, each round stored as it returns."""
         prompts = checked_round_prompts(prompts, rounds)
         settings = self.generator.settings
-        index = {prompt: i for i, prompt in enumerate(prompts)}
-        ordered = sorted(prompts, key=lambda p: (len(p), p))
+        ordered = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), prompts[i]))
         size = self.checkpoint_prompts
         drawn: list[list[list[Sample]]] = [[] for _ in prompts]
-
-        def so_far(prompt: str) -> list[Sample]:
-            return [s for got in drawn[index[prompt]] for s in got]
-
         with tqdm(total=len(prompts), desc="sampling in rounds", unit="prompt",
                   disable=not self.show_progress or not prompts) as bar:
             for start in range(0, len(ordered), size):
                 active, number = ordered[start:start + size], 0
                 while active and number < len(rounds):
-                    keys = {p: GenerationCache.key(settings, p, rounds[number]) for p in active}
+                    keys = {i: GenerationCache.key(settings, prompts[i], rounds[number]) for i in active}
                     stored = self.cache.get_many(list(keys.values()), rounds[number].n)
                     if len(stored) < len(keys):
                         break
                     self.stats.hits += len(active)
-                    for p in active:
-                        drawn[index[p]].append(stored[keys[p]])
+                    for i in active:
+                        drawn[i].append(stored[keys[i]])
                     number += 1
                     if number < len(rounds):
-                        going = keep_going([index[p] for p in active], [so_far(p) for p in active])
-                        active = [p for p, more in zip(active, going, strict=True) if more]
+                        active = still_drawing(keep_going, active, drawn)
                 if active and number < len(rounds):
-                    self._draw_rounds(active, rounds[number:], keep_going, index, drawn)
+                    self._draw_rounds(prompts, active, rounds[number:], keep_going, drawn)
                 bar.update(len(ordered[start:start + size]))
                 failpoint("sampling")
         return drawn
@@ -323,32 +317,32 @@ class CachedGenerator:
     def _draw_rounds(
         self,
         prompts: list[str],
+        active: list[int],
         rounds: Sequence[SamplingParams],
         keep_going: KeepGoing,
-        index: dict[str, int],
         drawn: list[list[list[Sample]]],
     ) -> None:
-        """The wrapped generator draws ``rounds`` of ``prompts`` (whose earlier rounds are in
-        ``drawn``); each round is stored, a stored entry winning over the fresh one as in
-        :meth:`sample`."""
+        """The wrapped generator draws ``rounds`` of the prompts ``active`` (indices of
+        ``prompts``, whose earlier rounds are in ``drawn``); each round is stored, a stored entry
+        winning over the fresh one as in :meth:`sample`."""
         settings = self.generator.settings
-        earlier = {p: [s for got in drawn[index[p]] for s in got] for p in prompts}
+        earlier = {i: [s for got in drawn[i] for s in got] for i in active}
 
-        def decide(indices: list[int], samples: list[list[Sample]]) -> list[bool]:
-            chosen = [prompts[i] for i in indices]
-            return keep_going([index[p] for p in chosen], [earlier[p] + got for p, got in zip(chosen, samples)])
+        def decide(positions: list[int], samples: list[list[Sample]]) -> list[bool]:
+            chosen = [active[p] for p in positions]
+            return keep_going(chosen, [earlier[i] + got for i, got in zip(chosen, samples, strict=True)])
 
-        fresh = sample_rounds(self.generator, prompts, rounds, decide)
+        fresh = sample_rounds(self.generator, [prompts[i] for i in active], rounds, decide)
         requests = [
-            [(GenerationCache.key(settings, prompt, params), got) for params, got in zip(rounds, per_round)]
-            for prompt, per_round in zip(prompts, fresh, strict=True)
+            [(GenerationCache.key(settings, prompts[i], params), got) for params, got in zip(rounds, per_round)]
+            for i, per_round in zip(active, fresh, strict=True)
         ]
         self.cache.put_many({key: got for per_prompt in requests for key, got in per_prompt})
         for number, params in enumerate(rounds):
             keys = [per_prompt[number][0] for per_prompt in requests if len(per_prompt) > number]
             stored = self.cache.get_many(keys, params.n)
-            for prompt, per_prompt in zip(prompts, requests):
+            for i, per_prompt in zip(active, requests):
                 if len(per_prompt) > number:
                     key, got = per_prompt[number]
-                    drawn[index[prompt]].append(stored.get(key, got))
+                    drawn[i].append(stored.get(key, got))
         self.stats.misses += sum(len(per_round) for per_round in fresh)

@@ -43,6 +43,7 @@ __all__ = [
     "row_seed",
     "sample_rounds",
     "sample_rounds_by_calls",
+    "still_drawing",
     "truncate_at_stop",
 ]
 
@@ -156,11 +157,17 @@ def sample_rounds_by_calls(
             drawn[i].append(samples)
         if number == len(rounds) - 1:
             break
-        going = keep_going(active, [[s for got in drawn[i] for s in got] for i in active])
-        active = [i for i, more in zip(active, going, strict=True) if more]
+        active = still_drawing(keep_going, active, drawn)
         if not active:
             break
     return drawn
+
+
+def still_drawing(keep_going: KeepGoing, active: list[int], drawn: list[list[list[Sample]]]) -> list[int]:
+    """The prompts of ``active`` (indices) that draw another round: ``keep_going`` asked with every
+    sample each has drawn so far (``drawn[i]``: prompt i's rounds)."""
+    going = keep_going(active, [[s for got in drawn[i] for s in got] for i in active])
+    return [i for i, more in zip(active, going, strict=True) if more]
 
 
 def row_seed(seed: int, prompt: str, index: int) -> int:
@@ -222,13 +229,10 @@ def _sample_tokens(
     weights.exp_()
     normaliser = weights.sum(dim=-1) if params.temperature == 1 else weights.pow(params.temperature).sum(dim=-1)
     if 0 < params.top_k < weights.shape[-1]:
-        kth = torch.topk(weights, params.top_k, dim=-1).values[:, -1:]
-        chosen_weights = weights.clone()
-        weights.masked_fill_(weights < kth, 0.0)
-    else:
-        chosen_weights = weights
+        # in place: a token top-k drops is never drawn, so the drawn token's weight is kept
+        weights.masked_fill_(weights < torch.topk(weights, params.top_k, dim=-1).values[:, -1:], 0.0)
     tokens = _inverse_cdf(weights, params.top_p, uniforms)
-    log_weights = chosen_weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
+    log_weights = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
     return tokens, params.temperature * log_weights - normaliser.log()
 
 
@@ -413,28 +417,25 @@ class HFGenerator:
             total=len(prompts), desc="sampling in rounds", unit="prompt", disable=not self.show_progress
         ) as bar:
             for wave in length_batches(lengths, len(prompts), self.max_kept_prefix_tokens):
-                kept = self._kept_prefills([encoded[i] for i in wave], rounds[0].n)
-                active = list(range(len(wave)))
+                kept = dict(zip(wave, self._kept_prefills([encoded[i] for i in wave], rounds[0].n), strict=True))
+                active = wave
                 for number, params in enumerate(rounds):
                     groups = length_batches(
-                        [lengths[wave[a]] for a in active],
+                        [lengths[i] for i in active],
                         max(1, self.max_batch_rows // params.n),
                         self.max_prefill_tokens,
                     )
                     for group in groups:
-                        members = [wave[active[g]] for g in group]
+                        members = [active[g] for g in group]
                         samples = self._decode_group(
                             [prompts[m] for m in members], [encoded[m] for m in members], params,
-                            *KeptPrefill.join([kept[active[g]] for g in group]),
+                            *KeptPrefill.join([kept[m] for m in members]),
                         )
                         for m, got in zip(members, samples, strict=True):
                             drawn[m].append(got)
                     if number == len(rounds) - 1:
                         break
-                    going = keep_going(
-                        [wave[a] for a in active], [[s for got in drawn[wave[a]] for s in got] for a in active]
-                    )
-                    active = [a for a, more in zip(active, going, strict=True) if more]
+                    active = still_drawing(keep_going, active, drawn)
                     if not active:
                         break
                 bar.update(len(wave))

@@ -89,7 +89,7 @@ def shared_prefix_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     prefix_keys, prefix_values = shared_prefix.layers[module.layer_idx]
-    prompts, kv_heads, length, head_dim = prefix_keys.shape
+    prompts, kv_heads, _, head_dim = prefix_keys.shape
     rows, heads, steps, _ = query.shape
     if steps != 1 or rows != prompts * shared_prefix.n:
         raise ValueError(
