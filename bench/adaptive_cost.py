@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 from seper_e2e import (
-    REALISTIC_RESULTS, adaptive_comparison, build_real_workload, measured, ragutil_path, write_result,
+    REALISTIC_RESULTS, adaptive_comparison, build_real_workload, grid_subset_args, grid_subset_parser, measured,
+    ragutil_path, write_result,
 )
 
 from ragutil_dagster.embedded import layout
@@ -94,20 +95,12 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="the generator (any name the resolver takes)")
-    parser.add_argument("--data", type=Path, required=True, help="a BEIR QA folder with answers")
-    parser.add_argument("--questions", type=int, default=10)
+    parser = grid_subset_parser(__doc__.split("\n")[0], questions=10, out=RESULTS)
     parser.add_argument("--backends", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
     parser.add_argument("--nli", default="embedded:nli")
-    parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.questions < 1:
-        parser.error("--questions must be at least 1")
+    args = grid_subset_args(parser)
     # the realistic grid of bench/seper_e2e.py
-    args.realistic, args.n, args.max_new_tokens = True, 10, 32
+    args.n, args.max_new_tokens = 10, 32
     return args
 
 

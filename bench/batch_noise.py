@@ -26,7 +26,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from seper_e2e import REALISTIC_RESULTS, build_real_workload, write_result
+from seper_e2e import REALISTIC_RESULTS, build_real_workload, grid_subset_args, grid_subset_parser, write_result
 
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
 from ragutil_dagster.models.causal_lm import load_causal_lm
@@ -77,21 +77,12 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="the generator (any name the resolver takes)")
-    parser.add_argument("--data", type=Path, required=True, help="a BEIR QA folder with answers")
-    parser.add_argument("--questions", type=int, default=30)
+    parser = grid_subset_parser(__doc__.split("\n")[0], questions=30, out=RESULTS)
     parser.add_argument("--dtypes", nargs="+", choices=("bfloat16", "float32"), default=["bfloat16", "float32"])
-    parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows of fixed and rounds")
     parser.add_argument("--regrouped-rows", type=int, default=100, help="HFGenerator.max_batch_rows of the regrouped draw")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    if args.questions < 1:
-        parser.error("--questions must be at least 1")
-    # build_real_workload's realistic grid
-    args.realistic, args.n = True, sum(ROUND_SIZES)
+    args = grid_subset_args(parser)
+    args.n = sum(ROUND_SIZES)
     return args
 
 

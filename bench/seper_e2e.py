@@ -1130,6 +1130,28 @@ def gpu_projection(
             "paths": paths}
 
 
+def grid_subset_parser(description: str, questions: int, out: Path) -> argparse.ArgumentParser:
+    """The arguments every bench on the first ``--questions`` questions of the realistic grid takes
+    (bench/adaptive_cost.py, bench/batch_noise.py); :func:`grid_subset_args` parses them."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", required=True, help="the generator (any name the resolver takes)")
+    parser.add_argument("--data", type=Path, required=True, help="a BEIR QA folder with answers")
+    parser.add_argument("--questions", type=int, default=questions)
+    parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=out)
+    return parser
+
+
+def grid_subset_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed arguments of a :func:`grid_subset_parser`, in realistic mode."""
+    args = parser.parse_args()
+    if args.questions < 1:
+        parser.error("--questions must be at least 1")
+    args.realistic = True
+    return args
+
+
 def write_result(path: Path, result: dict[str, object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".json.tmp")
