@@ -16,7 +16,7 @@ from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
 
-__all__ = ["CausalLM", "encode_prompts", "format_prompt", "left_pad", "load_causal_lm"]
+__all__ = ["CausalLM", "encode_prompts", "format_prompt", "left_pad", "load_causal_lm", "right_pad"]
 
 
 def format_prompt(
@@ -195,12 +195,36 @@ def left_pad(
     Positions count real tokens only, so a left-padded row sees the same positions (and, up to
     float rounding, the same logits) as it would alone.
     """
-    width = max(len(s) for s in sequences)
+    return _padded(sequences, pad_id, device, left=True)
+
+
+def right_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device, width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``position_ids``, ``width`` wide (default:
+    the longest sequence).
+
+    Each row's tokens sit at the same offsets as they would alone; its last token is at
+    ``len(sequence) - 1``, not at the end of the row (see
+    :mod:`~ragutil_dagster.models.shared_prefix` for why the sampler prefills this way).
+    """
+    return _padded(sequences, pad_id, device, left=False, width=width)
+
+
+def _padded(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device, left: bool,
+    width: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    longest = max(len(s) for s in sequences)
+    if width is not None and width < longest:
+        raise ValueError(f"cannot pad sequences of up to {longest} tokens to a width of {width}")
+    width = longest if width is None else width
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
         if seq:
-            ids[row, width - len(seq) :] = torch.as_tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq) :] = 1
+            span = slice(width - len(seq), width) if left else slice(0, len(seq))
+            ids[row, span] = torch.as_tensor(seq, dtype=torch.long)
+            mask[row, span] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)

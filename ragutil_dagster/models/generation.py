@@ -13,8 +13,8 @@ from: p(r | q) in SePer is the model's likelihood of the response.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, Unpack, runtime_checkable
 
@@ -24,10 +24,16 @@ if TYPE_CHECKING:
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, load_causal_lm
+from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, load_causal_lm, right_pad
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts, length_batches
-from ragutil_dagster.models.shared_prefix import SHARED_PREFIX_ATTENTION, SharedPrefix, switched_attention
+from ragutil_dagster.models.shared_prefix import (
+    MASKED_SDPA,
+    SHARED_PREFIX_ATTENTION,
+    SharedPrefix,
+    padded_width,
+    switched_attention,
+)
 from ragutil_dagster.sampling import SamplingParams, check_rounds
 
 
@@ -186,23 +192,21 @@ def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-# A prefill bucket holds prompts up to this many times as long as its shortest one.
-PREFILL_BUCKET_SPREAD = 1.25
+@contextmanager
+def _head_at(model: torch.nn.Module, positions: torch.Tensor) -> Iterator[None]:
+    """``model``'s output head applied at ``positions[row]`` of each row only (right-padded rows
+    end at different positions; the head's input is gathered, so the model's own logit
+    post-processing still applies)."""
+    rows = torch.arange(len(positions), device=positions.device)
 
+    def gathered(_module: torch.nn.Module, args: tuple) -> tuple:
+        return (args[0][rows, positions].unsqueeze(1), *args[1:])
 
-def prefill_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
-    """Contiguous ``(start, end)`` slices of ascending ``lengths`` whose longest prompt is at
-    most :data:`PREFILL_BUCKET_SPREAD` times the shortest: padding stays under a fifth of a
-    bucket's positions."""
-    buckets: list[tuple[int, int]] = []
-    start = 0
-    for i, length in enumerate(lengths):
-        if length > PREFILL_BUCKET_SPREAD * lengths[start]:
-            buckets.append((start, i))
-            start = i
-    if lengths:
-        buckets.append((start, len(lengths)))
-    return buckets
+    handle = model.get_output_embeddings().register_forward_pre_hook(gathered)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _sample_tokens(
@@ -227,13 +231,17 @@ def _sample_tokens(
     if params.temperature != 1:
         weights.div_(params.temperature)
     weights.exp_()
-    normaliser = weights.sum(dim=-1) if params.temperature == 1 else weights.pow(params.temperature).sum(dim=-1)
+    # The normaliser and the logs in float64: a lone row's sum is split across threads, and a
+    # short tensor's last elements take torch's scalar log; rounded to float32 a row's
+    # log-probability is then the same in any batch.
+    terms = weights if params.temperature == 1 else weights.pow(params.temperature)
+    normaliser = terms.sum(dim=-1, dtype=torch.float64)
     if 0 < params.top_k < weights.shape[-1]:
         # in place: a token top-k drops is never drawn, so the drawn token's weight is kept
         weights.masked_fill_(weights < torch.topk(weights, params.top_k, dim=-1).values[:, -1:], 0.0)
     tokens = _inverse_cdf(weights, params.top_p, uniforms)
-    log_weights = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
-    return tokens, params.temperature * log_weights - normaliser.log()
+    log_weights = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).double().log()
+    return tokens, (params.temperature * log_weights - normaliser.log()).float()
 
 
 # The CDF is searched in blocks of this many tokens: the block, then the token within it.
@@ -246,7 +254,8 @@ def _inverse_cdf(weights: torch.Tensor, top_p: float, uniforms: torch.Tensor) ->
     the token within that block. Two short cumulative sums instead of one over the vocabulary;
     a zero-weight token or block is never picked."""
     if top_p < 1:
-        probs, order = torch.sort(weights / weights.sum(dim=-1, keepdim=True), dim=-1, descending=True, stable=True)
+        total = weights.sum(dim=-1, keepdim=True, dtype=torch.float64).float()  # float64: as in _sample_tokens
+        probs, order = torch.sort(weights / total, dim=-1, descending=True, stable=True)
         before = torch.cumsum(probs, dim=-1) - probs
         drop = before >= top_p
         drop[:, 0] = False
@@ -286,12 +295,12 @@ class KeptPrefill:
         kept: Sequence[KeptPrefill],
     ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompts' kept prefills as :meth:`HFGenerator._prefill` returns a group's: keys and
-        values ``[prompts, kv_heads, width, head_dim]`` left-padded to the longest, last logits,
-        the 0/1 attention mask and the last positions."""
-        width = max(p.layers[0][0].shape[-2] for p in kept)
+        values ``[prompts, kv_heads, width, head_dim]`` right-padded to the widest
+        :func:`padded_width`, last logits, the 0/1 attention mask and the last positions."""
+        width = max(padded_width(p.layers[0][0].shape[-2]) for p in kept)
 
         def padded(states: list[torch.Tensor]) -> torch.Tensor:
-            return torch.stack([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states])
+            return torch.stack([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2])) for t in states])
 
         layers = [
             (padded([p.layers[i][0] for p in kept]), padded([p.layers[i][1] for p in kept]))
@@ -300,7 +309,7 @@ class KeptPrefill:
         device = kept[0].logits.device
         mask = torch.stack([
             torch.nn.functional.pad(torch.ones(p.layers[0][0].shape[-2], dtype=torch.long, device=device),
-                                    (width - p.layers[0][0].shape[-2], 0))
+                                    (0, width - p.layers[0][0].shape[-2]))
             for p in kept
         ])
         return layers, torch.stack([p.logits for p in kept]), mask, torch.stack([p.last_position for p in kept])
@@ -309,11 +318,13 @@ class KeptPrefill:
 class HFGenerator:
     """transformers backend: many prompts per batch, one prefill per prompt for its n samples.
 
-    Each group of prompts is left-padded and prefilled once; the KV cache, the last logits and
-    the attention mask are then repeated ``n`` times along the batch (``num_return_sequences``
+    Each group of prompts is prefilled once (:meth:`_prefill`) and its n samples decode against
+    one copy of the prompt's keys and values (:class:`SharedPrefix`; ``num_return_sequences``
     would instead repeat the prompt before prefill, costing n prefills). Decoding is our own
     loop over the cache: each sample draws from its own pre-generated uniform numbers
-    (:func:`row_seed`), so results are reproducible and independent of batch-mates. Tokens and
+    (:func:`row_seed`), and its logits do not depend on the batch it is decoded in, bit for bit
+    (:mod:`~ragutil_dagster.models.shared_prefix`), so a sample is the same whichever prompts
+    share its batch, in fixed-N calls and adaptive rounds alike. Tokens and
     log-probs stay in tensors during the loop (one host sync per step); finished samples are
     compacted out of the batch in bulk (when a quarter of it is finished), and stop strings are
     looked for in the last few tokens only. Log-probabilities are log-softmax of the raw logits
@@ -452,7 +463,7 @@ class HFGenerator:
             for row, i in enumerate(group):
                 length = len(encoded[i])
                 kept[i] = KeptPrefill(
-                    [(k[row, :, -length:], v[row, :, -length:]) for k, v in layers],
+                    [(k[row, :, :length], v[row, :, :length]) for k, v in layers],
                     logits[row],
                     last_positions[row],
                 )
@@ -576,53 +587,55 @@ class HFGenerator:
 
         Prompts of a group can differ in length several-fold (a closed-book question beside a
         prompt of five passages): padding them all to the widest would prefill mostly padding.
-        They are prefilled in buckets of similar length (:data:`PREFILL_BUCKET_SPREAD`), and the
-        buckets' keys and values are joined per layer (``[prompts, kv_heads, length, head_dim]``),
-        each left-padded with masked positions, so decoding runs the whole group as one batch
-        against a :class:`SharedPrefix`. Models whose cache has other than plain full-attention
-        layers (sliding windows), or whose attention cannot be switched (remote code outside
-        transformers' attention interface), are prefilled as one padded batch and their cache is
-        returned as it is.
+        They are prefilled in buckets of one :func:`padded_width`, right-padded to it under an
+        explicit mask (:data:`MASKED_SDPA`), which gives a prompt the keys, values and logits it
+        has in any other batch (:mod:`~ragutil_dagster.models.shared_prefix`). The buckets' keys
+        and values are joined per layer (``[prompts, kv_heads, length, head_dim]``, masked zeros
+        after each prompt's positions), so decoding runs the whole group as one batch against a
+        :class:`SharedPrefix`. Models whose cache has
+        other than plain full-attention layers (sliding windows), or whose attention cannot be
+        switched (remote code outside transformers' attention interface), are prefilled as one
+        left-padded batch and their cache is returned as it is, to be decoded with a growing mask.
         """
         from transformers import DynamicCache
 
         lm = self.lm
         config = lm.model.config
-        shareable = self._shares_prefix()
-        lengths = [len(ids) for ids in encoded]
-        buckets = prefill_buckets(lengths) if shareable else [(0, len(encoded))]
-        caches, logits, masks, last_positions = [], [], [], []
-        for start, end in buckets:
-            ids, mask, positions = left_pad(encoded[start:end], lm.pad_id, lm.device)
+        if not self._shares_prefix():
+            ids, mask, positions = left_pad(encoded, lm.pad_id, lm.device)
             cache = DynamicCache(config=config)
-            out = lm.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            caches.append(cache)
-            logits.append(out.logits[:, -1, :])
-            masks.append(mask)
-            last_positions.append(positions[:, -1])
-        if not shareable:
-            return caches[0], logits[0], masks[0], last_positions[0]
+            out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                           past_key_values=cache, use_cache=True, logits_to_keep=1)
+            return cache, out.logits[:, -1, :], mask, positions[:, -1]
+        lengths = [len(ids) for ids in encoded]
+        widths = [padded_width(length) for length in lengths]
+        buckets = [end for end in range(1, len(encoded)) if widths[end] != widths[end - 1]]
+        caches, logits, masks = [], [], []
+        with switched_attention(lm.model, MASKED_SDPA):
+            for start, end in zip([0, *buckets], [*buckets, len(encoded)], strict=True):
+                ids, mask, positions = right_pad(encoded[start:end], lm.pad_id, lm.device, widths[start])
+                cache = DynamicCache(config=config)
+                with _head_at(lm.model, mask.sum(-1) - 1):
+                    out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                   past_key_values=cache, use_cache=True, logits_to_keep=0)
+                caches.append(cache)
+                logits.append(out.logits[:, -1, :])
+                masks.append(mask)
         width = max(m.shape[1] for m in masks)
 
         def joined(states: list[torch.Tensor]) -> torch.Tensor:
-            # [rows, heads, length, head_dim]: masked zeros before each bucket's positions.
+            # [rows, heads, length, head_dim]: masked zeros after each bucket's positions.
             return torch.cat(
-                [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in states]
+                [torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2])) for t in states]
             )
 
         layers = [
             (joined([c.layers[i].keys for c in caches]), joined([c.layers[i].values for c in caches]))
             for i in range(len(caches[0].layers))
         ]
-        mask = torch.cat([torch.nn.functional.pad(m, (width - m.shape[1], 0)) for m in masks])
-        return layers, torch.cat(logits), mask, torch.cat(last_positions)
+        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
+        last_positions = torch.as_tensor(lengths, device=lm.device) - 1
+        return layers, torch.cat(logits), mask, last_positions
 
     def _stopped(
         self,

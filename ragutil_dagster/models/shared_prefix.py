@@ -14,7 +14,19 @@ prompt's part with the row's own tokens).
 
 It is registered with transformers' ``AttentionInterface`` as :data:`SHARED_PREFIX_ATTENTION` and
 used only while decoding (:func:`switched_attention`); without a ``shared_prefix`` argument it is
-SDPA unchanged.
+SDPA unchanged. The prefill runs under :data:`MASKED_SDPA`.
+
+Together with :func:`padded_width` they make a sample independent of its batch mates, bit for
+bit. torch's fused CPU attention rounds its sums differently for the same keys padded to another
+width (its blocks and vector tails move), transformers' SDPA path skips the mask of a batch
+without padding (``is_causal``: another kernel), and left padding moves a prompt's keys within
+the kernel's blocks. In bfloat16 any of these changed most of a sample's text (docs/metrics.md,
+"Batch-composition noise on the hf backend"). So a prompt is always prefilled right-padded to
+:func:`padded_width` of its own length, under an explicit mask (:data:`MASKED_SDPA`), beside
+prompts of that same width only; and each decoding step reads its keys at that width, again
+beside prompts of the same width only (:func:`shared_prefix_attention`). Batch size, the number
+of queries and the other prompts' contents then change nothing (matrix products on the CPU give
+each row the same bits in any batch).
 """
 
 from __future__ import annotations
@@ -26,17 +38,32 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SHARED_PREFIX_ATTENTION", "SharedPrefix", "shared_prefix_attention", "switched_attention"]
+__all__ = [
+    "MASKED_SDPA", "SHARED_PREFIX_ATTENTION", "SharedPrefix", "padded_width", "shared_prefix_attention",
+    "switched_attention",
+]
 
 SHARED_PREFIX_ATTENTION = "ragutil_shared_prefix"
+MASKED_SDPA = "ragutil_masked_sdpa"
+"""SDPA that always receives the causal-and-padding mask, with or without padding in the batch."""
+
+
+def padded_width(length: int) -> int:
+    """The width a prompt of ``length`` tokens is prefilled and attended at: a function of its own
+    length only, so its attention is computed on the same shapes in every batch: ``length``
+    rounded up to a multiple of 16, or from 128 tokens on of an eighth of the largest power of two
+    not above it (so at most an eighth of padding)."""
+    step = max(16, 1 << max(0, length.bit_length() - 4))
+    return -(-length // step) * step
 
 
 @dataclass
 class SharedPrefix:
     """The prompts' keys and values, one copy per prompt, for rows laid out prompt-major.
 
-    ``layers[i]`` is layer i's ``(keys, values)``, each ``[prompts, kv_heads, length, head_dim]``;
-    ``bias`` is ``[prompts, 1, 1, length]``: 0 on prompt positions, -inf on the left padding.
+    ``layers[i]`` is layer i's ``(keys, values)``, each ``[prompts, kv_heads, length, head_dim]``,
+    a prompt's from offset 0; ``bias`` is ``[prompts, 1, 1, length]``: 0 on prompt positions,
+    -inf on the padding after them.
     Decoding rows ``p * n .. p * n + n - 1`` are prompt p's samples. On the CPU they stay in the
     prefill's dtype, read by torch's fused attention kernel (:func:`shared_prefix_attention`);
     elsewhere they are kept in float32."""
@@ -44,16 +71,30 @@ class SharedPrefix:
     layers: list[tuple[torch.Tensor, torch.Tensor]]
     bias: torch.Tensor
     n: int
+    widths: tuple[int, ...]
+    """Each prompt's :func:`padded_width`, the width its keys are attended at."""
+
+    def __post_init__(self) -> None:
+        # Consecutive prompts of one width attend in one kernel call: (start, end, width).
+        runs: list[tuple[int, int, int]] = []
+        for i, width in enumerate(self.widths):
+            if runs and runs[-1][2] == width:
+                runs[-1] = (runs[-1][0], i + 1, width)
+            else:
+                runs.append((i, i + 1, width))
+        self.runs = tuple(runs)
 
     @classmethod
     def from_layers(
         cls, layers: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, n: int
     ) -> SharedPrefix:
-        """From a prefill's per-layer keys and values and its 0/1 attention mask ``[prompts, length]``."""
+        """From a prefill's per-layer keys and values and its 0/1 attention mask ``[prompts,
+        length]`` (each prompt's tokens first, ``length`` at least each one's padded width)."""
         dtype = layers[0][0].dtype if mask.device.type == "cpu" else torch.float32
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         bias = bias.masked_fill(mask == 0, float("-inf"))[:, None, None, :]
-        return cls([(k.to(dtype), v.to(dtype)) for k, v in layers], bias, n)
+        widths = tuple(padded_width(length) for length in mask.sum(-1).tolist())
+        return cls([(k.to(dtype), v.to(dtype)) for k, v in layers], bias, n, widths)
 
     @property
     def prompts(self) -> int:
@@ -62,7 +103,8 @@ class SharedPrefix:
     def select(self, prompts: torch.Tensor) -> SharedPrefix:
         """Only the prompts at indices ``prompts`` (finished prompts leave the batch)."""
         return SharedPrefix(
-            [(k[prompts], v[prompts]) for k, v in self.layers], self.bias[prompts], self.n
+            [(k[prompts], v[prompts]) for k, v in self.layers], self.bias[prompts], self.n,
+            tuple(self.widths[i] for i in prompts.tolist()),
         )
 
 
@@ -102,17 +144,28 @@ def shared_prefix_attention(
     per_row = query.view(rows, kv_heads, group, head_dim)
     per_prompt = per_row.view(prompts, n, kv_heads, group, head_dim).transpose(1, 2)
     per_prompt = per_prompt.reshape(prompts, kv_heads, n * group, head_dim)
-    prefix_out, prefix_lse = _prefix_attention(per_prompt, prefix_keys, prefix_values, shared_prefix.bias, scale)
+    # Each run of prompts of one padded width in a call of its own, at that width: a prompt's
+    # keys are then reduced on the same shapes whatever group it is decoded in.
+    parts = [
+        _prefix_attention(per_prompt[start:end], prefix_keys[start:end, :, :width],
+                          prefix_values[start:end, :, :width], shared_prefix.bias[start:end, ..., :width], scale)
+        for start, end, width in shared_prefix.runs
+    ]
+    prefix_out = torch.cat([out for out, _ in parts]) if len(parts) > 1 else parts[0][0]
+    prefix_lse = torch.cat([lse for _, lse in parts]) if len(parts) > 1 else parts[0][1]
     own_scores = per_row.float() @ key.float().transpose(-1, -2) * scale  # [rows, kv, group, generated]
     own_scores = own_scores.view(prompts, n, kv_heads, group, generated).transpose(1, 2)
     own_scores = own_scores.reshape(prompts, kv_heads, n * group, generated)
     # One softmax over the prompt's positions and the row's own: each part weighted by its share
-    # of the joint normaliser, from the two log-sum-exps.
-    own_lse = torch.logsumexp(own_scores, dim=-1)
-    total = torch.logaddexp(prefix_lse, own_lse)
-    out = prefix_out.float() * torch.exp(prefix_lse - total).unsqueeze(-1)  # [prompts, kv, n * group, head_dim]
+    # of the joint normaliser, from the two log-sum-exps. The exponentials run in float64: torch
+    # computes a tensor's last few elements with the scalar exp, the rest with a vectorised one
+    # that can differ in the last bit, so in float32 a row's weights would depend on where the
+    # batch puts it; rounded from float64 to float32 the two agree.
+    own_scores = own_scores.double()
+    total = torch.logaddexp(prefix_lse.double(), torch.logsumexp(own_scores, dim=-1))
+    out = prefix_out.float() * torch.exp(prefix_lse - total).float().unsqueeze(-1)  # [prompts, kv, n * group, head_dim]
     out = out.view(prompts, kv_heads, n, group, head_dim).transpose(1, 2)
-    own_probs = torch.exp(own_scores - total.unsqueeze(-1))
+    own_probs = torch.exp(own_scores - total.unsqueeze(-1)).float()
     own_probs = own_probs.reshape(prompts, kv_heads, n, group, generated).transpose(1, 2)
     own_probs = own_probs.reshape(rows, kv_heads, group, generated)
     out = out.reshape(rows, kv_heads, group, head_dim) + own_probs @ value.float()
@@ -144,8 +197,15 @@ def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def always_masked(*args: object, **kwargs: object) -> torch.Tensor | None:
+        return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
+
     AttentionInterface.register(SHARED_PREFIX_ATTENTION, shared_prefix_attention)
     AttentionMaskInterface.register(SHARED_PREFIX_ATTENTION, sdpa_mask)
+    AttentionInterface.register(MASKED_SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(MASKED_SDPA, always_masked)
 
 
 @contextmanager
