@@ -33,6 +33,7 @@ from ragutil_dagster.models.shared_prefix import (
     SharedPrefix,
     padded_width,
     switched_attention,
+    width_runs,
 )
 from ragutil_dagster.sampling import SamplingParams, check_rounds
 
@@ -592,10 +593,10 @@ class HFGenerator:
         has in any other batch (:mod:`~ragutil_dagster.models.shared_prefix`). The buckets' keys
         and values are joined per layer (``[prompts, kv_heads, length, head_dim]``, masked zeros
         after each prompt's positions), so decoding runs the whole group as one batch against a
-        :class:`SharedPrefix`. Models whose cache has
-        other than plain full-attention layers (sliding windows), or whose attention cannot be
-        switched (remote code outside transformers' attention interface), are prefilled as one
-        left-padded batch and their cache is returned as it is, to be decoded with a growing mask.
+        :class:`SharedPrefix`. Models whose cache has other than plain full-attention layers
+        (sliding windows), or whose attention cannot be switched (remote code outside
+        transformers' attention interface), are prefilled as one left-padded batch and their
+        cache is returned as it is, to be decoded with a growing mask.
         """
         from transformers import DynamicCache
 
@@ -608,14 +609,13 @@ class HFGenerator:
                            past_key_values=cache, use_cache=True, logits_to_keep=1)
             return cache, out.logits[:, -1, :], mask, positions[:, -1]
         lengths = [len(ids) for ids in encoded]
-        widths = [padded_width(length) for length in lengths]
-        buckets = [end for end in range(1, len(encoded)) if widths[end] != widths[end - 1]]
+        last_positions = torch.as_tensor(lengths, device=lm.device) - 1
         caches, logits, masks = [], [], []
         with switched_attention(lm.model, MASKED_SDPA):
-            for start, end in zip([0, *buckets], [*buckets, len(encoded)], strict=True):
-                ids, mask, positions = right_pad(encoded[start:end], lm.pad_id, lm.device, widths[start])
+            for start, end, bucket_width in width_runs([padded_width(length) for length in lengths]):
+                ids, mask, positions = right_pad(encoded[start:end], lm.pad_id, lm.device, bucket_width)
                 cache = DynamicCache(config=config)
-                with _head_at(lm.model, mask.sum(-1) - 1):
+                with _head_at(lm.model, last_positions[start:end]):
                     out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                    past_key_values=cache, use_cache=True, logits_to_keep=0)
                 caches.append(cache)
@@ -634,7 +634,6 @@ class HFGenerator:
             for i in range(len(caches[0].layers))
         ]
         mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
-        last_positions = torch.as_tensor(lengths, device=lm.device) - 1
         return layers, torch.cat(logits), mask, last_positions
 
     def _stopped(

@@ -32,7 +32,7 @@ each row the same bits in any batch).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -40,7 +40,7 @@ import torch
 
 __all__ = [
     "MASKED_SDPA", "SHARED_PREFIX_ATTENTION", "SharedPrefix", "padded_width", "shared_prefix_attention",
-    "switched_attention",
+    "switched_attention", "width_runs",
 ]
 
 SHARED_PREFIX_ATTENTION = "ragutil_shared_prefix"
@@ -55,6 +55,18 @@ def padded_width(length: int) -> int:
     not above it (so at most an eighth of padding)."""
     step = max(16, 1 << max(0, length.bit_length() - 4))
     return -(-length // step) * step
+
+
+def width_runs(widths: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """``(start, end, width)`` for each run of consecutive prompts of one :func:`padded_width`:
+    the prompts that share a prefill or an attention call."""
+    runs: list[tuple[int, int, int]] = []
+    for i, width in enumerate(widths):
+        if runs and runs[-1][2] == width:
+            runs[-1] = (runs[-1][0], i + 1, width)
+        else:
+            runs.append((i, i + 1, width))
+    return tuple(runs)
 
 
 @dataclass
@@ -75,14 +87,8 @@ class SharedPrefix:
     """Each prompt's :func:`padded_width`, the width its keys are attended at."""
 
     def __post_init__(self) -> None:
-        # Consecutive prompts of one width attend in one kernel call: (start, end, width).
-        runs: list[tuple[int, int, int]] = []
-        for i, width in enumerate(self.widths):
-            if runs and runs[-1][2] == width:
-                runs[-1] = (runs[-1][0], i + 1, width)
-            else:
-                runs.append((i, i + 1, width))
-        self.runs = tuple(runs)
+        # Consecutive prompts of one width attend in one kernel call.
+        self.runs = width_runs(self.widths)
 
     @classmethod
     def from_layers(
@@ -195,9 +201,8 @@ def _prefix_attention(
 def _register() -> None:
     # On first use: importing transformers costs seconds that a CLI start should not pay.
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     def always_masked(*args: object, **kwargs: object) -> torch.Tensor | None:
         return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
