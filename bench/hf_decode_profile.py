@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from seper_e2e import matmul_gflops
+from seper_e2e import TokenCounter, flops_per_token, matmul_gflops
 
 RESULTS = Path(__file__).parent / "results" / "hf_decode_profile.json"
 
@@ -62,11 +62,15 @@ def main() -> None:
     params = SamplingParams(n=10, temperature=1.0, max_new_tokens=32, stop=("\n",), seed=0)
     generator.sample(prompts[:2], params)
 
-    start = time.perf_counter()
-    samples = generator.sample(prompts, params)
-    seconds = time.perf_counter() - start
+    with TokenCounter().watching(lm.model) as forwards:
+        start = time.perf_counter()
+        samples = generator.sample(prompts, params)
+        seconds = time.perf_counter() - start
     generated = sum(len(s.token_ids) for per_prompt in samples for s in per_prompt)
     prompt_tokens = sum(generator.count_prompt_tokens(prompts))
+    peak = matmul_gflops(torch.bfloat16)
+    gflop_per_token = flops_per_token(lm, prompt_tokens / len(prompts)) / 1e9
+    decode_s = seconds - forwards.prefill_s
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         generator.sample(prompts, params)
@@ -84,13 +88,21 @@ def main() -> None:
         "prompt_tokens": prompt_tokens,
         "generated_tokens": generated,
         "generated_tokens_per_s": generated / seconds,
+        "prefill_forward_s": forwards.prefill_s,
+        "prefill_positions": forwards.prefill,
+        "decode_phase_s": decode_s,
+        "gflop_per_generated_token": gflop_per_token,
+        "share_of_bf16_matmul_peak": gflop_per_token * generated / seconds / peak,
+        "decode_phase_share_of_bf16_matmul_peak": gflop_per_token * generated / decode_s / peak,
         "profiled_self_cpu_s": total / 1e6,
-        "bf16_matmul_gflops": matmul_gflops(torch.bfloat16),
+        "bf16_matmul_gflops": peak,
         "operators": operators,
     }
     print(f"{len(prompts)} prompts: {prompt_tokens:,} prompt tokens, {generated:,} "
-          f"generated in {seconds:.1f} s ({generated / seconds:.0f} tok/s); "
-          f"bf16 matmul {result['bf16_matmul_gflops']:.0f} GFLOP/s")
+          f"generated in {seconds:.1f} s ({generated / seconds:.0f} tok/s); bf16 matmul {peak:.0f} GFLOP/s")
+    print(f"generated tokens' FLOPs: {result['share_of_bf16_matmul_peak']:.1%} of the bf16 matmul peak over "
+          f"the whole call; the prefill forwards ({forwards.prefill:,} positions) took {forwards.prefill_s:.1f} s, "
+          f"the decode phase {decode_s:.1f} s: {result['decode_phase_share_of_bf16_matmul_peak']:.1%} of the peak")
     for op in operators:
         print(f"{op['name']:<52} {op['self_s']:8.2f} s {op['share']:7.1%} {op['calls']:>7} calls")
     RESULTS.parent.mkdir(exist_ok=True)

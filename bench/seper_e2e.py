@@ -85,7 +85,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -143,11 +143,15 @@ CONDITIONS = ("closed_book", "rag", "per_doc")
 
 @dataclass
 class TokenCounter:
-    """Reader forward passes seen by a pre-hook: prefill tokens (padded) and decode rows."""
+    """Reader forward passes seen by a pre-hook: prefill tokens (padded) and decode rows; with
+    the post-hook ``done`` too, the wall seconds of the prefill forwards (what the decode phase
+    is not)."""
 
     prefill: int = 0
     decode: int = 0
     decode_steps: int = 0
+    prefill_s: float = 0.0
+    _prefill_start: float | None = None
 
     def hook(self, _module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -155,9 +159,25 @@ class TokenCounter:
             return
         if ids.shape[1] > 1:
             self.prefill += int(ids.numel())
+            self._prefill_start = time.perf_counter()
         else:
             self.decode += int(ids.shape[0])
             self.decode_steps += 1
+
+    def done(self, *_args: object) -> None:
+        if self._prefill_start is not None:
+            self.prefill_s += time.perf_counter() - self._prefill_start
+            self._prefill_start = None
+
+    @contextmanager
+    def watching(self, model: torch.nn.Module) -> Iterator[Self]:
+        """Count (and time) ``model``'s forward passes while the context runs."""
+        handles = [model.register_forward_pre_hook(self.hook, with_kwargs=True), model.register_forward_hook(self.done)]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 class PeakRSS:
@@ -209,6 +229,7 @@ class Phase:
     generated_tokens: int = 0
     prompt_tokens: int = 0  # tokens of the distinct prompts sampled (what an engine prefills)
     prefill_tokens: int = 0  # forward positions of prefills seen by the HF hook (padding included)
+    prefill_s: float = 0.0  # wall seconds of those prefill forwards
     decode_rows: int = 0
     decode_steps: int = 0
     nli_pairs: int = 0
@@ -234,21 +255,14 @@ def measured(
     HF model (``lm``), its forward tokens."""
     phase = Phase(name, questions)
     counter = TokenCounter()
-    handle = (
-        lm.model.register_forward_pre_hook(counter.hook, with_kwargs=True) if lm is not None else None
-    )
-    try:
-        with PeakRSS() as rss:
-            phase.start_rss_mb = rss.peak / 2**20
-            start = time.perf_counter()
-            body(phase)
-            phase.seconds = time.perf_counter() - start
-    finally:
-        if handle is not None:
-            handle.remove()
+    with counter.watching(lm.model) if lm is not None else nullcontext(), PeakRSS() as rss:
+        phase.start_rss_mb = rss.peak / 2**20
+        start = time.perf_counter()
+        body(phase)
+        phase.seconds = time.perf_counter() - start
     phase.peak_rss_mb = rss.peak / 2**20
     phase.prefill_tokens, phase.decode_rows = counter.prefill, counter.decode
-    phase.decode_steps = counter.decode_steps
+    phase.decode_steps, phase.prefill_s = counter.decode_steps, counter.prefill_s
     return phase
 
 
@@ -585,6 +599,7 @@ def summary(phase: Phase, questions: int) -> dict[str, float]:
         "generated_tokens": phase.generated_tokens,
         "prompt_tokens": phase.prompt_tokens,
         "prefill_tokens": phase.prefill_tokens,
+        "prefill_s": phase.prefill_s,
         "decode_rows": phase.decode_rows,
         "decode_steps": phase.decode_steps,
         "nli_pairs": phase.nli_pairs,
@@ -1023,11 +1038,19 @@ def report_real(
             "prefill_and_generated_gflops": per_token * all_tokens_per_s,
             "prefill_and_generated_share": per_token * all_tokens_per_s / peak,
         }
+        if row["prefill_s"]:
+            # The decode phase alone (HF paths, whose prefill forwards the hook timed): the
+            # generated tokens' FLOPs over the sampling time outside those forwards.
+            roofline["paths"][name]["decode_phase_share"] = (
+                per_token * row["generated_tokens"] / (row["sampling_s"] - row["prefill_s"]) / peak
+            )
     for name, r in roofline["paths"].items():
+        decode_phase = r.get("decode_phase_share")
         print(f"roofline {name:<38} generated {r['generated_gflops']:7.1f} GFLOP/s = "
               f"{100 * r['share_of_bf16_matmul_peak']:.1f} %, with prefill "
               f"{r['prefill_and_generated_gflops']:7.1f} GFLOP/s = "
-              f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s")
+              f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s"
+              + ("" if decode_phase is None else f"; the decode phase alone {100 * decode_phase:.1f} %"))
     gpu = gpu_projection(rows, roofline, args)
     for name, g in gpu["paths"].items():
         print(f"GPU bound {name:<30} sampling ≥ {g['sampling_s']:.3f} s "
