@@ -85,6 +85,7 @@ def main() -> None:
                 "within_se_ci": comparison["within_se_ci"],
                 "within_bootstrap_ci": comparison["within_bootstrap_ci"],
                 "items": comparison["items"],
+                "replay": comparison["replay"],
             }
             row = result[backend]
             print(f"{backend}: adaptive {row['adaptive']['seconds']:.1f} s against fixed {row['fixed']['seconds']:.1f} s "

@@ -289,8 +289,20 @@ def as_prefix(tables: Tables, reference: Tables) -> Tables:
 
 
 REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25)
-"""``--replay``'s grid of ``target_se``, each with ``closed_book_target_se`` at the same value and
-at half of it (the default)."""
+FULL_CLOSED_BOOK_TARGETS = (0.22, 0.24, 0.26, 0.28)
+ALWAYS_N = 0.01
+"""A closed-book target no group of N ≤ 100 samples reaches (the Jeffreys floor of 100 agreeing
+samples is 0.007, of N = 10 0.06): the closed-book prompt always draws all N."""
+
+
+def replay_rules() -> list[AdaptiveSamplingConfig]:
+    """The stop rules ``--replay`` (and the realistic bench) replay: each of ``REPLAY_TARGETS``
+    with ``closed_book_target_se`` at the same value and at half of it (the default), and each of
+    ``FULL_CLOSED_BOOK_TARGETS`` with the closed-book prompt drawn in full (its SePer enters every
+    ΔSePer of its question)."""
+    return [AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed)
+            for target in REPLAY_TARGETS for closed in (target, None)] + [
+        AdaptiveSamplingConfig(target_se=target, closed_book_target_se=ALWAYS_N) for target in FULL_CLOSED_BOOK_TARGETS]
 
 
 def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
@@ -314,6 +326,13 @@ def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConf
     return {"target_se": adaptive.target_se, "closed_book_target_se": adaptive.target_for("closed_book"),
             "sample_fraction": drawn / total, "inside_fixed_ci": share_inside(cis, cut),
             "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION)}
+
+
+def replay_line(row: dict[str, float]) -> str:
+    """One :func:`replay` result, printed."""
+    return (f"replayed on the fixed samples, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
+            f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
+            f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution)")
 
 
 def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
@@ -383,11 +402,7 @@ def main() -> None:
         "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
     }
     if args.replay:
-        result["replay"] = [
-            replay(tables["fixed"], cis, fixed_config.sampling.n,
-                   AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed))
-            for target in REPLAY_TARGETS for closed in (target, None)
-        ]
+        result["replay"] = [replay(tables["fixed"], cis, fixed_config.sampling.n, rule) for rule in replay_rules()]
     if workload.validity:
         partition = f"{workload.generator}|{settings[0]}"
         result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}
@@ -416,9 +431,7 @@ def main() -> None:
               f"log-prob sums of identical texts by up to {noise['max_logprob_sum_difference']:.4f}; inside the "
               f"fixed-N CI had its samples been the fixed run's first N_q: {result['inside_fixed_ci_as_prefix'][name]:.3f}")
     for row in result.get("replay", []):
-        print(f"replayed on the fixed samples, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
-              f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
-              f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution)")
+        print(replay_line(row))
     print(f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}")
     print(f"wrote {results}")
 

@@ -344,10 +344,10 @@ def count_samples(phase: Phase, rows: pl.DataFrame) -> None:
 
 
 def record_credits(phase: Phase, setting: str, samples: pl.DataFrame, nli_table: pl.DataFrame, work: Workload) -> None:
-    """Each closed-book and rag group's log SePer weights and soft credits: what the per-query
-    95 % CIs of the adaptive comparison are computed from (``adaptive_sampling.py``)."""
-    kept = samples.filter(pl.col("condition").is_in(["closed_book", "rag"]))
-    results = soft_seper(kept, work.data.queries, table_entail(nli_table))
+    """Each group's log SePer weights and soft credits: the closed-book and rag groups' are what
+    the per-query 95 % CIs of the adaptive comparison are computed from (``adaptive_sampling.py``),
+    and with the per_doc groups' they are every sample a stop rule's replay can cut."""
+    results = soft_seper(samples, work.data.queries, table_entail(nli_table))
     phase.credits[setting] = {key: (np.log(r.weights), r.credits) for key, r in results.items()}
 
 
@@ -927,10 +927,11 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
     """Issue 29's adaptive criterion over every (setting, query): the adaptive run's rag
     ΔSePer_S inside the fixed-N run's 95 % CI of it — the standard-error CI and the percentile
     bootstrap of bench/adaptive_sampling.py (docs/metrics.md) — and the share of samples drawn."""
-    from adaptive_sampling import fixed_cis, share_inside, standard_error_cis
+    from adaptive_sampling import fixed_cis, replay, replay_rules, share_inside, standard_error_cis
 
     standard_error = standard_error_cis(fixed.credits)
     bootstrap = fixed_cis(fixed.credits, np.random.default_rng(0))
+    n_max = max(credits.size for table in fixed.credits.values() for _, credits in table.values())  # fixed N: every group
 
     def of(setting: str, cis: dict[tuple[str, str], tuple[float, float]]) -> dict[tuple[str, str], tuple[float, float]]:
         return {key: ci for key, ci in cis.items() if key[0] == setting}
@@ -951,6 +952,9 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
         "within_se_ci": share_inside(standard_error, adaptive.credits),
         "within_bootstrap_ci": share_inside(bootstrap, adaptive.credits),
         "settings": settings,
+        # Other stop rules replayed on the fixed run's samples (docs/metrics.md): the share of its
+        # samples each would draw, and of the items inside the bootstrap CI.
+        "replay": [replay(fixed.credits, bootstrap, n_max, rule) for rule in replay_rules()],
     }
 
 
@@ -1000,6 +1004,8 @@ def report_real(
                  / rows[f"authors' approach {dtype}"]["nli_pairs_per_question"])
         targets.append({"path": f"ragutil hf {dtype}", "against": f"authors' approach {dtype} (NLI pairs)",
                         "target": pairs_target, "ratio": share, "met": share <= pairs_target})
+    from adaptive_sampling import replay_line
+
     adaptive = {
         row: adaptive_comparison(phases[fixed], phases[row])
         for row, (fixed, _) in ADAPTIVE_ROWS.items() if row in phases and fixed in phases
@@ -1011,6 +1017,8 @@ def report_real(
             f"the fixed-N 95 % CI for {comparison['within_se_ci']:.3f} of {comparison['items']} (setting, "
             f"query) items (standard-error CI), {comparison['within_bootstrap_ci']:.3f} (bootstrap CI)"
         )
+        for replayed in comparison["replay"]:
+            print(f"  {fixed}: {replay_line(replayed)}")
         targets.append({"path": row, "against": f"{fixed} (samples drawn)",
                         "target": ADAPTIVE_TARGETS["sample_fraction"], "ratio": comparison["sample_fraction"],
                         "met": comparison["sample_fraction"] <= ADAPTIVE_TARGETS["sample_fraction"]})
