@@ -307,9 +307,11 @@ def replay_rules() -> list[AdaptiveSamplingConfig]:
 
 def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
     """The stop rule replayed on the fixed run's samples: each group's N_q is where
-    ``evaluation/sampling.continues`` would have stopped it on its first samples (each group on
-    its own: no prompt is shared between groups here at k = 5); the share of samples drawn and of
-    ΔSePer_S values inside the fixed-N CI, strictly and at the reports' resolution."""
+    ``evaluation/sampling.continues`` would have stopped it on its first samples, each group on
+    its own. Where two groups hold one prompt (rag and per_doc at k = 1 on the realistic grid) they
+    hold the same samples, stop alike and are counted twice, as the bench counts their rows; the
+    share of samples drawn and of ΔSePer_S values inside the fixed-N CI, strictly and at the
+    reports' resolution."""
     cut: Tables = {}
     drawn = total = 0
     for setting, table in tables.items():
