@@ -293,25 +293,31 @@ FULL_CLOSED_BOOK_TARGETS = (0.22, 0.24, 0.26, 0.28)
 ALWAYS_N = 0.01
 """A closed-book target no group of N ≤ 100 samples reaches (the Jeffreys floor of 100 agreeing
 samples is 0.007, of N = 10 0.06): the closed-book prompt always draws all N."""
+ROUND_SHAPES = ((4, 3), (4, 6))
+"""(first_round, round_size) beside the default 4 / 2: coarser rounds, fewer places to stop between
+the first round and N (4 / 6: a prompt stops at 4 or draws all 10)."""
+SHAPE_TARGETS = ((0.22, None), (0.26, None), (0.26, ALWAYS_N), (0.30, ALWAYS_N))
 
 
 def replay_rules() -> list[AdaptiveSamplingConfig]:
     """The stop rules ``--replay`` (and the realistic bench) replay: each of ``REPLAY_TARGETS``
     with ``closed_book_target_se`` at the same value and at half of it (the default), and each of
     ``FULL_CLOSED_BOOK_TARGETS`` with the closed-book prompt drawn in full (its SePer enters every
-    ΔSePer of its question)."""
+    ΔSePer of its question), and each of ``ROUND_SHAPES`` at ``SHAPE_TARGETS``."""
     return [AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed)
             for target in REPLAY_TARGETS for closed in (target, None)] + [
-        AdaptiveSamplingConfig(target_se=target, closed_book_target_se=ALWAYS_N) for target in FULL_CLOSED_BOOK_TARGETS]
+        AdaptiveSamplingConfig(target_se=target, closed_book_target_se=ALWAYS_N) for target in FULL_CLOSED_BOOK_TARGETS] + [
+        AdaptiveSamplingConfig(first_round=first, round_size=size, target_se=target, closed_book_target_se=closed)
+        for first, size in ROUND_SHAPES for target, closed in SHAPE_TARGETS]
 
 
-def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
+def replay(tables: Tables, cis: dict, se_cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
     """The stop rule replayed on the fixed run's samples: each group's N_q is where
     ``evaluation/sampling.continues`` would have stopped it on its first samples, each group on
     its own. Where two groups hold one prompt (rag and per_doc at k = 1 on the realistic grid) they
     hold the same samples, stop alike and are counted twice, as the bench counts their rows; the
-    share of samples drawn and of ΔSePer_S values inside the fixed-N CI, strictly and at the
-    reports' resolution."""
+    share of samples drawn and of ΔSePer_S values inside the fixed-N CIs: the bootstrap ``cis``,
+    strictly and at the reports' resolution, and the standard-error ``se_cis``."""
     cut: Tables = {}
     drawn = total = 0
     for setting, table in tables.items():
@@ -325,16 +331,18 @@ def replay(tables: Tables, cis: dict, n_max: int, adaptive: AdaptiveSamplingConf
             cut[setting][key] = (scores[:n], credits[:n])
             if key[1] != "closed_book" or setting == next(iter(tables)):  # closed book: drawn once for all settings
                 drawn, total = drawn + n, total + credits.size
-    return {"target_se": adaptive.target_se, "closed_book_target_se": adaptive.target_for("closed_book"),
+    return {"first_round": adaptive.first_round, "round_size": adaptive.round_size,
+            "target_se": adaptive.target_se, "closed_book_target_se": adaptive.target_for("closed_book"),
             "sample_fraction": drawn / total, "inside_fixed_ci": share_inside(cis, cut),
-            "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION)}
+            "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION),
+            "inside_fixed_se_ci": share_inside(se_cis, cut)}
 
 
 def replay_line(row: dict[str, float]) -> str:
     """One :func:`replay` result, printed."""
-    return (f"replayed on the fixed samples, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
+    return (f"replayed on the fixed samples, rounds {row['first_round']} + {row['round_size']}, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
             f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
-            f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution)")
+            f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution), its SE CI {row['inside_fixed_se_ci']:.3f}")
 
 
 def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
@@ -404,7 +412,7 @@ def main() -> None:
         "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
     }
     if args.replay:
-        result["replay"] = [replay(tables["fixed"], cis, fixed_config.sampling.n, rule) for rule in replay_rules()]
+        result["replay"] = [replay(tables["fixed"], cis, se_cis, fixed_config.sampling.n, rule) for rule in replay_rules()]
     if workload.validity:
         partition = f"{workload.generator}|{settings[0]}"
         result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}

@@ -953,8 +953,8 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
         "within_bootstrap_ci": share_inside(bootstrap, adaptive.credits),
         "settings": settings,
         # Other stop rules replayed on the fixed run's samples (docs/metrics.md): the share of its
-        # samples each would draw, and of the items inside the bootstrap CI.
-        "replay": [replay(fixed.credits, bootstrap, n_max, rule) for rule in replay_rules()],
+        # samples each would draw, and of the items inside each CI.
+        "replay": [replay(fixed.credits, bootstrap, standard_error, n_max, rule) for rule in replay_rules()],
     }
 
 
