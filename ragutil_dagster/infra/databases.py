@@ -16,7 +16,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
+import os
+
 from ragutil_dagster.errors import DatabaseUnavailableError
+from ragutil_dagster.infra.files import embedded_tracking_uri, ragutil_home
 from ragutil_dagster.infra.redaction import redact_uri
 
 DAGSTER_POSTGRES_URL_VARIABLE = "RAGUTIL_DAGSTER_POSTGRES_URL"
@@ -31,6 +34,11 @@ if TYPE_CHECKING:
 # included); ragutil reaches them directly for its claims (tracking/claims.py).
 _DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 CONNECT_TIMEOUT_SECONDS = 10
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` when set, else the embedded store of ``$RAGUTIL_HOME``."""
+    return os.environ.get(MLFLOW_TRACKING_URI_VARIABLE) or embedded_tracking_uri(ragutil_home())
 
 
 def is_database_uri(uri: str) -> bool:
