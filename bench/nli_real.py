@@ -138,7 +138,7 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     smollm2 = example.generator("smollm2")
     params = dataclasses.replace(example.sampling.params(seed=0), n=samples)
     settings = {"model": smollm2.model, "backend": backend, "use_chat_template": smollm2.use_chat_template,
-                "prompt": example.prompts.with_context, "questions": n_questions,
+                "prompt": example.prompts.with_context.label, "questions": n_questions,
                 "sampling": {"n": params.n, "temperature": params.temperature,
                              "max_new_tokens": params.max_new_tokens, "stop": list(params.stop),
                              "seed": params.seed}}
@@ -151,7 +151,7 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     from ragutil_dagster.resources import ModelLoader
 
     questions = _squad_questions(root, n_questions, seed=0)
-    prompts = [with_context(q["text"], [("", paragraph)], name=example.prompts.with_context)
+    prompts = [with_context(q["text"], [("", paragraph)], example.prompts.with_context)
                for q, paragraph in questions]
     generator = ModelLoader().generator(GeneratorConfig(
         name=smollm2.name, model=smollm2.model, backend=backend, use_chat_template=smollm2.use_chat_template))

@@ -7,8 +7,11 @@ its closed-book samples and, for every setting, its generations, NLI clusters an
 changed NLI model requests every ``entailment_clusters`` and ``metric_scores`` partition; a
 changed embedder or reranker requests the retrieval steps that use it and everything downstream
 of them. It watches the run files of ``kind: run`` retrievers the same way, by their SHA-256: a
-replaced file requests the settings reading it and what follows them. The first evaluation
-records a baseline and requests nothing.
+replaced file requests the settings reading it and what follows them. A prompt template named by
+a registry alias (``prompts:/<name>@<alias>``) is watched with its generator: moving the alias to
+another version requests that generator's partitions, as a new model would (an alias of the
+experiment's ``prompts`` is every generator's). The first evaluation records a baseline and
+requests nothing.
 
 Runs that need both a generator's closed-book samples and its context samples check that both
 come from the same model identity, so a scoring run never mixes an old and a new model.
@@ -26,6 +29,8 @@ from ragutil_dagster.assets.common import model_asset_key
 from ragutil_dagster.assets.model_identities import observed_identity
 from ragutil_dagster.assets.run_files import RUN_FILE, run_file_versions
 from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.infra.prompt_registry import registered_template
+from ragutil_dagster.prompts import ROLES
 from ragutil_dagster.resources.models import ModelLoader
 
 
@@ -42,6 +47,16 @@ def model_inventory(experiment: ExperimentConfig) -> dict[str, tuple[str, str | 
     if experiment.reranker:
         models["reranker"] = (experiment.reranker.model, experiment.reranker.revision)
     return models
+
+
+def prompt_alias_versions(experiment: ExperimentConfig, generator: str) -> str:
+    """The registry versions the aliases among ``generator``'s templates point to now, asked of the
+    registry anew (``role=prompts:/name@alias→version``, comma-joined); empty without an alias."""
+    prompts = experiment.prompts_for(generator)
+    aliased = {role: template.source for role in ROLES
+               if (template := getattr(prompts, role, None)) is not None and template.version is not None
+               and "@" in template.source}
+    return ",".join(f"{role}={source}→{registered_template(source).version}" for role, source in sorted(aliased.items()))
 
 
 # Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``,
@@ -125,6 +140,9 @@ def build_model_sensor(
     def model_identity_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         seen = json.loads(context.cursor) if context.cursor else None
         now = {role: current_identity(model, revision) for role, (model, revision) in model_inventory(experiment).items()}
+        for generator in experiment.generators:
+            if versions := prompt_alias_versions(experiment, generator.name):
+                now[f"generator:{generator.name}"] += f" prompts[{versions}]"
         now.update({f"run_file:{key}": version for key, version in run_file_versions(experiment).items()})
         if seen is None:
             return dg.SensorResult(run_requests=[], cursor=json.dumps(now, sort_keys=True))

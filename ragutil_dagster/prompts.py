@@ -1,8 +1,8 @@
-"""Prompt templates by name, after SePer App. D.5 (the FlashRAG prompts of Jin et al., 2024).
+"""Prompt templates: the built-in ones by name, after SePer App. D.5 (the FlashRAG prompts of Jin
+et al., 2024), and the roles a template fills, each with the placeholders it may use.
 
-Templates are ``str.format`` strings with the fields ``{question}`` and ``{reference}``; the
-experiment config names them. ``seper_closed_book`` / ``seper_with_context`` are App. D.5's
-prompts verbatim plus an ``Answer:`` cue, for instruction-tuned LLMs. ``closed_book`` /
+Templates are ``str.format`` strings. ``seper_closed_book`` / ``seper_with_context`` are App.
+D.5's prompts verbatim plus an ``Answer:`` cue, for instruction-tuned LLMs. ``closed_book`` /
 ``with_context`` keep their structure (question, documents, answer cue) without the instruction
 sentences: the project's small CPU-trained reader learns the task from the format, and every
 prompt token costs training time on CPU.
@@ -14,11 +14,17 @@ naming the reference answer. The listwise prompts are a conversation in the pape
 each passage, the assistant acknowledges it); here they are one prompt holding the user's turns in
 order — a chat template wraps it as one user turn — with fields ``{num}`` (passages shown),
 ``{passages}`` (:func:`format_numbered`) and ``{answer}`` (the pseudo-answer).
+
+A user's own template (written in the config, in a file, or a version of MLflow's prompt registry;
+``config.PromptConfig``) is a :class:`Template` like a built-in one, checked against its role's
+placeholders (:data:`ROLES`) before anything runs.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 PROMPTS: dict[str, str] = {
     "closed_book": "Question: {question}\nAnswer:",
@@ -99,6 +105,108 @@ PROMPTS.update({
 })
 
 
+@dataclass(frozen=True)
+class Role:
+    """What a prompt role fills in: the placeholders its template must use (``required``) and may
+    use (``optional``), and the built-in template it takes unless the config names another."""
+
+    required: frozenset[str]
+    default: str
+    optional: frozenset[str] = frozenset()
+
+    @property
+    def placeholders(self) -> list[str]:
+        return sorted(self.required | self.optional)
+
+
+_QUESTION = frozenset({"question"})
+_CONTEXT = frozenset({"question", "reference"})
+ROLES: dict[str, Role] = {
+    "closed_book": Role(_QUESTION, "closed_book"),
+    "with_context": Role(_CONTEXT, "with_context"),
+    "consens": Role(_CONTEXT, "consens_evaluator"),
+    "compression": Role(_CONTEXT, "compress_abstractive"),
+    "multistep": Role(_CONTEXT, "multistep_next_query"),
+    "utility_pointwise": Role(frozenset({"question", "passage"}), "utility_pointwise"),
+    "utility_pointwise_answer": Role(frozenset({"question", "passage", "answer"}), "utility_pointwise_answer"),
+    **{
+        f"utility_{method}{suffix}": Role(
+            frozenset({"question", "passages", *(["answer"] if suffix else [])}), f"utility_{method}{suffix}",
+            optional=frozenset({"num"}),
+        )
+        for method in ("listwise", "ranking") for suffix in ("", "_answer")
+    },
+}
+"""Every prompt role a config may set (``prompts.<role>``, ``generators[i].prompts.<role>``)."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """One prompt template: its ``text`` and where it came from — ``source`` is a built-in's name,
+    ``inline`` (written in the config), ``file:<path>`` or a registry URI ``prompts:/<name>/<version>``
+    / ``prompts:/<name>@<alias>``; ``version`` is the registry version an alias pointed to."""
+
+    source: str
+    text: str
+    version: int | None = None
+
+    @property
+    def builtin(self) -> bool:
+        return PROMPTS.get(self.source) == self.text
+
+    @property
+    def label(self) -> str:
+        """How reports and MLflow name it: the built-in's name, the file, or the registry version."""
+        if self.version is not None and "@" in self.source:
+            return f"{self.source} (version {self.version})"
+        return self.source
+
+
+def builtin(name: str) -> Template:
+    """The built-in template ``name``; an unknown name says which exist."""
+    if name not in PROMPTS:
+        raise KeyError(f"unknown prompt {name!r}; known prompts: {', '.join(sorted(PROMPTS))}")
+    return Template(name, PROMPTS[name])
+
+
+def placeholders(text: str) -> set[str]:
+    """The ``{field}`` names of a ``str.format`` template; a malformed one, or a field with an
+    attribute, index or format spec (a template fills plain text only), is a ValueError."""
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as err:
+        raise ValueError(f"not a valid template ({err}; write a literal brace as {{{{ or }}}})") from None
+    fields = set()
+    for _literal, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conversion:
+            raise ValueError(
+                f"placeholder {{{field}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}} "
+                "is not a plain name; write a literal brace as {{ or }}"
+            )
+        fields.add(field)
+    return fields
+
+
+def check_role(role: str, text: str) -> None:
+    """A ValueError naming the placeholders ``role`` allows when ``text`` uses another or lacks
+    one the role needs."""
+    spec = ROLES[role]
+    used = placeholders(text)
+    allowed = ", ".join(f"{{{name}}}" for name in spec.placeholders)
+    if unknown := sorted(used - spec.required - spec.optional):
+        raise ValueError(
+            f"the template uses {', '.join(f'{{{n}}}' for n in unknown)}, which role {role} does not "
+            f"fill; its placeholders: {allowed}"
+        )
+    if missing := sorted(spec.required - used):
+        raise ValueError(
+            f"the template lacks {', '.join(f'{{{n}}}' for n in missing)}, which role {role} needs; "
+            f"its placeholders: {allowed}"
+        )
+
+
 def format_numbered(passages: Sequence[tuple[str, str]]) -> str:
     """The ``{passages}`` block of a listwise judgment: one ``[i] text`` line per (title, text)
     passage, numbered from 1 as the judgment names them (the title left out, as in
@@ -106,12 +214,14 @@ def format_numbered(passages: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"[{i}] {text}" for i, (_title, text) in enumerate(passages, start=1))
 
 
-def utility_judgment(method: str, question: str, passages: Sequence[tuple[str, str]], answer: str) -> str:
-    """The verbalized utility judgment prompt of ``method`` (``utility_<method>``) over (title,
-    text) passages — the one passage of a pointwise judgment, the numbered list of a listwise
-    one — with the pseudo-answer ``answer`` (unused by the direct methods)."""
+def utility_judgment(method: str, question: str, passages: Sequence[tuple[str, str]], answer: str,
+                     template: Template | None = None) -> str:
+    """The verbalized utility judgment prompt of ``method`` (``template``, by default the built-in
+    ``utility_<method>``) over (title, text) passages — the one passage of a pointwise judgment,
+    the numbered list of a listwise one — with the pseudo-answer ``answer`` (unused by the direct
+    methods)."""
     return render(
-        f"utility_{method}", question=question, passage="\n".join(text for _title, text in passages),
+        template or f"utility_{method}", question=question, passage="\n".join(text for _title, text in passages),
         num=str(len(passages)), passages=format_numbered(passages), answer=answer,
     )
 
@@ -125,24 +235,22 @@ def format_reference(passages: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"Doc {i}: {text}" for i, (_title, text) in enumerate(passages, start=1))
 
 
-def render(name: str, **fields: str) -> str:
-    """Fill the template ``name`` with ``fields``; unknown names and missing fields say which."""
+def render(template: Template | str, **fields: str) -> str:
+    """Fill ``template`` (a :class:`Template`, or a built-in's name) with ``fields``."""
+    if isinstance(template, str):
+        template = builtin(template)
     try:
-        template = PROMPTS[name]
-    except KeyError:
-        raise KeyError(f"unknown prompt {name!r}; known prompts: {sorted(PROMPTS)}") from None
-    try:
-        return template.format(**fields)
+        return template.text.format(**fields)
     except KeyError as err:
-        raise KeyError(f"prompt {name!r} needs the field {err.args[0]!r}") from None
+        raise KeyError(f"prompt {template.label!r} needs the field {err.args[0]!r}") from None
 
 
-def closed_book(question: str, name: str = "closed_book") -> str:
-    """The closed-book prompt ``name`` for ``question``."""
-    return render(name, question=question)
+def closed_book(question: str, template: Template | str = "closed_book") -> str:
+    """The closed-book prompt ``template`` for ``question``."""
+    return render(template, question=question)
 
 
 def with_context(question: str, passages: Sequence[tuple[str, str]],
-                 name: str = "with_context") -> str:
-    """The retrieval-augmented prompt ``name`` for ``question`` over (title, text) ``passages``."""
-    return render(name, question=question, reference=format_reference(passages))
+                 template: Template | str = "with_context") -> str:
+    """The retrieval-augmented prompt ``template`` for ``question`` over (title, text) ``passages``."""
+    return render(template, question=question, reference=format_reference(passages))

@@ -33,7 +33,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         dataset = dimension(context, "dataset")
         queries = store.read_table("queries", dataset)
-        prompts = closed_book_prompts(queries, experiment.prompts, prompt_budget(context, models, experiment))
+        generator = dimension(context, "generator")
+        prompts = closed_book_prompts(queries, experiment.prompts_for(generator), prompt_budget(context, models, experiment))
         _, result = sample_and_store(
             context, store, models, experiment, prompts, queries, "closed_book_generations", dataset
         )

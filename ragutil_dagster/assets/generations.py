@@ -70,6 +70,7 @@ def setting_contexts(
     spec = experiment.generator(dimension(context, "generator"))
     generator = models.generator(spec)
     compressor = experiment.compressor(setting)
+    prompts = experiment.prompts_for(spec.name)
     questions, contexts = ranked_contexts(queries, passages, run)
     count, unit = context_token_count(generator)
     embed = generate = None
@@ -78,7 +79,8 @@ def setting_contexts(
     if compressor is not None and compressor.method == "abstractive":
         field = f"compression.{experiment.compression.index(compressor)}.budget"
         length = generator.context_length
-        longest = max(count([summary_prompt(questions[q], c) for q, c in contexts.items()]), default=0)
+        longest = max(count([summary_prompt(questions[q], c, prompts.template("compression"))
+                             for q, c in contexts.items()]), default=0)
         if length is not None and longest + compressor.budget > length:
             raise ConfigError(
                 f"{field}: compressor {compressor.key!r} asks generator {spec.name!r} for a summary of up to "
@@ -88,7 +90,8 @@ def setting_contexts(
         generate = generator.sample
     start = time.perf_counter()
     table = compress_contexts(
-        questions, contexts, compressor, count, experiment.prompts.with_context, embed, generate, experiment.seed,
+        questions, contexts, compressor, count, prompts.with_context, embed, generate, experiment.seed,
+        prompts.template("compression"),
     )
     before, after = int(table["context_tokens_before"].sum()), int(table["context_tokens_after"].sum())
     metadata = {
@@ -245,10 +248,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         contexts, context_metadata = setting_contexts(context, models, experiment, setting, queries, passages, run)
         compressed = contexts if setting.compressor else None
         empty = experiment.retriever(setting.retriever).missing_queries == "empty"
-        prompts = context_prompts(queries, passages, run, qrels, experiment.prompts, budget, compressed, empty)
+        templates = experiment.prompts_for(spec.name)
+        prompts = context_prompts(queries, passages, run, qrels, templates, budget, compressed, empty)
         if experiment.validity is not None:  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
-            prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, experiment.prompts, budget)])
+            prompts = pl.concat([prompts, validity_prompts(queries, passages, judged, templates, budget)])
         reused = None
         if empty and (without := queries_without_passages(queries, run)):
             closed_book = store.read_table("closed_book_generations", parts.closed_book_partition(context.partition_key))
@@ -261,8 +265,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         yield dg.MaterializeResult(asset_key="generations", metadata=metadata, check_results=result.check_results)
         start = time.perf_counter()
         all_prompts = pl.concat([
-            closed_book_prompts(queries, experiment.prompts, budget), prompts,
-            consens_prompts(queries, prompts, passages, experiment.prompts, budget, experiment.consens.leave_one_out,
+            closed_book_prompts(queries, templates, budget), prompts,
+            consens_prompts(queries, prompts, passages, templates, budget, experiment.consens.leave_one_out,
                             compressed),
         ])
         scores = consens_scores(all_prompts, samples, queries, models.scorer(spec))

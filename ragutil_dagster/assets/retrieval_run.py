@@ -99,6 +99,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             lambda written: ranked(search(pl.DataFrame({"id": list(written), "text": list(written.values())}))),
             lambda prompts: [samples[0].text for samples in writer.sample(prompts, params)],
             setting.step, experiment.multistep.max_passages, PromptBudget.of(writer, params.max_new_tokens),
+            experiment.prompts.template("multistep"),
         )
         path = store.write_table("retrieval_run", context.partition_key, rounds.queries, MULTISTEP_QUERIES)
         added = rounds.queries.group_by("round").agg(pl.col("passages_added").mean()).sort("round")

@@ -71,10 +71,11 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
         corpus = store.read_table("retrieved_passages", setting.key)
         budget = prompt_budget(context, models, experiment)
-        alone = validity_prompts(queries, corpus, judged, experiment.prompts, budget)
+        templates = experiment.prompts_for(spec.name)
+        alone = validity_prompts(queries, corpus, judged, templates, budget)
         prompts = pl.concat([
-            closed_book_prompts(queries, experiment.prompts, budget), alone,
-            consens_passage_prompts(queries, alone, corpus, experiment.prompts, budget),
+            closed_book_prompts(queries, templates, budget), alone,
+            consens_passage_prompts(queries, alone, corpus, templates, budget),
         ])
         answers = judged_answers(store.read_table("generations", partition), "rag")
         signals = alone_signals(prompts, answers, queries, models.scorer(spec), VALIDITY_CONDITION)

@@ -18,8 +18,8 @@ tokenizer as it encodes prompts (``Generator.count_prompt_tokens``), so a chat t
   (cosine of the embedder's unit vectors), added best first while the context stays within the
   budget, shown in their original order within their passages; the best one truncated when no
   whole sentence fits (:func:`extract`);
-* ``abstractive`` — the generator's greedy summary under the fixed prompt
-  ``prompts.compress_abstractive``, at most ``budget`` new tokens, then truncated to the budget
+* ``abstractive`` — the generator's greedy summary under the prompt of role ``compression``
+  (default: the built-in ``compress_abstractive``), at most ``budget`` new tokens, then truncated to the budget
   (:func:`summary_prompt`).
 
 A compressed passage keeps its document id where its text survives (truncate, extractive); an
@@ -38,6 +38,7 @@ import polars as pl
 from ragutil_dagster import prompts as templates
 from ragutil_dagster.config import CompressorConfig
 from ragutil_dagster.errors import ServerResponseError
+from ragutil_dagster.prompts import Template
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import CONTEXT_SCHEMA
 
@@ -90,7 +91,7 @@ class ContextTokens:
     tokens with the context minus its tokens with none, by ``count``; 0 for an empty context."""
 
     question: str
-    template: str
+    template: Template | str
     count: TokenCount
     _empty: int | None = field(default=None, repr=False)
 
@@ -172,10 +173,11 @@ def extract(
     return shown(chosen)
 
 
-def summary_prompt(question: str, context: Sequence[Passage]) -> str:
-    """The abstractive compressor's fixed prompt (``prompts.compress_abstractive``) over ``context``."""
+def summary_prompt(question: str, context: Sequence[Passage], template: Template | str = "compress_abstractive") -> str:
+    """The abstractive compressor's prompt (role ``compression``, by default the built-in
+    ``compress_abstractive``) over ``context``."""
     return templates.render(
-        "compress_abstractive", question=question,
+        template, question=question,
         reference=templates.format_reference([("", text) for _, text in context]),
     )
 
@@ -190,15 +192,17 @@ def compress_contexts(
     contexts: dict[str, list[Passage]],
     compressor: CompressorConfig | None,
     count: TokenCount,
-    template: str,
+    template: Template | str,
     embed: Callable[[Sequence[str]], np.ndarray] | None = None,
     generate: Callable[[Sequence[str], SamplingParams], list] | None = None,
     seed: int = 0,
+    summary_template: Template | str = "compress_abstractive",
 ) -> pl.DataFrame:
-    """Per query (``contexts``: its passages in rank order), the context its rag prompt shows —
-    compressed by ``compressor``, or as it is when None — with its context tokens before and after
-    (``CONTEXT_SCHEMA``). ``embed`` (unit vectors of texts) serves ``extractive``, ``generate``
-    (``Generator.sample``) serves ``abstractive``."""
+    """Per query (``contexts``: its passages in rank order), the context its rag prompt
+    (``template``) shows — compressed by ``compressor``, or as it is when None — with its context
+    tokens before and after (``CONTEXT_SCHEMA``). ``embed`` (unit vectors of texts) serves
+    ``extractive``, ``generate`` (``Generator.sample``) serves ``abstractive``, prompted with
+    ``summary_template``."""
     order = list(contexts)
     counters = {qid: ContextTokens(questions[qid], template, count) for qid in order}
     shown: dict[str, list[Passage]] = {}
@@ -221,7 +225,7 @@ def compress_contexts(
     else:
         if generate is None:
             raise ValueError("an abstractive compressor needs a generator")
-        prompts = [summary_prompt(questions[qid], contexts[qid]) for qid in order]
+        prompts = [summary_prompt(questions[qid], contexts[qid], summary_template) for qid in order]
         summaries = generate(prompts, summary_params(compressor.budget, seed))
         for qid, (sample, *_) in zip(order, summaries, strict=True):
             text = sample.text.strip()

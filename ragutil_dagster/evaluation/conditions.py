@@ -100,7 +100,7 @@ def fit_context_prompt(
     qid: str,
     question: str,
     docs: Sequence[tuple[str, str, str]],
-    template: str,
+    template: templates.Template | str,
     budget: PromptBudget | None,
 ) -> FittedPrompt:
     """The ``template`` prompt over ``docs`` — (doc_id, title, text) in rank order — fitted to
@@ -188,7 +188,7 @@ def compressed_contexts(contexts: pl.DataFrame | None) -> dict[str, tuple[list[s
 
 
 def fit_compressed_prompt(
-    qid: str, question: str, shown: tuple[list[str], list[str]], template: str, budget: PromptBudget | None
+    qid: str, question: str, shown: tuple[list[str], list[str]], template: templates.Template | str, budget: PromptBudget | None
 ) -> FittedPrompt:
     """The ``template`` prompt over a compressed context's texts, fitted to ``budget`` as
     :func:`fit_context_prompt` fits passages; its ``doc_ids`` are the passages the context draws on."""
@@ -247,7 +247,7 @@ def leave_out_prompts(
     queries: pl.DataFrame,
     context_prompt_table: pl.DataFrame,
     corpus: pl.DataFrame,
-    template: str,
+    template: templates.Template | str,
     budget: PromptBudget | None = None,
 ) -> pl.DataFrame:
     """ConSens §3.3 (Experiment 3): for every prompt of ``context_prompt_table`` showing two or

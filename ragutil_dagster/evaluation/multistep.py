@@ -3,7 +3,7 @@ rounds of retrieval a multi-step setting's context is gathered in, inside its re
 
 Round 1 is the plain setting's top k for the question. Before each later round the query writer
 (a generator of the config, greedy decoding) reads the question and the passages gathered so far
-under the fixed prompt ``prompts.multistep_next_query`` — fitted to its context as a rag prompt is,
+under the prompt of role ``multistep`` (default: the built-in ``multistep_next_query``) — fitted to its context as a rag prompt is,
 passages dropped from the end — and writes the next query or thought; its first line is searched
 (the question again when it is blank), and the round's top k not gathered yet join the context,
 in their rank order after the earlier rounds', at most ``max_passages`` in all. Round t's setting
@@ -25,8 +25,6 @@ from ragutil_dagster import prompts as templates
 from ragutil_dagster.evaluation.conditions import PromptBudget, fit_passages
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci, bootstrap_paired_diff_ci
 from ragutil_dagster.tables import MULTISTEP_QUERY_SCHEMA, RUN_SCHEMA
-
-NEXT_QUERY_PROMPT = "multistep_next_query"
 
 Ranked = list[tuple[str, float]]
 """(doc_id, score) of one query's ranking, best first."""
@@ -54,13 +52,14 @@ def written_query(text: str, question: str) -> str:
     return lines[0] if lines else question
 
 
-def next_query_prompt(qid: str, question: str, context: Sequence[tuple[str, str]], budget: PromptBudget | None) -> str:
-    """The writer's prompt over ``context`` ((doc_id, text) gathered so far), fitted to ``budget``
-    as a rag prompt is (later passages dropped first, then the last one cut)."""
+def next_query_prompt(qid: str, question: str, context: Sequence[tuple[str, str]], budget: PromptBudget | None,
+                      template: templates.Template | str = "multistep_next_query") -> str:
+    """The writer's prompt (``template``) over ``context`` ((doc_id, text) gathered so far), fitted
+    to ``budget`` as a rag prompt is (later passages dropped first, then the last one cut)."""
     docs = [(doc, "", text) for doc, text in context]
     return fit_passages(
         qid, question, docs,
-        lambda passages: templates.render(NEXT_QUERY_PROMPT, question=question, reference=templates.format_reference(passages)),
+        lambda passages: templates.render(template, question=question, reference=templates.format_reference(passages)),
         budget,
     ).prompt
 
@@ -94,16 +93,17 @@ def run_rounds(
     steps: int,
     max_passages: int | None,
     budget: PromptBudget | None,
+    template: templates.Template | str = "multistep_next_query",
 ) -> Rounds:
-    """Rounds 2..``steps`` after ``first`` (round 1's top k per query): each writes one prompt per
-    query, searches the written queries together and gathers what they find. ``texts``: a passage's
-    text by id."""
+    """Rounds 2..``steps`` after ``first`` (round 1's top k per query): each writes one
+    ``template`` prompt per query, searches the written queries together and gathers what they
+    find. ``texts``: a passage's text by id."""
     contexts = {qid: gather([], first.get(qid, []), max_passages) for qid in questions}
     rows = [(qid, 1, question, len(contexts[qid])) for qid, question in questions.items()]
     for step in range(2, steps + 1):
         order = list(questions)
         prompts = [
-            next_query_prompt(qid, questions[qid], [(doc, texts(doc)) for doc, _ in contexts[qid]], budget)
+            next_query_prompt(qid, questions[qid], [(doc, texts(doc)) for doc, _ in contexts[qid]], budget, template)
             for qid in order
         ]
         written = {qid: written_query(text, questions[qid]) for qid, text in zip(order, write(prompts), strict=True)}

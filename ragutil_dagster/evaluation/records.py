@@ -56,8 +56,9 @@ def score_records(
     entail: Any,
     prompts: PromptConfig | None = None,
 ) -> list[dict[str, Any]]:
-    """Score every record; one dict per record, in input order."""
-    prompts = prompts or experiment.prompts
+    """Score every record; one dict per record, in input order. ``prompts``: the templates, by
+    default the generator's (``ExperimentConfig.prompts_for``)."""
+    prompts = prompts or experiment.prompts_for(generator_spec.name)
     no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
     budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
     with_context = context_prompts(

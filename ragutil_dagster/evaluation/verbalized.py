@@ -110,7 +110,8 @@ def judge_utility(
     questions = dict(queries.select("query_id", "question").iter_rows())
     greedy = experiment.sampling.greedy_params(experiment.seed)
     answer_budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
-    template = experiment.prompts.with_context
+    prompts = experiment.prompts_for(generator_name)
+    template = prompts.with_context
 
     def decode(table: pl.DataFrame, params: SamplingParams) -> pl.DataFrame:
         return decode_prompts(table, generator, generator_name, DECODING_GREEDY, params)
@@ -130,7 +131,7 @@ def judge_utility(
     first = decode(pl.concat([together_table, beyond_k]), greedy)
     pseudo = dict(first.filter(pl.col("condition") == UTILITY_PSEUDO_ANSWER).select("query_id", "text").iter_rows())
 
-    closed = closed_book_prompts(queries, experiment.prompts, answer_budget)
+    closed = closed_book_prompts(queries, prompts, answer_budget)
     signals = passage_utility(
         pl.concat([closed, alone_table, together_table]), pseudo, passages, scorer,
         alone=UTILITY_PER_CANDIDATE, together=UTILITY_PSEUDO_ANSWER,
@@ -143,7 +144,8 @@ def judge_utility(
         budget = PromptBudget.of(generator, max_new_tokens)
         table = pl.DataFrame(
             [row for qid, question in questions.items()
-             for row in _judgment_prompts(method, qid, question, [texts[d] for d in ranked[qid]], pseudo[qid], budget)],
+             for row in _judgment_prompts(method, prompts.template(f"utility_{method}"), qid, question,
+                                          [texts[d] for d in ranked[qid]], pseudo[qid], budget)],
             schema=PROMPT_SCHEMA,
         )
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=experiment.seed)
@@ -172,18 +174,20 @@ def judge_utility(
 
 def _judgment_prompts(
     method: str,
+    template: templates.Template,
     qid: str,
     question: str,
     docs: list[tuple[str, str, str]],
     answer: str,
     budget: PromptBudget | None,
 ) -> list[dict]:
-    """The prompt rows of ``method`` for one query: one per candidate (pointwise, ``doc_id`` set)
-    or one over all of them (listwise, ``doc_ids`` the candidates kept to fit the budget)."""
+    """The prompt rows of ``method`` (its ``template``) for one query: one per candidate
+    (pointwise, ``doc_id`` set) or one over all of them (listwise, ``doc_ids`` the candidates kept
+    to fit the budget)."""
     condition = utility_judge_condition(method)
 
     def render(passages: list[tuple[str, str]]) -> str:
-        return templates.utility_judgment(method, question, passages, answer)
+        return templates.utility_judgment(method, question, passages, answer, template)
 
     if is_pointwise(method):
         return [prompt_row(qid, condition, doc[0], fit_passages(qid, question, [doc], render, budget)) for doc in docs]

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from ragutil_dagster.errors import ModelRegistryError, ModelUnavailableError
+from ragutil_dagster.infra.prompt_registry import registry_not_found
 from ragutil_dagster.infra.redaction import redact, redact_uri
 
 PREFIX = "models:/"
@@ -41,7 +42,7 @@ def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
         )
     except MlflowException as err:
         registry = redact_uri(tracking_uri)
-        if not _not_found(err, alias=match["alias"] is not None):
+        if not registry_not_found(err, alias=match["alias"] is not None):
             raise ModelRegistryError(
                 f"model {uri!r}: the MLflow registry at {registry} could not be asked "
                 f"({err.error_code}: {redact(str(err).splitlines()[0])}); check that it is reachable "
@@ -65,13 +66,6 @@ def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
         (staging / ".complete").write_text(str(version.version))
         staging.replace(target)
     return str(_model_root(target))
-
-
-def _not_found(err: Exception, *, alias: bool) -> bool:
-    """Whether the registry answered that the model or version does not exist. MLflow reports
-    an unknown alias of a known model as an invalid parameter, not as a missing resource."""
-    code = getattr(err, "error_code", None)
-    return code == "RESOURCE_DOES_NOT_EXIST" or (alias and code == "INVALID_PARAMETER_VALUE" and "alias" in str(err))
 
 
 def _model_root(directory: Path) -> Path:

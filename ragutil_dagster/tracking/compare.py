@@ -58,6 +58,8 @@ class PartitionScores:
     mlflow_run_id: str = ""
     correlations: pl.DataFrame | None = None  # eRAG Table 1 (RETRIEVAL_CORRELATION_SCHEMA)
     validity: pl.DataFrame | None = None  # the validity step's table (VALIDITY_SCHEMA)
+    # The run's prompt parameters (tracking/keys.prompt_params): which template each role used.
+    prompts: dict[str, str] = field(default_factory=dict)
 
     @property
     def retriever_label(self) -> str:
@@ -367,6 +369,24 @@ def multistep_table(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.
     return pl.concat(tables) if tables else pl.DataFrame()
 
 
+def prompt_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
+    """Per generator, the templates its runs were prompted with (their MLflow parameters), one
+    row per distinct set — two rows for a generator mean its runs differ in their prompts."""
+    rows = {
+        (p.generator, *(p.prompts.get(name, "") for name in PROMPT_COLUMNS)): None
+        for p in partitions if p.prompts
+    }
+    return pl.DataFrame(
+        list(rows), schema={"generator": pl.String, **dict.fromkeys(PROMPT_COLUMNS.values(), pl.String)}, orient="row",
+    ).sort("generator", maintain_order=True)
+
+
+PROMPT_COLUMNS = {
+    "prompt_closed_book": "closed_book", "prompt_with_context": "with_context",
+    "prompt_other_roles": "other roles", "prompt_template_hash": "template hash",
+}
+
+
 def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Comparison:
     """Every comparison table over ``partitions``."""
     long = long_table(partitions)
@@ -426,6 +446,9 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
             "Multi-step RAG: ΔSePer after each round and its gain over the round before (paired bootstrap 95% CI "
             "over the questions both rounds scored; SePer Fig. 1–2, App. C.2)",
         )
+    prompts = prompt_table(partitions)
+    if not prompts.is_empty():
+        tables["prompts"], titles["prompts"] = prompts, "The prompt templates each generator's runs used"
     tables["runs"], titles["runs"] = long, "Every run's summary"
     return Comparison(tables, titles)
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ragutil_dagster import __version__
-from ragutil_dagster.config import ExperimentConfig, Setting
+from ragutil_dagster.config import ExperimentConfig, PromptConfig, Setting
 from ragutil_dagster.infra.files import stable_hash
-from ragutil_dagster.prompts import PROMPTS
 from ragutil_dagster.infra.versions import library_versions
 
 RUN_KEY_TAG = "ragutil.run_key"
@@ -25,10 +24,29 @@ OFF_WORLD_TAG = "ragutil.off_world_warning"
 PARTITION_CONFIG_PARAM = "partition_config_fingerprint"
 
 
-def prompt_template_hash(experiment: ExperimentConfig) -> str:
-    """Hash of the texts of the two prompt templates the config names (not just their names)."""
-    names = (experiment.prompts.closed_book, experiment.prompts.with_context)
-    return stable_hash({name: PROMPTS[name] for name in names}, 16)
+GENERATION_ROLES = ("closed_book", "with_context")
+
+
+def prompt_template_hash(prompts: PromptConfig) -> str:
+    """Hash of the texts (not only the names) of a generator's templates: closed book, with
+    context, and every other role set away from its built-in default. A built-in is keyed by its
+    name, a user's template by role and source (two inline templates share the source)."""
+    roles = [*GENERATION_ROLES, *(role for role in prompts.labels() if role not in GENERATION_ROLES)]
+    templates = {role: prompts.template(role) for role in roles}
+    return stable_hash({t.source if t.builtin else f"{role}:{t.source}": t.text for role, t in templates.items()}, 16)
+
+
+def prompt_params(prompts: PromptConfig) -> dict[str, str]:
+    """What MLflow shows of a generator's templates: the closed-book and with-context templates'
+    labels (a built-in's name, ``inline``, ``file:…``, ``prompts:/…``), every other role set away
+    from its default, and the hash of their texts."""
+    others = {role: label for role, label in prompts.labels().items() if role not in GENERATION_ROLES}
+    return {
+        "prompt_closed_book": prompts.closed_book.label,
+        "prompt_with_context": prompts.with_context.label,
+        "prompt_other_roles": ", ".join(f"{role}={label}" for role, label in others.items()) or "none",
+        "prompt_template_hash": prompt_template_hash(prompts),
+    }
 
 
 @dataclass(frozen=True)
@@ -139,9 +157,7 @@ class PartitionRun:
             "top_k": sampling.top_k,
             "max_new_tokens": sampling.max_new_tokens,
             "seed": experiment.seed,
-            "prompt_closed_book": experiment.prompts.closed_book,
-            "prompt_with_context": experiment.prompts.with_context,
-            "prompt_template_hash": prompt_template_hash(experiment),
+            **prompt_params(experiment.prompts_for(self.generator)),
             "consens_leave_one_out": experiment.consens.leave_one_out,
             "erag_label": experiment.erag.label,
             "utility_candidates": experiment.utility.candidates,

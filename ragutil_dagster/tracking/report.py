@@ -20,6 +20,7 @@ from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import validate_scores
 from ragutil_dagster.tracking.compare import (
+    PROMPT_COLUMNS,
     Comparison,
     PartitionScores,
     build_comparison,
@@ -77,6 +78,7 @@ def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, dir
         mlflow_run_id=run.info.run_id,
         correlations=correlations,
         validity=validity,
+        prompts={name: value for name, value in run.data.params.items() if name in PROMPT_COLUMNS},
     )
 
 

@@ -15,10 +15,10 @@ def test_with_context_numbers_documents_and_keeps_the_question_last() -> None:
 
 
 def test_seper_prompts_follow_app_d5() -> None:
-    closed = prompts.closed_book("Q?", name="seper_closed_book")
+    closed = prompts.closed_book("Q?", "seper_closed_book")
     assert closed.startswith("Answer the question based on your own knowledge.")
     assert "Question: Q?" in closed
-    rag = prompts.with_context("Q?", [("t", "passage")], name="seper_with_context")
+    rag = prompts.with_context("Q?", [("t", "passage")], "seper_with_context")
     assert "The following are given documents.\nDoc 1: passage\n" in rag
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 import pytest
@@ -21,6 +23,7 @@ from ragutil_dagster.tracking.compare import (
     build_comparison,
     long_table,
     paired_retriever_tests,
+    prompt_table,
     wide_table,
 )
 from ragutil_dagster.tracking.keys import RUN_KEY_TAG, ModelIdentities, PartitionRun
@@ -263,3 +266,22 @@ def test_paired_tests_and_the_best_setting_follow_the_metrics_direction() -> Non
     assert (row["retriever_a"], row["ci_low"] > 0, row["better"]) == ("bm25", True, "dense")
     best = best_settings(long_table(parts)).row(0, named=True)
     assert (best["metric"], best["better"], best["retriever"], best["value"]) == ("MIRAGE NV", "lower", "dense", 0.1)
+
+
+def test_the_comparison_shows_each_generators_templates_from_its_runs() -> None:
+    base = {"prompt_closed_book": "file:prompts/cb.txt", "prompt_with_context": "inline",
+            "prompt_other_roles": "none", "prompt_template_hash": "abc"}
+    chat = {**base, "prompt_closed_book": "seper_closed_book", "prompt_with_context": "seper_with_context",
+            "prompt_template_hash": "def"}
+    partitions = [
+        replace(_partition("bm25", 1, "gemma", [0.1], {}), prompts=base),
+        replace(_partition("dense", 1, "gemma", [0.2], {}), prompts=base),
+        replace(_partition("bm25", 1, "smollm2", [0.3], {}), prompts=chat),
+    ]
+    table = prompt_table(partitions)
+    assert table.rows() == [
+        ("gemma", "file:prompts/cb.txt", "inline", "none", "abc"),
+        ("smollm2", "seper_closed_book", "seper_with_context", "none", "def"),
+    ]
+    assert "prompts" in build_comparison(partitions).tables
+    assert "prompts" not in build_comparison([_partition("bm25", 1, "reader", [0.1], {})]).tables
