@@ -48,6 +48,7 @@ __all__ = [
     "ConversionRecord",
     "GGUFInfo",
     "conversion_record",
+    "existing_conversion",
     "file_sha256",
     "gguf_to_hf",
     "package_gguf",
@@ -146,6 +147,30 @@ def file_sha256(path: Path) -> str:
     return digest
 
 
+def remember_sha256(path: Path, sha: str) -> None:
+    """Record ``sha`` as the hex SHA-256 of ``path`` as it is now (a file whose bytes the caller has
+    just hashed while writing them), so :func:`file_sha256` does not read it again."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    with _sha_lock:
+        _sha_memo[(str(path), stat.st_size, stat.st_mtime_ns)] = sha
+
+
+def existing_conversion(sha: str, root: Path) -> Path | None:
+    """The finished conversion of the GGUF file whose sha256 is ``sha``, without that file: under
+    ``root`` (published to the shared store once, as :func:`gguf_to_hf` does), else the shared
+    store's copy; None when neither holds one."""
+    target = Path(root).expanduser().resolve() / sha
+    shared = f"{SHARED_FOLDER}/{sha}"
+    if _complete(target, sha):
+        publish_once(shared, target)
+        return target
+    published = published_directory(shared)
+    if published is not None and _complete(published, sha):
+        return published
+    return None
+
+
 def read_gguf_info(path: Path) -> GGUFInfo:
     """Check that ``path`` is a complete GGUF file transformers can convert; say what it holds.
 
@@ -212,12 +237,9 @@ def gguf_to_hf(gguf: Path, root: Path) -> Path:
     sha = file_sha256(gguf)
     target = root / sha
     shared = f"{SHARED_FOLDER}/{sha}"
-    if _complete(target, sha):
-        publish_once(shared, target)
-        return target
-    published = published_directory(shared)
-    if published is not None and _complete(published, sha):
-        return published
+    existing = existing_conversion(sha, root)
+    if existing is not None:
+        return existing
     with exclusive_file_lock(root / f".{sha}.lock"):
         if _complete(target, sha):  # another process converted it while we waited
             return target
@@ -350,6 +372,26 @@ def _conversion_errors(gguf: Path) -> Iterator[None]:
         ) from None
 
 
+_SPECIAL_TOKEN_FLAGS = ("add_bos_token", "add_eos_token")
+
+
+def _apply_special_token_flags(gguf: Path, tokenizer: object) -> None:
+    """Make the tokenizer add BOS / EOS as the GGUF file says (``tokenizer.ggml.add_bos_token``,
+    ``add_eos_token``): transformers' GGUF tokenizer does not read these flags, and a model trained
+    with a BOS in front of every text — Gemma — reads a prompt without it much worse. Setting the
+    flag rewrites the tokenizer's post-processor, which ``save_pretrained`` keeps."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(gguf).fields
+    for flag in _SPECIAL_TOKEN_FLAGS:
+        field = fields.get(f"tokenizer.ggml.{flag}")
+        if field is None:
+            continue
+        wanted = bool(field.contents())
+        if getattr(tokenizer, flag, None) is not None and getattr(tokenizer, flag) != wanted:
+            setattr(tokenizer, flag, wanted)
+
+
 def _convert(gguf: Path, out: Path) -> str:
     """Dequantise ``gguf`` to float32 with transformers and save model + tokenizer to ``out``;
     returns the transformers version that did it (recorded: the mapping may change).
@@ -373,6 +415,7 @@ def _convert(gguf: Path, out: Path) -> str:
         )
     with _conversion_errors(gguf):
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    _apply_special_token_flags(gguf, tokenizer)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

