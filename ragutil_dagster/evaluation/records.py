@@ -6,9 +6,10 @@ each context alone. The result per record is every per-query metric of the catal
 (``metrics/catalog.py``: ΔSePer_S/H, SePer, semantic entropy, EM / F1 / has_answer, ConSens, the
 contexts' tokens), a
 condition's named by what the record gave it (``seper_s_with_context``, ``em_without_context``),
-per context its catalogued per-document metrics (ΔSePer_S/H of the context alone) — with
-``consens.leave_one_out`` its ConSens attribution too (the drop of ConSens without it, ConSens
-§3.3) —, and the judged answers.
+per context its catalogued per-document metrics (ΔSePer_S/H of the context alone), the judged
+answer with that context alone and whether it holds a gold answer (``answer``, ``has_answer``:
+eRAG's label by has_answer) — with ``consens.leave_one_out`` its ConSens attribution too (the drop
+of ConSens without it, ConSens §3.3) —, and the judged answers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.evaluation.sampling import sample_prompts
 from ragutil_dagster.evaluation.scoring import (
+    ERAG_LABEL_COLUMNS,
     compute_nli,
     document_scores,
     group_scores,
@@ -83,9 +85,16 @@ def score_records(
     document_metrics = [name for name in catalog.per_query_means() if name in documents.columns]
     answers = [f"answer_{suffix}" for suffix in RECORD_CONDITIONS]
     attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
+    alone = {
+        (qid, doc): answer
+        for qid, doc, answer in groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer").iter_rows()
+    }
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
-        scores = {"id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics}}
+        scores = {
+            "id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics},
+            "answer": alone[(row["query_id"], row["doc_id"])], "has_answer": bool(row[ERAG_LABEL_COLUMNS["has_answer"]]),
+        }
         if experiment.consens.leave_one_out:
             scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
         per_context.setdefault(row["query_id"], []).append(scores)

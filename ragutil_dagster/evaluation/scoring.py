@@ -517,8 +517,9 @@ def _signal_metrics(
 
 
 def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Summary:
-    """Every LLM-specific utility number over the candidates, over all queries and the known /
-    unknown ones (answered, or not, by the judged closed-book answer, §3.4): set and ranking
+    """Every LLM-specific utility number over the candidates, over all queries, the known /
+    unknown ones (answered, or not, by the judged closed-book answer, §3.4) and the queries whose
+    gold-utility set is empty / not (how the authors' code splits known and unknown): set and ranking
     metrics of the signals and of each verbalized method, has_answer of RAG with each method's
     passages (Tables 3 and 7); and each method's parse-failure rate (over its judgments)."""
     table = utility.candidates
@@ -527,8 +528,11 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
     for qid, doc in table.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
         gold[qid].add(doc)
     known = set(queries_table.filter(pl.col("answer_has_closed"))["query_id"])
+    empty = {qid for qid, docs in gold.items() if not docs}
+    subsets = {"": gold.keys(), "known": known, "unknown": gold.keys() - known,
+               "empty_gold": empty, "nonempty_gold": gold.keys() - empty}
     out = _Summary()
-    for subset, member in {"": gold.keys(), "known": known, "unknown": gold.keys() - known}.items():
+    for subset, member in subsets.items():
         results: dict[str, tuple[float, int]] = {}
         part = table.filter(pl.col("query_id").is_in(list(member)))
         for signal in ("likelihood", "attention"):

@@ -68,7 +68,9 @@ _CONSENS = "ConSens (Vankov et al.) §2"
 _CONSENS_EXPERIMENT_3 = "ConSens (Vankov et al.) §3.3, Experiment 3 (leave one document out)"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
 _COMPRESSION = f"{_SEPER} §5.4 (RQ3: prompt compression), App. D.1"
-_SUBSETS = ("", "_known", "_unknown")
+# "", then the paper's split (§3.4: answered closed book or not), then the authors' code's
+# (evaluation/known_unknown_performance.py: the gold-utility set empty or not).
+_SUBSETS = ("", "_known", "_unknown", "_empty_gold", "_nonempty_gold")
 
 CATALOG: tuple[Metric, ...] = (
     Metric("delta_seper_s", "ΔSePer_S", f"{_SEPER} eq. 11, soft kernel", (-1, 1), per_query=True,
@@ -133,8 +135,9 @@ CATALOG: tuple[Metric, ...] = (
            "gives the lowest ConSens", (0, 1), per_query=True, ci=True, needs_qrels=True),
     Metric("consens_loo_attribution_auc", "ConSens attr AUC", f"{_CONSENS_EXPERIMENT_3}; ROC AUC of the per-passage "
            "attribution ConSens(C) − ConSens(C \\ d), pooled over passages: ragutil's reading", (0, 1)),
-    # Each utility metric over the candidates, over all queries and over the known / unknown ones
-    # (§3.4: answered, or not, by the generator's own judged closed-book answer).
+    # Each utility metric over the candidates, over all queries, over the known / unknown ones
+    # (§3.4: answered, or not, by the generator's own judged closed-book answer) and over the
+    # queries with an empty / a non-empty gold-utility set (the authors' code's known / unknown).
     *(
         Metric(f"utility_{source}_{part}{subset}", f"util-{_SOURCE_LABELS[source]} {label}{subset.replace('_', ' ')}",
                _utility_paper(source), (0, 1), headline=(source, part, subset) == ("listwise_answer", "f1", ""))

@@ -12,6 +12,7 @@ from ragutil_dagster.data.records import read_records
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.evaluation.records import record_key
 from ragutil_dagster.metrics import catalog
+from ragutil_dagster.metrics.answers import has_answer
 
 
 def parse(argv):
@@ -52,7 +53,11 @@ def test_score_writes_one_line_per_record(tiny_world, make_tiny_config, tmp_path
         assert set(row) == {"id", "per_context", "answer_with_context", "answer_without_context"} | {
             record_key(m.name) for m in catalog.CATALOG if m.per_query and not m.needs_qrels
         }
-        assert all(set(context) == {"id", "rank", "delta_seper_s", "delta_seper_h"} for context in row["per_context"])
+        assert all(set(context) == {"id", "rank", "delta_seper_s", "delta_seper_h", "answer", "has_answer"}
+                   for context in row["per_context"])
+        for context in row["per_context"]:  # the judged answer with that context alone, judged lexically
+            golds = RECORDS[[str(r["id"]) for r in RECORDS].index(row["id"])]["answers"]
+            assert context["has_answer"] is has_answer(context["answer"], golds)
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,31 @@ def test_known_and_unknown_queries_are_scored_apart_each_with_its_n() -> None:
     assert summary["n_erag_P_at_k"] == 2
 
 
+def test_the_authors_split_by_an_empty_gold_set_is_reported_beside_the_papers() -> None:
+    # q3 is unknown (its closed-book answer is wrong) yet no candidate helps it: the paper's rule
+    # counts it unknown, the authors' code (gold set empty) known.
+    queries = pl.concat([QUERIES, pl.DataFrame({
+        "query_id": ["q3"], "answer_has_closed": [False], "answer_loose_closed": [False],
+        "answer_loose_oracle": [None], "answer_loose_rag": [False],
+    }, schema=QUERIES.schema)])
+    documents = pl.concat([DOCUMENTS, pl.DataFrame({"query_id": ["q3"], "doc_id": ["d5"], "rank": [1], "erag_label": [0]},
+                                                   schema=DOCUMENTS.schema)])
+    table = candidates([*TWO, ("q3", "d5", 1, False), ("q3", "d6", 2, False)],
+                       [-5.0, -1.0, -3.0, -4.0, -1.0, -3.0], [0.2, 0.8, 0.5, 0.5, 0.5, 0.5])
+    rag = pl.DataFrame({"query_id": ["q1", "q2", "q3"], "source": ["candidates"] * 3, "has_answer": [True, True, False]})
+    summary = summarize(queries, documents, k=1, utility=UtilityScores(table, NO_JUDGMENTS, rag))
+    # Empty gold: q2 selected nothing (right), q3 selected d5 by likelihood (wrong).
+    assert summary["utility_likelihood_accuracy_empty_unknown"] == 0.0  # q3 alone
+    assert summary["n_utility_likelihood_accuracy_empty_unknown"] == 1
+    assert summary["utility_likelihood_accuracy_empty_empty_gold"] == pytest.approx(0.5)  # q2 and q3
+    assert summary["n_utility_likelihood_accuracy_empty_empty_gold"] == 2
+    assert summary["utility_candidates_rag_has_answer_unknown"] == pytest.approx(0.5)  # q1, q3
+    assert summary["utility_candidates_rag_has_answer_nonempty_gold"] == 1.0  # q1
+    assert summary["utility_candidates_rag_has_answer_empty_gold"] == pytest.approx(0.5)  # q2, q3
+    assert summary["utility_candidates_rag_has_answer_known"] == 1.0  # q2
+    assert summary["utility_likelihood_f1_nonempty_gold"] == summary["utility_likelihood_f1"]
+
+
 def test_rankings_are_over_the_candidates_not_the_rag_top_k() -> None:
     # k = 1, six candidates: q1's gold passage is its 6th candidate and every signal ranks it
     # last. Over the candidates Recall@5 and NDCG@5 are 0; cut at k (the earlier rule) they were
