@@ -159,13 +159,11 @@ def test_mlflows_double_braces_become_format_fields_and_other_braces_stay_text()
 
 @pytest.fixture
 def registry(tmp_path, monkeypatch):
-    import mlflow.genai
+    from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    yield mlflow.genai
-    mlflow.set_tracking_uri(None)
+    return MlflowClient(tracking_uri=uri)
 
 
 def test_registry_versions_and_aliases_are_templates(registry, tmp_path) -> None:

@@ -65,17 +65,15 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
 def test_moving_a_prompt_alias_requests_the_partitions_of_the_generators_using_it(
     tiny_world, make_tiny_config, tmp_path, monkeypatch
 ) -> None:
-    import mlflow
-    import mlflow.genai
+    from mlflow import MlflowClient
 
     _, world, models = tiny_world
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    mlflow.set_tracking_uri(uri)
-    mlflow.genai.register_prompt("cb", "Question: {{ question }}\nAnswer:")
-    mlflow.genai.register_prompt("cb", "Q: {{ question }}\nA:")
-    mlflow.genai.set_prompt_alias("cb", "production", 1)
-    mlflow.set_tracking_uri(None)
+    registry = MlflowClient(tracking_uri=uri)
+    registry.register_prompt("cb", "Question: {{ question }}\nAnswer:")
+    registry.register_prompt("cb", "Q: {{ question }}\nA:")
+    registry.set_prompt_alias("cb", "production", 1)
     config = make_tiny_config(models, world, generators=2)
     config["generators"][1]["prompts"] = {"closed_book": "prompts:/cb@production"}
     experiment = parse_config(config)
@@ -83,9 +81,7 @@ def test_moving_a_prompt_alias_requests_the_partitions_of_the_generators_using_i
     sensor = build_model_sensor(experiment, assets, identity=lambda model, revision: "unchanged")
     first = sensor(dg.build_sensor_context())
     assert not sensor(dg.build_sensor_context(cursor=first.cursor)).run_requests
-    mlflow.set_tracking_uri(uri)
-    mlflow.genai.set_prompt_alias("cb", "production", 2)
-    mlflow.set_tracking_uri(None)
+    registry.set_prompt_alias("cb", "production", 2)
     moved = sensor(dg.build_sensor_context(cursor=first.cursor))
     assert (("closed_book_generations",), "world|lm1") in requested(moved)
     assert {key.split("|")[0] for _, key in requested(moved) if "|" in key} <= {"lm1", "world"}
