@@ -564,8 +564,7 @@ class ValidityConfig(_Strict):
     resolver takes; default the MiniLM the install ships), layer ``bertscore_layer`` (default its
     last); ``bertscore_model: null`` leaves the row out."""
 
-    # ValidityNegative: the sampled kinds.
-    negatives: Annotated[list[Literal["annotated"] | ValidityNegative], Field(min_length=1)] = [
+    negatives: Annotated[list[Literal["annotated", "random", "hard"]], Field(min_length=1)] = [
         "annotated", "random", "hard",
     ]
     also_sample: bool = False
