@@ -2,8 +2,8 @@
 passages that help from those that do not?
 
 Per judged query (one with a positive in its qrels), the passages are its positives (label 1) and
-negatives (label 0, :func:`validity_passages`) of the kinds :func:`negative_kinds` picks for the
-dataset — its annotated negatives where its qrels have them (SePer Table 2's), else sampled ones:
+negatives (label 0, :func:`validity_passages`): its annotated negatives where the qrels give it
+some (SePer Table 2's), else sampled ones (``validity.also_sample``: both):
 
 * ``annotated`` — a passage the qrels judge not relevant to the query (relevance ≤ 0) and that
   holds no gold answer, drawn with the config's seed when there are more than asked;
@@ -130,9 +130,10 @@ def validity_passages(
 ) -> pl.DataFrame:
     """Every judged query's positives and negatives (``VALIDITY_PASSAGE_SCHEMA``; per query, in id
     order, its positives, then annotated, hard and random negatives): its annotated negatives
-    where it has some (holding no gold answer) and ``config.negatives`` lists them, and the sampled
-    kinds listed otherwise, or beside them with ``config.also_sample``. ``hard_run``: the BM25 ranking (``RUN_SCHEMA``, at least
-    :data:`HARD_NEGATIVE_DEPTH` deep) when hard negatives are drawn. A query whose candidates run
+    where it has some (holding no gold answer) and ``config.negatives`` lists them, and the
+    sampled kinds listed otherwise, or beside them with ``config.also_sample``. ``hard_run``: the
+    BM25 ranking (``RUN_SCHEMA``, at least :data:`HARD_NEGATIVE_DEPTH` deep) when hard negatives
+    are drawn. A query whose candidates run
     out gets fewer negatives than ``config.per_query``: :func:`negative_shortfall` counts them."""
     positives = qrels.filter(pl.col("relevance") > 0)
     if positives.is_empty():
