@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, side_table_metadata, table_metadata
+from ragutil_dagster.assets.entailment_clusters import all_generations
 from ragutil_dagster.assets.generations import prompt_budget
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import (
@@ -55,6 +56,8 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         **MODEL_STEP,
         deps=[
             "generations", "group_scores", "metric_scores",
+            # Its closed-book samples: SePer Table 2's ROUGE-L, BLEU and BERTScore of the closed book.
+            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
             *(dg.AssetDep(name, partition_mapping=on_setting) for name in ("setting_queries", "retrieved_passages")),
             *parts.model_dependencies("generator"),
         ],
@@ -79,7 +82,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             closed_book_prompts(queries, experiment.prompts, budget), alone,
             consens_passage_prompts(queries, alone, corpus, experiment.prompts, budget),
         ])
-        generations = store.read_table("generations", partition)
+        generations = all_generations(store, parts, partition)  # closed book and with context
         answers = judged_answers(generations, "rag")
         signals = alone_signals(prompts, answers, queries, models.scorer(spec), VALIDITY_CONDITION)
         ground_truth = (
