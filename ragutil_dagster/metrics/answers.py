@@ -1,4 +1,5 @@
-"""Answer correctness: SQuAD exact match and token F1, DPR/KILT ``has_answer``, MIRAGE's loose match.
+"""Answer correctness: SQuAD exact match and token F1, DPR/KILT ``has_answer``, MIRAGE's loose match,
+and SePer Table 2's ROUGE-L and BLEU baselines.
 
 Every function takes one prediction and one gold answer or several aliases, and returns the best
 score over the aliases. Empty gold answers are rejected: the DPR reference ``has_answer`` treats an
@@ -248,3 +249,40 @@ def loose_match(prediction: str, golds: Golds) -> bool:
     string is a substring of the lowercased prediction, for any gold alias."""
     pred = prediction.lower()
     return any(alias.lower() in pred for alias in gold_aliases(golds))
+
+
+# --- SePer Table 2's reference-based baselines (§4.1.2: "EM, ROUGE, and BLEU … through matching
+# text spans"), from the libraries everyone cites them by: rouge-score (Google's reimplementation
+# of Lin 2004) and sacrebleu (Post 2018). Imported on first use: neither loads torch, but
+# rouge-score pulls in nltk, which most metric callers never need.
+_scorers: dict[str, object] = {}
+
+
+def _scorer(name: str):
+    if name not in _scorers:
+        if name == "rouge_l":
+            from rouge_score.rouge_scorer import RougeScorer
+
+            _scorers[name] = RougeScorer(["rougeL"], use_stemmer=False)
+        else:
+            from sacrebleu.metrics import BLEU
+
+            _scorers[name] = BLEU(effective_order=True, lowercase=True)
+    return _scorers[name]
+
+
+def rouge_l(prediction: str, golds: Golds) -> float:
+    """ROUGE-L F-measure (Lin 2004, longest common subsequence) of the prediction, best over the
+    gold aliases: rouge-score's ``RougeScorer(["rougeL"])`` with its default tokenizer (lowercase,
+    non-alphanumerics dropped) and no stemming."""
+    aliases = gold_aliases(golds)
+    return float(max(_scorer("rouge_l").score(alias, prediction)["rougeL"].fmeasure for alias in aliases))
+
+
+def bleu(prediction: str, golds: Golds) -> float:
+    """Sentence BLEU (Papineni et al. 2002) of the prediction against every gold alias as a
+    reference (BLEU's own multi-reference definition), on a 0–1 scale: sacrebleu's
+    ``BLEU(effective_order=True, lowercase=True).sentence_score`` (13a tokenizer, exponential
+    smoothing). Effective order: a short answer with no 4-gram match is scored over the n-gram
+    orders it has, not zeroed — sacrebleu's setting for sentence-level BLEU."""
+    return _scorer("bleu").sentence_score(prediction, list(gold_aliases(golds))).score / 100.0

@@ -136,3 +136,13 @@ class ModelLoader(ConfigurableResource):
             ("reranker", ref.identity, str(ref.path), self.device),
             lambda: CrossEncoderReranker(ref, device=self._device()),
         )
+
+    def bertscorer(self, model: str, layer: int | None = None):
+        """The encoder of SePer Table 2's BERTScore row (models/bertscore.py)."""
+        from ragutil_dagster.models.bertscore import BertScorer
+
+        ref = resolve(model)
+        return _memo(
+            ("bertscore", ref.identity, str(ref.path), layer, self.device),
+            lambda: BertScorer(ref, layer=layer, device=self._device()),
+        )

