@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from pathlib import Path
 
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.errors import ModelUnavailableError
-from ragutil_dagster.infra.databases import MLFLOW_TRACKING_URI_VARIABLE
-from ragutil_dagster.infra.files import embedded_tracking_uri, ragutil_home
+from ragutil_dagster.infra.databases import default_tracking_uri
+from ragutil_dagster.infra.files import ragutil_home
 from ragutil_dagster.infra.shared import embedded_build
 from ragutil_dagster.models.identity import ModelRef, resolve_model
 
@@ -35,11 +34,6 @@ GGUF_SUFFIX = ".gguf"
 LEXICAL_NLI = "lexical"
 # Changes whenever lexical_entailment's semantics do: cached and tracked NLI rows are keyed by it.
 LEXICAL_NLI_IDENTITY = "lexical:has_answer-v1"
-
-
-def default_tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` when set, else the embedded store of ``$RAGUTIL_HOME``."""
-    return os.environ.get(MLFLOW_TRACKING_URI_VARIABLE) or embedded_tracking_uri(ragutil_home())
 
 
 def model_location(name: str, *, tracking_uri: str | None = None) -> str:
