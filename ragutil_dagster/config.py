@@ -317,7 +317,9 @@ def _template_of(spec: str, config_dir: Path | None) -> Template:
         if not path.is_absolute() and config_dir is not None:
             path = Path(config_dir) / path
         try:
-            return Template(spec, path.read_text(encoding="utf-8"))
+            # One final newline is the file's end, not the prompt's: editors add it, and a prompt
+            # ending in a newline would make the answer's first token a stop string.
+            return Template(spec, path.read_text(encoding="utf-8").removesuffix("\n"))
         except FileNotFoundError:
             raise ValueError(f"{spec}: no such file ({path})") from None
         except UnicodeDecodeError as err:

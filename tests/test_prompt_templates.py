@@ -76,11 +76,11 @@ def test_a_generator_overrides_only_the_roles_it_names() -> None:
 def test_a_file_template_is_read_beside_the_config_and_its_text_is_the_identity(tmp_path, monkeypatch) -> None:
     (tmp_path / "prompts").mkdir()
     template = tmp_path / "prompts" / "rag.txt"
-    template.write_text("Passages:\n{reference}\n\nQ: {question}\nA:", encoding="utf-8")
+    template.write_text("Passages:\n{reference}\n\nQ: {question}\nA:\n", encoding="utf-8")  # an editor's newline
     path = write_config(tmp_path, config(prompts={"with_context": "file:prompts/rag.txt"}))
     monkeypatch.chdir(Path("/"))  # relative to the config's folder, not the working directory
     first = load_config(path)
-    assert first.prompts.with_context == prompts.Template("file:prompts/rag.txt", template.read_text())
+    assert first.prompts.with_context == prompts.Template("file:prompts/rag.txt", template.read_text()[:-1])
     corpus = pl.DataFrame({"id": ["d1"], "title": [""], "text": ["Vell lies north."]})
     run = pl.DataFrame({"query_id": ["q1"], "doc_id": ["d1"], "rank": [1], "score": [1.0]})
     queries = pl.DataFrame({"query_id": ["q1"], "question": ["Where is Vell?"]})
