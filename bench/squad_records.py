@@ -35,78 +35,52 @@ def split_of(record: dict) -> str:
     return "dev" if zlib.crc32(article.encode()) % 2 == 0 else "test"
 
 
-def selected_records(records: Path, split: str) -> Path:
-    """``records`` itself for ``all``; else a temporary copy holding the records of ``split``."""
-    if split == "all":
-        return records
-    import tempfile
-
-    lines = [line for line in records.read_text(encoding="utf-8").splitlines() if split_of(json.loads(line)) == split]
-    handle = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8")
-    handle.write("\n".join(lines) + "\n")
-    handle.close()
-    return Path(handle.name)
+def paired_rows(scored: Path, records: Path) -> list[tuple[dict, dict]]:
+    """(scored row, record) of every record of ``records``, matched by id (a scored row of a record
+    left out, e.g. by ``--split``, is skipped)."""
+    by_id = {record["id"]: record for record in map(json.loads, records.read_text(encoding="utf-8").splitlines())}
+    rows = map(json.loads, scored.read_text(encoding="utf-8").splitlines())
+    return [(row, by_id[row["id"]]) for row in rows if row["id"] in by_id]
 
 
-def context_scores(scored: Path, records: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(ΔSePer_S of the gold contexts, of the unrelated ones): the first and second context of
-    each record, matched by record id and context id."""
-    contexts = {}
-    for line in records.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        contexts[record["id"]] = [c["id"] for c in record["contexts"]]
-    gold, unrelated = [], []
-    for line in scored.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["id"] not in contexts:
-            continue
-        by_id = {c["id"]: c["delta_seper_s"] for c in row["per_context"]}
-        first, second = contexts[row["id"]]
-        gold.append(by_id[first])
-        unrelated.append(by_id[second])
+def per_context(row: dict, record: dict, field: str) -> tuple[object, object]:
+    """``field`` of the record's gold (first) and unrelated (second) context, by context id."""
+    by_id = {c["id"]: c[field] for c in row["per_context"]}
+    first, second = (c["id"] for c in record["contexts"])
+    return by_id[first], by_id[second]
+
+
+def context_scores(pairs: list[tuple[dict, dict]]) -> tuple[np.ndarray, np.ndarray]:
+    """(ΔSePer_S of the gold contexts, of the unrelated ones)."""
+    gold, unrelated = zip(*(per_context(row, record, "delta_seper_s") for row, record in pairs))
     return np.array(gold, dtype=float), np.array(unrelated, dtype=float)
 
 
-def closed_book(scored: Path, records: Path) -> tuple[float, float]:
+def closed_book(pairs: list[tuple[dict, dict]]) -> tuple[float, float]:
     """(mean SePer_S closed book, share of greedy closed-book answers holding a gold answer)."""
     from ragutil_dagster.metrics.answers import has_answer
 
-    golds = {}
-    for line in records.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        golds[record["id"]] = record["answers"]
-    seper, lexical = [], []
-    for line in scored.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["id"] not in golds:
-            continue
-        seper.append(row["seper_s_without_context"])
-        lexical.append(has_answer(row["answer_without_context"], golds[row["id"]]))
+    seper = [row["seper_s_without_context"] for row, _ in pairs]
+    lexical = [has_answer(row["answer_without_context"], record["answers"]) for row, record in pairs]
     return float(np.mean(seper)), float(np.mean(lexical))
 
 
-def reading(scored: Path, records: Path) -> dict[str, float]:
+def reading(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
     """The share of judged answers holding a gold answer (``has_answer``): closed book, with the
-    gold paragraph alone, the unrelated one alone, and both together (the rag prompt)."""
+    gold paragraph alone, the unrelated one alone, and both together (the rag prompt); and the
+    token F1 and EM of the rag answer, beside them (a long answer holds the gold span more often)."""
     from ragutil_dagster.metrics.answers import has_answer
 
-    golds, contexts = {}, {}
-    for line in records.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        golds[record["id"]] = record["answers"]
-        contexts[record["id"]] = [c["id"] for c in record["contexts"]]
-    hits: dict[str, list[bool]] = {"closed": [], "gold": [], "unrelated": [], "both": []}
-    for line in scored.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if row["id"] not in golds:
-            continue
-        by_id = {c["id"]: c["has_answer"] for c in row["per_context"]}
-        first, second = contexts[row["id"]]
-        hits["closed"].append(has_answer(row["answer_without_context"], golds[row["id"]]))
-        hits["gold"].append(by_id[first])
-        hits["unrelated"].append(by_id[second])
-        hits["both"].append(has_answer(row["answer_with_context"], golds[row["id"]]))
-    return {name: float(np.mean(values)) for name, values in hits.items()}
+    alone = [per_context(row, record, "has_answer") for row, record in pairs]
+    return {
+        "closed": float(np.mean([has_answer(row["answer_without_context"], r["answers"]) for row, r in pairs])),
+        "gold": float(np.mean([gold for gold, _ in alone])),
+        "unrelated": float(np.mean([unrelated for _, unrelated in alone])),
+        "both": float(np.mean([has_answer(row["answer_with_context"], r["answers"]) for row, r in pairs])),
+        "f1_both": float(np.mean([row["f1_with_context"] for row, _ in pairs])),
+        "em_both": float(np.mean([row["em_with_context"] for row, _ in pairs])),
+        "answer_words_both": float(np.mean([len(row["answer_with_context"].split()) for row, _ in pairs])),
+    }
 
 
 def main() -> None:
@@ -118,21 +92,24 @@ def main() -> None:
     parser.add_argument("--split", choices=("all", "dev", "test"), default="all",
                         help="the records of one half of the articles (dev: tuning; test: reporting)")
     args = parser.parse_args()
-    args.records = selected_records(args.records, args.split)
-    gold, unrelated = context_scores(args.scored, args.records)
+    pairs = [(row, record) for row, record in paired_rows(args.scored, args.records)
+             if args.split == "all" or split_of(record) == args.split]
+    gold, unrelated = context_scores(pairs)
     labels = np.r_[np.ones(gold.size), np.zeros(unrelated.size)]
     auc = roc_auc_score(labels, np.r_[gold, unrelated])
-    seper_closed, lexical_closed = closed_book(args.scored, args.records)
+    seper_closed, lexical_closed = closed_book(pairs)
     print("| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | difference "
           "| ROC AUC gold vs unrelated | SePer_S closed book | lexical accuracy closed book |")
     print("|---|---|---|---|---|---|---|")
     print(f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {gold.mean() - unrelated.mean():.3f} "
           f"| {auc:.3f} | {seper_closed:.3f} | {lexical_closed:.3f} |")
-    read = reading(args.scored, args.records)
+    read = reading(pairs)
     print()
-    print("| has_answer closed book | gold paragraph alone | unrelated paragraph alone | gold + unrelated (rag) |")
-    print("|---|---|---|---|")
-    print(f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} |")
+    print("| has_answer closed book | gold paragraph alone | unrelated paragraph alone | gold + unrelated (rag) "
+          "| rag token F1 | rag EM | rag answer words |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} "
+          f"| {read['f1_both']:.3f} | {read['em_both']:.3f} | {read['answer_words_both']:.1f} |")
     if args.json:
         figures = {
             "label": args.label, "scored": str(args.scored), "split": args.split, "n": int(gold.size),
