@@ -126,13 +126,20 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
 
     Assets in topological order; consecutive assets with the same partitioning are one step per
     partition key (one Dagster run materialises, e.g., a setting's generations, NLI clusters and
-    scores together). Among assets that are ready at the same time, one sharing the previous
-    step's partitioning goes first, so such chains stay together."""
+    scores together) unless one reads another partition of an asset of the step (e.g. every
+    generator's ``candidate_scores``): it starts a step of its own, which runs once the step
+    before has finished every partition. Among assets that are ready at the same time, one sharing
+    the previous step's partitioning goes first, so such chains stay together."""
     by_key = {  # declaration order; source assets (model identities) are observed, not run
         spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
     }
     deps = {
         key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps} & set(by_key)
+        for key, asset in by_key.items()
+    }
+    across_partitions = {  # the parents a key reads through a mapping other than partition to itself
+        key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps
+              if dep.partition_mapping is not None and not isinstance(dep.partition_mapping, dg.IdentityPartitionMapping)}
         for key, asset in by_key.items()
     }
     ordered: list[dg.AssetKey] = []
@@ -148,7 +155,8 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
     steps: list[tuple[list[str], list[str | None]]] = []
     for key in ordered:
         partitions = by_key[key].partitions_def
-        if steps and by_key[dg.AssetKey(steps[-1][0][-1])].partitions_def == partitions:
+        if (steps and by_key[dg.AssetKey(steps[-1][0][-1])].partitions_def == partitions
+                and not across_partitions[key] & {dg.AssetKey(name) for name in steps[-1][0]}):
             steps[-1][0].append(key.to_user_string())
             continue
         keys = [str(k) for k in partitions.get_partition_keys()] if partitions else [None]

@@ -84,6 +84,17 @@ SIGNAL_SCHEMA: dict[str, pl.DataType] = {
     # Attention ranks passages only (LLM-specific utility §3.3.2): it has no selection rule.
     "attention": pl.Float64,
 }
+# Per query and context of LLM-specific utility's Table 1 (evaluation/transfer.py): none, top_k,
+# candidates, human, gold:<generator> (that generator's gold-utility passages); the gold set's size.
+UTILITY_TRANSFER_SCHEMA: dict[str, pl.DataType] = {
+    "query_id": pl.String, "context": pl.String, "passages": pl.Int32, "answer": pl.String, "has_answer": pl.Boolean,
+}
+# Per other generator: how far a generator's gold-utility sets agree with its (metrics/utility.gold_overlap).
+UTILITY_OVERLAP_SCHEMA: dict[str, pl.DataType] = {
+    "other": pl.String, "jaccard": pl.Float64, "mean_shared": pl.Float64, "useful_only_to_this": pl.Float64,
+    "useful_only_to_other": pl.Float64, "gold_passages_this": pl.Int32, "gold_passages_other": pl.Int32,
+    "queries": pl.Int32,
+}
 # Per query and verbalized utility method (LLM-specific utility §3.3): what the generator judged.
 UTILITY_JUDGMENT_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String,

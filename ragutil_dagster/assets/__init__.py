@@ -16,6 +16,7 @@ from ragutil_dagster.assets import (
     retrieval_run,
     run_files,
     utility_judgments,
+    utility_transfer,
     validity,
     validity_passages,
 )
@@ -24,7 +25,7 @@ from ragutil_dagster.config import ExperimentConfig
 
 NODES = (
     dataset, index, retrieval_run, closed_book_generations, generations, utility_judgments,
-    entailment_clusters, metric_scores, reports,
+    entailment_clusters, metric_scores, utility_transfer, reports,
 )
 
 

@@ -57,10 +57,10 @@ def compared_summary_table(partitions: list[PartitionScores]) -> pl.DataFrame:
 def build(parts: Partitions) -> dg.AssetsDefinition:
     @dg.asset(
         name="reports", group_name=GROUP, kinds={"polars", "csv"},
-        deps=["metric_scores", *(["validity"] if parts.experiment.validity else [])],
+        deps=["metric_scores", "utility_transfer", *(["validity"] if parts.experiment.validity else [])],
         description="Cross-partition comparison: headline metrics of every setting × generator, "
         "as CSV, Markdown and a ΔSePer heatmap; the papers' comparison tables with paired tests "
-        "between retrievers (and, with validity, SePer Table 2), logged as an MLflow comparison run "
+        "between retrievers, LLM-specific utility's Table 1, transfer and overlap (and, with validity, SePer Table 2), logged as an MLflow comparison run "
         "per dataset.",
     )
     def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:

@@ -43,7 +43,8 @@ CONSENS_PASSAGE = "consens_passage"
 CONSENS_LEAVE_OUT = "consens_leave_out"
 # LLM-specific utility's greedy-only conditions (evaluation/verbalized.py): the utility candidates
 # together (the pseudo-answer), one candidate alone beyond the top k, and per verbalized method
-# ``judge_<method>`` (its judgments) and ``rag_<method>`` (RAG with the passages it chose).
+# ``judge_<method>`` (its judgments) and ``rag_<method>`` (RAG with the passages it chose); across
+# generators, ``gold_<generator>`` (with that generator's gold-utility passages).
 UTILITY_PSEUDO_ANSWER = "candidates"
 UTILITY_PER_CANDIDATE = "per_candidate"
 
@@ -54,6 +55,11 @@ def utility_judge_condition(method: str) -> str:
 
 def utility_rag_condition(method: str) -> str:
     return f"rag_{method}"
+
+
+def utility_gold_condition(generator: str) -> str:
+    """The condition of an answer with ``generator``'s gold-utility passages (evaluation/transfer.py)."""
+    return f"gold_{generator}"
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,44 @@ def set_metrics(
 
 
 @dataclass(frozen=True)
+class GoldOverlap:
+    """How far two LLMs' gold-utility sets agree over the queries both judged (§5, Figure 3: the
+    passages two sets share; Jaccard and the one-sided share are ragutil's summaries of it).
+
+    ``jaccard`` averages |G_a ∩ G_b| / |G_a ∪ G_b| over the ``n_queries`` where either set is
+    non-empty; ``mean_shared`` averages |G_a ∩ G_b| over the same queries; ``useful_only_to_a``
+    is the share of LLM a's gold passages (pooled over queries, ``n_passages_a`` of them) that
+    are not gold for b — a passage useful to a and useless to b."""
+
+    jaccard: float
+    mean_shared: float
+    useful_only_to_a: float
+    n_queries: int
+    n_passages_a: int
+
+
+def gold_overlap(gold_a: Mapping[str, Collection[str]], gold_b: Mapping[str, Collection[str]]) -> GoldOverlap:
+    """:class:`GoldOverlap` of LLM a's gold sets against LLM b's, over the queries in both."""
+    jaccards, shared = [], []
+    only_a = passages_a = 0
+    for qid in gold_a.keys() & gold_b.keys():
+        a, b = set(gold_a[qid]), set(gold_b[qid])
+        passages_a += len(a)
+        only_a += len(a - b)
+        if a | b:
+            jaccards.append(len(a & b) / len(a | b))
+            shared.append(len(a & b))
+    nan = float("nan")
+    return GoldOverlap(
+        jaccard=float(np.mean(jaccards)) if jaccards else nan,
+        mean_shared=float(np.mean(shared)) if shared else nan,
+        useful_only_to_a=only_a / passages_a if passages_a else nan,
+        n_queries=len(jaccards),
+        n_passages_a=passages_a,
+    )
+
+
+@dataclass(frozen=True)
 class RankMetrics:
     ndcg: float
     recall: float

@@ -10,6 +10,9 @@
   which of the two is better where the interval excludes 0;
 - with a validity section, SePer Table 2: every per-passage measure's point-biserial r and ROC
   AUC against the judgments, one column per run;
+- LLM-specific utility's Table 1 — has_answer with no passage, the top k, the candidates, the
+  human-annotated passage, each generator's gold-utility passages (the transfer of Figure 2) — and
+  the overlap of every two generators' gold-utility sets (evaluation/transfer.py);
 - with multi-step rounds, ΔSePer after each round of a chain and its gain over the round before,
   with bootstrap 95% intervals (``multistep``; evaluation/multistep.round_gains).
 """
@@ -58,6 +61,8 @@ class PartitionScores:
     mlflow_run_id: str = ""
     correlations: pl.DataFrame | None = None  # eRAG Table 1 (RETRIEVAL_CORRELATION_SCHEMA)
     validity: pl.DataFrame | None = None  # the validity step's table (VALIDITY_SCHEMA)
+    transfer: pl.DataFrame | None = None  # LLM-specific utility Table 1 (UTILITY_TRANSFER_SCHEMA)
+    overlap: pl.DataFrame | None = None  # ... and its gold sets' overlap (UTILITY_OVERLAP_SCHEMA)
     # The run's prompt parameters (tracking/keys.prompt_params): which template each role used.
     prompts: dict[str, str] = field(default_factory=dict)
 
@@ -369,6 +374,39 @@ def multistep_table(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.
     return pl.concat(tables) if tables else pl.DataFrame()
 
 
+def _setting_columns(p: PartitionScores) -> dict[str, object]:
+    return {"dataset": p.setting.dataset, "retriever": p.retriever_label, "k": p.setting.k, "generator": p.generator}
+
+
+def utility_table_one(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
+    """LLM-specific utility Table 1 with the transfer (Figure 2): per partition, has_answer (%) of
+    the generator's answer with each context over the same questions, and the mean size of each
+    gold-utility set (``<context> passages``)."""
+    rows = []
+    for p in partitions:
+        if p.transfer is None or p.transfer.is_empty():
+            continue
+        row = {**_setting_columns(p), "questions": p.transfer["query_id"].n_unique()}
+        for (context,), part in p.transfer.group_by("context", maintain_order=True):
+            row[str(context)] = 100 * float(part["has_answer"].mean())
+            if part["passages"].null_count() < part.height:
+                row[f"{context} passages"] = float(part["passages"].mean())
+        rows.append(row)
+    if not rows:
+        return pl.DataFrame()
+    return pl.DataFrame(rows, infer_schema_length=None).sort("dataset", "retriever", "k", "generator")
+
+
+def utility_overlap(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
+    """Per partition and other generator: how far their gold-utility sets agree (Jaccard, shared
+    passages, the share of each one's gold passages useless to the other)."""
+    frames = [
+        p.overlap.select(*(pl.lit(v).alias(k) for k, v in _setting_columns(p).items()), pl.all())
+        for p in partitions if p.overlap is not None and not p.overlap.is_empty()
+    ]
+    return pl.concat(frames).sort("dataset", "retriever", "k", "generator", "other") if frames else pl.DataFrame()
+
+
 def prompt_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     """Per generator, the templates its runs were prompted with (their MLflow parameters), one
     row per distinct set — two rows for a generator mean its runs differ in their prompts."""
@@ -439,6 +477,20 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
         "Paired tests between retrievers on per-query ΔSePer_S (difference a − b, bootstrap 95% CI, permutation p; "
         "better: ahead where the CI excludes 0)",
     )
+    table_one = utility_table_one(partitions)
+    if not table_one.is_empty():
+        tables["utility_table1"], titles["utility_table1"] = (
+            table_one,
+            "LLM-specific utility: has_answer % with no passage, the top k, all candidates, the human-annotated "
+            "passage and each generator's gold-utility passages (gold:<generator>; Table 1 and the transfer of Figure 2)",
+        )
+    overlap = utility_overlap(partitions)
+    if not overlap.is_empty():
+        tables["utility_overlap"], titles["utility_overlap"] = (
+            overlap,
+            "Overlap of two generators' gold-utility sets: mean Jaccard over questions where either is non-empty, "
+            "mean shared passages, share of one's gold passages not gold for the other (Figure 3)",
+        )
     multistep = multistep_table(partitions, seed)
     if not multistep.is_empty():
         tables["multistep"], titles["multistep"] = (

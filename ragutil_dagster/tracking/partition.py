@@ -30,6 +30,8 @@ SUMMARY_ARTIFACT = "summary.json"
 CORRELATIONS_ARTIFACT = "retrieval_correlations.parquet"
 VALIDITY_ARTIFACT = "validity.parquet"  # the validity step's table (evaluation/validity.py)
 VALIDITY_PASSAGES_ARTIFACT = "validity_passages.parquet"
+TRANSFER_ARTIFACT = "utility_transfer.parquet"  # LLM-specific utility's Table 1 (evaluation/transfer.py)
+OVERLAP_ARTIFACT = "utility_overlap.parquet"  # ... and the overlap of gold-utility sets
 
 CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
@@ -216,13 +218,17 @@ def log_partition(
     return metrics
 
 
-def log_validity(run: TrackedRun, validity: pl.DataFrame, passages: pl.DataFrame) -> dict[str, float]:
-    """Log the validity step's figures to the partition's run (``validity_metrics``) and its
-    table and per-passage scores under ``scores/``; return the metrics."""
-    metrics = validity_metrics(validity)
+def log_step_tables(run: TrackedRun, metrics: dict[str, float], tables: Mapping[str, pl.DataFrame]) -> dict[str, float]:
+    """Log a step's figures after ``metric_scores`` to the partition's run, and its tables (artifact
+    file name → table) under ``scores/``; return the metrics."""
     run.log_metrics(metrics)
     with tempfile.TemporaryDirectory() as staging:
-        for name, table in ((VALIDITY_ARTIFACT, validity), (VALIDITY_PASSAGES_ARTIFACT, passages)):
+        for name, table in tables.items():
             table.write_parquet(Path(staging) / name)
             run.log_artifact(Path(staging) / name, "scores")
     return metrics
+
+
+def log_validity(run: TrackedRun, validity: pl.DataFrame, passages: pl.DataFrame) -> dict[str, float]:
+    """Log the validity step's figures (``validity_metrics``), table and per-passage scores."""
+    return log_step_tables(run, validity_metrics(validity), {VALIDITY_ARTIFACT: validity, VALIDITY_PASSAGES_ARTIFACT: passages})

@@ -36,8 +36,10 @@ from ragutil_dagster.tracking.keys import (
 )
 from ragutil_dagster.tracking.partition import (
     CORRELATIONS_ARTIFACT,
+    OVERLAP_ARTIFACT,
     PER_QUERY_ARTIFACT,
     SUMMARY_ARTIFACT,
+    TRANSFER_ARTIFACT,
     VALIDITY_ARTIFACT,
 )
 from ragutil_dagster.tracking.resource import FINISHED, MlflowTracking, TrackedRun
@@ -59,16 +61,17 @@ def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str) -> It
 
 
 def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, directory: Path) -> PartitionScores:
-    """A partition run's summary, per-query table, eRAG Table 1 and validity table, read from its
-    artifacts (``scores/``; a run logged before Table 1 existed, or without validity, has none)."""
+    """A partition run's summary, per-query table, eRAG Table 1, validity table and LLM-specific
+    utility Table 1 / overlap, read from its artifacts (``scores/``; a run logged before a table
+    existed, or without validity, has none of it)."""
     client = tracking.client()
     summary = client.download_artifacts(run.info.run_id, f"scores/{SUMMARY_ARTIFACT}", str(directory))
     table = client.download_artifacts(run.info.run_id, f"scores/{PER_QUERY_ARTIFACT}", str(directory))
     logged = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "scores")}
-    correlations, validity = (
+    correlations, validity, transfer, overlap = (
         pl.read_parquet(client.download_artifacts(run.info.run_id, f"scores/{name}", str(directory)))
         if name in logged else None
-        for name in (CORRELATIONS_ARTIFACT, VALIDITY_ARTIFACT)
+        for name in (CORRELATIONS_ARTIFACT, VALIDITY_ARTIFACT, TRANSFER_ARTIFACT, OVERLAP_ARTIFACT)
     )
     return PartitionScores(
         setting=experiment.setting(run.data.params["setting"]),
@@ -78,6 +81,8 @@ def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, dir
         mlflow_run_id=run.info.run_id,
         correlations=correlations,
         validity=validity,
+        transfer=transfer,
+        overlap=overlap,
         prompts={name: value for name, value in run.data.params.items() if name in PROMPT_COLUMNS},
     )
 

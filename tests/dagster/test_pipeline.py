@@ -213,6 +213,7 @@ def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
         ["generations", "consens", "utility_generations", "utility_judgments", "utility_signals",
          "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
          "candidate_scores", "retrieval_correlations"],
+        ["utility_transfer"],  # it reads every generator's candidate_scores: a step after all of them
         ["reports"],
     ]
     keys = {name: keys for names, keys in steps for name in names}

@@ -8,6 +8,7 @@ from ragutil_dagster.errors import UnparseableOutputError
 from ragutil_dagster.metrics.utility import (
     RANK_CUTOFF,
     complete_ranking,
+    gold_overlap,
     gold_utility,
     is_known,
     parse_pointwise,
@@ -168,3 +169,22 @@ def test_the_papers_set_and_rank_metrics_on_a_hand_made_example() -> None:
     assert ranks.ndcg == pytest.approx((ndcg_q1 + ndcg_q2) / 2)
     assert ranks.recall == pytest.approx((1 / 2 + 1) / 2)
     assert ranks.n_queries == 2  # q3's empty gold set has no ranking metric
+
+
+def test_gold_overlap_of_two_llms() -> None:
+    a = {"q1": {"d1", "d2"}, "q2": set(), "q3": {"d5"}, "q4": set(), "only_a": {"d9"}}
+    b = {"q1": {"d2", "d3"}, "q2": {"d4"}, "q3": {"d5"}, "q4": set()}
+    overlap = gold_overlap(a, b)
+    # q4 (both empty) and only_a (not judged by b) are left out: q1 1/3, q2 0/1, q3 1/1.
+    assert overlap.n_queries == 3
+    assert overlap.jaccard == pytest.approx((1 / 3 + 0 + 1) / 3)
+    assert overlap.mean_shared == pytest.approx((1 + 0 + 1) / 3)
+    # a's gold passages over the shared queries: d1, d2, d5; d1 is useless to b.
+    assert overlap.n_passages_a == 3 and overlap.useful_only_to_a == pytest.approx(1 / 3)
+    back = gold_overlap(b, a)
+    assert back.jaccard == overlap.jaccard and back.useful_only_to_a == pytest.approx(2 / 4)
+
+
+def test_gold_overlap_without_any_gold_passage_is_undefined() -> None:
+    overlap = gold_overlap({"q1": set()}, {"q1": set()})
+    assert overlap.n_queries == 0 and math.isnan(overlap.jaccard) and math.isnan(overlap.useful_only_to_a)
