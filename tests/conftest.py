@@ -52,6 +52,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = sorted(items, key=on_gemma_engine)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Marked as collected, before ``-m`` deselects.
+    if is_slow(item):
+        item.add_marker(pytest.mark.slow)
+
+
+SLOW_FIXTURES = frozenset({
+    # the tiny world's whole graph, trained models, real models and engines, real servers
+    "tiny_world", "run_shipped_reader", "ci_trained", "smollm2_dir", "gemma_dir", "vllm_engine",
+    "gemma_vllm_engine", "vllm_server", "gemma_server", "smollm2_server_launcher", "postgres", "s3_server",
+    "mlflow_server", "minilm", "tiny_models",
+    # module fixtures of the same kind: the tracking tests' trained experiment, the shipped reader's
+    # quality run, a trained tiny NLI, GGUF conversions, an MLflow registry
+    "experiment", "quality", "tiny_nli", "smollm2_gguf", "tiny_gguf", "registry",
+})
+SLOW_FOLDERS = ("dagster", "reliability")
+"""Test folders that run the asset graph or whole commands: the slow tier."""
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """The slow tier (``-m slow``): a test marked so, one reading a fixture that trains, loads a
+    real model or starts a server, or one in a folder of end-to-end tests. ``-m "not slow"`` is
+    the inner loop: every module's unit tests in a few minutes."""
+    if item.get_closest_marker("slow") is not None:
+        return True
+    if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return Path(str(item.path)).relative_to(Path(__file__).parent).parts[0] in SLOW_FOLDERS
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or exitstatus != 0:

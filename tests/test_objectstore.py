@@ -101,6 +101,7 @@ def test_a_failed_writer_publishes_nothing_and_keeps_the_previous_version(store:
     assert objects(store, "scores/p") == before
 
 
+@pytest.mark.slow
 def test_a_killed_writer_leaves_no_visible_output(store: ArtifactStore) -> None:
     """SIGKILL after the table's object is written, before its manifest (the ``parquet_write``
     failpoint): readers still see the previous version."""
@@ -123,6 +124,7 @@ def test_multi_file_artifacts_are_fetched_to_local_disk(store: ArtifactStore) ->
     assert store.local_files("index", "world__dense", "index") == local  # one copy per published object
 
 
+@pytest.mark.slow
 def test_clean_finds_only_what_nothing_needs_and_deletes_it(store: ArtifactStore) -> None:
     store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
     kill_a_writer(store)  # leaves its unpublished object

@@ -97,6 +97,7 @@ def test_project_backends_load_the_models_and_seper_separates_known_facts(
     assert np.mean(known) >= 0.6 and np.mean(unknown) <= 0.2, (np.mean(known), np.mean(unknown))
 
 
+@pytest.mark.slow
 def test_same_seed_same_reader_weights(tmp_path: Path) -> None:
     world = make_world(3, "ci")
     reading = make_reading_world(world, "ci")

@@ -108,6 +108,7 @@ def _writer(path: str, worker: int) -> int:
     return len(cache.get("m", keys))
 
 
+@pytest.mark.slow
 def test_cache_is_safe_for_concurrent_processes(tmp_path: Path) -> None:
     import multiprocessing
 

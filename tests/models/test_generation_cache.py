@@ -225,6 +225,7 @@ def shared_location(request, tmp_path) -> str:
     return request.getfixturevalue("postgres").create_database(f"cache_{tmp_path.name[-20:].lower()}")
 
 
+@pytest.mark.slow
 def test_concurrent_workers_share_one_entry_per_request(shared_location: str) -> None:
     """Two processes released together on the same 40 prompts (the first creating the store):
     the database keeps one row per request, and every worker returns the stored samples."""
@@ -263,6 +264,7 @@ for batch in range(15):
 """
 
 
+@pytest.mark.slow
 def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_location: str) -> None:
     """Callers hand ``put_many`` their entries in any order (a set's order differs between
     processes); two writers of the same keys, one ascending and one descending, both commit."""

@@ -133,6 +133,7 @@ def _module(name: str):
     return importlib.import_module(name)
 
 
+@pytest.mark.slow
 def test_a_chunked_package_resolves_to_the_conversion_of_its_whole_file(
     packages, tiny_gguf: Path, tmp_path: Path  # noqa: F811
 ) -> None:

@@ -161,6 +161,7 @@ def _registry_scorer(generator: VLLMGenerator) -> VLLMTokenScorer:
     "engine", ["vllm_engine", pytest.param("gemma_vllm_engine", marks=pytest.mark.gemma_vllm)],
     ids=["smollm2", "gemma"],
 )
+@pytest.mark.slow
 def test_token_scorer_matches_the_teacher_forced_pass(engine: str, request: pytest.FixtureRequest) -> None:
     vllm_engine: VLLMGenerator = request.getfixturevalue(engine)
     hf_scorer = TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)

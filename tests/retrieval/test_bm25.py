@@ -81,6 +81,7 @@ def test_bm25_options_and_no_match() -> None:
     assert run.filter(pl.col("query_id") == "q3").height == 2
 
 
+@pytest.mark.slow
 def test_importing_the_retrievers_does_not_load_numba() -> None:
     """vLLM 0.32's engine processes are spawned, re-import the calling script's top-level
     imports, and fail at start in a process holding numba's llvmlite library object: a script

@@ -67,6 +67,7 @@ def worker(*arguments: str):
     return lambda ready, go: [sys.executable, str(WORKER), str(ready), str(go), *arguments]
 
 
+@pytest.mark.slow
 def test_shards_in_processes_started_together_share_one_file(world, tmp_path: Path, release_together) -> None:
     """Three processes released at once: all three race to allocate the file (one wins, the others
     write into it), each writes its rows; the result is the one-shot embedding."""
@@ -85,6 +86,7 @@ def test_shards_in_processes_started_together_share_one_file(world, tmp_path: Pa
     ]
 
 
+@pytest.mark.slow
 def test_processes_creating_one_file_at_once_leave_exactly_one_whole(tmp_path: Path, release_together) -> None:
     target = tmp_path / "allocated"
     results = release_together([worker("create", str(target))] * 4, tmp_path)

@@ -30,6 +30,7 @@ def store(request, tmp_path) -> str:
     return request.getfixturevalue("postgres").create_database(f"race_{os.getpid()}_{time.monotonic_ns()}")
 
 
+@pytest.mark.slow
 def test_racing_processes_share_one_run_and_one_model_and_never_interleave(store, tmp_path, release_together) -> None:
     def contender(ready: Path, go: Path) -> list[str]:
         return [sys.executable, str(WORKER), store, str(tmp_path), "race-key", str(ready), str(go)]
@@ -54,6 +55,7 @@ def test_racing_processes_share_one_run_and_one_model_and_never_interleave(store
         assert db.execute(sa.text(f"SELECT count(*) FROM {CLAIMS_TABLE}")).scalar() == 0
 
 
+@pytest.mark.slow
 def test_a_live_holder_is_waited_for_and_a_silent_one_taken_over(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     released = threading.Event()

@@ -52,6 +52,7 @@ def score(tracking: MlflowTracking, tracked: PartitionRun, retrieved: pl.DataFra
     return run.run_id
 
 
+@pytest.mark.slow
 def test_datasets_and_models_are_logged_once_and_linked_to_the_metrics(config, tmp_path) -> None:
     tracking = MlflowTracking(home=str(tmp_path / "home"))
     client = MlflowClient(tracking.uri)

@@ -102,6 +102,7 @@ def tracking(tmp_path) -> MlflowTracking:
     return MlflowTracking(home=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_failure_marks_failed_and_a_retry_or_an_orphan_is_reused(tracking: MlflowTracking) -> None:
     with (
         pytest.raises(RuntimeError, match="scoring broke"),
@@ -132,6 +133,7 @@ def test_failure_marks_failed_and_a_retry_or_an_orphan_is_reused(tracking: Mlflo
     assert resumed.url == f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{orphan}"
 
 
+@pytest.mark.slow
 def test_default_store_lives_under_home(tracking: MlflowTracking, tmp_path) -> None:
     assert tracking.uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     experiment = MlflowClient(tracking.uri).get_experiment(tracking.experiment_id("ragutil/world"))
