@@ -94,18 +94,19 @@ class CompletionsClient:
     * **Routing**: a request goes to the healthy replica with the fewest requests in flight
       (ties taken in turn), so a slower replica gets less work.
     * **Failover**: a failed attempt (connection error, timeout, 5xx but 501, 429) is retried at
-      once on a healthy replica this request has not tried; when none is left, after ``retry_backoff`` ×
-      2^k seconds on the best remaining one (a replica left out included). At most
-      ``max_retries`` retries, then one :class:`ServerUnavailableError` naming every replica with
-      its last failure.
-    * **Health**: a replica failing with a connection error, a timeout or a 5xx is left out of
-      the rotation; ``reprobe_seconds`` later the next request re-probes it (``GET /v1/models``,
-      at most 10 s) and it rejoins when it answers.
+      once on a healthy replica this request has not tried; when none is left, after
+      ``retry_backoff`` × 2^k seconds on the best remaining one (a replica left out included). At
+      most ``max_retries`` retries, then one :class:`ServerUnavailableError` naming every replica
+      with its last failure.
+    * **Health**: a replica failing with a connection error, a timeout or a retried 5xx is left
+      out of the rotation; ``reprobe_seconds`` later the next request re-probes it (``GET
+      /v1/models``, at most 10 s) and it rejoins when it answers.
 
     Answers that are not JSON objects, and 4xx and 501 (Not Implemented) refusals, fail at once
-    (:class:`ServerResponseError` naming the replica, with the refusal's HTTP ``status``): retrying
-    cannot fix them, and a fleet answering otherwise on one replica is misconfigured. The API key is read once from the environment variable named
-    ``api_key_env`` and masked in every message.
+    (:class:`ServerResponseError` naming the replica, with the refusal's HTTP ``status``):
+    retrying cannot fix them, and a fleet answering otherwise on one replica is misconfigured. The
+    API key is read once from the environment variable named ``api_key_env`` and masked in every
+    message.
     """
 
     def __init__(
