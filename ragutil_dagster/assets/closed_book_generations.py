@@ -8,7 +8,9 @@ subtracts the same closed-book SePer.
 import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
-from ragutil_dagster.assets.generations import prompt_budget, sample_and_store, sampling_model_dependencies
+from ragutil_dagster.assets.generations import (
+    SAMPLE_COUNT_CHECK, prompt_budget, sample_and_store, sampling_model_dependencies,
+)
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
 from ragutil_dagster.resources.models import ModelLoader
@@ -25,7 +27,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")),
             *sampling_model_dependencies(parts),
         ],
-        check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="closed_book_generations")],
+        check_specs=[dg.AssetCheckSpec(SAMPLE_COUNT_CHECK, asset="closed_book_generations")],
         description="N sampled answers per question without retrieval, with token log-probs.",
     )
     def closed_book_generations(

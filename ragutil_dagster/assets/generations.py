@@ -20,7 +20,7 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, check_result, side_table_metadata, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, Setting
+from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, SamplingConfig, Setting
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts, summary_prompt
 from ragutil_dagster.evaluation.conditions import (
@@ -34,7 +34,7 @@ from ragutil_dagster.evaluation.conditions import (
     validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import (
-    generation_issues, sample_prompts_by_config, samples_drawn, samples_per_prompt,
+    generation_issues, off_schedule_groups, sample_prompts_by_config, sample_schedule, samples_drawn,
 )
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
@@ -46,6 +46,9 @@ from ragutil_dagster.tables import (
     markdown_table,
 )
 from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
+
+SAMPLE_COUNT_CHECK = "sample_counts_follow_schedule"
+"""The generation assets' check that every prompt drew the samples the sampling schedule allows."""
 
 
 def prompt_budget(context: dg.AssetExecutionContext, models: ModelLoader, experiment: ExperimentConfig) -> PromptBudget | None:
@@ -202,15 +205,24 @@ def sample_and_store(
             f"{issues['query_id'].n_unique()} queries (table 'issues'; e.g. query "
             f"{issues['query_id'][0]!r}, condition {issues['condition'][0]!r})"
         )
-    per_prompt = samples_per_prompt(experiment.sampling)
-    expected = prompts.height * per_prompt
-    if experiment.sampling.adaptive is not None:  # N is the most a prompt draws; its own count is in the rows
-        expected = expected - prompts.height * experiment.sampling.n + n_drawn
-    rows_check = check_result(
-        "rows_equal_prompts_times_n", rows.height == expected, rows=rows.height, expected=expected,
-        prompts=prompts.height, n=experiment.sampling.n, rows_per_prompt=per_prompt, samples_drawn=n_drawn,
+    check = sample_count_check(prompts, rows, experiment.sampling)
+    return rows, dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+
+def sample_count_check(
+    prompts: pl.DataFrame, rows: pl.DataFrame, sampling: SamplingConfig
+) -> dg.AssetCheckResult:
+    """The check :data:`SAMPLE_COUNT_CHECK`: every group of ``prompts`` drew a count of samples the
+    schedule allows (N, or with ``sampling.adaptive`` the end of one of its rounds) and one greedy
+    answer per prompt with greedy labels, and ``rows`` hold no other group
+    (:func:`~ragutil_dagster.evaluation.sampling.off_schedule_groups`)."""
+    off_schedule = off_schedule_groups(prompts, rows, sampling)
+    shown = {"off_schedule_groups": dg.MetadataValue.md(markdown_table(off_schedule.head(20).to_dicts()))}
+    return check_result(
+        SAMPLE_COUNT_CHECK, off_schedule.is_empty(), groups=prompts.select(GROUP_KEYS).unique().height,
+        groups_off_schedule=off_schedule.height, sample_counts_allowed=sample_schedule(sampling),
+        greedy_per_group=int(sampling.labels == "greedy"), **(shown if off_schedule.height else {}),
     )
-    return rows, dg.MaterializeResult(metadata=metadata, check_results=[rows_check])
 
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
@@ -235,7 +247,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             "with consens.leave_one_out, per passage ConSens with it left out and its attribution (side table "
             "leave_one_out, ConSens §3.3).",
         ),
-        check_specs=[dg.AssetCheckSpec("rows_equal_prompts_times_n", asset="generations")],
+        check_specs=[dg.AssetCheckSpec(SAMPLE_COUNT_CHECK, asset="generations")],
     )
     def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         setting = parts.setting_of(context)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import numpy as np
 import polars as pl
@@ -57,13 +58,24 @@ def whitespace_token_count(texts: Sequence[str]) -> list[int]:
     return [len(text.split()) for text in texts]
 
 
+NO_TOKENIZE_ENDPOINT = frozenset(
+    {HTTPStatus.NOT_FOUND, HTTPStatus.METHOD_NOT_ALLOWED, HTTPStatus.NOT_IMPLEMENTED}
+)
+"""The HTTP statuses by which a server refuses ``POST /tokenize`` for having no such endpoint
+(vLLM serves one; servers without it answer 404 for an unknown path, 405 where the path takes
+no POST, 501 where the server implements no POST)."""
+
+
 def context_token_count(generator: object) -> tuple[TokenCount, str]:
     """How context tokens are counted, and the unit's name: the generator's own tokenizer
     (``count_prompt_tokens``), or :func:`whitespace_token_count` for a generator served without a
-    local tokenizer by a server that does not count tokens (no ``/tokenize``)."""
+    local tokenizer by a server that has no ``/tokenize`` (:data:`NO_TOKENIZE_ENDPOINT`). Any
+    other failure to count — a refused key, a server down, an answer without a count — is raised."""
     try:
         generator.count_prompt_tokens(["Question:"])
-    except ServerResponseError:
+    except ServerResponseError as err:
+        if err.status not in NO_TOKENIZE_ENDPOINT:
+            raise
         return whitespace_token_count, "whitespace words"
     return generator.count_prompt_tokens, "generator tokens"
 

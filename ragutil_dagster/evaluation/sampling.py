@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import accumulate
 
 import polars as pl
 
@@ -21,7 +22,7 @@ from ragutil_dagster.evaluation.scoring import seper_standard_errors
 from ragutil_dagster.metrics.seper import EntailFn
 from ragutil_dagster.models.generation import Generator, Sample, sample_rounds
 from ragutil_dagster.sampling import SamplingParams
-from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA
+from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA, GROUP_KEYS
 
 
 def sample_prompts(
@@ -181,9 +182,32 @@ def generation_rows(
     return pl.DataFrame(rows, schema=GENERATION_SCHEMA)
 
 
-def samples_per_prompt(sampling: SamplingConfig) -> int:
-    """Generation rows per prompt: the N samples, and the greedy answer with greedy labels."""
-    return sampling.n + (sampling.labels == "greedy")
+def sample_schedule(sampling: SamplingConfig) -> list[int]:
+    """The sample counts a prompt can end with: N at fixed N; with ``sampling.adaptive`` the end
+    of any of its rounds (:func:`round_sizes`), from the first round's size up to N."""
+    if sampling.adaptive is None:
+        return [sampling.n]
+    return list(accumulate(round_sizes(sampling.n, sampling.adaptive)))
+
+
+def off_schedule_groups(prompts: pl.DataFrame, rows: pl.DataFrame, sampling: SamplingConfig) -> pl.DataFrame:
+    """The groups (``GROUP_KEYS``) of ``prompts`` and of their generation ``rows`` that break the
+    sampling schedule: a sample count not in :func:`sample_schedule`, a greedy count other than
+    one answer per prompt (none with ``labels: most_likely``), or rows of a group no prompt has.
+    Each with its ``samples``, ``greedy`` and ``prompted``; empty when every group is on schedule."""
+    keys = list(GROUP_KEYS)
+    counts = rows.group_by(keys).agg(
+        samples=(pl.col("decoding") == DECODING_SAMPLE).sum().cast(pl.Int64),
+        greedy=(pl.col("decoding") == DECODING_GREEDY).sum().cast(pl.Int64),
+    )
+    prompted = prompts.select(keys).unique().with_columns(prompted=pl.lit(True))
+    groups = prompted.join(counts, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
+        pl.col("samples", "greedy").fill_null(0), pl.col("prompted").fill_null(False),
+    )
+    greedy = int(sampling.labels == "greedy")
+    return groups.filter(
+        ~pl.col("prompted") | ~pl.col("samples").is_in(sample_schedule(sampling)) | (pl.col("greedy") != greedy)
+    ).select(*keys, "samples", "greedy", "prompted").sort(keys, nulls_last=True)
 
 
 # What must be equal between the closed-book and the context samples a ΔSePer subtracts.

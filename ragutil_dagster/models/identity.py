@@ -127,8 +127,11 @@ def _resolve_hub(name: str, revision: str | None) -> ModelRef:
             ignore_patterns=_IGNORED_HUB_FILES,
             etag_timeout=10,
         )
-    except (HFValidationError, LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as err:
-        raise ModelUnavailableError(_unavailable_message(name, revision, offline, err)) from None
+    # What says the model is not to be had: an invalid id, no (whole) snapshot in the cache while
+    # the hub is disabled or unreachable, or the hub refusing it (unknown repo or revision, gated,
+    # unauthorised, down). Anything else — a cache it cannot write, a full disk — is raised as itself.
+    except (HFValidationError, LocalEntryNotFoundError, HfHubHTTPError) as err:
+        raise ModelUnavailableError(_unavailable_message(name, revision, offline, err)) from err
     path = Path(folder)
     _require_tokenizer(name, path)
     commit = path.name
@@ -185,12 +188,18 @@ def _require_tokenizer(name: str, directory: Path) -> None:
 
 def _unavailable_message(name: str, revision: str | None, offline: bool, err: Exception) -> str:
     """The one error a user sees for a missing hub model: what failed and how to provide it."""
+    from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
+
     wanted = name if revision is None else f"{name} (revision {revision})"
-    why = (
-        "the hub is disabled (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
-        if offline
-        else f"it could not be fetched from the hub ({type(err).__name__}: {error_summary(err)})"
-    )
+    if isinstance(err, HFValidationError):
+        why = f"it is not a valid hub id ({error_summary(err)})"
+    elif offline and isinstance(err, IncompleteSnapshotError):
+        why = ("the hub is disabled (HF_HUB_OFFLINE=1) and its snapshot in the local Hugging Face cache "
+               f"is incomplete ({error_summary(err)})")
+    elif offline and isinstance(err, LocalEntryNotFoundError):
+        why = "the hub is disabled (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
+    else:
+        why = f"it could not be fetched from the hub ({type(err).__name__}: {error_summary(err)})"
     rev = f" --revision {revision}" if revision else ""
     return (
         f"model {wanted} is unavailable: {why}. To provide it, either download it on a connected "

@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
@@ -92,19 +93,20 @@ class CompletionsClient:
 
     * **Routing**: a request goes to the healthy replica with the fewest requests in flight
       (ties taken in turn), so a slower replica gets less work.
-    * **Failover**: a failed attempt (connection error, timeout, 5xx, 429) is retried at once on
-      a healthy replica this request has not tried; when none is left, after ``retry_backoff`` ×
-      2^k seconds on the best remaining one (a replica left out included). At most
-      ``max_retries`` retries, then one :class:`ServerUnavailableError` naming every replica with
-      its last failure.
-    * **Health**: a replica failing with a connection error, a timeout or a 5xx is left out of
-      the rotation; ``reprobe_seconds`` later the next request re-probes it (``GET /v1/models``,
-      at most 10 s) and it rejoins when it answers.
+    * **Failover**: a failed attempt (connection error, timeout, 5xx but 501, 429) is retried at
+      once on a healthy replica this request has not tried; when none is left, after
+      ``retry_backoff`` × 2^k seconds on the best remaining one (a replica left out included). At
+      most ``max_retries`` retries, then one :class:`ServerUnavailableError` naming every replica
+      with its last failure.
+    * **Health**: a replica failing with a connection error, a timeout or a retried 5xx is left
+      out of the rotation; ``reprobe_seconds`` later the next request re-probes it (``GET
+      /v1/models``, at most 10 s) and it rejoins when it answers.
 
-    Answers that are not JSON objects, and 4xx refusals, fail at once (:class:`ServerResponseError`
-    naming the replica): retrying cannot fix them, and a fleet answering otherwise on one replica
-    is misconfigured. The API key is read once from the environment variable named
-    ``api_key_env`` and masked in every message.
+    Answers that are not JSON objects, and 4xx and 501 (Not Implemented) refusals, fail at once
+    (:class:`ServerResponseError` naming the replica, with the refusal's HTTP ``status``):
+    retrying cannot fix them, and a fleet answering otherwise on one replica is misconfigured. The
+    API key is read once from the environment variable named ``api_key_env`` and masked in every
+    message.
     """
 
     def __init__(
@@ -317,14 +319,16 @@ class CompletionsClient:
                 raw = response.read()
         except urllib.error.HTTPError as err:
             detail = _error_detail(err)
-            if err.code == 429 or err.code >= 500:
+            # 501 Not Implemented is no transient failure: the server has no such endpoint.
+            if err.code == 429 or (err.code >= 500 and err.code != HTTPStatus.NOT_IMPLEMENTED):
                 raise _RetryableError(
                     f"HTTP {err.code} {detail}", replica_down=err.code != 429
                 ) from None
             raise ServerResponseError(
                 self.mask(
                     f"{what}: {redact_uri(url)} refused the request with HTTP {err.code}: {detail}"
-                )
+                ),
+                status=err.code,
             ) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as err:
             reason = getattr(err, "reason", err)

@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from ragutil_dagster.assets.generations import SAMPLE_COUNT_CHECK
 from ragutil_dagster.config import AdaptiveSamplingConfig
 from ragutil_dagster.evaluation.scoring import seper_standard_errors, table_entail
 from ragutil_dagster.tracking.partition import upstream_figures
@@ -61,3 +62,12 @@ def test_samples_drawn_reach_the_metadata_and_mlflow_figures(adaptive_run) -> No
         assert metadata["sample_fraction"].value == pytest.approx(rows.height / (prompts * N_MAX))
         figures = upstream_figures(instance, {asset: key})
         assert figures[f"{asset}.samples_drawn"] == rows.height
+
+
+def test_the_sample_count_check_passes_on_the_rounds_drawn(adaptive_run) -> None:
+    _, instance = adaptive_run
+    for asset in ("closed_book_generations", "generations"):
+        key = dg.AssetCheckKey(dg.AssetKey(asset), SAMPLE_COUNT_CHECK)
+        executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
+        assert executions and all(e.evaluation.passed for e in executions), asset
+        assert executions[0].evaluation.metadata["sample_counts_allowed"].value == "[2, 4, 6]"

@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+import redis
 import yaml
 from mlflow import MlflowClient
 
@@ -73,8 +74,6 @@ class Redis:
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen:
-        import redis
-
         server = shutil.which("redis-server")
         assert server, "redis-server is not installed: run install.sh (apt-get install redis-server)"
         process = _start([server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
@@ -346,3 +345,48 @@ def test_ragutil_executor_celery_gives_the_definitions_the_celery_executor(tiny_
     from ragutil_dagster.definitions import build_definitions
 
     assert build_definitions(tiny_experiment, str(tmp_path), executor_name="celery").executor is celery_executor
+
+
+class _FailingResult:
+    """A Celery result whose ``ready()`` raises ``failure``."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    def ready(self) -> bool:
+        raise self.failure
+
+
+def _watched(failure: Exception):
+    """A WatchedStep polling a result that raises ``failure``; its broker still answers."""
+    from types import SimpleNamespace
+
+    from ragutil_dagster.celery_executor import WatchedStep
+
+    broker = SimpleNamespace(check=lambda run_id: None)
+    plan_context = SimpleNamespace(dagster_run=SimpleNamespace(run_id="run-1"))
+    return WatchedStep(lambda: _FailingResult(failure), None, broker, plan_context, "generations")
+
+
+@pytest.mark.parametrize("failure", [
+    redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
+    redis.exceptions.TimeoutError("Timeout reading from socket"),
+], ids=["refused", "timeout"])
+def test_an_unreachable_result_backend_is_reported_as_lost_with_its_cause(failure: Exception) -> None:
+    from ragutil_dagster.errors import BrokerUnavailableError
+
+    with pytest.raises(BrokerUnavailableError, match=r"lost the Celery result backend at .* during Dagster run run-1 "
+                       rf"\({type(failure).__name__}: ") as err:
+        _watched(failure).ready()
+    assert err.value.__cause__ is failure
+
+
+@pytest.mark.parametrize("failure", [
+    RuntimeError("a bug in the loop"),
+    KeyError("status"),
+    PermissionError(13, "Permission denied", "/home/dagster/storage"),
+], ids=["bug", "key-error", "storage-permission"])
+def test_another_failure_while_polling_a_step_is_reported_as_itself(failure: Exception) -> None:
+    with pytest.raises(type(failure)) as err:
+        _watched(failure).ready()
+    assert err.value is failure

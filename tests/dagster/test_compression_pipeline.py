@@ -13,8 +13,7 @@ from ragutil_dagster.assets import build_assets
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.evaluation.compression import context_token_count
-from ragutil_dagster.errors import ServerResponseError, StepFailedError
+from ragutil_dagster.errors import StepFailedError
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tables import CONTEXTS, PROMPTS
@@ -130,18 +129,3 @@ def test_an_abstractive_budget_beyond_the_generators_context_is_a_config_error(
     store = ArtifactStore(home=str(tmp_path / "home"))
     for asset in ("generations", "consens"):  # nothing written
         assert not store.has_table(asset, f"lm0|world__bm25__k{K}__huge")
-
-
-def test_context_tokens_fall_back_to_words_for_a_generator_that_cannot_count() -> None:
-    class Counting:
-        def count_prompt_tokens(self, prompts):
-            return [7 for _ in prompts]
-
-    class Served:  # an OpenAI-compatible server without /tokenize, and no local tokenizer
-        def count_prompt_tokens(self, prompts):
-            raise ServerResponseError("http://127.0.0.1:1/tokenize gave no token `count`")
-
-    count, unit = context_token_count(Counting())
-    assert (count(["a b c"]), unit) == ([7], "generator tokens")
-    count, unit = context_token_count(Served())
-    assert (count(["a b c"]), unit) == ([3], "whitespace words")

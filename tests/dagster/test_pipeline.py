@@ -194,8 +194,8 @@ def test_asset_checks_passed(materialized) -> None:
         ("metric_scores", "scores_in_range"),
         ("metric_scores", "mirage_metrics_sum_to_one"),
         ("index", "index_size_equals_corpus_size"),
-        ("generations", "rows_equal_prompts_times_n"),
-        ("closed_book_generations", "rows_equal_prompts_times_n"),
+        ("generations", "sample_counts_follow_schedule"),
+        ("closed_book_generations", "sample_counts_follow_schedule"),
     ):
         key = dg.AssetCheckKey(dg.AssetKey(asset), check)
         executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=50)

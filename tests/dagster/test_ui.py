@@ -31,6 +31,8 @@ from ragutil_dagster.infra.processes import background_server, free_port
 from ragutil_dagster.runner import dagster_instance, materialize_all
 from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
 
+from ..conftest import skip_or_fail
+
 NODES = [
     "queries", "corpus", "index", "retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages",
     "closed_book_generations", "generations", "consens", "utility_generations", "utility_judgments",
@@ -146,15 +148,24 @@ def dismiss_popups(page) -> None:
         page.wait_for_timeout(500)
 
 
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Chromium's executable, or — where it is missing — a skip, under CI a failure
+    (``skip_or_fail``: .ci/run installs it). Asked before ``ui``, so no server starts for nothing."""
+    if not Path(CHROMIUM).exists():
+        skip_or_fail(f"Chromium is not installed (no {CHROMIUM}; install.sh installs it)")
+    return CHROMIUM
+
+
 @contextmanager
-def chromium_page():
+def chromium_page(executable: str):
     """A page of a headless Chromium, closed on exit; the screenshot directory exists."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
+            executable_path=executable, headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run", "--disable-quic"],
         )
@@ -164,13 +175,9 @@ def chromium_page():
             browser.close()
 
 
-needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Chromium is not installed (.ci/run installs it)")
-
-
-@needs_chromium
-def test_ui_shows_the_lineage_graph_and_a_materialised_metric_scores(ui) -> None:
+def test_ui_shows_the_lineage_graph_and_a_materialised_metric_scores(chromium, ui) -> None:
     base = f"http://127.0.0.1:{ui.dagster}"
-    with chromium_page() as page:
+    with chromium_page(chromium) as page:
         page.goto(f"{base}/asset-groups/ragutil", wait_until="networkidle")
         page.screenshot(path=str(ARTIFACTS / "ui-first-view.png"))
         dismiss_popups(page)
@@ -187,10 +194,9 @@ def test_ui_shows_the_lineage_graph_and_a_materialised_metric_scores(ui) -> None
     assert (ARTIFACTS / "ui-lineage.png").stat().st_size > 10_000
 
 
-@needs_chromium
-def test_the_mlflow_run_link_opens_the_run_with_its_dataset_and_models(ui) -> None:
+def test_the_mlflow_run_link_opens_the_run_with_its_dataset_and_models(chromium, ui) -> None:
     runs = f"http://127.0.0.1:{ui.mlflow}/#/experiments/"
-    with chromium_page() as page:
+    with chromium_page(chromium) as page:
         page.goto(f"http://127.0.0.1:{ui.dagster}/assets/metric_scores", wait_until="networkidle")
         dismiss_popups(page)
         link = page.locator(f'a[href^="{runs}"]').first

@@ -9,8 +9,10 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
+from ragutil_dagster.assets.generations import sample_count_check
 from ragutil_dagster.evaluation.sampling import (
-    continues, round_sizes, sample_prompts, sample_prompts_adaptive, samples_drawn, sampling_mismatch,
+    continues, off_schedule_groups, round_sizes, sample_prompts, sample_prompts_adaptive, sample_schedule,
+    samples_drawn, sampling_mismatch,
 )
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.sampling import SamplingParams
@@ -123,3 +125,67 @@ def test_adaptive_samples_are_the_start_of_a_fixed_n_draw_and_closed_book_compar
 def test_first_round_above_n_is_a_config_error() -> None:
     with pytest.raises(ValueError, match="first_round 4 is more than n = 3"):
         SamplingConfig(n=3, adaptive={})
+
+
+def test_sample_schedule_is_n_or_the_end_of_a_round() -> None:
+    assert sample_schedule(SamplingConfig(n=10)) == [10]
+    assert sample_schedule(SamplingConfig(n=9, adaptive={})) == [4, 6, 8, 9]
+
+
+def adaptive_rows(labels: str) -> tuple[pl.DataFrame, pl.DataFrame, SamplingConfig]:
+    """Prompts, their adaptive rows and the sampling: q1 stops after the first round (4 samples),
+    q2 after the second (6), q3 reaches N = 10."""
+    prompts = prompt_table(("q1", "rag", None, "P1"), ("q2", "per_doc", "d2", "P2"), ("q3", "rag", None, "P3"))
+    sampling = SamplingConfig(n=10, adaptive={}, labels=labels)
+
+    def standard_errors(rows: pl.DataFrame) -> dict[tuple, float]:
+        stops_at = {"q1": 4, "q2": 6, "q3": 11}
+        return {(q, c, d): 0.0 if n >= stops_at[q] else 1.0
+                for q, c, d, n in rows.group_by("query_id", "condition", "doc_id").len().iter_rows()}
+
+    return prompts, sample_prompts_adaptive(prompts, RecordingGenerator(), "g", sampling, 0, standard_errors), sampling
+
+
+@pytest.mark.parametrize("labels", ["greedy", "most_likely"])
+def test_the_sample_count_check_passes_on_rows_that_follow_the_rounds(labels: str) -> None:
+    prompts, rows, sampling = adaptive_rows(labels)
+    drawn = dict(rows.filter(pl.col("decoding") == "sample").group_by("query_id").len().iter_rows())
+    assert drawn == {"q1": 4, "q2": 6, "q3": 10}
+    assert off_schedule_groups(prompts, rows, sampling).is_empty()
+    assert sample_count_check(prompts, rows, sampling).passed
+
+
+@pytest.mark.parametrize(("labels", "broken", "expected"), [
+    # one sample of q2 lost: 5 is no round's end (under most_likely labels the old check compared
+    # the row count with itself and passed)
+    ("most_likely", lambda rows: rows.filter(~((pl.col("query_id") == "q2") & (pl.col("sample_index") == 5))),
+     [("q2", "per_doc", "d2", 5, 0, True)]),
+    # q3 drew one round too many: 12 > N
+    ("most_likely", lambda rows: pl.concat([rows, rows.filter((pl.col("query_id") == "q3")
+                                                              & (pl.col("sample_index") < 2))]),
+     [("q3", "rag", None, 12, 0, True)]),
+    # q1's greedy answer missing, and rows of a group no prompt asked for
+    ("greedy", lambda rows: pl.concat([
+        rows.filter(~((pl.col("query_id") == "q1") & (pl.col("decoding") == "greedy"))),
+        rows.filter(pl.col("query_id") == "q3").with_columns(query_id=pl.lit("q9")),
+    ]), [("q1", "rag", None, 4, 0, True), ("q9", "rag", None, 10, 1, False)]),
+])
+def test_the_sample_count_check_fails_on_a_count_off_the_rounds(labels, broken, expected) -> None:
+    prompts, rows, sampling = adaptive_rows(labels)
+    rows = broken(rows)
+    assert off_schedule_groups(prompts, rows, sampling).rows() == expected
+    check = sample_count_check(prompts, rows, sampling)
+    assert not check.passed
+    assert check.metadata["groups_off_schedule"].value == str(len(expected))
+    assert check.metadata["sample_counts_allowed"].value == "[4, 6, 8, 10]"
+    assert "off_schedule_groups" in check.metadata
+
+
+def test_the_sample_count_check_at_fixed_n_wants_exactly_n() -> None:
+    prompts = prompt_table(("q1", "rag", None, "P1"), ("q2", "rag", None, "P2"))
+    sampling = SamplingConfig(n=4)
+    rows = sample_prompts(prompts, RecordingGenerator(), "g", sampling, 0)
+    assert sample_count_check(prompts, rows, sampling).passed
+    short = rows.filter(~((pl.col("query_id") == "q2") & (pl.col("sample_index") == 3)))
+    assert off_schedule_groups(prompts, short, sampling).rows() == [("q2", "rag", None, 3, 1, True)]
+    assert not sample_count_check(prompts, short, sampling).passed

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from ragutil_dagster.config import CompressorConfig
+from ragutil_dagster.errors import ServerResponseError, ServerUnavailableError
 from ragutil_dagster.evaluation.compression import (
     ContextTokens,
     compress_contexts,
     context_sentences,
+    context_token_count,
     extract,
     split_sentences,
     summary_prompt,
@@ -133,3 +135,43 @@ def test_delta_seper_per_100_context_tokens_is_a_ratio_of_means() -> None:
     assert math.isnan(delta_seper_per_context_tokens([], []))
     with pytest.raises(ValueError):
         delta_seper_per_context_tokens([0.1, 0.2], [10])
+
+
+class Counting:
+    def count_prompt_tokens(self, prompts):
+        return [7 for _ in prompts]
+
+
+class Refusing:
+    """A generator served without a local tokenizer whose count fails with ``failure``."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    def count_prompt_tokens(self, prompts):
+        raise self.failure
+
+
+def test_context_tokens_are_the_generators_own_when_it_counts() -> None:
+    count, unit = context_token_count(Counting())
+    assert (count(["a b c"]), unit) == ([7], "generator tokens")
+
+
+@pytest.mark.parametrize("status", [404, 405, 501])
+def test_context_tokens_fall_back_to_words_where_the_server_has_no_tokenize(status: int) -> None:
+    refusal = ServerResponseError(f"counting: http://127.0.0.1:1/tokenize refused the request with HTTP {status}",
+                                  status=status)
+    count, unit = context_token_count(Refusing(refusal))
+    assert (count(["a b c"]), unit) == ([3], "whitespace words")
+
+
+@pytest.mark.parametrize("failure", [
+    ServerResponseError("http://127.0.0.1:1/tokenize refused the request with HTTP 401: bad key", status=401),
+    ServerResponseError("http://127.0.0.1:1/tokenize refused the request with HTTP 400: no prompt", status=400),
+    ServerResponseError("http://127.0.0.1:1/tokenize gave no token `count`"),
+    ServerUnavailableError("counting: no answer from the server after 3 attempts (HTTP 503 overloaded)"),
+], ids=["unauthorised", "bad-request", "no-count", "server-down"])
+def test_any_other_failure_to_count_context_tokens_is_raised(failure: Exception) -> None:
+    with pytest.raises(type(failure)) as err:
+        context_token_count(Refusing(failure))
+    assert err.value is failure

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.config import SamplingConfig
-from ragutil_dagster.evaluation.sampling import sample_prompts, sampling_mismatch, samples_per_prompt
+from ragutil_dagster.evaluation.sampling import off_schedule_groups, sample_prompts, sampling_mismatch
 from ragutil_dagster.evaluation.scoring import judged_answers
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.sampling import SamplingParams
@@ -42,7 +42,8 @@ def test_greedy_labels_add_one_greedy_answer_per_prompt() -> None:
     generator = ScriptedGenerator()
     sampling = SamplingConfig(n=3, max_new_tokens=8)
     rows = sample_prompts(PROMPTS, generator, "g", sampling, seed=5)
-    assert rows.height == PROMPTS.height * samples_per_prompt(sampling) == 8
+    assert rows.height == PROMPTS.height * (sampling.n + 1) == 8
+    assert off_schedule_groups(PROMPTS, rows, sampling).is_empty()
     greedy = rows.filter(pl.col("decoding") == DECODING_GREEDY)
     assert greedy["text"].to_list() == ["greedy", "greedy"] and set(greedy["temperature"]) == {0.0}
     assert rows.filter(pl.col("decoding") == DECODING_SAMPLE).height == 6

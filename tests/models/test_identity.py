@@ -82,7 +82,38 @@ def test_offline_unknown_hub_id_fails_fast_with_instructions(
     assert "ragutil-test/never-published" in message and "revision v1" in message
     assert "hf download ragutil-test/never-published --revision v1" in message
     assert "local directory" in message
-    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert "not in the local Hugging Face cache" in message
+    assert type(err.value.__cause__).__name__ == "LocalEntryNotFoundError"
+
+
+def test_an_invalid_hub_id_is_named_invalid_not_uncached(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailableError, match=r"it is not a valid hub id \(Cannot have -- or \.\.") as err:
+        resolve_model("ragutil-test/bad..id")
+    assert type(err.value.__cause__).__name__ == "HFValidationError"
+
+
+@pytest.mark.parametrize("offline", ["1", "0"], ids=["offline", "online"])
+@pytest.mark.parametrize("failure", [
+    PermissionError(13, "Permission denied", "/root/.cache/huggingface/hub/models--org--tiny"),
+    OSError(28, "No space left on device"),
+    ValueError("a bug in the download"),
+], ids=["permission", "disk-full", "value-error"])
+def test_a_cache_or_disk_failure_is_raised_as_itself_not_as_a_missing_model(
+    monkeypatch: pytest.MonkeyPatch, offline: str, failure: Exception
+) -> None:
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    def failing_download(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", failing_download)
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline == "1")
+    with pytest.raises(type(failure)) as err:
+        resolve_model("org/tiny")
+    assert err.value is failure
 
 
 def _fake_hub_cache(root: Path, repo: str, commit: str) -> Path:

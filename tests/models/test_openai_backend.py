@@ -699,3 +699,46 @@ def test_a_replica_configured_otherwise_is_refused_at_start() -> None:
     ):
         fake_generator([a, b])
     assert a in str(err.value) and b in str(err.value) and "fake-1" in str(err.value)
+
+
+def _tokenize_answering(status: int, answer: bytes, calls: list[dict]) -> Responder:
+    """A fake server whose ``/tokenize`` answers ``status`` and ``answer`` (each request kept in
+    ``calls``); completions are well formed."""
+    def respond(_method: str, path: str, body: dict, _headers: dict) -> tuple[int, bytes]:
+        if path == "/v1/models":
+            return 200, json.dumps(MODELS_ANSWER).encode()
+        if path == "/tokenize":
+            calls.append(body)
+            return status, answer
+        return ok(0, body)
+    return respond
+
+
+@pytest.mark.parametrize(("status", "answer", "unit"), [
+    (200, b'{"count": 4, "max_model_len": 64}', "generator tokens"),
+    (404, b'{"detail": "Not Found"}', "whitespace words"),  # no such route (vLLM-style FastAPI, llama.cpp)
+    (405, b'{"detail": "Method Not Allowed"}', "whitespace words"),
+    (501, b'{"error": "Unsupported method (POST)"}', "whitespace words"),  # answered once, not retried
+])
+def test_context_tokens_are_counted_by_tokenize_or_in_words_where_the_server_has_none(
+    status: int, answer: bytes, unit: str
+) -> None:
+    from ragutil_dagster.evaluation.compression import context_token_count
+
+    calls: list[dict] = []
+    with fake_server(_tokenize_answering(status, answer, calls)) as url:
+        assert context_token_count(fake_generator(url))[1] == unit
+    assert calls == [{"model": "fake", "prompt": "Question:"}]
+
+
+@pytest.mark.parametrize(("status", "raised", "match"), [
+    (401, ServerResponseError, r"/tokenize refused the request with HTTP 401"),
+    (503, ServerUnavailableError, r"no answer from the server after 3 attempts .*HTTP 503"),
+])
+def test_a_tokenize_refused_or_down_is_the_error_not_a_switch_to_words(status, raised, match) -> None:
+    from ragutil_dagster.evaluation.compression import context_token_count
+
+    with fake_server(_tokenize_answering(status, b'{"error": "no"}', [])) as url:
+        with pytest.raises(raised, match=match) as err:
+            context_token_count(fake_generator(url))
+    assert getattr(err.value, "status", None) == (401 if raised is ServerResponseError else None)

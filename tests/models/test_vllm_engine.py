@@ -25,6 +25,8 @@ from ragutil_dagster.models.vllm_backend import (
 )
 from ragutil_dagster.sampling import SamplingParams
 
+from ..conftest import require_vllm
+
 PROMPTS = [
     "Question: who wrote Hamlet? Answer:",
     "The Nile is a major north-flowing river in",
@@ -92,7 +94,7 @@ def test_engine_arguments_from_settings() -> None:
 def test_engine_dtype_on_a_cpu_follows_the_causal_lm_rule(monkeypatch, flags, configured, expected, warned) -> None:
     import torch
 
-    pytest.importorskip("vllm.platforms", reason="vLLM is not installed")
+    require_vllm()
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
