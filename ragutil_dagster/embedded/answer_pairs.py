@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragutil_dagster.metrics.answers import ONES, TENS, normalize_answer
+from ragutil_dagster.metrics.answers import normalize_answer
 from ragutil_dagster.metrics.seper import nli_text
 
 ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
@@ -211,6 +211,12 @@ RELATIVE_VERBS = ("ruled", "joined", "crossed", "replaced", "defeated", "built",
 
 
 # --- numbers -----------------------------------------------------------------------------------
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+        "eighteen", "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+
+
 def number_words(n: int, rng: random.Random | None = None) -> str:
     """English words of 0 ≤ n < 1,000,000 ("forty-five", "three hundred and twelve", "two
     thousand five hundred"); ``rng`` chooses whether "and" follows a hundred (British usage)."""
