@@ -13,7 +13,10 @@ function-word list) on
   development half, the report half (``ragutil_dagster.data.splits``) and all: the equivalent
   pairs refused, by cause, and the not-equivalent pairs passed to the NLI (an upper bound of the
   false positives the check lets through; the NLI's own rate behind the check is
-  ``bench/nli_real.py --answer-check``).
+  ``bench/nli_real.py --answer-check``); and the equivalent pairs split by whether the two
+  annotators' spans overlap in the paragraph (SQuAD's ``answer_start``): the same span cut
+  differently, or two places of the paragraph — often two different answers (a list's other item,
+  another candidate), which the pair set counts as equivalent.
 
 Rule only (no model), seconds:
 
@@ -127,16 +130,44 @@ def examples_table(old) -> list[dict]:
     return rows
 
 
-def refusals(pairs: list[Pair], old) -> dict:
+def annotator_spans(root: Path) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """(question, answer text) → the character spans annotators marked for it in the paragraph
+    (SQuAD's ``answer_start``), from the official JSON beside the BEIR folder."""
+    data = json.loads((root / "dev-v1.1-public.json").read_text(encoding="utf-8"))
+    spans: dict[tuple[str, str], set[tuple[int, int]]] = collections.defaultdict(set)
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                for answer in qa["answers"]:
+                    start = answer["answer_start"]
+                    spans[(qa["question"], answer["text"])].add((start, start + len(answer["text"])))
+    return spans
+
+
+def spans_overlap(pair: Pair, spans: dict) -> bool:
+    """Whether the two annotators' spans of an equivalent pair share a character of the paragraph:
+    the same span cut differently ("Denver Broncos" / "the Broncos"), not two places of it (a
+    list's other item, another candidate, the same name mentioned twice)."""
+    first, second = spans[(pair.question, pair.first)], spans[(pair.question, pair.second)]
+    return any(a < d and c < b for a, b in first for c, d in second)
+
+
+def refusals(pairs: list[Pair], old, spans: dict | None = None) -> dict:
     """Refused equivalent pairs and passed not-equivalent pairs, before and after, by cause."""
     out = {"n_equivalent": 0, "n_not_equivalent": 0, "refused_before": 0, "refused_after": 0,
            "passed_not_equivalent_before": 0, "passed_not_equivalent_after": 0,
            "refused_after_by_reason": collections.Counter(), "recovered_by": collections.Counter(),
-           "newly_refused_by": collections.Counter(), "newly_passed_not_equivalent_by_reason": collections.Counter()}
+           "newly_refused_by": collections.Counter(), "newly_passed_not_equivalent_by_reason": collections.Counter(),
+           "equivalent_by_spans": collections.Counter()}
     for pair in pairs:
         a, b = _texts(pair)
         before, after = old.shares_answer_content(a, b), answers.shares_answer_content(a, b)
         if pair.equivalent:
+            if spans is not None:
+                where = "overlapping spans" if spans_overlap(pair, spans) else "disjoint spans"
+                out["equivalent_by_spans"][f"{where}: pairs"] += 1
+                out["equivalent_by_spans"][f"{where}: refused before"] += not before
+                out["equivalent_by_spans"][f"{where}: refused after"] += not after
             out["n_equivalent"] += 1
             out["refused_before"] += not before
             out["refused_after"] += not after
@@ -170,11 +201,12 @@ def main() -> None:
     args = parser.parse_args()
     old = check_at(args.baseline)
     pairs = squad_pairs(args.squad, args.max_pairs)
+    spans = annotator_spans(args.squad)
     results = {"baseline": args.baseline, "command": " ".join(["python", *sys.argv]),
                "pairs": "bench/nli_real.py squad: 1,000 equivalent + 1,000 not-equivalent SQuAD v1.1 dev pairs",
                "examples": examples_table(old),
-               "squad": {"all": refusals(pairs, old),
-                         **{half: refusals([p for p in pairs if p.half == half], old) for half in HALVES}}}
+               "squad": {"all": refusals(pairs, old, spans),
+                         **{half: refusals([p for p in pairs if p.half == half], old, spans) for half in HALVES}}}
     print("| gold | other | equivalent | before (both ways) | after (both ways) | after: reason |")
     print("|---|---|---|---|---|---|")
     for row in results["examples"]:
@@ -192,6 +224,7 @@ def main() -> None:
         print(f"   recovered by: {r['recovered_by']}")
         print(f"   newly refused: {r['newly_refused_by']}; still refused: {r['refused_after_by_reason']}")
         print(f"   not-equivalent newly passed: {r['newly_passed_not_equivalent_by_reason']}")
+        print(f"   equivalent pairs by the annotators' spans: {r['equivalent_by_spans']}")
     if args.show:
         print(f"\n{args.show} half: equivalent pairs the current check refuses")
         for pair in pairs:

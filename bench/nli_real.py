@@ -311,7 +311,7 @@ def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]
 
 
 def format_table(results: dict) -> str:
-    header = (f"{'pair set':<16} {'model':<28} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
+    header = (f"{'pair set':<16} {'model':<38} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
               f"{'acc loose':>9} {'FP loose':>8} {'FP soft':>7} {'refused':>9} {'acc EM':>7} {'acc F1≥.5':>9}")
     lines = [header, "-" * len(header)]
     for name, entry in results["pair_sets"].items():
@@ -324,7 +324,7 @@ def format_table(results: dict) -> str:
                 cells = [c if c != "nan" else "—" for c in cells]
                 refused = (f"{r['equivalent_refused_by_check']}/{r['equivalent']}"
                            if "equivalent_refused_by_check" in r else "—")
-                lines.append(f"{label:<16} {model:<28} {part['n']:>5} {cells[0]:>6} {cells[1]:>8} "
+                lines.append(f"{label:<16} {model:<38} {r.get('n', part['n']):>5} {cells[0]:>6} {cells[1]:>8} "
                              f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>8} {cells[5]:>7} {refused:>9} "
                              f"{cells[6]:>7} {cells[7]:>9}")
     return "\n".join(lines)
