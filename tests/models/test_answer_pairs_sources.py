@@ -19,6 +19,7 @@ import pytest
 from ragutil_dagster.embedded import answer_pairs as ap
 
 SQUAD = Path(__file__).resolve().parents[2].parent / "shared/data/squad"
+pytestmark = pytest.mark.slow  # reads and normalises all of SQuAD's text (a few seconds)
 
 
 def _normalised(text: str) -> str:
