@@ -31,6 +31,15 @@ share of not-equivalent pairs judged equivalent by the loose rule (SePer_H's ker
 ``fp_credit_soft``). The baseline is SQuAD normalised
 exact match and token F1 ≥ 0.5 between the bare answers (AUC of F1 as the score).
 
+The ``squad`` and ``smollm2`` sets are also scored on each half of SQuAD's articles
+(``ragutil_dagster.data.splits``: ``halves`` in the JSON, ``squad dev`` / ``squad test`` rows):
+rules are chosen on ``dev``, figures reported on ``test``. With ``--answer-check`` each check is
+scored twice: behind it (refused pairs neutral, as ``ContentCheckedJudge`` makes them; ``refused``
+counts the equivalent pairs it refuses) and as ``…:passed-only``, the model alone on the pairs the
+check passes — on ``smollm2`` no not-equivalent pair passes (token F1 0 shares no word), so the
+figures behind the check there say nothing about the model. ``--baseline-check COMMIT`` adds the
+check as it was at COMMIT (``bench/answer_check.py``).
+
     python bench/nli_real.py                            # trains both NLI models in a temp dir
     python bench/nli_real.py --answer-nli DIR --world-nli DIR
     python bench/nli_real.py --answer-nli DIR --sets squad,smollm2 --pairs-out bench/results/pairs.jsonl
