@@ -36,8 +36,9 @@ The ``squad`` and ``smollm2`` sets are also scored on each half of SQuAD's artic
 rules are chosen on ``dev``, figures reported on ``test``. With ``--answer-check`` each check is
 scored twice: behind it (refused pairs neutral, as ``ContentCheckedJudge`` makes them; ``refused``
 counts the equivalent pairs it refuses) and as ``…:passed-only``, the model alone on the pairs the
-check passes — on ``smollm2`` no not-equivalent pair passes (token F1 0 shares no word), so the
-figures behind the check there say nothing about the model. ``--baseline-check COMMIT`` adds the
+check passes — on ``smollm2`` a not-equivalent pair (token F1 0: no word shared) passes only
+through a country, a demonym or a number in another spelling, so the figures behind the check
+there say next to nothing about the model. ``--baseline-check COMMIT`` adds the
 check as it was at COMMIT (``bench/answer_check.py``).
 
     python bench/nli_real.py                            # trains both NLI models in a temp dir
