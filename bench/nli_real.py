@@ -31,6 +31,16 @@ share of not-equivalent pairs judged equivalent by the loose rule (SePer_H's ker
 ``fp_credit_soft``). The baseline is SQuAD normalised
 exact match and token F1 ≥ 0.5 between the bare answers (AUC of F1 as the score).
 
+The ``squad`` and ``smollm2`` sets are also scored on each half of SQuAD's articles
+(``ragutil_dagster.data.splits``: ``halves`` in the JSON, ``squad dev`` / ``squad test`` rows):
+rules are chosen on ``dev``, figures reported on ``test``. With ``--answer-check`` each check is
+scored twice: behind it (refused pairs neutral, as ``ContentCheckedJudge`` makes them; ``refused``
+counts the equivalent pairs it refuses) and as ``…:passed-only``, the model alone on the pairs the
+check passes — on ``smollm2`` a not-equivalent pair (token F1 0: no word shared) passes only
+through a country, a demonym or a number in another spelling, so the figures behind the check
+there say next to nothing about the model. ``--baseline-check COMMIT`` adds the
+check as it was at COMMIT (``bench/answer_check.py``).
+
     python bench/nli_real.py                            # trains both NLI models in a temp dir
     python bench/nli_real.py --answer-nli DIR --world-nli DIR
     python bench/nli_real.py --answer-nli DIR --sets squad,smollm2 --pairs-out bench/results/pairs.jsonl
@@ -64,7 +74,8 @@ from ragutil_dagster.metrics.answers import (
 )
 from ragutil_dagster.metrics.seper import ENTAILMENT as ENTAILMENT_INDEX
 from ragutil_dagster.metrics.seper import equivalent, nli_text
-from ragutil_dagster.models.entailment import ContentCheckedJudge, Entailment
+from ragutil_dagster.data.splits import HALVES, article_half
+from ragutil_dagster.models.entailment import NEUTRAL, Entailment
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad"
@@ -79,6 +90,7 @@ class Pair:
     first: str
     second: str
     equivalent: bool
+    half: str | None = None  # SQuAD pairs: "dev" or "test", the half of the articles (data.splits)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -90,25 +102,34 @@ def squad_pairs(root: Path, max_pairs: int, seed: int = 0) -> list[Pair]:
     """Annotator-answer pairs (equivalent) and other-question pairs of one paragraph (not)."""
     queries = {q["id"]: q for q in _jsonl(root / "beir" / "queries.jsonl")}
     paragraph_questions: dict[str, list[str]] = defaultdict(list)
-    with (root / "beir" / "qrels" / "test.tsv").open(encoding="utf-8") as f:
-        next(f)
-        for line in f:
-            query_id, doc_id, _ = line.rstrip("\n").split("\t")
-            paragraph_questions[doc_id].append(query_id)
+    for query_id, doc_id in _qrels(root).items():
+        paragraph_questions[doc_id].append(query_id)
     positives, negatives = [], []
-    for ids in paragraph_questions.values():
+    for doc_id, ids in paragraph_questions.items():
+        half = article_half(doc_id)
         for qid in ids:
             q = queries[qid]
             answers = q["answers"]
-            positives += [Pair(q["text"], a, b, True)
+            positives += [Pair(q["text"], a, b, True, half)
                           for i, a in enumerate(answers) for b in answers[i + 1:]]
             own = {normalize_answer(a) for a in answers}
-            negatives += [Pair(q["text"], answers[0], queries[other]["answers"][0], False)
+            negatives += [Pair(q["text"], answers[0], queries[other]["answers"][0], False, half)
                           for other in ids
                           if other != qid and normalize_answer(queries[other]["answers"][0]) not in own]
     rng = random.Random(seed)
     return (rng.sample(positives, min(max_pairs, len(positives)))
             + rng.sample(negatives, min(max_pairs, len(negatives))))
+
+
+def _qrels(root: Path) -> dict[str, str]:
+    """query id → the id of the paragraph it was written about (SQuAD: one each)."""
+    paragraph: dict[str, str] = {}
+    with (root / "beir" / "qrels" / "test.tsv").open(encoding="utf-8") as f:
+        next(f)
+        for line in f:
+            query_id, doc_id, _ = line.rstrip("\n").split("\t")
+            paragraph[query_id] = doc_id
+    return paragraph
 
 
 def _squad_questions(root: Path, n_questions: int, seed: int) -> list[tuple[dict, str]]:
@@ -169,9 +190,10 @@ def smollm2_generations(root: Path, n_questions: int, samples: int, backend: str
     return rows
 
 
-def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
+def smollm2_pairs(rows: list[dict], root: Path = SQUAD) -> tuple[list[Pair], dict[str, int]]:
     """(gold, sample) pairs with unambiguous labels, and counts: samples, those cut at the token
     limit, and how many were dropped why."""
+    paragraph = _qrels(root)
     pairs, dropped = [], {"empty": 0, "ambiguous": 0, "duplicate": 0,
                           "samples": sum(len(row["samples"]) for row in rows),
                           "at_token_limit": sum(row.get("at_token_limit", 0) for row in rows)}
@@ -187,12 +209,13 @@ def smollm2_pairs(rows: list[dict]) -> tuple[list[Pair], dict[str, int]]:
                 dropped["duplicate"] += 1
                 continue
             seen.add(key)
+            half = article_half(paragraph[row["id"]])
             if has_answer(answer, golds):
-                pairs.append(Pair(row["question"], golds[0], answer, True))
+                pairs.append(Pair(row["question"], golds[0], answer, True, half))
             elif has_answer(numerals(answer), [numerals(gold) for gold in golds]):
                 dropped["ambiguous"] += 1  # "2" for "two": the lexical labels cannot tell
             elif f1(answer, golds) == 0.0:
-                pairs.append(Pair(row["question"], golds[0], answer, False))
+                pairs.append(Pair(row["question"], golds[0], answer, False, half))
             else:
                 dropped["ambiguous"] += 1
     return pairs, dropped
@@ -218,35 +241,58 @@ def _bare(text: str, question: str | None) -> str:
     return text.split("? ", 1)[1] if question is None and "? " in text else text
 
 
-def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None,
-               answer_check: bool = False) -> dict[str, float]:
-    """The model's scores on ``pairs``; with ``answer_check``, behind ragutil's content check
-    (``nli: {answer_check: content}``), also counting the equivalent pairs the check refuses."""
+def judge_probs(model_dir: Path, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray, float]:
+    """The model's [contradiction, neutral, entailment] rows for ``pairs`` both ways, and seconds."""
     entail = Entailment(str(model_dir), device="cpu", batch_size=64, cache=False, show_progress=False)
-    if answer_check:
-        entail = ContentCheckedJudge(entail)
     a = [nli_text(p.first, p.question) for p in pairs]
     b = [nli_text(p.second, p.question) for p in pairs]
     start = time.perf_counter()
     forward, backward = entail(a, b), entail(b, a)
-    seconds = time.perf_counter() - start
+    return forward, backward, time.perf_counter() - start
+
+
+def refused_by(check, pairs: list[Pair]) -> np.ndarray:
+    """Which pairs ``check`` (``shares_answer_content`` or a version of it) refuses."""
+    return np.array([not check(nli_text(p.first, p.question), nli_text(p.second, p.question)) for p in pairs],
+                    dtype=bool)
+
+
+def scores_from_probs(pairs: list[Pair], forward: np.ndarray, backward: np.ndarray,
+                      refused: np.ndarray | None = None) -> dict[str, float]:
+    """The scores of the judge's rows; with ``refused``, behind a content check: a refused pair
+    is neutral both ways, as ``ContentCheckedJudge`` makes it without asking the judge (the same
+    rows), and the equivalent pairs it refuses are counted."""
     truth = np.array([p.equivalent for p in pairs])
+    if refused is not None:
+        forward, backward = forward.copy(), backward.copy()
+        forward[refused] = backward[refused] = NEUTRAL
     both = np.stack([forward[:, ENTAILMENT_INDEX], backward[:, ENTAILMENT_INDEX]])
     labels = list(zip(forward.argmax(1), backward.argmax(1)))
     strict = np.array([equivalent(x, y, True) for x, y in labels])
     loose = np.array([equivalent(x, y, False) for x, y in labels])
+    scores = {"n": len(pairs), "equivalent": int(truth.sum()),
+              "auc": float(roc_auc_score(truth, both.mean(0))) if 0 < truth.sum() < len(truth) else float("nan"),
+              "auc_min": float(roc_auc_score(truth, both.min(0))) if 0 < truth.sum() < len(truth) else float("nan"),
+              "accuracy_strict": float((strict == truth).mean()),
+              "accuracy_loose": float((loose == truth).mean()),
+              "fp_rate_loose": float(loose[~truth].mean()),
+              "fp_credit_soft": float(both.max(0)[~truth].mean())}
+    if refused is not None:
+        scores["equivalent_refused_by_check"] = int((refused & truth).sum())
+        scores["equivalent_refused_share"] = float((refused & truth).sum() / max(1, truth.sum()))
+        scores["not_equivalent_passed_by_check"] = int((~refused & ~truth).sum())
+    return scores
+
+
+def nli_scores(model_dir: Path, pairs: list[Pair], per_pair: list | None = None,
+               answer_check: bool = False) -> dict[str, float]:
+    """The model's scores on ``pairs``; with ``answer_check``, behind ragutil's content check
+    (``nli: {answer_check: content}``), also counting the equivalent pairs the check refuses."""
+    forward, backward, seconds = judge_probs(model_dir, pairs)
     if per_pair is not None:
-        per_pair += [float(x) for x in both.mean(0)]
-    return {"auc": float(roc_auc_score(truth, both.mean(0))),
-            "auc_min": float(roc_auc_score(truth, both.min(0))),
-            "accuracy_strict": float((strict == truth).mean()),
-            "accuracy_loose": float((loose == truth).mean()),
-            "fp_rate_loose": float(loose[~truth].mean()),
-            "fp_credit_soft": float(both.max(0)[~truth].mean()),
-            "seconds": seconds,
-            **({"equivalent_refused_by_check": int(sum(
-                not shares_answer_content(x, y) for x, y, same in zip(a, b, truth, strict=True) if same))}
-               if answer_check else {})}
+        per_pair += [float(x) for x in (forward[:, ENTAILMENT_INDEX] + backward[:, ENTAILMENT_INDEX]) / 2]
+    refused = refused_by(shares_answer_content, pairs) if answer_check else None
+    return {**scores_from_probs(pairs, forward, backward, refused), "seconds": seconds}
 
 
 def baseline_scores(pairs: list[Pair]) -> dict[str, float]:
@@ -275,17 +321,22 @@ def _trained(given: Path | None, name: str, out: Path, seconds: dict[str, float]
 
 
 def format_table(results: dict) -> str:
-    header = (f"{'pair set':<10} {'model':<16} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
-              f"{'acc loose':>9} {'FP loose':>8} {'FP soft':>7} {'acc EM':>7} {'acc F1≥.5':>9}")
+    header = (f"{'pair set':<16} {'model':<38} {'n':>5} {'AUC':>6} {'AUC(min)':>8} {'acc strict':>10} "
+              f"{'acc loose':>9} {'FP loose':>8} {'FP soft':>7} {'refused':>9} {'acc EM':>7} {'acc F1≥.5':>9}")
     lines = [header, "-" * len(header)]
     for name, entry in results["pair_sets"].items():
-        for model, r in entry["models"].items():
-            cells = [f"{r.get(k, float('nan')):.3f}" for k in
-                     ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "fp_rate_loose",
-                      "fp_credit_soft", "accuracy_em", "accuracy_f1_05")]
-            cells = [c if c != "nan" else "—" for c in cells]
-            lines.append(f"{name:<10} {model:<16} {entry['n']:>5} {cells[0]:>6} {cells[1]:>8} "
-                         f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>8} {cells[5]:>7} {cells[6]:>7} {cells[7]:>9}")
+        parts = [(name, entry)] + [(f"{name} {half}", e) for half, e in entry.get("halves", {}).items()]
+        for label, part in parts:
+            for model, r in part["models"].items():
+                cells = [f"{r.get(k, float('nan')):.3f}" for k in
+                         ("auc", "auc_min", "accuracy_strict", "accuracy_loose", "fp_rate_loose",
+                          "fp_credit_soft", "accuracy_em", "accuracy_f1_05")]
+                cells = [c if c != "nan" else "—" for c in cells]
+                refused = (f"{r['equivalent_refused_by_check']}/{r['equivalent']}"
+                           if "equivalent_refused_by_check" in r else "—")
+                lines.append(f"{label:<16} {model:<38} {r.get('n', part['n']):>5} {cells[0]:>6} {cells[1]:>8} "
+                             f"{cells[2]:>10} {cells[3]:>9} {cells[4]:>8} {cells[5]:>7} {refused:>9} "
+                             f"{cells[6]:>7} {cells[7]:>9}")
     return "\n".join(lines)
 
 
@@ -306,6 +357,9 @@ def main() -> None:
     parser.add_argument("--answer-check", action="store_true",
                         help="also score the answer NLI behind ragutil's content check "
                              "(nli: {answer_check: content}) as 'answer-nli+check'")
+    parser.add_argument("--baseline-check", metavar="COMMIT",
+                        help="with --answer-check, also score the answer NLI behind the content check as it "
+                             "was at COMMIT (read with git show), as 'answer-nli+check@COMMIT'")
     parser.add_argument("--pairs-out", type=Path,
                         help="write every pair with its answer-NLI score here (JSONL)")
     parser.add_argument("--out", type=Path, default=RESULTS / "nli_real.json")
@@ -319,7 +373,7 @@ def main() -> None:
         makers = {"squad": lambda: squad_pairs(args.squad, args.max_pairs),
                   "smollm2": lambda: smollm2_pairs(smollm2_generations(
                       args.squad, args.smollm2_questions, args.smollm2_samples,
-                      args.smollm2_backend, args.regenerate)),
+                      args.smollm2_backend, args.regenerate), args.squad),
                   "world": lambda: world_pairs(args.synthetic_pairs),
                   "templates": lambda: template_pairs(args.synthetic_pairs)}
         unknown = set(wanted) - set(makers)
@@ -330,21 +384,46 @@ def main() -> None:
             "command": " ".join(["python", *sys.argv]), "score": "mean of P(entailment) both ways",
             "training_seconds": trained, "pair_sets": {}}
         dump = []
+        checks = {"answer-nli+check": shares_answer_content}
+        if args.baseline_check:
+            from answer_check import shares_at  # bench/answer_check.py, beside this file
+
+            checks[f"answer-nli+check@{args.baseline_check[:7]}"] = shares_at(args.baseline_check)
         for name in wanted:
             made = makers[name]()
             pairs, dropped = made if isinstance(made, tuple) else (made, None)
-            scores: list[float] = []
-            models = {"answer-nli": nli_scores(answer_dir, pairs, scores)}
-            if args.answer_check:
-                models["answer-nli+check"] = nli_scores(answer_dir, pairs, answer_check=True)
-            if world_dir is not None:
-                models["world-nli"] = nli_scores(world_dir, pairs)
-            models["lexical"] = baseline_scores(pairs)
-            entry = {"n": len(pairs), "equivalent": sum(p.equivalent for p in pairs), "models": models}
+            forward, backward, seconds = judge_probs(answer_dir, pairs)
+            refused = {label: refused_by(check, pairs) for label, check in checks.items()} if args.answer_check else {}
+            world = judge_probs(world_dir, pairs)[:2] if world_dir is not None else None
+
+            def models_on(rows: np.ndarray) -> dict[str, dict]:
+                chosen = [pairs[i] for i in rows]
+                models = {"answer-nli": scores_from_probs(chosen, forward[rows], backward[rows])}
+                for label, refusals in refused.items():
+                    models[label] = scores_from_probs(chosen, forward[rows], backward[rows], refusals[rows])
+                    # The model alone on the pairs the check passes: what it decides behind the check.
+                    passed = rows[~refusals[rows]]
+                    models[f"{label}:passed-only"] = scores_from_probs(
+                        [pairs[i] for i in passed], forward[passed], backward[passed])
+                if world is not None:
+                    models["world-nli"] = scores_from_probs(chosen, world[0][rows], world[1][rows])
+                models["lexical"] = baseline_scores(chosen)
+                return models
+
+            everything = np.arange(len(pairs))
+            entry = {"n": len(pairs), "equivalent": sum(p.equivalent for p in pairs),
+                     "answer_nli_seconds": seconds, "models": models_on(everything)}
+            halves = {half: np.array([i for i, p in enumerate(pairs) if p.half == half], dtype=int) for half in HALVES}
+            if all(rows.size for rows in halves.values()):
+                entry["halves"] = {half: {"n": int(rows.size), "equivalent": int(sum(pairs[i].equivalent for i in rows)),
+                                          "models": models_on(rows)} for half, rows in halves.items()}
             if dropped is not None:
                 entry["dropped"] = dropped
             results["pair_sets"][name] = entry
-            dump += [{"set": name, **asdict(p), "score": s} for p, s in zip(pairs, scores, strict=True)]
+            dump += [{"set": name, **asdict(p), "score": float((f[ENTAILMENT_INDEX] + b[ENTAILMENT_INDEX]) / 2),
+                      "forward": [round(float(x), 6) for x in f], "backward": [round(float(x), 6) for x in b],
+                      **{f"refused:{label}": bool(r[i]) for label, r in refused.items()}}
+                     for i, (p, f, b) in enumerate(zip(pairs, forward, backward, strict=True))]
     print(format_table(results))
     if trained:
         print("training wall seconds: " + json.dumps({k: round(v, 1) for k, v in trained.items()}))

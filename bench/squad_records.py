@@ -13,26 +13,26 @@ gold paragraph alone, with the unrelated one alone, and with both in one rag pro
         --label smollm2 --json bench/results/squad_records_smollm2.json
 
 Prints a Markdown table; ``--json`` also writes the figures. ``--split dev`` / ``test`` keeps the
-records of one half of the articles (:func:`split_of`): templates and rules are tuned on ``dev``
-and reported on ``test``.
+records of one half of the articles (:func:`split_of`, ``ragutil_dagster.data.splits``):
+templates and rules are tuned on ``dev`` and reported on ``test``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+from ragutil_dagster.data.splits import article_half
+
 
 def split_of(record: dict) -> str:
     """``dev`` or ``test``: the half of the articles a record's gold paragraph (its first
-    context, id ``<article slug>_<paragraph>``) belongs to, by the CRC-32 of the article slug."""
-    article = record["contexts"][0]["id"].rsplit("_", 1)[0]
-    return "dev" if zlib.crc32(article.encode()) % 2 == 0 else "test"
+    context, id ``<article slug>_<paragraph>``) belongs to (``data.splits.article_half``)."""
+    return article_half(record["contexts"][0]["id"])
 
 
 def paired_rows(scored: Path, records: Path) -> list[tuple[dict, dict]]:

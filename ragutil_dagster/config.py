@@ -226,10 +226,12 @@ class NliConfig(ModelConfig):
     the NLI ran in is logged (Dagster metadata and the MLflow param ``nli_dtype``).
 
     ``answer_check: content`` puts ragutil's content check in front of the model: two answers
-    that share no content word (the question's words left out; numbers must agree) are never
-    equivalent, whatever the model says (``metrics.answers.shares_answer_content``). It stops an
-    NLI crediting a wrong value of the right type, a restated question or a refusal; unset, the
-    model alone judges, as in the papers."""
+    that share no content — a stemmed word, a country, a number — outside the question, or hold
+    different numbers, are never equivalent, whatever the model says
+    (``metrics.answers.shares_answer_content``). It stops an NLI crediting an answer that shares
+    nothing with the gold, another number, a restated question or a refusal; a wrong value that
+    shares a word with the gold ("Mary Smith" for "John Smith") is still the model's to judge.
+    Unset, the model alone judges, as in the papers."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     answer_check: Literal["content"] | None = None

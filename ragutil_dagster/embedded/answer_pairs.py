@@ -1,7 +1,9 @@
 """Labelled answer pairs for an answer-equivalence NLI model, generated from templates and word lists.
 
-Nothing here comes from a downloaded data set (SQuAD is the evaluation set): the values are drawn
-from the word lists below and written in the surface forms real answers take. Each pair is two
+Nothing here comes from a downloaded data set or from an evaluation set (SQuAD is one): the values
+are drawn from the word lists below — generic or made-up names, never an entity, phrase or error
+read in SQuAD or in a model's answers on it (``tests/models/test_answer_pairs_sources.py`` checks
+the composed names against the SQuAD files) — and written in the surface forms real answers take. Each pair is two
 answers to one question, labelled as SePer's clustering reads NLI labels:
 
 * ``entailment`` — the same answer: ``identical`` (the same string up to case, articles and
@@ -29,7 +31,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ragutil_dagster.metrics.answers import ONES, TENS, normalize_answer
+from ragutil_dagster.metrics.answers import normalize_answer
 from ragutil_dagster.metrics.seper import nli_text
 
 ENTAILMENT, NEUTRAL, CONTRADICTION = "entailment", "neutral", "contradiction"
@@ -58,7 +60,7 @@ COUNTRIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("France", ("French Republic",), ("Normandy", "Brittany", "Provence")),
     ("Germany", ("Federal Republic of Germany",), ("Bavaria", "Saxony", "Hesse")),
     ("Canada", (), ("Ontario", "Quebec", "Alberta")),
-    ("Australia", ("Commonwealth of Australia",), ("Queensland", "Victoria", "Tasmania")),
+    ("Australia", ("Commonwealth of Australia",), ("Queensland", "Tasmania", "Western Australia")),
     ("Italy", ("Italian Republic",), ("Tuscany", "Sicily", "Lombardy")),
     ("Spain", ("Kingdom of Spain",), ("Catalonia", "Andalusia", "Galicia")),
     ("Japan", (), ("Hokkaido", "Kyushu")),
@@ -69,9 +71,9 @@ COUNTRIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("Netherlands", ("Holland", "the Netherlands"), ("Zeeland", "Friesland")),
     ("Mexico", ("United Mexican States",), ("Sonora", "Yucatan", "Jalisco")),
     ("Egypt", (), ("Sinai",)),
-    ("Kenya", (), ("Rift Valley",)),
+    ("Ghana", (), ("Ashanti",)),
     ("Norway", (), ("Finnmark",)),
-    ("Poland", (), ("Silesia", "Pomerania")),
+    ("Portugal", ("Portuguese Republic",), ("Algarve", "Alentejo")),
     ("Argentina", (), ("Patagonia", "Mendoza")),
 )
 # (city, its country, its other names)
@@ -82,7 +84,7 @@ CITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Hamburg", "Germany", ()), ("New York", "United States", ("New York City", "NYC")),
     ("Los Angeles", "United States", ("LA", "L.A.")), ("Chicago", "United States", ()),
     ("Boston", "United States", ()), ("San Francisco", "United States", ("SF",)),
-    ("Denver", "United States", ()), ("Toronto", "Canada", ()), ("Montreal", "Canada", ("Montréal",)),
+    ("Seattle", "United States", ()), ("Toronto", "Canada", ()), ("Montreal", "Canada", ("Montréal",)),
     ("Sydney", "Australia", ()), ("Melbourne", "Australia", ()), ("Rome", "Italy", ("Roma",)),
     ("Milan", "Italy", ("Milano",)), ("Madrid", "Spain", ()), ("Barcelona", "Spain", ()),
     ("Tokyo", "Japan", ()), ("Osaka", "Japan", ()), ("Beijing", "China", ("Peking",)),
@@ -90,26 +92,29 @@ CITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Rio de Janeiro", "Brazil", ("Rio",)), ("Moscow", "Russia", ()),
     ("Saint Petersburg", "Russia", ("St. Petersburg", "Leningrad")),
     ("Amsterdam", "Netherlands", ()), ("Mexico City", "Mexico", ()), ("Cairo", "Egypt", ()),
-    ("Nairobi", "Kenya", ()), ("Oslo", "Norway", ()), ("Warsaw", "Poland", ()),
+    ("Accra", "Ghana", ()), ("Oslo", "Norway", ()), ("Lisbon", "Portugal", ("Lisboa",)),
     ("Buenos Aires", "Argentina", ()), ("Athens", "Greece", ()), ("Vienna", "Austria", ("Wien",)),
 )
-FIRST_NAMES = ("John", "Mary", "James", "Elizabeth", "Robert", "Anna", "William", "Margaret",
+FIRST_NAMES = ("John", "Mary", "James", "Elizabeth", "Robert", "Anna", "Walter", "Margaret",
                "Charles", "Sarah", "George", "Helen", "Thomas", "Alice", "Henry", "Catherine",
                "Edward", "Emma", "Richard", "Julia", "Peter", "Laura", "David", "Maria", "Frank",
                "Clara", "Samuel", "Louise", "Arthur", "Grace")
-SURNAMES = ("Smith", "Johnson", "Brown", "Taylor", "Miller", "Wilson", "Moore", "Anderson",
-            "Clark", "Lewis", "Walker", "Young", "Hall", "Allen", "King", "Wright", "Scott",
-            "Green", "Baker", "Adams", "Nelson", "Carter", "Mitchell", "Turner", "Parker",
-            "Collins", "Edwards", "Stewart", "Morris", "Murphy", "Cook", "Rogers", "Morgan",
-            "Bell", "Fischer", "Weber", "Rossi", "Tanaka", "Kowalski", "Novak")
+# Surnames: common ones and made-up ones ("Varnell", "Quillfeather"), so that the names the
+# generator composes are nobody's in particular.
+SURNAMES = ("Smith", "Brown", "Miller", "Hartwell", "Varnell", "Okafor", "Lindqvist", "Marchetti",
+            "Dunmore", "Pellham", "Quillfeather", "Ashcombe", "Brannigan", "Castellane", "Dovecote",
+            "Ellsworth", "Fairbrook", "Grendall", "Holloway", "Ibsworth", "Jarrow", "Kettering",
+            "Larkspur", "Merriweather", "Norbury", "Ollerton", "Penhallow", "Redgrave", "Stanwick",
+            "Thornbury", "Umberley", "Vexley", "Whitcombe", "Yardley", "Fischer", "Weber", "Rossi",
+            "Tanaka", "Kowalski", "Novak")
 TITLES = ("Dr.", "Professor", "Sir", "President", "General", "Senator")
 ORG_ADJECTIVES = ("National", "International", "Royal", "American", "European", "Pacific",
                   "Northern", "United", "Global", "Federal", "Central", "Atlantic", "Eastern")
-ORG_SUBJECTS = ("Science", "Health", "Trade", "Energy", "Railway", "Aviation", "Broadcasting",
-                "Maritime", "Steel", "Mining", "Research", "Education", "Chemical", "Film",
-                "Football", "Space", "Water", "Telephone")
-ORG_KINDS = ("Organization", "Institute", "Association", "Company", "Corporation", "Council",
-             "Agency", "Foundation", "Society", "Union", "Bank", "League", "Board")
+ORG_SUBJECTS = ("Science", "Health", "Trade", "Energy", "Railway", "Aviation", "Textile",
+                "Maritime", "Steel", "Mining", "Orchard", "Pottery", "Chemical", "Film",
+                "Rowing", "Lighthouse", "Water", "Telephone")
+ORG_KINDS = ("Organization", "Institute", "Association", "Company", "Corporation", "Trust",
+             "Agency", "Foundation", "Society", "Guild", "Bank", "League", "Board")
 ORG_KIND_ABBREVIATIONS = {"Company": "Co.", "Corporation": "Corp.", "Association": "Assn.",
                           "Institute": "Inst."}
 # Categories of common nouns; the tuples in each are one thing's names.
@@ -149,29 +154,30 @@ CURRENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("$", ("dollars", "US dollars")), ("£", ("pounds sterling", "pounds")), ("€", ("euros",)),
 )
 SCALES = (("thousand", 1_000), ("million", 1_000_000), ("billion", 1_000_000_000))
-# Noun phrases of no particular type ("civil disobedience", "economic growth"): real answers are
+# Noun phrases of no particular type ("gradual thrift", "coastal rivalry"): real answers are
 # often such spans, and annotators cut them at different words.
-PHRASE_ADJECTIVES = ("civil", "economic", "political", "religious", "military", "public",
-                     "private", "social", "natural", "early", "modern", "ancient", "foreign",
-                     "domestic", "royal", "local", "rapid", "gradual", "severe", "limited")
-PHRASE_NOUNS = ("disobedience", "growth", "reform", "tradition", "conflict", "education",
-                "trade", "resistance", "migration", "architecture", "law", "influence",
-                "taxation", "expansion", "decline", "pressure", "opposition", "support",
-                "isolation", "control")
-# Sports teams: a place and a nickname ("Denver Broncos", "the Broncos").
-TEAM_NICKNAMES = ("Broncos", "Panthers", "Lions", "Eagles", "Giants", "Rangers", "Rovers",
-                  "Wanderers", "Tigers", "Bears", "Kings", "Hawks", "Sharks", "Pirates", "Saints",
-                  "Falcons", "Chargers", "Dolphins", "Rockets", "Warriors")
-TEAM_PLACES = ("Denver", "Carolina", "Detroit", "Philadelphia", "New York", "Texas", "Bristol",
-               "Wolverhampton", "Chicago", "Boston", "Sacramento", "San Jose", "Pittsburgh",
-               "New Orleans", "Atlanta", "Miami", "Houston", "Golden State", "Toronto", "Leeds")
+PHRASE_ADJECTIVES = ("coastal", "upland", "tacit", "mercantile", "seasonal", "clerical",
+                     "informal", "rural", "provincial", "early", "northern", "ancient", "hasty",
+                     "quiet", "gradual", "orderly", "sudden", "severe", "lasting", "partial")
+PHRASE_NOUNS = ("thrift", "rivalry", "patronage", "stagnation", "devotion", "surveying",
+                "bartering", "dissent", "upkeep", "craftsmanship", "zoning", "kinship",
+                "tithing", "drainage", "austerity", "quarrying", "folklore", "guardianship",
+                "seclusion", "stewardship")
+# Sports teams: a made-up place and a nickname ("Brackwater Otters", "the Otters").
+TEAM_NICKNAMES = ("Otters", "Herons", "Comets", "Foxes", "Badgers", "Stags", "Ravens", "Wolves",
+                  "Hornets", "Mariners", "Pilgrims", "Quakers", "Thunder", "Blizzards", "Lynx",
+                  "Millers", "Ploughmen", "Harriers", "Kestrels", "Voyagers")
+TEAM_PLACES = ("Brackwater", "Eastmoor", "Kelton", "Marrowby", "Port Ellery", "Stonebridge",
+               "Hollin Vale", "Ashgrove", "Fernleigh", "Redcliffe Bay", "Wexmoor", "Dunhallow",
+               "Larchfield", "North Haverly", "Glenrock", "Saltmarsh", "Oakhurst", "Cinder Falls",
+               "Whitlow", "Caddon")
 # Purposes and methods ("to reduce taxes", "by reducing taxes"): why / how answers.
 VERBS = (("reduce", "reducing"), ("increase", "increasing"), ("protect", "protecting"),
          ("build", "building"), ("expand", "expanding"), ("control", "controlling"),
          ("avoid", "avoiding"), ("improve", "improving"), ("defend", "defending"),
          ("collect", "collecting"), ("limit", "limiting"), ("support", "supporting"),
          ("replace", "replacing"), ("study", "studying"))
-VERB_OBJECTS = ("taxes", "the army", "trade routes", "public health", "the harbour", "its borders",
+VERB_OBJECTS = ("taxes", "the toll roads", "trade routes", "the grain stores", "the harbour", "its borders",
                 "the church", "food supplies", "water quality", "the economy", "the old bridge",
                 "local farmers", "the railway network", "foreign influence", "the power of the king")
 # What annotators add around the same answer: a qualifier before, a detail after.
@@ -181,7 +187,7 @@ ELABORATION_PREFIXES = ("only", "nearly", "almost", "mainly", "largely", "the fa
                         "the local", "his", "their")
 ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the war",
                         "according to the records", "and its surroundings", "of the period",
-                        "between 1361 and 1528", "in the north", "by the end of the century",
+                        "in the north", "by the end of the century",
                         # trailing clauses: the answer span runs on into its sentence
                         ", which was later rebuilt", ", who led the campaign",
                         ", when the war ended", "because of the new law", ", as the records show",
@@ -190,15 +196,15 @@ ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the 
                         "under the new government", "with the help of its allies")
 
 
-# Words a span runs on with when annotators mark more of the sentence ("carbon contained within
-# the vegetation" vs "carbon", "somewhere in Mongolia at an unknown location" vs "Mongolia").
+# Words a span runs on with when annotators mark more of the sentence ("copper kept within the old
+# workshop" vs "copper", "somewhere in Norway near an unknown harbour" vs "Norway").
 EXTENSION_PARTICIPLES = ("found", "contained", "located", "used", "built", "held", "kept",
                          "described", "produced", "seen", "recorded", "known", "made", "placed")
 EXTENSION_PREPOSITIONS = ("in", "within", "of", "from", "near", "across", "during", "under", "at",
                           "along", "throughout", "inside", "around", "for")
 EXTENSION_ADJECTIVES = ("whole", "northern", "local", "old", "entire", "surrounding", "same",
                         "main", "upper", "eastern", "new", "relevant", "unknown", "first")
-EXTENSION_NOUNS = ("vegetation", "region", "zygote", "river", "coast", "empire", "church",
+EXTENSION_NOUNS = ("workshop", "region", "garden", "river", "coast", "empire", "church",
                    "council", "army", "valley", "market", "harbour", "parliament", "village",
                    "court", "province", "colony", "fleet", "capital", "country", "century",
                    "period", "treaty", "committee", "location", "lines", "island", "system")
@@ -211,6 +217,12 @@ RELATIVE_VERBS = ("ruled", "joined", "crossed", "replaced", "defeated", "built",
 
 
 # --- numbers -----------------------------------------------------------------------------------
+ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+        "eighteen", "nineteen")
+TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+
+
 def number_words(n: int, rng: random.Random | None = None) -> str:
     """English words of 0 ≤ n < 1,000,000 ("forty-five", "three hundred and twelve", "two
     thousand five hundred"); ``rng`` chooses whether "and" follows a hundred (British usage)."""
@@ -714,7 +726,7 @@ def _other_team(forms: tuple[str, ...], rng: random.Random) -> str:
 
 
 def _team_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
-    """The same place with another nickname ("Denver Nuggets"), or the reverse ("Florida Panthers")."""
+    """The same place with another nickname ("Brackwater Comets"), or the reverse ("Eastmoor Otters")."""
     place, nickname = _split_team(forms[0])
     if rng.random() < 0.5:
         return f"{place} {_pick(rng, [n for n in TEAM_NICKNAMES if n != nickname])}"
@@ -796,10 +808,13 @@ def extension(answer: str, rng: random.Random) -> str:
 
 def elaboration(answer: str, rng: random.Random) -> str:
     """``answer`` with a qualifier or a detail added: still the same answer to annotators
-    ("22" vs "22 times between 1361 and 1528", "University of North Florida" vs "a University of
-    North Florida team")."""
+    ("17" vs "17 times between 1604 and 1689", "Eastmoor Otters" vs "a team from Eastmoor
+    Otters")."""
     if rng.random() < 0.5:
         return f"{_pick(rng, ELABORATION_PREFIXES)} {answer}"
+    if rng.random() < 0.1:
+        start = rng.randint(1100, 1950)
+        return f"{answer} between {start} and {start + rng.randint(20, 200)}"
     suffix = _pick(rng, ELABORATION_SUFFIXES)
     return f"{answer}{suffix}" if suffix.startswith(",") else f"{answer} {suffix}"
 
@@ -838,17 +853,18 @@ TYPE_BY_NAME = {t.name: t for t in TYPES}
 
 
 # --- non-answers --------------------------------------------------------------------------------
-# What a small instruction-tuned LLM writes instead of an answer (seen in SmolLM2's samples on
-# SQuAD); composed here from word lists, never copied from its output.
+# What a small instruction-tuned LLM writes instead of an answer: kinds of text (refusals, talk
+# around the answer, talk about the task), each written here from scratch in generic words —
+# none is a sample read in a model's answers on an evaluation set.
 REFUSALS = (
     "I don't know", "I do not know", "I'm not sure", "Unknown", "Not mentioned", "None",
     "N/A", "No answer", "There is no answer", "The text does not say",
     "The document does not mention it", "The document does not say",
     "The passage does not provide this information", "This is not stated in the text",
     "I cannot answer that question", "I can't answer this", "I'm sorry, I cannot help with that",
-    "As an AI, I do not have that information", "The answer cannot be found",
+    "I do not have that information", "The answer cannot be found",
     "There is not enough information to answer", "It is not clear from the document",
-    "The document provided cannot be found", "No information is given", "I have no idea",
+    "Nothing in the text says so", "No information is given", "I have no idea",
 )
 ANSWER_LEADS = ("The answer is", "The answer is:", "Answer:", "It is", "The correct answer is",
                 "Based on the document,", "According to the text,", "The document states that")
@@ -868,29 +884,29 @@ DANGLING = ("the", "a", "about", "in the", "approximately", "known as", "called"
             "around", "at the")
 # Talk a small LLM puts around its answer, or writes instead of one; none states a value.
 RAMBLE_SENTENCES = (
-    "{subject} is described in the first document.", "This is mentioned in doc 1.",
-    "The document gives several details about {subject}.", "Many sources agree on this point.",
-    "It was an important moment for {subject}.", "The passage also discusses other events.",
-    "{subject} is known for many things.", "This fact is often overlooked.",
-    "The text explains it in the second paragraph.", "Historians have written a lot about {subject}.",
-    "More information can be found in the document.", "That is a good question.",
-    "Both documents provide interesting insights into {subject}.",
-    "You can read more about {subject} in the article.", "It is hard to say for certain.",
-    "The context of the question is important here.", "{subject} changed a great deal over time.",
+    "{subject} comes up in the first document.", "This is mentioned in doc 2.",
+    "The text has a lot to say about {subject}.", "Opinions differ on this point.",
+    "It mattered a great deal to {subject}.", "The passage covers other matters as well.",
+    "{subject} has a long history.", "People rarely think about this.",
+    "The second paragraph goes into it.", "Much has been written about {subject}.",
+    "The document has further details.", "Let me think about that.",
+    "Each document looks at {subject} from another side.",
+    "There is more on {subject} further down.", "Nobody can be completely sure.",
+    "It helps to keep the question in mind.", "{subject} looked very different back then.",
 )
 # Talk about the answer, the document or the task instead of an answer ("The document contains
 # the following:", "Doc 1: <subject>"): a subject and a predicate, neither stating a value.
 META_SUBJECTS = ("The answer", "This answer", "The document", "The text above", "The passage",
-                 "Doc 1", "The first document", "The context", "This response", "The question",
-                 "My answer", "The following", "That")
+                 "Doc 2", "The second document", "The context", "This reply", "The question",
+                 "My reply", "What follows", "This")
 META_PREDICATES = (
-    "is correct", "is informative and accurate", "contains the following:", "is given below",
-    "refers back to the correct document", "answers a related question", "is based on the context",
-    "is short and clear", "can be found in the document", "is explained in detail",
-    "has been checked for accuracy", "describes the situation", "is contextually correct",
-    "follows from the text", "is worth noting", "is as follows:", "was removed to keep it short",
+    "is right", "should be helpful", "lists these points:", "appears below",
+    "comes from the document", "fits the question", "relies on the context",
+    "is brief", "is in the text", "is spelled out in full",
+    "was checked twice", "sums it up", "matches the passage",
+    "is taken from the text", "deserves attention", "goes like this:", "is kept brief on purpose",
 )
-META_ADJECTIVES = ("A worthy", "A short", "A good", "The best", "A clear", "An accurate", "A possible")
+META_ADJECTIVES = ("A brief", "A fair", "A sound", "A fitting", "A plain", "A careful", "A likely")
 NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied", "rambling", "gibberish", "meta")
 
 
@@ -930,7 +946,7 @@ def _cut(question: Question, rng: random.Random) -> str:
         words = words[: rng.randint(2, len(words) - 1)]
     text = " ".join(words)
     if rng.random() < 0.3:
-        # Cut mid-word, as a token limit does ("... who fought Genghis Khan at Des").
+        # Cut mid-word, as a token limit does ("The comet was discovered by Helen Var").
         return text[: rng.randint(max(1, len(text) // 2), len(text))]
     tail = f" {_pick(rng, DANGLING)}" if rng.random() < 0.35 else ""
     return text + tail
@@ -983,8 +999,8 @@ def _gibberish(answer: str, rng: random.Random) -> str:
 
 
 def _meta(question: Question, rng: random.Random) -> str:
-    """Talk about the answer or the document that states no value: "The document contains the
-    following:", "A worthy answer.", "Doc 1: <the question's subject>"."""
+    """Talk about the answer or the document that states no value: "The document lists these
+    points:", "A fitting reply.", "Doc 2: <the question's subject>"."""
     kind = rng.randrange(3)
     if kind == 0:
         return f"{_pick(rng, META_SUBJECTS)} {_pick(rng, META_PREDICATES)}"

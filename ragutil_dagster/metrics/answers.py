@@ -9,11 +9,13 @@ empty gold as matching every prediction, which silently inflates scores.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import string
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import regex
@@ -140,69 +142,223 @@ def lexical_entailment(premises: Sequence[str], hypotheses: Sequence[str]) -> np
     return out
 
 
-ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-        "eighteen", "nineteen")
-TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_NUMBER_WORDS = {word: value for value, word in enumerate(ONES)}
-_NUMBER_WORDS.update({word: 10 * value for value, word in enumerate(TENS) if word})
-_NUMBER_WORD = re.compile(
-    r"\b(?:(" + "|".join(TENS[2:]) + r")-(" + "|".join(ONES[1:10]) + r")|(" + "|".join(_NUMBER_WORDS) + r"))\b",
-    re.IGNORECASE,
-)
+# --- ragutil's content check ----------------------------------------------------------------------
+# Whether two answers can be the same answer on their words (docs/metrics.md, "Deviations"). The
+# libraries it rests on: number-parser (number words of any size and ordinals: "two hundred",
+# "one million five hundred thousand", "twenty-first"), Snowball's English stemmer (PyStemmer:
+# "richards" → "richard", not "richardson") and countryinfo's country table (names, other
+# spellings, ISO codes and demonyms: "France" / "French", "the US" / "the United States"). They
+# are imported on first use: the metric modules import none of them.
 
-
-def numerals(text: str) -> str:
-    """``text`` with number words written as numerals ("two" → "2", "twenty-one" → "21")."""
-    def value(match: re.Match) -> str:
-        return str(sum(_NUMBER_WORDS[word.lower()] for word in match.groups() if word))
-    return _NUMBER_WORD.sub(value, text)
-
-
-# Words that carry no answer: articles, pronouns, prepositions, conjunctions, auxiliaries, question
-# words, titles and the filler of answer sentences ("yes", "no" and "not" are answers). Written
-# out rather than taken from scikit-learn's English list, which also drops words that are answers
-# ("fire", "bill", "system", "one").
+# Words that carry no answer in any form they take: articles, pronouns, prepositions,
+# conjunctions, auxiliaries, question words and the filler of answer sentences. An answer made of
+# them alone ("after", "he") is compared by all its words (:func:`content_match`). Written out
+# rather than taken from a stop-word list, which also drops words that are answers ("fire",
+# "bill", "system", "one", "May", "US").
 _FUNCTION_WORDS = frozenset("""
-a an the this that these those there here it its it's they them their theirs he him his she her
-hers we us our ours you your yours i me my mine who whom whose which what when where why how
-whatever whoever of in on at by for from to into onto upon with without within about above below
-over under between among through during before after since until till than as via per
+a an the this that these those there here its they them their theirs he him his she her hers we
+our ours you your yours me my mine whom whose which what when where why how whatever whoever
+of in on at by for from to into onto upon with without within about above below over under
+between among through during before after since until till than as via per
 and or nor but so yet if then also too very just only
-is are was were be been being am do does did done have has had having will would shall should
-can could may might must s t d ll re ve m mr mrs ms dr prof
-answer answers question text passage document context says said say according called named known
+is are was were be been being do does did done have has had having would shall should could
+answer answers question text passage document context says said say according called named
 """.split())
+# Function words only in the form written here, answers in any other: lowercase "it" / "us" /
+# "who" against "IT", "US", "WHO"; lowercase modals against the month "May", the name "Will" or
+# "Can"; the pronoun "I" (a Roman numeral after a name is a number by then: "World War I" → 1).
+_ANSWER_WHEN_CAPITALS = frozenset({"it", "us", "who"})
+_ANSWER_WHEN_CAPITALISED = frozenset({"may", "will", "can", "might", "must"})
+_PRONOUN_I = "i"
+# "am" is a verb except after a number ("10 am"); a title is no content before a name ("Dr.
+# Kuhn"), and is one alone ("a doctor" is not "Dr.").
+_AM = "am"
+_TITLES = frozenset({"mr", "mrs", "ms", "dr", "prof"})
+
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000,
+           "trillion": 1_000_000_000_000}
+_THOUSANDS = regex.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DIGITS_AND_SCALE = regex.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(" + "|".join(_SCALES) + r")\b",
+                                  regex.IGNORECASE)
+_DIGIT_ORDINAL = regex.compile(r"\b(\d+)(?:st|nd|rd|th)\b", regex.IGNORECASE)
+_DECADE = regex.compile(r"\b(\d*0)['’]?s\b", regex.IGNORECASE)
+_DOTTED = regex.compile(r"(?<![\p{L}.])((?:\p{L}\.){2,})")
+_CANNOT = regex.compile(r"\b(can|won|shan)['’]t\b", regex.IGNORECASE)
+_NOT = regex.compile(r"(?<=\p{L})n['’]t\b", regex.IGNORECASE)
+_CLITIC = regex.compile(r"(?<=\p{L})['’](?:s|d|ll|re|ve|m)\b|(?<=s)['’](?!\p{L})", regex.IGNORECASE)
+_ROMAN = regex.compile(r"(?<=\b\p{Lu}\p{Ll}+ )(?=[IVX])(X{0,3}(?:IX|IV|V?I{0,3}))(?![\p{L}\d])")
+_TOKEN = regex.compile(r"\d+(?:\.\d+)?|\p{L}+")
+_MARK = regex.compile(r"\p{M}")
 
 
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+def _roman(match: regex.Match) -> str:
+    """A Roman numeral after a capitalised word as digits ("Henry VIII" → "Henry 8"); a lone "I"
+    only at the end of a clause ("World War I."), not the pronoun ("Then I went")."""
+    numeral = match.group(1)
+    if not numeral:
+        return numeral
+    rest = match.string[match.end():]
+    if numeral == "I" and rest.strip() and rest.lstrip()[0] not in ",.;:!?)":
+        return numeral
+    values = {"I": 1, "V": 5, "X": 10}
+    total = sum(-values[a] if values[a] < values[b] else values[a] for a, b in zip(numeral, numeral[1:]))
+    return str(total + values[numeral[-1]])
 
 
-def _content_words(text: str, asked: frozenset[str] = frozenset()) -> list[str]:
-    """The content words of ``text`` in order: DPR tokens, number words as numerals and "85,196"
-    as one number, without punctuation, function words and the words in ``asked``."""
-    return [
-        token for token in dpr_tokens(numerals(_THOUSANDS.sub("", text)))
-        if token not in asked and token not in _FUNCTION_WORDS and any(ch.isalnum() for ch in token)
-    ]
+def _scaled(match: regex.Match) -> str:
+    value = float(match.group(1)) * _SCALES[match.group(2).lower()]
+    return str(int(value)) if value == int(value) else str(value)
+
+
+@functools.lru_cache(maxsize=65536)
+def numerals(text: str) -> str:
+    """``text`` with numbers written as numerals, each one token: number words of any size and
+    ordinals through number-parser ("two hundred" → "200", "twenty-first" → "21", "second" →
+    "2"), digits with a scale ("1.5 million" → "1500000"), thousands separators dropped
+    ("1,500,000" → "1500000"), digit ordinals ("2nd" → "2"), decades ("1990s" → "1990") and Roman
+    numerals after a name ("Henry VIII" → "Henry 8")."""
+    from number_parser import parse
+
+    text = _ROMAN.sub(_roman, text)
+    text = _THOUSANDS.sub("", text)
+    text = _DIGITS_AND_SCALE.sub(_scaled, text)
+    text = parse(text, language="en")
+    text = _DIGITS_AND_SCALE.sub(_scaled, text)  # "a million" came back as "a 1000000"
+    text = _DIGIT_ORDINAL.sub(r"\1", text)
+    return _DECADE.sub(r"\1", text)
+
+
+@functools.cache
+def _stem():
+    import Stemmer
+
+    return Stemmer.Stemmer("english").stemWord
+
+
+def _fold(text: str) -> str:
+    return _MARK.sub("", unicodedata.normalize("NFD", text))
+
+
+@dataclass(frozen=True)
+class _Countries:
+    phrases: dict[tuple[str, ...], frozenset[str]]  # lowercased words of a name → countries
+    stems: dict[str, frozenset[str]]  # one-word names' stems ("americans") → countries
+    codes: dict[str, frozenset[str]]  # ISO and other capital codes ("US", "UK", "PRC")
+    longest: int
+
+
+@functools.cache
+def _countries() -> _Countries:
+    """countryinfo's table: every country's name, other spellings in ASCII, codes and demonyms;
+    and a short name the table holds only inside a longer one ("Britain" of "Great Britain",
+    "America" of "United States of America") when the demonym is formed from it ("British",
+    "American")."""
+    from countryinfo import all_countries
+
+    phrases: dict[tuple[str, ...], set[str]] = collections.defaultdict(set)
+    codes: dict[str, set[str]] = collections.defaultdict(set)
+    for country in all_countries():
+        info = country.info()
+        key = f"country:{info['name'].lower()}"
+        spellings = [s for s in (info.get("altSpellings") or []) if s.isascii()]
+        demonyms = regex.split(r"[,/]", info.get("demonym") or "")
+        for form in [info["name"], *spellings, *demonyms]:
+            form = form.strip()
+            if form.isupper() and len(form) <= 4 and form.isalpha():
+                codes[form].add(key)
+                continue
+            words = tuple(word.lower() for word in _TOKEN.findall(_fold(form)))
+            if words[:1] == ("the",):
+                words = words[1:]
+            if words:
+                phrases[words].add(key)
+        for spelling in spellings:
+            short = regex.fullmatch(r"(?:.* of (?:the )?|Great )(\p{L}+)", spelling)
+            if short and any(d.strip().lower().startswith(short.group(1).lower()[:4]) for d in demonyms if d.strip()):
+                phrases[(short.group(1).lower(),)].add(key)
+    stem = _stem()
+    stems: dict[str, set[str]] = collections.defaultdict(set)
+    for words, keys in phrases.items():
+        if len(words) == 1:
+            stems[stem(words[0])] |= keys
+    return _Countries({w: frozenset(k) for w, k in phrases.items()}, {s: frozenset(k) for s, k in stems.items()},
+                      {c: frozenset(k) for c, k in codes.items()}, max(map(len, phrases)))
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One piece of an answer's content: a word (its stem, and the countries it names), a
+    country's multi-word name, or a number; ``keys`` are what two units share."""
+
+    keys: frozenset[str]
+    word: str  # lowercased surface form ("" for a number), for acronyms
+    function: bool  # a function word: content only when an answer has nothing else
+
+
+@functools.lru_cache(maxsize=65536)
+def _units(text: str) -> tuple[_Unit, ...]:
+    """The units of ``text`` in order (:class:`_Unit`), function words marked."""
+    text = _fold(text)
+    text = _DOTTED.sub(lambda m: m.group(1).replace(".", ""), text)
+    text = _CANNOT.sub(lambda m: {"can": "can", "won": "will", "shan": "shall"}[m.group(1).lower()] + " not", text)
+    text = _NOT.sub(" not", text)
+    text = _CLITIC.sub("", text)
+    tokens = _TOKEN.findall(numerals(text))
+    countries, stem = _countries(), _stem()
+    units: list[_Unit] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token[0].isdigit():
+            number = token.rstrip("0").rstrip(".") if "." in token else str(int(token))
+            units.append(_Unit(frozenset({f"number:{number}"}), "", False))
+            i += 1
+            continue
+        width = next((n for n in range(min(countries.longest, len(tokens) - i), 1, -1)
+                      if tuple(t.lower() for t in tokens[i:i + n]) in countries.phrases), 0)
+        if width:
+            words = tuple(t.lower() for t in tokens[i:i + width])
+            units.append(_Unit(countries.phrases[words], " ".join(words), False))
+            i += width
+            continue
+        lower = token.lower()
+        following = tokens[i + 1] if i + 1 < len(tokens) else ""
+        function = (
+            lower in _FUNCTION_WORDS
+            or lower == _PRONOUN_I
+            or (lower in _ANSWER_WHEN_CAPITALS and not (token.isupper() and len(token) > 1))
+            or (lower in _ANSWER_WHEN_CAPITALISED and token.islower())
+            or (lower == _AM and not (units and not units[-1].word))  # "am", not "10 am"
+            or (lower in _TITLES and not token.isupper() and following[:1].isupper())
+        )
+        keys = {f"word:{stem(lower)}"}
+        if not function:
+            keys |= countries.phrases.get((lower,), frozenset()) | countries.stems.get(stem(lower), frozenset())
+            if token.isupper() and len(token) > 1:
+                keys |= countries.codes.get(token, frozenset())
+        units.append(_Unit(frozenset(keys), lower, function))
+        i += 1
+    return tuple(units)
 
 
 def answer_content(text: str, question: str = "") -> frozenset[str]:
-    """The words of an answer that can carry its value (:func:`_content_words`), without the words
-    of ``question``: an answer that only restates its question carries none."""
-    return frozenset(_content_words(text, frozenset(dpr_tokens(numerals(question)))))
+    """The content of an answer as :func:`content_match` compares it: stems of its content words
+    ("word:tesla"), the countries it names ("country:france" for "French"), its numbers
+    ("number:200" for "two hundred") — without what ``question`` holds: an answer that only
+    restates its question carries none."""
+    asked = {key for unit in _units(question) for key in unit.keys}
+    return frozenset(key for unit in _units(text) if not unit.function and not unit.keys & asked
+                     for key in unit.keys)
 
 
-def _same_word(a: str, b: str) -> bool:
-    """One word, allowing inflection: equal, or (both alphabetic) sharing their first five letters
-    and more than the shorter one's length minus two ("american" / "america", "germany" / "german";
-    not "austria" / "australia")."""
-    if a == b:
-        return True
-    if not (a.isalpha() and b.isalpha()):
-        return False
-    shared = len(os.path.commonprefix([a, b]))
-    return shared >= 5 and shared > min(len(a), len(b)) - 2
+@dataclass(frozen=True)
+class ContentMatch:
+    """The content check's decision on two answers and its reason: ``shared word``, ``country
+    or demonym``, ``shared number``, ``acronym``, ``no content either side`` (passed to the
+    judge); ``numbers differ``, ``no shared content`` (refused)."""
+
+    shared: bool
+    reason: str
 
 
 def _acronym_of(words: Sequence[str], expansion: Sequence[str]) -> bool:
@@ -212,36 +368,58 @@ def _acronym_of(words: Sequence[str], expansion: Sequence[str]) -> bool:
     return any(2 <= len(word) <= 6 and word.isalpha() and word in initials for word in words)
 
 
+def content_match(premise: str, hypothesis: str) -> ContentMatch:
+    """:func:`shares_answer_content` with its reason (:class:`ContentMatch`)."""
+    premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
+    asked = {key for unit in _units(premise[: len(premise) - len(premise_answer)]) for key in unit.keys}
+    premise_units, hypothesis_units = _units(premise_answer), _units(hypothesis_answer)
+    # The content units without the question's; with them when an answer has no other (a gold
+    # answer the question names); all words when an answer is function words alone ("after").
+    first, second = ([u for u in units if not u.function and not u.keys & asked]
+                     for units in (premise_units, hypothesis_units))
+    if not first or not second:
+        first, second = ([u for u in units if not u.function] for units in (premise_units, hypothesis_units))
+        if not first and not second:
+            return ContentMatch(True, "no content either side")
+    if not first or not second:
+        first, second = list(premise_units), list(hypothesis_units)
+    first_keys = {key for unit in first for key in unit.keys}
+    second_keys = {key for unit in second for key in unit.keys}
+    first_numbers = {k for k in first_keys if k.startswith("number:")}
+    second_numbers = {k for k in second_keys if k.startswith("number:")}
+    if first_numbers and second_numbers and not first_numbers & second_numbers:
+        return ContentMatch(False, "numbers differ")
+    common = first_keys & second_keys
+    if any(k.startswith("number:") for k in common):
+        return ContentMatch(True, "shared number")
+    if any(k.startswith("word:") for k in common):
+        return ContentMatch(True, "shared word")
+    if common:
+        return ContentMatch(True, "country or demonym")
+    first_words = [w for u in first if not u.function for w in u.word.split()]
+    second_words = [w for u in second if not u.function for w in u.word.split()]
+    if _acronym_of(first_words, second_words) or _acronym_of(second_words, first_words):
+        return ContentMatch(True, "acronym")
+    return ContentMatch(False, "no shared content")
+
+
 def shares_answer_content(premise: str, hypothesis: str) -> bool:
     """Whether two answers can be the same answer on their words: ragutil's content check, which
     ``nli: {answer_check: content}`` puts in front of the NLI (docs/metrics.md).
 
-    Texts in SePer's ``"{q}? {answer}"`` form are compared without their shared question. The two
-    answers' content words (:func:`answer_content`) must share a word (inflections and acronyms
-    count) — the question's own words left out unless one answer has no other (a gold answer
-    the question names: "high-voltage" for "Were they high-voltage or low-voltage?"); where both
-    hold numbers, they must share a number; two answers without content words ("it", "he") pass,
-    left to the NLI. So a wrong value of the right type ("a doctor" for "Dr. Kuhn", "13" for
-    "12"), a restated question and a refusal are never equivalent to an answer, whatever the NLI
-    says."""
-    premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
-    asked = set(dpr_tokens(numerals(premise[: len(premise) - len(premise_answer)])))
-    # Each answer is tokenised once: its content words in order (for acronyms), then as sets.
-    premise_words, hypothesis_words = _content_words(premise_answer), _content_words(hypothesis_answer)
-    first, second = set(premise_words) - asked, set(hypothesis_words) - asked
-    if not first or not second:
-        first, second = set(premise_words), set(hypothesis_words)
-        if not first and not second:
-            return True
-    first_numbers = {t for t in first if t.isdigit()}
-    second_numbers = {t for t in second if t.isdigit()}
-    if first_numbers and second_numbers and not first_numbers & second_numbers:
-        return False
-    return (
-        any(_same_word(a, b) for a in first for b in second)
-        or _acronym_of(first, hypothesis_words)
-        or _acronym_of(second, premise_words)
-    )
+    Texts in SePer's ``"{q}? {answer}"`` form are compared without their shared question. Each
+    answer's content (:func:`answer_content`) is its words without function words, stemmed
+    (Snowball), with the countries they name (countryinfo: "French" names France) and its numbers
+    as numerals (:func:`numerals`). The two answers must share a piece of content — a stem, a
+    country, a number, or an acronym and its expansion — the question's own words left out unless
+    an answer has no other (a gold answer the question names: "high-voltage" for "Were they
+    high-voltage or low-voltage?"), and every word counted when an answer is function words alone
+    ("after"); where both hold numbers, they must share a number; two empty answers pass, left to
+    the NLI. So an answer sharing nothing with the gold ("a doctor" for "Dr. Kuhn" when the
+    question asks for the doctor), another number ("13" for "12"), a restated question and a
+    refusal are never equivalent to it, whatever the NLI says. Two answers that share a word are
+    passed to the NLI, however different ("John Smith" / "Mary Smith", "5 km" / "5 miles")."""
+    return content_match(premise, hypothesis).shared
 
 
 def loose_match(prediction: str, golds: Golds) -> bool:

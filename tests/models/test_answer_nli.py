@@ -171,8 +171,8 @@ def test_an_older_training_is_not_the_current_model(tmp_path: Path) -> None:
 
 
 def test_talk_about_the_answer_or_the_document_is_a_non_answer() -> None:
-    """SmolLM2 often writes about its answer or the document instead of giving one ("The document
-    contains the following:", "A worthy answer", "Doc 1: <subject>"): such texts are among the
+    """A small LLM often writes about its answer or the document instead of giving one ("The
+    document lists these points:", "A fitting reply", "Doc 2: <subject>"): such texts are among the
     non-answers and never hold the answer."""
     from ragutil_dagster.embedded.answer_pairs import META_PREDICATES, non_answer
     from ragutil_dagster.metrics.answers import has_answer

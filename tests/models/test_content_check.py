@@ -56,7 +56,9 @@ def test_answers_without_content_words_are_left_to_the_judge() -> None:
     # yes / no answers are content: they must agree
     assert not shares_answer_content(q("yes", "Did it?"), q("No, it did not.", "Did it?"))
     assert shares_answer_content(q("not", "Did it?"), q("It did not.", "Did it?"))
-    assert answer_content("Tesla's lab", "") == {"tesla", "lab"}  # the clitic "s" is no content
+    assert answer_content("Tesla's lab", "") == {"word:tesla", "word:lab"}  # the clitic "s" is no content
+    assert {"word:french", "country:france"} <= answer_content("the French", "")  # and France's territories
+    assert answer_content("two hundred", "How many?") == {"number:200"}
 
 
 def test_pairs_without_shared_content_are_neutral_and_never_reach_the_judge() -> None:
