@@ -134,8 +134,9 @@ class Freshness:
         return found
 
     def _newer_parent(self, asset: dg.AssetKey, key: str | None, since: float, step: set[dg.AssetKey]) -> str | None:
-        """A parent partition materialised after ``since`` (outside the step itself), if any."""
-        for parent, partitions in self._parents(asset, key).items():
+        """A parent partition materialised after ``since`` (outside the step itself), if any: the
+        first in asset-key order, so the reason a step gives is the same on every run."""
+        for parent, partitions in sorted(self._parents(asset, key).items(), key=lambda item: item[0].to_user_string()):
             if parent in step or not self.graph.get(parent).is_materializable:
                 continue
             for partition in partitions:

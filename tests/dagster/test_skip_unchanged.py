@@ -65,10 +65,14 @@ def test_a_deleted_artifact_reruns_its_partition(grid, capsys) -> None:
     shutil.rmtree(home / "artifacts" / artifact)
     before = len(instance.get_runs())
     outcome = run(config, home, instance)
-    # Its step again (every score table of the partition), then the reports, whose parent is newer.
-    assert said_run(capsys) == {f"generations+11 more[{key}]: {MISSING}", f"reports: upstream newer (metric_scores[{key}])"}
-    assert outcome.runs == len(instance.get_runs()) - before == 2
-    assert outcome.skipped == partitions(config) - 2
+    # Its step again (every score table of the partition), then the cross-LLM utility of the
+    # partition and the reports, whose parents are newer.
+    assert said_run(capsys) == {
+        f"generations+11 more[{key}]: {MISSING}", f"utility_transfer[{key}]: upstream newer (candidate_scores[{key}])",
+        f"reports: upstream newer (metric_scores[{key}])",
+    }
+    assert outcome.runs == len(instance.get_runs()) - before == 3
+    assert outcome.skipped == partitions(config) - 3
 
 
 def test_force_runs_every_partition(grid) -> None:
@@ -99,11 +103,12 @@ def test_a_changed_retriever_reruns_only_its_partitions(grid, capsys) -> None:
     assert said_run(capsys) == {
         f"{step}: {CHANGED['config']}" for step in (
             "passage_embeddings[world__dense__shard-1-of-1]", "index[world__dense]",
-            "retrieval_run+3 more[world__dense__k1]", "generations+11 more[lm0|world__dense__k1]", "reports",
+            "retrieval_run+3 more[world__dense__k1]", "generations+11 more[lm0|world__dense__k1]",
+            "utility_transfer[lm0|world__dense__k1]", "reports",
         )
     }
-    assert outcome.runs == len(instance.get_runs()) - before == 5
-    assert outcome.skipped == partitions(changed) - 5
+    assert outcome.runs == len(instance.get_runs()) - before == 6
+    assert outcome.skipped == partitions(changed) - 6
     # The report still compares both retrievers: BM25's skipped partition read the same config slice.
     tracking = MlflowTracking(home=str(home))
     assert {p.setting.retriever for p in partition_scores(tracking, parse_config(changed))} == {"bm25", "dense"}
