@@ -31,7 +31,7 @@ from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import ensure_answer_nli
 from ragutil_dagster.models.causal_lm import load_causal_lm
 from ragutil_dagster.models.entailment import ContentCheckedJudge, Entailment
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.resolver import resolve
 
 RESULTS = REALISTIC_RESULTS.with_name("adaptive_cost.json")

@@ -64,7 +64,7 @@ from scipy.special import softmax
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
 from ragutil_dagster.evaluation.sampling import continues, round_sizes
-from ragutil_dagster.evaluation.scoring import soft_seper, table_entail
+from ragutil_dagster.evaluation.groups import soft_seper, table_entail
 from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
@@ -237,7 +237,7 @@ def paired_shift(tables: dict[str, Tables], first: str, second: str, keys: list[
 
 def validity_r(store: ArtifactStore, partition: str, rng: np.random.Generator) -> dict[str, float]:
     """The pipeline's validity r — Pearson r of per_doc ΔSePer_S with true utility over the
-    questions not answered closed book (``evaluation/scoring._validity_correlations``) — recomputed
+    questions not answered closed book (``evaluation/summary._validity_correlations``) — recomputed
     from the stored tables (checked against the summary), and its query-bootstrap 95 % CI."""
     unanswered = store.read_table("metric_scores", partition).filter(~pl.col("answer_has_closed"))["query_id"]
     documents = store.read_table("document_scores", partition).filter(

@@ -30,7 +30,8 @@ from seper_e2e import REALISTIC_RESULTS, build_real_workload, grid_subset_args, 
 
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
 from ragutil_dagster.models.causal_lm import load_causal_lm
-from ragutil_dagster.models.generation import HFGenerator, Sample, sample_rounds
+from ragutil_dagster.models.generation import Sample, sample_rounds
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.sampling import SamplingParams
 

@@ -48,7 +48,7 @@ from ragutil_dagster.embedded.tiny import (
     train_bpe_tokenizer,
 )
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).parent / "results" / "generation.json"

@@ -52,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from ragutil_dagster.models.causal_lm import load_causal_lm
-    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.models.resolver import resolve
     from ragutil_dagster.sampling import SamplingParams
 

@@ -117,7 +117,7 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
 
 def hf_sampling_speed(model, prompts: list[str], dtype: str, args: argparse.Namespace) -> float:
     """Samples/s of the hf backend on the vLLM run's workload (same prompts, n, tokens, T = 1)."""
-    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.sampling import SamplingParams
 
     generator = HFGenerator(model, device="cpu", dtype=dtype, use_chat_template=args.chat_template,

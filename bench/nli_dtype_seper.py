@@ -3,7 +3,7 @@
 ``bench/nli_runtime.py`` counts labels kept; this bench asks the question a user has: do the
 metrics move? It reads a finished ``ragutil run`` whose NLI ran in float32 (its home's NLI
 tables and the generations they judged) and has the same NLI model judge those generations again
-in ``--dtype``, as the NLI step does (``evaluation.scoring.compute_nli``: which pairs SePer's
+in ``--dtype``, as the NLI step does (``evaluation.groups.compute_nli``: which pairs SePer's
 clustering asks for depends on the answers to earlier pairs, so the second dtype may judge pairs
 the first never needed), through ``models.entailment.Entailment`` (length batches; compiled
 where ``COMPILE_MIN_PAIRS`` says it pays; one pair judged once across partitions, through a
@@ -39,7 +39,8 @@ import yaml
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.assets.entailment_clusters import all_generations
 from ragutil_dagster.config import parse_config
-from ragutil_dagster.evaluation.scoring import compute_nli, group_scores, query_scores
+from ragutil_dagster.evaluation.groups import compute_nli, group_scores
+from ragutil_dagster.evaluation.paper_scores import query_scores
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.runner import dagster_instance

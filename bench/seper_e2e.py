@@ -103,14 +103,8 @@ from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
-from ragutil_dagster.evaluation.scoring import (
-    compute_nli,
-    document_scores,
-    group_scores,
-    query_scores,
-    soft_seper,
-    table_entail,
-)
+from ragutil_dagster.evaluation.groups import compute_nli, group_scores, soft_seper, table_entail
+from ragutil_dagster.evaluation.paper_scores import document_scores, query_scores
 from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases, shares_answer_content
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
@@ -119,7 +113,8 @@ from ragutil_dagster.models.device import cpu_has_native_bf16, vllm_cpu_environm
 from ragutil_dagster.models.entailment import NEUTRAL, ContentCheckedJudge, Entailment
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.models.embedding import Embedder
-from ragutil_dagster.models.generation import Generator, HFGenerator, Sample, truncate_at_stop
+from ragutil_dagster.models.generation import Generator, Sample, truncate_at_stop
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever
 from ragutil_dagster.sampling import SamplingParams

@@ -66,7 +66,8 @@ from ragutil_dagster.metrics.answers import bleu, exact_match, f1, rouge_l
 from ragutil_dagster.models.bertscore import DEFAULT_BERTSCORE_MODEL, BertScorer
 from ragutil_dagster.metrics.stats import pearson
 from ragutil_dagster.models.entailment import Entailment
-from ragutil_dagster.models.generation import HFGenerator, Sample
+from ragutil_dagster.models.generation import Sample
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.sampling import SamplingParams
 

@@ -1,6 +1,6 @@
 """Materialise a whole experiment — the engine of ``ragutil run``.
 
-Each asset partition whose inputs changed since it last ran (``freshness.py``) runs as its own
+Each asset partition whose inputs changed since it last ran (``skip_unchanged.py``) runs as its own
 Dagster run, in dependency order, recorded in the Dagster
 instance (``$DAGSTER_HOME``, else ``$RAGUTIL_HOME/dagster``, on PostgreSQL when
 ``$RAGUTIL_DAGSTER_POSTGRES_URL`` is set), so ``dagster dev`` on the same
@@ -33,7 +33,7 @@ from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.errors import SerializedError, StepFailedError
-from ragutil_dagster.freshness import Freshness
+from ragutil_dagster.skip_unchanged import Freshness
 from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -232,7 +232,7 @@ def materialize_all(
     force: bool = False,
     executor: str | None = None,
 ) -> RunOutcome:
-    """Run every step of :func:`plan` whose inputs changed since it last ran (``freshness.py``;
+    """Run every step of :func:`plan` whose inputs changed since it last ran (``skip_unchanged.py``;
     ``force``: every step), printing each partition run or skipped and why; stop at the first
     failure with :class:`StepFailedError`.
 

@@ -135,7 +135,7 @@ MULTISTEP_QUERY_SCHEMA: dict[str, pl.DataType] = {
     "query_id": pl.String, "round": pl.Int32, "query": pl.String, "passages_added": pl.Int32,
 }
 
-# --- score tables: metric_scores, document_scores, group_scores (evaluation/scoring.py) ---------
+# --- score tables: metric_scores, document_scores, group_scores (evaluation/) ---------------------
 # Per SePer group (GROUP_KEYS): SePer_S/H, semantic entropy and the number of its clusters, mean
 # EM / F1 / has_answer over the N samples, the token baselines of SePer Table 2, and the judged
 # answer (greedy, else the most likely sample) with its correctness.

@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"automation"},
     {"celery_executor"},
     {"definitions"},
-    {"freshness"},
+    {"skip_unchanged"},
     {"runner"},
     {"cli"},
 ]

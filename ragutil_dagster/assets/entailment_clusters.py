@@ -12,7 +12,7 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.evaluation.sampling import sampling_mismatch
-from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli
+from ragutil_dagster.evaluation.groups import cluster_table, compute_nli
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tracking.partition import NLI_DTYPE

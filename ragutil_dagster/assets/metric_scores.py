@@ -22,14 +22,14 @@ from ragutil_dagster.evaluation.predictors import (
     retrieval_predictors_table,
     table_one,
 )
-from ragutil_dagster.evaluation.scoring import (
+from ragutil_dagster.evaluation.groups import group_scores
+from ragutil_dagster.evaluation.paper_scores import (
     document_scores,
-    group_scores,
     leave_one_out_hits,
     query_scores,
-    summarize,
-    utility_scores,
 )
+from ragutil_dagster.evaluation.summary import summarize
+from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelLoader

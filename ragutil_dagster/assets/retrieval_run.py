@@ -29,7 +29,7 @@ from ragutil_dagster.data.run_files import NAMED_MISSING_QUERIES, read_external_
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.evaluation.conditions import PromptBudget
 from ragutil_dagster.evaluation.multistep import Ranked, run_rounds
-from ragutil_dagster.evaluation.scoring import retriever_summary
+from ragutil_dagster.evaluation.summary import retriever_summary
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.rerank import rerank

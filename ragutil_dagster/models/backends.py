@@ -62,7 +62,7 @@ class Backend:
 
 
 def _hf_generator(config: HFGeneratorConfig, local_copy: ModelRef, placement: Placement) -> Generator:
-    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.models.hf_backend import HFGenerator
 
     return HFGenerator(
         local_copy, device=placement.device, dtype=config.dtype, use_chat_template=config.use_chat_template,

@@ -11,7 +11,7 @@ import pytest
 
 from ragutil_dagster.assets.generations import SAMPLE_COUNT_CHECK
 from ragutil_dagster.config import AdaptiveSamplingConfig
-from ragutil_dagster.evaluation.scoring import seper_standard_errors, table_entail
+from ragutil_dagster.evaluation.groups import seper_standard_errors, table_entail
 from ragutil_dagster.tracking.partition import upstream_figures
 
 N_MAX, FIRST, SIZE = 6, 2, 2

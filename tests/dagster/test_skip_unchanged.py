@@ -1,4 +1,4 @@
-"""``ragutil run`` materialises only what changed (``freshness.py``): an unchanged grid skips every
+"""``ragutil run`` materialises only what changed (``skip_unchanged.py``): an unchanged grid skips every
 partition, a deleted artifact re-runs its partition, a changed retriever only its own partitions,
 ``--force`` all. One small grid (BM25 and dense, k = 1, no utility judgments) is materialised
 once; the tests re-run it in process, in file order, each leaving it fresh for the next."""
@@ -13,7 +13,7 @@ import pytest
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.freshness import CHANGED, FORCED, MISSING, Freshness
+from ragutil_dagster.skip_unchanged import CHANGED, FORCED, MISSING, Freshness
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all, plan
 from ragutil_dagster.tracking import MlflowTracking

@@ -25,7 +25,7 @@ from ragutil_dagster.embedded.training import (
 from ragutil_dagster.embedded.world import make_reading_world, make_world
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.entailment import Entailment
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
 
 # The CI size (80 people, 20 companies, 600 reader steps) memorises its known facts but has not

@@ -17,7 +17,8 @@ from ragutil_dagster.evaluation.conditions import (
     context_prompts,
     leave_out_prompts,
 )
-from ragutil_dagster.evaluation.scoring import leave_one_out_hits, summarize
+from ragutil_dagster.evaluation.paper_scores import leave_one_out_hits
+from ragutil_dagster.evaluation.summary import summarize
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics.consens import consens, leave_one_out_auc
 from ragutil_dagster.models.token_scoring import ScoredContinuation

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from ragutil_dagster.config import ERAGConfig, parse_config
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.evaluation.scoring import ERAG_LABEL_COLUMNS, document_scores, query_scores, summarize
+from ragutil_dagster.evaluation.paper_scores import (
+    ERAG_LABEL_COLUMNS,
+    document_scores,
+    query_scores,
+)
+from ragutil_dagster.evaluation.summary import summarize
 from ragutil_dagster.metrics import answers
 from ragutil_dagster.metrics.erag import DOWNSTREAM_METRICS, erag_labels, erag_scores
 from ragutil_dagster.metrics.seper import delta_seper

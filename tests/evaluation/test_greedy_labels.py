@@ -8,7 +8,7 @@ import pytest
 
 from ragutil_dagster.config import SamplingConfig
 from ragutil_dagster.evaluation.sampling import off_schedule_groups, sample_prompts, sampling_mismatch
-from ragutil_dagster.evaluation.scoring import judged_answers
+from ragutil_dagster.evaluation.groups import judged_answers
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, PROMPT_SCHEMA

@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from ragutil_dagster.evaluation.scoring import UtilityScores, retriever_summary, summarize
+from ragutil_dagster.evaluation.summary import retriever_summary, summarize
+from ragutil_dagster.evaluation.utility_scores import UtilityScores
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.retrieval.runs import mirage_retrieval
 from ragutil_dagster.tables import CANDIDATE_SCHEMA, QRELS_SCHEMA, RUN_SCHEMA, UTILITY_JUDGMENT_SCHEMA

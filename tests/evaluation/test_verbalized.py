@@ -1,7 +1,7 @@
 """LLM-specific utility judged by the generator (evaluation/verbalized.py): the prompts of each
 method, greedy decoding with each kind's token budget, robust parsing with its failures counted,
 answers with candidates alone only beyond the top k, RAG with each method's passages — then
-judged against the gold answers (evaluation/scoring.utility_scores)."""
+judged against the gold answers (evaluation/utility_scores.utility_scores)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.config import parse_config
-from ragutil_dagster.evaluation.scoring import utility_scores
+from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.evaluation.verbalized import judge_utility, judgment_max_new_tokens, parse_failures
 from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.models.generation import Sample

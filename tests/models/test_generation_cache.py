@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from ragutil_dagster.models.cache import ENTRIES_TABLE, SQLITE_FILE, CachedGenerator, GenerationCache
-from ragutil_dagster.models.generation import HFGenerator, Sample
+from ragutil_dagster.models.generation import Sample
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
 
 PROMPTS = [

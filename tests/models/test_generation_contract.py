@@ -16,7 +16,8 @@ import torch
 from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.errors import ConfigError, ModelUnavailableError
 from ragutil_dagster.models.backends import BACKENDS
-from ragutil_dagster.models.generation import Generator, HFGenerator, Sample
+from ragutil_dagster.models.generation import Generator, Sample
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import vllm_available
 from ragutil_dagster.resources import ModelLoader

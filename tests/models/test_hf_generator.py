@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from ragutil_dagster.models.causal_lm import load_causal_lm
-from ragutil_dagster.models.generation import HFGenerator, truncate_at_stop
+from ragutil_dagster.models.generation import truncate_at_stop
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
 
 PROMPT = "Question: where is Mount Everest? Answer:"
@@ -209,20 +210,20 @@ def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, 
     """The prompts' cache kept once per prompt (grouped-query attention over it, finished prompts
     leaving the batch) gives the samples of the cache copied n times, and the model's attention
     implementation is restored afterwards."""
-    from ragutil_dagster.models import generation
+    from ragutil_dagster.models import hf_backend
 
     config = gen.lm.model.config
     assert config.num_key_value_heads < config.num_attention_heads  # grouped-query, as SmolLM2
     prompts = ["hi", PROMPT, PROMPT * 4, "The capital of France is", "Once upon a time"]
     params = SamplingParams(n=4, max_new_tokens=24, seed=5, stop=("\n", "."))
     built = []
-    original = generation.SharedPrefix.from_layers
+    original = hf_backend.SharedPrefix.from_layers
 
     def recorded(*args, **kwargs):
         built.append(True)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(generation.SharedPrefix, "from_layers", recorded)
+    monkeypatch.setattr(hf_backend.SharedPrefix, "from_layers", recorded)
     shared = gen.sample(prompts, params)
     assert built and config._attn_implementation == "sdpa"
     monkeypatch.setattr(type(gen.lm.model), "_can_set_attn_implementation", lambda self: False)

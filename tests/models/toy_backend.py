@@ -10,7 +10,8 @@ from pydantic import ConfigDict, Field
 
 from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.models.backends import Backend, Placement
-from ragutil_dagster.models.generation import HFGenerator, Sample
+from ragutil_dagster.models.generation import Sample
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.sampling import SamplingParams

@@ -22,7 +22,7 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.evaluation.sampling import generation_issues
 from ragutil_dagster.evaluation.signals import passage_spans
-from ragutil_dagster.models.generation import HFGenerator
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.infra.redaction import redact, redact_uri
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.sampling import SamplingParams
