@@ -47,7 +47,7 @@ def test_a_model_step_is_a_kubernetes_job_with_one_gpu(tiny_experiment, tmp_path
     model_ops = {name for name, op in ops.items() if op.pool == GPU_POOL}
     assert model_ops == {
         "passage_embeddings", "index", "retrieval", "closed_book_generations", "generations", "entailment_clusters",
-        "utility_judgments",
+        "utility_judgments", "utility_transfer",
     }
     for name, op in ops.items():
         job = construct_dagster_k8s_job(

@@ -22,7 +22,7 @@ NODES = {
     "retrieved_passages", "closed_book_generations", "generations", "consens",
     "utility_generations", "utility_judgments", "utility_signals",
     "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "candidate_scores", "group_scores",
-    "retrieval_correlations", "reports",
+    "retrieval_correlations", "utility_transfer", "reports",
     "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
 }
 
@@ -57,7 +57,11 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
             "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_candidates",
             "utility_generations", "utility_judgments", "utility_signals",
         } | setting_inputs
-    assert parents["reports"] == {"metric_scores"}
+    assert parents["utility_transfer"] == {
+        "group_scores", "utility_generations", "metric_scores", "candidate_scores", "setting_queries",
+        "retrieved_passages", "model/generator",
+    }
+    assert parents["reports"] == {"metric_scores", "utility_transfer"}
     setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
     assert sorted(setting_keys) == sorted(
         f"lm0|world__{r}__k{k}" for r in ("bm25", "dense") for k in (1, 2)

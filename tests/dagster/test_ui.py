@@ -37,7 +37,7 @@ NODES = [
     "queries", "corpus", "index", "retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages",
     "closed_book_generations", "generations", "consens", "utility_generations", "utility_judgments",
     "utility_signals", "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores",
-    "candidate_scores", "group_scores", "retrieval_correlations", "reports",
+    "candidate_scores", "group_scores", "retrieval_correlations", "utility_transfer", "reports",
 ]
 ARTIFACTS = Path("/tmp/ragutil-test-ui")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
