@@ -53,11 +53,12 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
     scoring = (
         "candidate_scores", "consens", "document_scores", "entailment_clusters", "generations", "group_scores",
         "metric_scores", "nli_probabilities", "retrieval_correlations", "utility_generations", "utility_judgments",
-        "utility_signals",
+        "utility_signals", "utility_transfer",
     )
+    # lm0's transfer step answers with lm1's gold-utility passages, which may change with lm1.
     assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
         (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
-    }
+    } | {(("utility_transfer",), f"lm0|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)}
     after = sensor(dg.build_sensor_context(cursor=changed.cursor))
     assert not after.run_requests
 
@@ -84,8 +85,9 @@ def test_moving_a_prompt_alias_requests_the_partitions_of_the_generators_using_i
     registry.set_prompt_alias("cb", "production", 2)
     moved = sensor(dg.build_sensor_context(cursor=first.cursor))
     assert (("closed_book_generations",), "world|lm1") in requested(moved)
-    assert {key.split("|")[0] for _, key in requested(moved) if "|" in key} <= {"lm1", "world"}
-    assert not any(key.startswith("lm0") or key == "world|lm0" for _, key in requested(moved))
+    # Of lm0, only the transfer step, which reads lm1's gold-utility passages.
+    assert {names for names, key in requested(moved) if key.startswith("lm0")} == {("utility_transfer",)}
+    assert (("closed_book_generations",), "world|lm0") not in requested(moved)
 
 
 def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
@@ -94,7 +96,7 @@ def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> N
            for r in affected_runs(["nli"], assets)}
     nli_steps = (
         "candidate_scores", "document_scores", "entailment_clusters", "group_scores", "metric_scores",
-        "nli_probabilities", "retrieval_correlations",
+        "nli_probabilities", "retrieval_correlations", "utility_transfer",
     )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
     dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
