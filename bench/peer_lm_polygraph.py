@@ -4,7 +4,13 @@ one run, on the same questions, LLM, N, temperature, token limit and NLI model (
     flock /tmp/ragutil-heavy.lock python bench/peer_lm_polygraph.py \\
         [--records /work/shared/data/squad/beir/records_200.jsonl] [--questions 30] [--n 10] \\
         [--max-new-tokens 32] [--engines hf[,vllm]] [--nli embedded:nli] [--dtype auto] \\
-        [--venv /work/runs/venv-lm-polygraph] [--batch-size 8] [--nli-batch-size 10] [--no-replicate]
+        [--venv /work/runs/venv-lm-polygraph] [--batch-size 8[,16]] [--nli-batch-size 10] \\
+        [--kv-cache-space-gib 2] [--no-replicate]
+
+The committed run (bench/results/peer_lm_polygraph.json, docs/performance.md):
+
+    RAGUTIL_HOME=/work/runs/home flock /tmp/ragutil-heavy.lock \\
+        python bench/peer_lm_polygraph.py --questions 30 --engines hf,vllm --batch-size 8,16
 
 Workload: the first ``--questions`` records of a ``ragutil score`` JSONL (SQuAD: question, gold
 answers, two paragraphs), each closed book and with its paragraphs (``with_context``: all of the
@@ -82,6 +88,12 @@ STOP = ("\n",)
 CONDITIONS = {"closed_book": "closed_book", "rag": "with_context"}
 DEFINITIONS = ("ragutil", "lm_polygraph_default", "empirical")
 TARGET = 5.0  # ragutil ÷ LM-Polygraph questions/s, end to end (issue 54)
+# The system message WhiteboxModelvLLM(instruct=True) puts before every prompt (lm_polygraph 0.7.0,
+# model_adapters/whitebox_model_vllm.py; the child checks it is still there). ragutil's vLLM
+# generator is given it too so both paths prompt alike; the hf paths use none (SmolLM2's template
+# then adds its default one on both sides).
+LMP_VLLM_SYSTEM = ("You are a knowledgeable assistant who answers questions concisely and accurately "
+                   "and strictly follows output formatting instructions.")
 
 
 # ----------------------------------------------------------------------------- definitions
@@ -146,7 +158,7 @@ def constraints_file(directory: Path) -> Path:
 def venv_packages(python: Path) -> dict[str, str]:
     listing = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
                              check=True, capture_output=True, text=True).stdout
-    return {p["name"].lower(): p["version"] for p in json.loads(listing)}
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing)}
 
 
 def ensure_venv(venv: Path, with_vllm: bool, scratch: Path) -> dict[str, object]:
@@ -262,8 +274,9 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     else:
         from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
-        generator = VLLMGenerator(ref, dtype=job["dtype"], use_chat_template=True, max_model_len=2048,
-                                  kv_cache_space_gib=2, show_progress=False)
+        generator = VLLMGenerator(ref, dtype=job["dtype"], use_chat_template=True, system_prompt=job["system_prompt"],
+                                  max_model_len=2048, kv_cache_space_gib=job["kv_cache_space_gib"],
+                                  show_progress=False)
     nli = Entailment(job["nli"], device="cpu", cache=Path(job["scratch"]) / f"nli-{os.getpid()}.sqlite",
                      show_progress=False)
     load_s = time.perf_counter() - begun
@@ -317,12 +330,11 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
             "cluster_ids": ids["cluster_id"].to_list(),
             "semantic_entropy": entropy[(qid, condition)],
         })
-    prompt_ids = None
-    if job["engine"] == "hf":
-        prompt_ids = dict(zip(
-            [f"{q}|{c}" for q, c in prompts.select("query_id", "condition").iter_rows()],
-            generator.lm.encode_prompts(prompts["prompt"].to_list()),
-        ))
+    encode = generator.lm.encode_prompts if job["engine"] == "hf" else generator.encode_prompts
+    prompt_ids = dict(zip(
+        [f"{q}|{c}" for q, c in prompts.select("query_id", "condition").iter_rows()],
+        encode(prompts["prompt"].to_list()),
+    ))
     import resource
 
     out_path.write_text(json.dumps({
@@ -504,7 +516,10 @@ def parse_args() -> argparse.Namespace:
                         help="the LLM's dtype on both sides; auto: ragutil's CPU default (bfloat16 where "
                         "the CPU has it natively, else float32)")
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    parser.add_argument("--batch-size", type=int, default=8, help="LM-Polygraph's prompts per batch")
+    parser.add_argument("--batch-size", default="8",
+                        help="LM-Polygraph's prompts per batch on hf; several (comma-separated) are each run and "
+                        "the fastest compared (on vllm every prompt goes in one batch: the engine schedules them)")
+    parser.add_argument("--kv-cache-space-gib", type=float, default=2.0, help="vLLM's KV cache, both sides")
     parser.add_argument("--nli-batch-size", type=int, default=10, help="LM-Polygraph's NLI pairs per batch (its default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-replicate", action="store_true", help="skip ragutil's second-seed run")
@@ -551,11 +566,15 @@ def main() -> None:
         }
         for engine in engines:
             engine_env = {**env, **(vllm_cpu_environment() if engine == "vllm" else {})}
+            engine_job = {**base_job, "engine": engine, "kv_cache_space_gib": args.kv_cache_space_gib,
+                          "system_prompt": LMP_VLLM_SYSTEM if engine == "vllm" else None}
             runs: dict[str, dict] = {}
-            seeds = [args.seed] if args.no_replicate else [args.seed, args.seed + 1]
+            # The Monte-Carlo ceiling (a second seed) once, on the first engine.
+            replicate = not args.no_replicate and engine == engines[0]
+            seeds = [args.seed, args.seed + 1] if replicate else [args.seed]
             for seed in seeds:
                 job = scratch / f"ragutil-{engine}-{seed}.json"
-                job.write_text(json.dumps({**base_job, "engine": engine, "seed": seed}))
+                job.write_text(json.dumps({**engine_job, "seed": seed}))
                 out = scratch / f"ragutil-{engine}-{seed}.out.json"
                 print(f"ragutil {engine}, seed {seed} …", flush=True)
                 runs[f"ragutil-{seed}"] = run_child(
@@ -568,21 +587,28 @@ def main() -> None:
                  "nli_prefix": reference["nli_prefix"][key.split("|")[0]]}
                 for key, prompt in reference["prompts"].items()
             ]
-            job = scratch / f"lmp-{engine}.json"
-            job.write_text(json.dumps({
-                **base_job, "engine": engine, "seed": args.seed, "items": items, "batch_size": args.batch_size,
-                "nli_batch_size": args.nli_batch_size, "nli_input": "question", "also_bare": True,
-            }))
-            out = scratch / f"lmp-{engine}.out.json"
-            print(f"LM-Polygraph {engine} …", flush=True)
-            polygraph = run_child([str(args.venv / "bin" / "python"), str(CHILD), str(job), str(out)],
-                                  out, engine_env, scratch / f"lmp-{engine}.log")
+            questions = len({i["id"] for i in items})
+            batch_sizes = [int(b) for b in str(args.batch_size).split(",")] if engine == "hf" else [len(items)]
+            by_batch: dict[int, dict] = {}
+            for batch_size in batch_sizes:
+                job = scratch / f"lmp-{engine}-{batch_size}.json"
+                job.write_text(json.dumps({
+                    **engine_job, "seed": args.seed, "items": items, "batch_size": batch_size,
+                    "nli_batch_size": args.nli_batch_size, "nli_input": "question", "also_bare": True,
+                }))
+                out = scratch / f"lmp-{engine}-{batch_size}.out.json"
+                print(f"LM-Polygraph {engine}, {batch_size} prompts per batch …", flush=True)
+                by_batch[batch_size] = run_child(
+                    [str(args.venv / "bin" / "python"), str(CHILD), str(job), str(out)],
+                    out, engine_env, scratch / f"lmp-{engine}-{batch_size}.log",
+                )
+            # LM-Polygraph's fastest batch size is the one compared.
+            best = min(by_batch, key=lambda b: summary(by_batch[b], questions, polygraph=True)["end_to_end_s"])
+            polygraph = by_batch[best]
 
-            prompts_equal = None
-            if engine == "hf":
-                ours = reference["prompt_ids"]
-                prompts_equal = all(ours[f"{i['id']}|{i['condition']}"] == ids
-                                    for i, ids in zip(items, polygraph["prompt_ids"]))
+            ours = reference["prompt_ids"]
+            prompts_equal = all(ours[f"{i['id']}|{i['condition']}"] == ids
+                                for i, ids in zip(items, polygraph["prompt_ids"]))
             values = {"lm_polygraph": polygraph_values(polygraph),
                       "lm_polygraph_as_shipped": polygraph_values(polygraph, "bare_sample_to_class")}
             for seed in seeds:
@@ -592,19 +618,22 @@ def main() -> None:
                 "ragutil_vs_lm_polygraph": agreement(values[main_ragutil], values["lm_polygraph"]),
                 "ragutil_vs_lm_polygraph_as_shipped": agreement(values[main_ragutil], values["lm_polygraph_as_shipped"]),
             }
-            if not args.no_replicate:
+            if replicate:
                 comparisons["ragutil_vs_ragutil_other_seed"] = agreement(
                     values[main_ragutil], values[f"ragutil_seed{args.seed + 1}"])
-            questions = len({i["id"] for i in items})
             ragutil_row = summary(reference, questions, polygraph=False)
-            polygraph_row = summary(polygraph, questions, polygraph=True)
+            polygraph_row = {**summary(polygraph, questions, polygraph=True), "batch_size": best}
             rows[f"ragutil {engine}"] = ragutil_row
             rows[f"LM-Polygraph {engine}"] = polygraph_row
             report[engine] = {
                 "ragutil": ragutil_row, "lm_polygraph": polygraph_row,
+                "lm_polygraph_by_batch_size": {
+                    str(b): summary(r, questions, polygraph=True) for b, r in by_batch.items()
+                },
                 "ragutil_other_seed": summary(runs[f"ragutil-{args.seed + 1}"], questions, polygraph=False)
-                if not args.no_replicate else None,
+                if replicate else None,
                 "prompt_token_ids_equal": prompts_equal,
+                "system_prompt": engine_job["system_prompt"],
                 "agreement": comparisons,
                 "same_samples": same_samples(polygraph, reference, args.nli, scratch),
                 "per_question": {
@@ -655,7 +684,8 @@ def main() -> None:
             "top_k": 0, "top_p": 1.0, "max_new_tokens": args.max_new_tokens, "stop": list(STOP),
             "model": args.model, "dtype": args.dtype, "nli": args.nli, "nli_dtype": "float32",
             "prompts": {"closed_book": "seper_closed_book", "with_context": "seper_with_context"},
-            "lm_polygraph_batch_size": args.batch_size, "lm_polygraph_nli_batch_size": args.nli_batch_size,
+            "lm_polygraph_batch_sizes": args.batch_size, "lm_polygraph_nli_batch_size": args.nli_batch_size,
+            "kv_cache_space_gib": args.kv_cache_space_gib,
             "engines": engines, "seed": args.seed,
         },
         "venv": venv,

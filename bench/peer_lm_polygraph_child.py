@@ -5,8 +5,8 @@ venv. Nothing of ragutil is imported here (ragutil is not installed in that venv
     <venv>/bin/python bench/peer_lm_polygraph_child.py JOB.json OUT.json
 
 The job (written by the bench) names the model directory, the NLI directory, the engine
-(``hf``: ``WhiteboxModel`` over transformers; ``vllm``: ``WhiteboxModelvLLM`` over a
-``vllm.LLM``), N, temperature, top-k / top-p, max new tokens, the stop string, the batch sizes
+(``hf``: ``WhiteboxModel`` over transformers, ``instruct=True``; ``vllm``: ``WhiteboxModelvLLM``
+over a ``vllm.LLM``, ``instruct=True``, which adds its own system message), N, temperature, top-k / top-p, max new tokens, the stop string, the batch sizes
 and the prompts: one item per (question, condition) with the prompt text and the question's NLI
 prefix ("{question}?").
 
@@ -93,14 +93,25 @@ def hf_model(job: dict):
 
 
 def vllm_model(job: dict):
+    import inspect
+
     from vllm import LLM, SamplingParams
     from lm_polygraph.model_adapters import WhiteboxModelvLLM
     from lm_polygraph.utils.generation_parameters import GenerationParameters
 
+    # instruct=True: WhiteboxModelvLLM sends each prompt through LLM.chat as a user message after
+    # its own fixed system message (instruct=False would decode the prompt's ids with
+    # skip_special_tokens=True, dropping a pre-applied chat template's special tokens). The bench
+    # gives ragutil's vLLM generator that system message, so both render the same prompt.
+    if job["system_prompt"] not in inspect.getsource(WhiteboxModelvLLM.generate):
+        raise SystemExit("WhiteboxModelvLLM's system message is not the one the bench gave ragutil")
     llm = LLM(
         model=job["model_dir"], dtype=job["dtype"], max_model_len=job.get("max_model_len", 2048),
-        enforce_eager=job.get("enforce_eager", False), seed=job["seed"],
-        logprobs_mode="raw_logprobs", enable_prefix_caching=True,
+        seed=job["seed"], logprobs_mode="raw_logprobs",
+        # The KV cache ragutil's generator is given (its kv_cache_space_gib → kv_cache_memory_bytes);
+        # the thread binding comes from the environment, the same on both sides. Everything else
+        # is vLLM's default.
+        kv_cache_memory_bytes=int(job["kv_cache_space_gib"] * 2**30),
     )
     # logprobs=0: the sampled token's log-prob only (WhiteboxModelvLLM reads output.logprobs).
     sampling = SamplingParams(max_tokens=job["max_new_tokens"], logprobs=0)
@@ -109,7 +120,14 @@ def vllm_model(job: dict):
         do_sample=True, stop_strings=list(job["stop"]), allow_newlines=True,
         max_new_tokens=job["max_new_tokens"],
     )
-    return WhiteboxModelvLLM(llm, sampling, params, device="cpu", instruct=False)
+    return WhiteboxModelvLLM(llm, sampling, params, device="cpu", instruct=True)
+
+
+def vllm_prompt_ids(model, prompt: str, system_prompt: str) -> list[int]:
+    """The ids LLM.chat prefills for ``prompt`` as WhiteboxModelvLLM sends it."""
+    chat = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+    text = model.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    return list(model.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def cut(text: str, stop: list[str]) -> str:
@@ -231,11 +249,11 @@ def main() -> None:
         log(f"{min(start + batch_size, len(items))}/{len(items)} prompts, "
             f"{time.perf_counter() - begun_all:.1f} s")
     loop_s = time.perf_counter() - begun_all
-    # The token ids each prompt is prefilled as (hf), for the bench to compare with ragutil's.
-    prompt_ids = (
-        [model.tokenize([item["prompt"]])["input_ids"][0].tolist() for item in items]
-        if job["engine"] == "hf" else None
-    )
+    # The token ids each prompt is prefilled as, for the bench to compare with ragutil's.
+    if job["engine"] == "hf":
+        prompt_ids = [model.tokenize([item["prompt"]])["input_ids"][0].tolist() for item in items]
+    else:
+        prompt_ids = [vllm_prompt_ids(model, item["prompt"], job["system_prompt"]) for item in items]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out_path.write_text(json.dumps({
         "lm_polygraph": lm_polygraph.__version__ if hasattr(lm_polygraph, "__version__") else "0.7.0",
