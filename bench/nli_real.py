@@ -420,6 +420,9 @@ def main() -> None:
             if dropped is not None:
                 entry["dropped"] = dropped
             results["pair_sets"][name] = entry
+            # Written after each pair set: a long one (smollm2 samples first) never loses the others.
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2), encoding="utf-8")
             dump += [{"set": name, **asdict(p), "score": float((f[ENTAILMENT_INDEX] + b[ENTAILMENT_INDEX]) / 2),
                       "forward": [round(float(x), 6) for x in f], "backward": [round(float(x), 6) for x in b],
                       **{f"refused:{label}": bool(r[i]) for label, r in refused.items()}}
