@@ -29,7 +29,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.assets.reports import REPORT, summary_table
+from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.errors import SerializedError, StepFailedError
@@ -43,6 +43,7 @@ from ragutil_dagster.infra.databases import (
 from ragutil_dagster.infra.files import ragutil_home, write_text_atomic
 from ragutil_dagster.infra.processes import process_alive
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.tracking.report import report_artifact
 
 INSTANCE_SETTINGS = """\
 # Written by ragutil. Assets that run a model share the "gpu" pool: one step at a time per card.
@@ -216,7 +217,8 @@ class RunOutcome:
     skipped: int
     """Partitions left as they were: their inputs had not changed."""
     reports: str
-    """Where the reports' files (summary.csv, summary.md, the ΔSePer heatmap) were published."""
+    """Where the experiment's summary (summary.csv, summary.md, the ΔSePer heatmap) was published, in
+    its own report folder (``tracking.report.report_artifact``)."""
 
 
 def materialize_all(
@@ -290,7 +292,7 @@ def materialize_all(
             parallel.close()
     store = _resolved_store(resources)
     return RunOutcome(summary_table(store, parts), time.perf_counter() - start,
-                      ran, skipped, store.location("reports", None, REPORT))
+                      ran, skipped, store.location(*report_artifact(experiment)))
 
 
 def step_label(names: list[str], key: str | None) -> str:

@@ -81,6 +81,59 @@ def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, 
     assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err
 
 
+def test_clean_lists_the_reports_of_a_superseded_config_and_deletes_them_only_when_told(tmp_path, monkeypatch, capsys) -> None:
+    """Per experiment name, every report folder but the one published last is superseded; another
+    name's folder and the layout of before per-experiment folders are never listed."""
+    from ragutil_dagster.config import parse_config
+    from ragutil_dagster.resources import ArtifactStore
+    from ragutil_dagster.tracking.report import report_artifact
+
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
+    for variable in ("RAGUTIL_ARTIFACTS_URL", "RAGUTIL_SCRATCH_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+
+    def config(name: str, k: int):
+        return parse_config({
+            "name": name, "datasets": [{"name": "world", "format": "synthetic"}],
+            "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [k],
+            "generators": [{"name": "reader", "model": "embedded:reader"}], "nli": {"model": "embedded:world-nli"},
+        })
+
+    store = ArtifactStore(home=str(tmp_path))
+    edited, latest, other = config("demo", 1), config("demo", 5), config("other", 1)
+    reports = tmp_path / "artifacts" / "reports"
+    for moment, experiment in ((1_000_000_000, edited), (1_000_000_100, latest), (1_000_000_000, other)):
+        for artifact in (report_artifact(experiment), report_artifact(experiment, "world")):
+            with store.write_files(*artifact) as directory:
+                (directory / "table.csv").write_bytes(bytes(1000))
+        for path in (reports / report_artifact(experiment)[1]).rglob("*"):
+            os.utime(path, (moment, moment))
+    with store.write_files("reports", None, "summary") as directory:  # as ragutil wrote it before
+        (directory / "summary.csv").write_bytes(bytes(10))
+    superseded = reports / report_artifact(edited)[1]
+    dead_writer = superseded / f"summary.{'0' * 32}"  # listed with its folder, not on its own
+    dead_writer.mkdir()
+    os.utime(dead_writer, (1_000_000_000, 1_000_000_000))
+
+    assert main(["clean"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    size = sum(path.stat().st_size for path in superseded.rglob("*") if path.is_file())
+    assert listed == [
+        f"{f'{size / 1000:.1f} kB':>10}  superseded reports (experiment 'demo' has newer ones, of another "
+        f"config: {report_artifact(latest)[1]}): {superseded}",
+        f"1 unneeded, {size / 1000:.1f} kB; run again with --delete to remove them",
+    ]
+    assert superseded.is_dir()
+    assert main(["clean", "--delete"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"deleted 1, {size / 1000:.1f} kB"
+    assert not superseded.exists()
+    for experiment in (latest, other):
+        assert (store.local_files(*report_artifact(experiment, "world")) / "table.csv").is_file()
+    assert (store.local_files("reports", None, "summary") / "summary.csv").is_file()
+    assert main(["clean"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+
+
 def test_the_summary_leaves_out_measures_no_row_has() -> None:
     import polars as pl
 

@@ -170,6 +170,28 @@ def test_clean_finds_only_what_nothing_needs_and_deletes_it(store: ArtifactStore
     assert store._objects.fs.exists(mlflow_file)
 
 
+def test_folders_are_listed_with_their_size_and_last_publication(store: ArtifactStore) -> None:
+    assert store.folders("reports") == []
+    start = int(time.time()) - 1  # an object store's times are in whole seconds
+    with store.write_files("reports", "a", "summary") as staging:
+        (staging / "summary.csv").write_bytes(bytes(10))
+    with store.write_files("reports", "a", "world/comparison") as staging:
+        (staging / "runs.csv").write_bytes(bytes(5))
+    dead_writer = store._objects._path("reports", "b", f"summary.{'0' * 32}", "summary.csv")
+    store._objects.fs.makedirs(os.path.dirname(dead_writer), exist_ok=True)
+    store._objects.fs.pipe_file(dead_writer, bytes(7))
+    store._objects.fs.pipe_file(store._objects._path("reports", f"old{MANIFEST_SUFFIX}"), b"{}")  # beside the folders
+
+    published, unpublished = store.folders("reports")
+    assert (published.name, unpublished.name) == ("a", "b")
+    assert published.path == store._objects._path("reports", "a") and published.location.endswith("/reports/a")
+    manifests = sum(len(store._objects.fs.cat_file(store._objects._path("reports", "a", name + MANIFEST_SUFFIX)))
+                    for name in ("summary", "world/comparison"))
+    assert published.size == 15 + manifests
+    assert start <= published.published <= published.modified <= time.time() + 1
+    assert (unpublished.size, unpublished.published) == (7, None) and unpublished.modified >= start
+
+
 def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, monkeypatch) -> None:
     """The object a reader's manifest named is deleted by a newer writer before the reader opens
     it: the reader follows the newer manifest instead of failing or mixing versions."""

@@ -1,6 +1,7 @@
 """``reports``: the cross-partition tables and plots — every setting × generator side by side, as
 the partition runs in MLflow hold them — and the comparison run in MLflow (the papers' tables,
-paired tests between retrievers)."""
+paired tests between retrievers), in the experiment's own report folder
+(``tracking.report.report_artifact``)."""
 
 
 import dagster as dg
@@ -15,10 +16,8 @@ from ragutil_dagster.tables import markdown_table
 from ragutil_dagster.tracking import MlflowTracking, dagster_tags
 from ragutil_dagster.tracking.compare import PartitionScores
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
-from ragutil_dagster.tracking.report import compare_runs
+from ragutil_dagster.tracking.report import compare_runs, report_artifact
 
-REPORT = "summary"
-"""The artifact of ``reports``: summary.csv, summary.md and delta_seper_heatmap.png."""
 COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
 
 
@@ -67,7 +66,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
         table = compared_summary_table(outcome.partitions)
         markdown = markdown_table(table.to_dicts())
-        with store.write_files("reports", None, REPORT) as directory:
+        summary = report_artifact(parts.experiment)
+        with store.write_files(*summary) as directory:
             table.write_csv(directory / "summary.csv")
             (directory / "summary.md").write_text(markdown + "\n")
             delta_seper_heatmap(table, directory / "delta_seper_heatmap.png")
@@ -75,7 +75,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             "dagster/row_count": dg.MetadataValue.int(table.height),
             "summary": dg.MetadataValue.md(markdown),
             "comparison": dg.MetadataValue.md(outcome.markdown()),
-            "path": dg.MetadataValue.path(store.location("reports", None, REPORT)),
+            "path": dg.MetadataValue.path(store.location(*summary)),
         }
         for dataset, run in outcome.runs.items():
             metadata[f"mlflow_comparison_url/{dataset}"] = dg.MetadataValue.url(run.url)

@@ -1,10 +1,11 @@
 """``ragutil clean``: find, and with ``--delete`` remove, what no published artifact needs — objects
 whose writers died before publishing, local copies of replaced objects, superseded scratch
-versions (docs/scale.md, "Cleaning up")."""
+versions — and the report folders of superseded configs (docs/scale.md, "Cleaning up")."""
 
 from __future__ import annotations
 
 import argparse
+import time
 
 HOUR = 3600.0
 
@@ -28,9 +29,14 @@ def _clean(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ragutil_dagster.definitions import build_resources
+    from ragutil_dagster.tracking.report import superseded_reports
 
     store = build_resources(for_dagster=False)["store"]
-    found = store.garbage(args.older_than_hours * HOUR)
+    now, older_than = time.time(), args.older_than_hours * HOUR
+    reports = superseded_reports(store, older_than, now)
+    # A dead writer's object inside a superseded report folder goes with the folder: listed once.
+    found = reports + [item for item in store.garbage(older_than, now)
+                       if item.local or not any(item.path.startswith(f"{folder.path}/") for folder in reports)]
     for item in found:
         print(f"{_size(item.size):>10}  {item.reason}: {item.location}")
     total = _size(sum(item.size for item in found))
@@ -50,9 +56,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         "clean", help="find (and with --delete remove) artifacts and working files nothing needs",
         description="List what no published artifact needs any more: objects of the artifact store "
         "($RAGUTIL_ARTIFACTS_URL) that no manifest names (their writers died or lost a race), local copies "
-        "of replaced objects under $RAGUTIL_HOME/cache/artifacts, and scratch versions superseded by a newer "
-        "one ($RAGUTIL_SCRATCH_DIR). Only what was untouched for --older-than-hours is listed, so that "
-        "uploads in progress are spared: keep it above your longest upload.")
+        "of replaced objects under $RAGUTIL_HOME/cache/artifacts, scratch versions superseded by a newer "
+        "one ($RAGUTIL_SCRATCH_DIR), and report folders (reports/<experiment>-<fingerprint>/) of a config "
+        "that is no longer the latest reported under its experiment's name. Only what was untouched for "
+        "--older-than-hours is listed, so that uploads in progress are spared: keep it above your longest upload.")
     clean.add_argument("--older-than-hours", type=_hours, default=24.0,
                        help="grace period: only what was last modified this long ago (default 24)")
     clean.add_argument("--delete", action="store_true", help="delete what is listed (default: list only)")

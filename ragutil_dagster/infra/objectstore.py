@@ -78,6 +78,22 @@ class Garbage:
     """A directory on this machine's file system (a copy of an object, scratch files), not an object of the store."""
 
 
+@dataclass(frozen=True)
+class Folder:
+    """A folder of the store holding artifacts: its name, where it is, its size, when anything in
+    it was last written and when an artifact in it was last published."""
+
+    name: str
+    """Its name under the folder listed (:meth:`ObjectStore.folders`)."""
+    path: str
+    location: str
+    size: int
+    modified: float
+    """The modification time of its newest file (a writer's object in progress included)."""
+    published: float | None
+    """The modification time of its newest manifest; None when nothing in it is published."""
+
+
 def _modified(info: dict) -> float:
     """A listed file's modification time (seconds since the epoch), whichever fsspec driver listed it."""
     for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
@@ -228,6 +244,23 @@ class ObjectStore:
             return
         self._remove(self._path(name + MANIFEST_SUFFIX))
         self._remove(self._path(posixpath.dirname(name), manifest["object"]))
+
+    def folders(self, parent: str) -> list[Folder]:
+        """Every folder directly under ``parent`` (a leading part of artifact names, e.g.
+        ``reports``), by name; none when nothing was ever written there."""
+        root = self._path(parent)
+        found: dict[str, tuple[int, float, float | None]] = {}
+        for path, info in self.fs.find(root, detail=True).items():
+            parts = posixpath.relpath(path, root).split("/")
+            if len(parts) < 2:  # a file beside the folders
+                continue
+            size, modified, published = found.get(parts[0], (0, 0.0, None))
+            written = _modified(info)
+            if path.endswith(MANIFEST_SUFFIX):
+                published = max(published or 0.0, written)
+            found[parts[0]] = (size + int(info.get("size") or 0), max(modified, written), published)
+        return [Folder(name, self._path(parent, name), self._url(self._path(parent, name)), *figures)
+                for name, figures in sorted(found.items())]
 
     def garbage(self, older_than: float, now: float) -> list[Garbage]:
         """Objects no manifest names — left by writers that died before publishing, or that lost a

@@ -19,7 +19,7 @@ from dagster import ConfigurableResource
 
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import newest_mtime, tree_size
-from ragutil_dagster.infra.objectstore import Garbage, ObjectStore, artifact_objects
+from ragutil_dagster.infra.objectstore import Folder, Garbage, ObjectStore, artifact_objects
 
 SCRATCH_DIR_VARIABLE = "RAGUTIL_SCRATCH_DIR"
 """A directory on a POSIX file system for working files that cannot live on an object store (the
@@ -166,8 +166,12 @@ class ArtifactStore(ConfigurableResource):
             ]
         return found
 
+    def folders(self, asset: str) -> list[Folder]:
+        """The folders under ``<asset>/`` (its partitions, or whatever its writer names them)."""
+        return self._objects.folders(asset)
+
     def delete(self, garbage: Garbage) -> None:
-        """Delete what :meth:`garbage` found."""
+        """Delete what :meth:`garbage` (or another sweep of this store) found."""
         self._objects.delete(garbage)
 
     def location(self, asset: str, partition: str | None, name: str) -> str:

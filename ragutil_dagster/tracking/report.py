@@ -1,11 +1,14 @@
 """The cross-run comparison of an experiment, end to end: gather every partition run of the
 experiment from MLflow — whichever machine logged it — build the tables, write them under
-``reports/<dataset>/`` and log one comparison run per dataset. Shared by the ``reports`` asset and
-``ragutil compare``."""
+``reports/<experiment>-<fingerprint>/<dataset>/`` and log one comparison run per dataset. Shared by
+the ``reports`` asset and ``ragutil compare``. Also the one home of where an experiment's reports
+live (:func:`report_artifact`) and of which report folders are superseded
+(:func:`superseded_reports`)."""
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,9 +17,10 @@ from pathlib import Path
 import polars as pl
 
 from ragutil_dagster import __version__
-from ragutil_dagster.config import ExperimentConfig
+from ragutil_dagster.config import SLUG, ExperimentConfig
 from ragutil_dagster.errors import NothingToCompareError
 from ragutil_dagster.infra.files import stable_hash
+from ragutil_dagster.infra.objectstore import Folder, Garbage
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import validate_scores
 from ragutil_dagster.tracking.compare import (
@@ -114,8 +118,50 @@ def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> 
     return found
 
 
+REPORTS = "reports"
+"""The artifact store's folder of every experiment's reports."""
+SUMMARY = "summary"
+"""The artifact of an experiment's summary: summary.csv, summary.md and delta_seper_heatmap.png."""
 COMPARISON = "comparison"
-"""The artifact of a dataset's comparison under ``reports/<dataset>/``: its tables and plots."""
+"""The artifact of a dataset's comparison (under the dataset's name): its tables and plots."""
+FINGERPRINT_CHARACTERS = 12
+
+
+def report_artifact(experiment: ExperimentConfig, dataset: str | None = None) -> tuple[str, str, str]:
+    """The artifact store's asset, partition and name of ``experiment``'s summary, or with
+    ``dataset`` of that dataset's comparison: ``reports/<name>-<fingerprint>/summary`` and
+    ``reports/<name>-<fingerprint>/<dataset>/comparison`` (:data:`FINGERPRINT_CHARACTERS` of
+    ``ExperimentConfig.fingerprint``). Keyed by the whole config, so that another config over the
+    same datasets never replaces the reports a user was shown, and a re-run of the same config
+    replaces its own."""
+    folder = f"{experiment.name}-{experiment.fingerprint()[:FINGERPRINT_CHARACTERS]}"
+    return REPORTS, folder, SUMMARY if dataset is None else f"{dataset}/{COMPARISON}"
+
+
+def superseded_reports(store: ArtifactStore, older_than: float, now: float) -> list[Garbage]:
+    """The report folders of configs that are no longer the latest of their experiment's name
+    (every folder of a name but the one published last), untouched for ``older_than`` seconds
+    before ``now`` (the grace period spares a folder a writer is publishing into right now): what
+    the user was shown for an earlier version of a config, for ``ragutil clean`` to offer. Folders
+    of different names never supersede each other."""
+    by_experiment: dict[str, list[Folder]] = {}
+    for folder in store.folders(REPORTS):
+        name, _, fingerprint = folder.name.rpartition("-")
+        # Skipped: a folder with nothing published (a dead writer's objects: the store's own sweep
+        # finds them), or no experiment's (a dataset's comparison as ragutil wrote it before
+        # 2026-12-02, reports/<dataset>/comparison, is left where it is).
+        if (folder.published is not None and re.fullmatch(SLUG, name)
+                and re.fullmatch(f"[0-9a-f]{{{FINGERPRINT_CHARACTERS}}}", fingerprint)):
+            by_experiment.setdefault(name, []).append(folder)
+    found = []
+    for name, folders in sorted(by_experiment.items()):
+        *older, latest = sorted(folders, key=lambda folder: folder.published)
+        found += [
+            Garbage(folder.location, folder.size, f"superseded reports (experiment {name!r} has newer "
+                    f"ones, of another config: {latest.name})", folder.path, local=False)
+            for folder in older if now - folder.modified >= older_than
+        ]
+    return found
 
 
 @dataclass(frozen=True)
@@ -156,7 +202,7 @@ def compare_runs(
     comparisons, directories, runs = {}, {}, {}
     for dataset, members in by_dataset.items():
         comparison = build_comparison(members, experiment.seed)
-        with store.write_files("reports", dataset, COMPARISON) as directory:
+        with store.write_files(*report_artifact(experiment, dataset)) as directory:
             written = write_comparison(comparison, directory)
             compared = sorted((f"{m.setting.key}|{m.generator}", m.mlflow_run_id) for m in members)
             key = stable_hash(
@@ -185,5 +231,5 @@ def compare_runs(
                 params,
                 tags or {},
             )
-        comparisons[dataset], directories[dataset] = comparison, store.location("reports", dataset, COMPARISON)
+        comparisons[dataset], directories[dataset] = comparison, store.location(*report_artifact(experiment, dataset))
     return ComparisonOutcome(comparisons, directories, runs, partitions)

@@ -20,7 +20,7 @@ from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tables import CONSENS_LEAVE_ONE_OUT, PROMPTS, QRELS
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.report import COMPARISON
+from ragutil_dagster.tracking.report import report_artifact
 
 K, QUERIES = 3, 8
 KEY = f"reader|world__bm25__k{K}"
@@ -43,11 +43,11 @@ def leave_one_out_run(tiny_world, make_tiny_config, tmp_path_factory):
     parts, _ = build_assets(experiment)
     instance = dg.DagsterInstance.ephemeral()
     materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance, progress=False)
-    return ArtifactStore(home=str(home)), instance, str(home)
+    return ArtifactStore(home=str(home)), instance, str(home), experiment
 
 
 def test_every_shown_passage_is_left_out_once_and_attributed_the_drop(leave_one_out_run) -> None:
-    store, instance, _ = leave_one_out_run
+    store, instance, _, _ = leave_one_out_run
     per_query = store.read_table("consens", KEY)
     left_out = store.read_table("consens", KEY, CONSENS_LEAVE_ONE_OUT)
     rag = store.read_table("generations", KEY, PROMPTS).filter(pl.col("condition") == "rag")
@@ -69,7 +69,7 @@ def test_every_shown_passage_is_left_out_once_and_attributed_the_drop(leave_one_
 
 
 def test_experiment_3_figures_are_those_of_the_stored_tables(leave_one_out_run) -> None:
-    store, instance, home = leave_one_out_run
+    store, instance, home, experiment = leave_one_out_run
     documents = store.read_table("document_scores", KEY)
     qrels = store.read_table("setting_queries", f"world__bm25__k{K}", QRELS)
     relevant = set(qrels.filter(pl.col("relevance") > 0).select("query_id", "doc_id").iter_rows())
@@ -95,5 +95,5 @@ def test_experiment_3_figures_are_those_of_the_stored_tables(leave_one_out_run) 
     assert run.data.params["consens_leave_one_out"] == "True"
     assert run.data.metrics["consens_loo_auc"] == pytest.approx(summary["consens_loo_auc"])
     assert run.data.metrics["consens_loo_lowest"] == pytest.approx(summary["consens_loo_lowest"])
-    across = pl.read_csv(store.local_files("reports", "world", COMPARISON) / "runs.csv")
+    across = pl.read_csv(store.local_files(*report_artifact(experiment, "world")) / "runs.csv")
     assert across["consens_loo_auc"].to_list() == [pytest.approx(summary["consens_loo_auc"])]

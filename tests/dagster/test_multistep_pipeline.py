@@ -17,7 +17,7 @@ from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tables import MULTISTEP_QUERIES
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.report import COMPARISON
+from ragutil_dagster.tracking.report import report_artifact
 
 K = 1
 STEPS = 3
@@ -80,7 +80,7 @@ def test_reports_show_delta_seper_per_round_and_mlflow_names_round_and_writer(mu
     assert table.sort("multistep_round")["multistep_round"].to_list() == [1, 2, 3]
     per_round = {step: store.read_table("metric_scores", f"lm0|{key}")
                  for step, key in ((1, BASE), (2, f"{BASE}__step-2"), (3, f"{BASE}__step-3"))}
-    multistep = pl.read_csv(store.local_files("reports", "world", COMPARISON) / "multistep.csv")
+    multistep = pl.read_csv(store.local_files(*report_artifact(experiment, "world")) / "multistep.csv")
     rows = multistep.filter(pl.col("questions") == "all").sort("step")
     assert rows["step"].to_list() == [1, 2, 3]
     for step, scores in per_round.items():

@@ -11,10 +11,12 @@ import yaml
 from mlflow import MlflowClient
 
 from ragutil_dagster.cli import main
+from ragutil_dagster.config import load_config
 from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE
 from ragutil_dagster.infra.files import embedded_tracking_uri
 from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore
+from ragutil_dagster.tracking.report import report_artifact
 
 
 def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
@@ -32,7 +34,9 @@ def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_
 
     assert main(["run", str(config), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert f"reports: {url}/reports/summary." in out
+    experiment = load_config(config)
+    _, folder, _ = report_artifact(experiment)
+    assert f"reports: {url}/reports/{folder}/summary." in out
 
     store = ArtifactStore(home=str(home), url=url)
     partition = "lm0|world__bm25__k1"
@@ -44,7 +48,7 @@ def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_
     assert summary["delta_seper_s"] == scores["delta_seper_s"].mean()
     index = store.local_files("index", "world__bm25", "index")
     assert index.is_relative_to(home / "cache" / "artifacts") and any(index.iterdir())
-    reports = store.local_files("reports", None, "summary")
+    reports = store.local_files(*report_artifact(experiment))
     assert (reports / "summary.csv").read_text().count("\n") == 2  # header and one setting
     assert not (home / "artifacts").exists()
     # MLflow's run artifacts went to the bucket too, and the reports read them back from there.

@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 
 from ragutil_dagster.assets import build_assets
-from ragutil_dagster.assets.reports import REPORT
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all, plan
+from ragutil_dagster.tracking.report import report_artifact
 
 NODES = {
     "queries", "corpus", "passage_embeddings", "index", "retrieval_run", "utility_candidates", "setting_queries",
@@ -113,7 +113,7 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
         documents = store.read_table("document_scores", key)
         k = int(key.rsplit("__k", 1)[1])
         assert documents.height == 6 * k
-    reports = store.local_files("reports", None, REPORT)
+    reports = store.local_files(*report_artifact(tiny_experiment))
     assert (reports / "summary.csv").is_file()
     assert (reports / "delta_seper_heatmap.png").stat().st_size > 1000
     assert outcome.reports == str(reports)

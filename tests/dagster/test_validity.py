@@ -21,7 +21,7 @@ from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tables import QRELS, VALIDITY_PASSAGES
 from ragutil_dagster.tracking import MlflowTracking
-from ragutil_dagster.tracking.report import COMPARISON
+from ragutil_dagster.tracking.report import report_artifact
 
 QUERIES, N = 8, 3  # the world's first 8 questions: single-hop, 3 about facts the reader knows
 
@@ -125,5 +125,5 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     assert run.data.metrics["validity_auc_true_utility"] == 1.0
     assert run.data.metrics["validity_auc_delta_seper_s"] == cell[("delta_seper_s", "unanswered", "all")]["auc"]
     assert run.data.metrics["validity_n_delta_seper_s_answered"] == cell[("delta_seper_s", "answered", "all")]["n"]
-    across = pl.read_csv(store.local_files("reports", "world", COMPARISON) / "validity_r.csv")
+    across = pl.read_csv(store.local_files(*report_artifact(experiment, "world")) / "validity_r.csv")
     assert dict(across.iter_rows())["ground truth"] == pytest.approx(1.0)
