@@ -36,7 +36,7 @@ RETRIEVAL = ("retrieval_run", "retrieved_passages", "setting_queries", "utility_
 SCORING = (
     "candidate_scores", "consens", "document_scores", "entailment_clusters", "generations", "group_scores",
     "metric_scores", "nli_probabilities", "retrieval_correlations", "utility_generations", "utility_judgments",
-    "utility_signals",
+    "utility_signals", "utility_transfer",
 )
 
 
