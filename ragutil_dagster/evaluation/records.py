@@ -27,7 +27,7 @@ from ragutil_dagster.evaluation.conditions import (
     consens_prompts,
     context_prompts,
 )
-from ragutil_dagster.evaluation.sampling import sample_prompts
+from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.groups import compute_nli, group_scores
 from ragutil_dagster.evaluation.paper_scores import (
     ERAG_LABEL_COLUMNS,
@@ -66,7 +66,9 @@ def score_records(
         records.queries, records.corpus, records.run, no_qrels, prompts, budget
     )
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
-    samples = sample_prompts(prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed)
+    samples, _ = sample_prompts_by_config(
+        prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed, records.queries, entail
+    )
     scored_prompts = pl.concat([
         prompt_table,
         consens_prompts(

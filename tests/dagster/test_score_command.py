@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 import yaml
 
@@ -13,6 +14,7 @@ from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.evaluation.records import record_key
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.answers import has_answer
+from ragutil_dagster.tables import DECODING_SAMPLE
 
 
 def parse(argv):
@@ -58,6 +60,39 @@ def test_score_writes_one_line_per_record(tiny_world, make_tiny_config, tmp_path
         for context in row["per_context"]:  # the judged answer with that context alone, judged lexically
             golds = RECORDS[[str(r["id"]) for r in RECORDS].index(row["id"])]["answers"]
             assert context["has_answer"] is has_answer(context["answer"], golds)
+
+
+@pytest.mark.parametrize(("standard_error", "drawn"), [(0.0, 2), (0.4, 6)])
+def test_score_follows_adaptive_sampling(tiny_world, make_tiny_config, tmp_path, monkeypatch, standard_error, drawn) -> None:
+    """``sampling.adaptive`` means in ``ragutil score`` what it means in the graph: every prompt
+    stops after its first round when each group's standard error is under the target, and draws
+    N_max when it never is (the standard errors are fixed here, so the counts are known)."""
+    from ragutil_dagster.evaluation import records as records_module
+    from ragutil_dagster.evaluation import sampling as sampling_module
+
+    _, world, models = tiny_world
+    monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(sampling_module, "seper_standard_errors", lambda samples, queries, entail: {
+        key: standard_error for key in samples.select("query_id", "condition", "doc_id").unique().iter_rows()
+    })
+    counts: list[int] = []
+    sample = records_module.sample_prompts_by_config
+
+    def counted(*args, **kwargs):
+        rows, seconds = sample(*args, **kwargs)
+        counts.extend(rows.filter(pl.col("decoding") == DECODING_SAMPLE).group_by("query_id", "condition", "doc_id").len()["len"].to_list())
+        return rows, seconds
+
+    monkeypatch.setattr(records_module, "sample_prompts_by_config", counted)
+    spec = make_tiny_config(models, world)
+    spec["sampling"] = {**spec.get("sampling", {}), "n": 6,
+                        "adaptive": {"first_round": 2, "round_size": 2, "target_se": 0.2}}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(spec))
+    records = write_lines(tmp_path / "records.jsonl", RECORDS)
+    args = parse(["score", str(records), "--config", str(config), "--out", str(tmp_path / "s.jsonl"), "--quiet"])
+    assert args.func(args) == 0
+    assert counts and set(counts) == {drawn}
 
 
 @pytest.mark.parametrize(
