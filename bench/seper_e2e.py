@@ -919,10 +919,11 @@ ADAPTIVE_TARGETS = {"sample_fraction": 0.5, "within_ci": 0.95}
 
 
 def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
-    """Issue 29's adaptive criterion over every (setting, query): the adaptive run's rag
-    ΔSePer_S inside the fixed-N run's 95 % CI of it — the standard-error CI and the percentile
-    bootstrap of bench/adaptive_sampling.py (docs/metrics.md) — and the share of samples drawn."""
-    from adaptive_sampling import fixed_cis, replay, replay_rules, share_inside, standard_error_cis
+    """The adaptive criterion over every (setting, query): the adaptive run's rag ΔSePer_S inside
+    the fixed-N run's 95 % CI of it — the standard-error CI and the percentile bootstrap of
+    bench/adaptive_sampling.py (docs/metrics.md) —, the share of samples drawn, and the mean shift
+    of ΔSePer_S against fixed N with its bootstrap CI."""
+    from adaptive_sampling import fixed_cis, paired_shift, replay, replay_rules, share_inside, standard_error_cis
 
     standard_error = standard_error_cis(fixed.credits)
     bootstrap = fixed_cis(fixed.credits, np.random.default_rng(0))
@@ -946,6 +947,10 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
         "items": len(standard_error),
         "within_se_ci": share_inside(standard_error, adaptive.credits),
         "within_bootstrap_ci": share_inside(bootstrap, adaptive.credits),
+        # Early stopping biases SePer low: the mean paired shift of rag ΔSePer_S, adaptive − fixed N
+        # (same seed: a prompt's adaptive samples are the first of its fixed-N ones), with its CI.
+        "mean_shift": paired_shift({"adaptive": adaptive.credits, "fixed": fixed.credits}, "adaptive", "fixed",
+                                   sorted(standard_error)),
         "settings": settings,
         # Other stop rules replayed on the fixed run's samples (docs/metrics.md): the share of its
         # samples each would draw, and of the items inside each CI.
@@ -1010,7 +1015,9 @@ def report_real(
         print(
             f"{row}: {comparison['sample_fraction']:.3f} of the fixed-N samples; rag ΔSePer_S inside "
             f"the fixed-N 95 % CI for {comparison['within_se_ci']:.3f} of {comparison['items']} (setting, "
-            f"query) items (standard-error CI), {comparison['within_bootstrap_ci']:.3f} (bootstrap CI)"
+            f"query) items (standard-error CI), {comparison['within_bootstrap_ci']:.3f} (bootstrap CI); "
+            f"mean shift of ΔSePer_S against fixed N {comparison['mean_shift']['mean']:+.4f} "
+            f"[{comparison['mean_shift']['ci_low']:+.4f}, {comparison['mean_shift']['ci_high']:+.4f}]"
         )
         for replayed in comparison["replay"]:
             print(f"  {fixed}: {replay_line(replayed)}")
@@ -1127,6 +1134,7 @@ def headline_ratios(
         ratios[f"{name}_sample_fraction"] = comparison["sample_fraction"]
         ratios[f"{name}_within_ci"] = comparison["within_se_ci"]
         ratios[f"{name}_within_bootstrap_ci"] = comparison["within_bootstrap_ci"]
+        ratios[f"{name}_mean_shift"] = comparison["mean_shift"]["mean"]
     return ratios
 
 

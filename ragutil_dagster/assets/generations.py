@@ -34,7 +34,7 @@ from ragutil_dagster.evaluation.conditions import (
     validity_prompts,
 )
 from ragutil_dagster.evaluation.sampling import (
-    generation_issues, off_schedule_groups, sample_prompts_by_config, sample_schedule, samples_drawn,
+    ADAPTIVE_BIAS_NOTE, drawn_share, generation_issues, off_schedule_groups, sample_prompts_by_config, sample_schedule, samples_drawn,
 )
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
@@ -172,7 +172,8 @@ def sample_and_store(
         "tokens_generated": dg.MetadataValue.int(tokens),
         **draw_metadata,
         "samples_drawn": dg.MetadataValue.int(n_drawn),
-        "sample_fraction": dg.MetadataValue.float(n_drawn / max(int(drawn["prompts"].sum()) * experiment.sampling.n, 1)),
+        "sample_fraction": dg.MetadataValue.float(drawn_share(rows, experiment.sampling.n)),
+        **({"adaptive_sampling": dg.MetadataValue.text(ADAPTIVE_BIAS_NOTE)} if experiment.sampling.adaptive else {}),
         "samples_by_condition": dg.MetadataValue.md(markdown_table(drawn.to_dicts())),
         "samples_per_second": dg.MetadataValue.float(rows.height / seconds if seconds else 0.0),
         "empty_generations": dg.MetadataValue.int(int(issues["empty_samples"].sum())),

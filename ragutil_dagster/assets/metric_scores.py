@@ -28,6 +28,7 @@ from ragutil_dagster.evaluation.paper_scores import (
     leave_one_out_hits,
     query_scores,
 )
+from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE, drawn_share
 from ragutil_dagster.evaluation.summary import summarize
 from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
@@ -122,7 +123,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             experiment, setting, samples, models, context.instance, str(partition)))
         tags = {**dagster_tags(context.run.run_id, "metric_scores", str(partition)),
                 **off_world_tags(experiment, setting, generator),
-                **engine_placement_tags(context.instance, str(partition))}
+                **engine_placement_tags(context.instance, str(partition)),
+                **({"adaptive_sampling": ADAPTIVE_BIAS_NOTE} if experiment.sampling.adaptive else {})}
         # The run is open while scoring: a failure here leaves it FAILED, never RUNNING.
         with tracking.run(tracked.mlflow_experiment, tracked.key, tracked.run_name, "partition", tags) as run:
             queries = store.read_table("setting_queries", setting.key)
@@ -154,6 +156,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             summary = {
                 **summarize(per_query, documents, setting.k, experiment.erag.label, utility, hits),
                 **store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
+                **({"sample_fraction": drawn_share(samples, experiment.sampling.n)} if experiment.sampling.adaptive else {}),
             }
             containment = answer_containment(documents, store.read_table("retrieved_passages", setting.key), queries)
             correlations = retrieval_predictors_table(

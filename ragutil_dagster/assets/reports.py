@@ -10,6 +10,7 @@ import polars as pl
 from ragutil_dagster.assets.common import GROUP
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import Setting
+from ragutil_dagster.evaluation.world_scope import known_causes
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import markdown_table
@@ -32,9 +33,12 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
 
 
 def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
+    """The rows as a table, without the measures no row has (adaptive sampling's share on a fixed-N
+    run, verbalized utility of a generator that gives none)."""
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
-    return pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression", "multistep_round")
+    table = pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression", "multistep_round")
+    return table.drop([c for c in COLUMNS if table[c].is_null().all()])
 
 
 def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
@@ -65,7 +69,8 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
         outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
         table = compared_summary_table(outcome.partitions)
-        markdown = markdown_table(table.to_dicts())
+        markdown = "\n\n".join([markdown_table(table.to_dicts()),
+                                *(f"Note: {note}" for note in known_causes(parts.experiment, table))])
         summary = report_artifact(parts.experiment)
         with store.write_files(*summary) as directory:
             table.write_csv(directory / "summary.csv")

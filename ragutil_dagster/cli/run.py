@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ragutil_dagster.config import ExperimentConfig, load_config
+from ragutil_dagster.infra.engine_output import ENGINE_OUTPUT_ENV
 from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.metrics import catalog
@@ -44,6 +45,9 @@ QUIET_LIBRARIES = {
     # Every other library's tqdm bar (transformers' GGUF conversion, vLLM's weight shards, in its
     # engine process too): tqdm reads TQDM_* as its defaults, and ragutil's bars set ``disable``.
     "TQDM_DISABLE": "1",
+    # What vLLM's engine processes print past the above (their notes on the CPU build, weight-
+    # loading bars that set their own ``disable``, torch's C++ NUMA warnings): into a log file.
+    ENGINE_OUTPUT_ENV: "log",
 }
 
 

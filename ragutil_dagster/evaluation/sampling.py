@@ -134,6 +134,20 @@ def sample_prompts_adaptive(
                                               sampling.greedy_params(seed))])
 
 
+ADAPTIVE_BIAS_NOTE = (
+    "adaptive sampling: a prompt stops drawing once its SePer's standard error meets the target, so "
+    "fewer than N samples are drawn (sample_fraction); the early stop biases SePer and ΔSePer low against "
+    "fixed N (the shift measured with its CI: docs/metrics.md, adaptive sampling)"
+)
+"""Said wherever adaptive numbers are shown (Dagster metadata, MLflow tags, the run table, the reports)."""
+
+
+def drawn_share(rows: pl.DataFrame, n_max: int) -> float:
+    """The samples of ``rows`` over N_max per prompt (query × condition × doc) they hold: 1.0 at fixed N."""
+    drawn = samples_drawn(rows, n_max)
+    return int(drawn["samples_drawn"].sum()) / max(int(drawn["prompts"].sum()) * n_max, 1)
+
+
 def samples_drawn(rows: pl.DataFrame, n_max: int) -> pl.DataFrame:
     """Per condition: its prompts (query × doc), the samples they drew, and ``sample_fraction``,
     those samples over N_max per prompt (1.0 without adaptive sampling). Greedy answers are not

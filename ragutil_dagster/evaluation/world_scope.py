@@ -23,6 +23,7 @@ from ragutil_dagster.config import DatasetConfig, ExperimentConfig
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import WORLD_ONLY_MODEL_NAMES, is_embedded_world
+from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.metrics import catalog
 
 def off_world_models(models: Iterable[str], dataset: DatasetConfig | None) -> list[str]:
@@ -60,11 +61,15 @@ READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Measured: 1–10 passage contexts
 
 
 def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[str]:
-    """One line per number of ``summary`` (the ``ragutil run`` table) whose cause is known and
-    documented: a negative ΔSePer_S of the embedded reader with more than one passage, which reads
-    one passage well and several poorly."""
+    """One line per number of ``summary`` (the ``ragutil run`` table, the reports) whose cause is
+    known and documented: adaptive sampling's bias (with the share of samples drawn), and a negative
+    ΔSePer_S of the embedded reader with more than one passage, a limitation of that reader."""
     label = catalog.metric("delta_seper_s").label
     notes = []
+    if experiment.sampling.adaptive and "sample_fraction" in summary.columns and summary["sample_fraction"].is_not_null().any():
+        share = summary["sample_fraction"].drop_nulls()
+        drew = f"{share.min():.0%}" if share.min() == share.max() else f"{share.min():.0%}–{share.max():.0%}"
+        notes.append(f"{ADAPTIVE_BIAS_NOTE}; drawn here: {drew} of the fixed-N samples.")
     for generator in experiment.generators:
         if generator.model != READER_MODEL or "delta_seper_s" not in summary.columns:
             continue
@@ -73,7 +78,7 @@ def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[st
         )["k"].unique().sort().to_list()
         if ks:
             notes.append(
-                f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): the embedded reader "
-                f"reads one passage well and several poorly, as expected ({READER_LIMIT_DOCS})."
+                f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): a limitation of the "
+                f"embedded reader, which fails to pick the right passage among several ({READER_LIMIT_DOCS})."
             )
     return notes

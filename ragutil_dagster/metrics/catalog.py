@@ -127,6 +127,10 @@ CATALOG: tuple[Metric, ...] = (
            headline=True),
     Metric("delta_seper_h_per_100_context_tokens", "ΔSePer_H/100tok",
            f"{_SEPER} eq. 11, hard kernel, per 100 context tokens (§5.4, RQ3)"),
+    # Only with sampling.adaptive (evaluation/sampling.py): the estimator's cost beside its numbers.
+    Metric("sample_fraction", "samples drawn", "ragutil's adaptive sampling (docs/metrics.md): samples drawn over "
+           "N per prompt, both conditions; early stopping biases SePer low", (0, 1), higher_is_better=False,
+           headline=True),
     # Experiment 3 (consens.leave_one_out): each passage left out of the context in turn, over the
     # retrieval hits (a relevant passage and another among those scored).
     Metric("consens_loo_auc", "ConSens LOO AUC", f"{_CONSENS_EXPERIMENT_3}, ROC AUC as Fig. 3 pairs the contexts",

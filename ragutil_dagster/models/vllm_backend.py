@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from ragutil_dagster.errors import CapabilityMissingError
+from ragutil_dagster.infra.engine_output import engine_output
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.device import (
     VLLMCPUPlacement, available_memory_bytes, default_causal_lm_dtype, resolve_dtype, vllm_cpu_placement,
@@ -91,7 +92,8 @@ _SHUTDOWN_GRACE_SECONDS = 30.0
 def vllm_available() -> bool:
     """Whether vLLM can be imported here."""
     try:
-        import vllm  # noqa: F401
+        with engine_output():
+            import vllm  # noqa: F401
     except ImportError:
         return False
     return True
@@ -200,6 +202,11 @@ def _shut_down_live() -> None:
 
 
 def _start_engine(settings: EngineSettings) -> Any:
+    with engine_output():
+        return _new_engine(settings)
+
+
+def _new_engine(settings: EngineSettings) -> Any:
     import vllm
     from vllm.platforms import current_platform
 

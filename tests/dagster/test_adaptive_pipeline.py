@@ -12,6 +12,7 @@ import pytest
 from ragutil_dagster.assets.generations import SAMPLE_COUNT_CHECK
 from ragutil_dagster.config import AdaptiveSamplingConfig
 from ragutil_dagster.evaluation.groups import seper_standard_errors, table_entail
+from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.tracking.partition import upstream_figures
 
 N_MAX, FIRST, SIZE = 6, 2, 2
@@ -71,3 +72,27 @@ def test_the_sample_count_check_passes_on_the_rounds_drawn(adaptive_run) -> None
         executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
         assert executions and all(e.evaluation.passed for e in executions), asset
         assert executions[0].evaluation.metadata["sample_counts_allowed"].value == "[2, 4, 6]"
+
+
+def test_adaptive_numbers_carry_their_cost_everywhere(adaptive_run) -> None:
+    """The share of samples drawn and the note on early stopping's bias reach the generations'
+    metadata, the partition's summary, its MLflow run (metric and tag) and the reports."""
+    from pathlib import Path
+
+    from mlflow import MlflowClient
+
+    store, instance = adaptive_run
+    metadata = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
+    assert metadata["adaptive_sampling"].value == ADAPTIVE_BIAS_NOTE
+    samples = pl.concat([store.read_table("closed_book_generations", CLOSED_KEY),
+                         store.read_table("generations", KEY)]).filter(pl.col("decoding") == "sample")
+    groups = samples.select("query_id", "condition", "doc_id").unique().height
+    share = store.read_json("metric_scores", KEY, "summary")["sample_fraction"]
+    assert share == pytest.approx(samples.height / (groups * N_MAX)) and share < 1
+    logged = store.read_json("metric_scores", KEY, "mlflow")
+    run = MlflowClient(logged["tracking_uri"]).get_run(logged["run_id"])
+    assert run.data.metrics["sample_fraction"] == pytest.approx(share)
+    assert run.data.tags["adaptive_sampling"] == ADAPTIVE_BIAS_NOTE
+    (summary,) = [p for p in Path(store.home).rglob("summary.md") if "reports" in p.parts]
+    text = summary.read_text()
+    assert "| sample_fraction |" in text and f"Note: {ADAPTIVE_BIAS_NOTE}; drawn here: {share:.0%}" in text

@@ -5,6 +5,7 @@ engine (the config's engine settings are the shared fixture's, so no second engi
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -140,3 +141,33 @@ def test_ragutil_score_serves_the_squad_example_where_its_dataset_is_absent(
     assert all(len(row["per_context"]) == 2 for row in scored)
     # Only what scoring uses was built: no synthetic world for the example's other generator.
     assert not (tmp_path / "home" / "embedded" / "build.json").exists()
+
+
+def test_ragutil_score_shows_none_of_vllms_own_output(vllm_config, tmp_path) -> None:
+    """``ragutil score --quiet`` in a process of its own, with its own vLLM engine: its terminal
+    shows none of vLLM's start-up notes, NUMA warnings or weight-loading bars (they are in the
+    engine log under the home), only the scored rows' path on success."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump({
+        **vllm_config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+    }))
+    records = tmp_path / "records.jsonl"
+    with SQUAD_RECORDS.open(encoding="utf-8") as source:
+        records.write_text(next(source), encoding="utf-8")
+    out = tmp_path / "scores.jsonl"
+    shown = subprocess.run(
+        [sys.executable, "-m", "ragutil_dagster.cli", "score", str(records), "--config", str(path),
+         "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=900, env={**os.environ, "RAGUTIL_HOME": str(home)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert len(out.read_text().splitlines()) == 1
+    terminal = shown.stdout + shown.stderr
+    for engine_line in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "FutureWarning", "it/s]"):
+        assert engine_line not in terminal, terminal
+    (log,) = (home / "logs").glob("vllm-engine-*.log")
+    assert "safetensors" in log.read_text(errors="replace")  # vLLM did print: into the log

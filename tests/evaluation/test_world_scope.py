@@ -106,7 +106,25 @@ def test_the_readers_negative_delta_seper_with_several_passages_is_explained_onc
         "delta_seper_s": [-0.1, -0.3, -0.4, -0.2],
     })
     assert known_causes(experiment, summary) == [
-        f"ΔSePer_S < 0 at k = 5 (reader): the embedded reader reads one passage well and several "
-        f"poorly, as expected ({READER_LIMIT_DOCS})."
+        f"ΔSePer_S < 0 at k = 5 (reader): a limitation of the embedded reader, which fails to pick "
+        f"the right passage among several ({READER_LIMIT_DOCS})."
     ]
     assert known_causes(experiment, summary.with_columns(pl.col("delta_seper_s").abs())) == []
+
+
+def test_adaptive_sampling_is_noted_with_the_share_it_drew() -> None:
+    import polars as pl
+
+    from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
+    from ragutil_dagster.evaluation.world_scope import known_causes
+
+    spec = {
+        "name": "adaptive", "datasets": [{"name": "world", "format": "synthetic"}],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1], "nli": {"model": "embedded:world-nli"},
+        "generators": [{"name": "lm", "model": "other"}],
+    }
+    summary = pl.DataFrame({"generator": ["lm", "lm"], "k": [1, 1], "delta_seper_s": [0.1, 0.2],
+                            "sample_fraction": [0.42, 0.5]})
+    assert known_causes(parse_config(spec), summary) == []  # fixed N: nothing to say
+    adaptive = parse_config({**spec, "sampling": {"adaptive": {}}})
+    assert known_causes(adaptive, summary) == [f"{ADAPTIVE_BIAS_NOTE}; drawn here: 42%–50% of the fixed-N samples."]
