@@ -56,13 +56,13 @@ def experiment_warnings(experiment: ExperimentConfig) -> list[str]:
 
 
 READER_MODEL = f"{EMBEDDED_PREFIX}{layout.READER}"
-READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Measured: 1–10 passage contexts"'
+READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Limits of the reader"'
 
 
 def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[str]:
     """One line per number of ``summary`` (the ``ragutil run`` table) whose cause is known and
-    documented: a negative ΔSePer_S of the embedded reader with more than one passage, which reads
-    one passage well and several poorly."""
+    documented: a negative ΔSePer_S of the embedded reader with more than one passage — a limitation
+    of that reader, which fails to pick the right passage among several."""
     label = catalog.metric("delta_seper_s").label
     notes = []
     for generator in experiment.generators:
@@ -73,7 +73,7 @@ def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[st
         )["k"].unique().sort().to_list()
         if ks:
             notes.append(
-                f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): the embedded reader "
-                f"reads one passage well and several poorly, as expected ({READER_LIMIT_DOCS})."
+                f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): a limitation of the "
+                f"embedded reader, which fails to pick the right passage among several ({READER_LIMIT_DOCS})."
             )
     return notes

@@ -106,7 +106,7 @@ def test_the_readers_negative_delta_seper_with_several_passages_is_explained_onc
         "delta_seper_s": [-0.1, -0.3, -0.4, -0.2],
     })
     assert known_causes(experiment, summary) == [
-        f"ΔSePer_S < 0 at k = 5 (reader): the embedded reader reads one passage well and several "
-        f"poorly, as expected ({READER_LIMIT_DOCS})."
+        f"ΔSePer_S < 0 at k = 5 (reader): a limitation of the embedded reader, which fails to pick "
+        f"the right passage among several ({READER_LIMIT_DOCS})."
     ]
     assert known_causes(experiment, summary.with_columns(pl.col("delta_seper_s").abs())) == []
