@@ -888,7 +888,7 @@ def main_real(args: argparse.Namespace) -> None:
 
         if not args.no_engines:
             engine_phase("ragutil vllm bfloat16", in_process_engine)
-            # The server is the same engine over HTTP (0.97× its samples/s, docs/performance.md):
+            # The server is the same engine over HTTP (about its samples/s):
             # the realistic run leaves it out for time.
             if not args.realistic:
                 engine_phase("ragutil openai (vllm serve) bfloat16", served_engine)
@@ -1274,7 +1274,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--no-adaptive", dest="adaptive", action="store_false",
         help="realistic mode: leave out the adaptive-sampling rows (hf and vllm; about 0.9 and 0.5 of their "
-        "fixed-N rows' time, docs/performance.md)",
+        "fixed-N rows' time)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")

@@ -57,7 +57,7 @@ def experiment_warnings(experiment: ExperimentConfig) -> list[str]:
 
 
 READER_MODEL = f"{EMBEDDED_PREFIX}{layout.READER}"
-READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Measured: 1–10 passage contexts"'
+READER_LIMIT_DOCS = 'docs/synthetic_world.md, "Limits of the reader"'
 
 
 def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[str]:

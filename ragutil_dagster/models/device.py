@@ -34,8 +34,8 @@ def cpu_has_native_bf16() -> bool:
 
 def default_causal_lm_dtype(device: torch.device) -> torch.dtype:
     """The causal LM's dtype when the configuration leaves it to us: bfloat16 on CUDA and on CPUs
-    with native bfloat16 (its speed-up and log-prob difference against float32 are measured in
-    docs/performance.md), float32 elsewhere."""
+    with native bfloat16 (``bench/seper_e2e.py`` and ``bench/logprob_agreement.py`` measure its
+    speed-up and log-prob difference against float32; docs/performance.md), float32 elsewhere."""
     if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return torch.bfloat16
     return torch.float32

@@ -171,8 +171,8 @@ class ContentCheckedJudge:
     pair lack entailment whatever the judge would say, and SePer reads a pair only through its
     entailment (the soft kernel), entailment both ways (strict clusters) or "no contradiction
     either way and not neutral both ways" (loose), which a pair without entailment either way
-    never is. On SQuAD with SmolLM2 the check rejects 87 % of the pairs SePer reads
-    (docs/performance.md), so most never reach the model."""
+    never is. On SQuAD with SmolLM2 the check rejects most of the pairs SePer reads (the NLI step's
+    ``nli_pairs_content_rejected``), so most never reach the model."""
 
     def __init__(self, judge: Entailment | LexicalJudge) -> None:
         self.judge = judge

@@ -76,7 +76,7 @@ def _sample_tokens(
     on unnormalised weights exp((logits − max) / T) — at T = 1 the very terms the
     log-probability's normaliser sums — and the CDF is searched per block of the vocabulary
     (:func:`_inverse_cdf`): a fresh softmax, CDF and log-sum-exp over 49k tokens for hundreds of
-    rows cost more per step than the rest of sampling (docs/performance.md, the decode profile).
+    rows cost more per step than the rest of sampling (``bench/hf_decode_profile.py`` profiles it).
     """
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
@@ -268,7 +268,7 @@ class HFGenerator:
         round decodes the wave's prompts still drawing, in groups as :meth:`sample` forms them,
         against those kept keys and values, and ``keep_going`` is asked once per wave and round.
         Prefilling every round again cost about as much as the samples adaptive sampling saves
-        (docs/performance.md). A model decoded without a shared prefix (:meth:`_prefill`) is
+        (``bench/adaptive_cost.py`` measures it). A model decoded without a shared prefix (:meth:`_prefill`) is
         sampled by calls (:func:`sample_rounds_by_calls`)."""
         prompts = checked_round_prompts(prompts, rounds)
         if not prompts:

@@ -4,7 +4,7 @@ SePer draws N samples per prompt. Copying the prompt's KV cache N times (what
 ``num_return_sequences`` or ``batch_repeat_interleave`` do) makes every decode step read N copies
 of it, and transformers' SDPA path for grouped-query models copies it once more per step
 (``repeat_kv``: each key/value head repeated for its query heads). For SmolLM2 at five passages
-that was 7/8 of the sampling time (issue 20, docs/performance.md). Here the prompts' keys and
+that was 7/8 of the sampling time (issue 20; ``bench/hf_decode_profile.py`` profiles it). Here the prompts' keys and
 values stay one copy per prompt (:class:`SharedPrefix`), the tokens generated so
 far live in an ordinary ``DynamicCache`` of one row per sample, and the attention
 (:func:`shared_prefix_attention`) puts both under one softmax: the n samples' queries of a prompt,

@@ -14,7 +14,7 @@ explicitly (and at interpreter exit), so a later step can load an HF model where
 (``VLLM_ENABLE_V1_MULTIPROCESSING=1``); that child is started with ``spawn`` here
 (``VLLM_WORKER_MULTIPROC_METHOD`` unless set): forking a multi-threaded process (pytest, Dagster,
 tokenizers) can copy a held lock into the child and hang it. Measured on a 2-core CPU with
-SmolLM2-135M (docs/models.md): the in-process core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+SmolLM2-135M: the in-process core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
 started faster (13 s vs 31 s, eager) but decoded 3x slower and cut the *calling* process's
 torch threads to one (slowing every HF model beside it); the spawned core keeps the engine's
 thread binding and memory out of the caller.

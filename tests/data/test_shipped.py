@@ -19,7 +19,7 @@ from ragutil_dagster.embedded.world import make_world
 # What the default-size reader must do (greedy has_answer): keep its known facts, not guess the
 # unknown ones, read the gold passage, not answer from a hard negative, and chain two hops.
 # (Reading the gold passage among four or nine others, `gold_among_5/10`, is not reached yet:
-# docs/synthetic_world.md.)
+# docs/synthetic_world.md, "Limits of the reader".)
 DEFAULT_THRESHOLDS = {
     "closed_book.known": (">=", 0.95),
     "closed_book.unknown": ("<=", 0.1),

@@ -45,8 +45,8 @@ CONTRACT_BACKENDS = [
 ]
 
 # Largest |sampled-token log-prob - HF float32 teacher-forced log-prob| accepted, per backend.
-# vLLM on CPU in float32 agreed within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py,
-# docs/models.md); its server within 3.6e-5 on an AVX-512 CPU but 1.06e-4 on a 2-core AMD EPYC
+# vLLM on CPU in float32 agreed within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py);
+# its server within 3.6e-5 on an AVX-512 CPU but 1.06e-4 on a 2-core AMD EPYC
 # with AVX512-BF16 (CI run of 2026-11-29): the server runs the same engine, so it takes the
 # engine's bound (tests/models/test_openai_backend.py reads it here). On a GPU, float32 matmuls
 # may run in TF32.

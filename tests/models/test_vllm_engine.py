@@ -41,7 +41,7 @@ PARAGRAPH = (
     "cultures of West Francia. "
 )
 # As for sampled tokens in test_generation_contract.py: prompt log-probs in float32 agreed with
-# the HF pass within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py, docs/models.md).
+# the HF pass within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py).
 SCORING_TOLERANCE = 2e-4
 
 

@@ -192,7 +192,7 @@ def big_passage_kept(corpus: object, folder: Path) -> str:
     assert passages.filter(pl.col("doc_id") == "big")["text"].str.len_chars().max() < 1000
     return (
         f"the 10 MiB passage is kept whole by ingest and cut by chunk_words(words=100) "
-        f"into {expected - 1} passages; prompt-time truncation is the generator's (issue 9, item 3)"
+        f"into {expected - 1} passages; prompt-time truncation is the generator's (docs/reliability.md, Guards)"
     )
 
 
