@@ -22,8 +22,14 @@ import tempfile
 from pathlib import Path
 
 from seper_e2e import (
-    REALISTIC_RESULTS, adaptive_comparison, build_real_workload, grid_subset_args, grid_subset_parser, measured,
-    ragutil_path, write_result,
+    REALISTIC_RESULTS,
+    adaptive_comparison,
+    build_real_workload,
+    grid_subset_args,
+    grid_subset_parser,
+    measured,
+    ragutil_path,
+    write_result,
 )
 
 from ragutil_dagster.embedded import layout
@@ -35,7 +41,16 @@ from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.resolver import resolve
 
 RESULTS = REALISTIC_RESULTS.with_name("adaptive_cost.json")
-COUNTED = ("seconds", "sampling_s", "nli_s", "samples", "decode_steps", "decode_rows", "prefill_tokens", "peak_rss_mb")
+COUNTED = (
+    "seconds",
+    "sampling_s",
+    "nli_s",
+    "samples",
+    "decode_steps",
+    "decode_rows",
+    "prefill_tokens",
+    "peak_rss_mb",
+)
 
 
 def main() -> None:
@@ -43,7 +58,9 @@ def main() -> None:
     if args.nli == f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}":
         ensure_answer_nli()
     ref = resolve(args.model)
-    result: dict[str, object] = {"command": vars(args) | {"data": str(args.data), "out": str(args.out)}}
+    result: dict[str, object] = {
+        "command": vars(args) | {"data": str(args.data), "out": str(args.out)}
+    }
     with tempfile.TemporaryDirectory() as scratch:
         work = build_real_workload(args, Path(scratch))
         questions = work.data.queries.height
@@ -52,7 +69,9 @@ def main() -> None:
         def judge() -> ContentCheckedJudge:
             # a fresh pair cache per mode: each starts from nothing judged
             cache = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite"
-            return ContentCheckedJudge(Entailment(args.nli, device="cpu", cache=cache, show_progress=False))
+            return ContentCheckedJudge(
+                Entailment(args.nli, device="cpu", cache=cache, show_progress=False)
+            )
 
         for backend in args.backends:
             lm = None
@@ -62,13 +81,25 @@ def main() -> None:
             else:
                 from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
-                generator = VLLMGenerator(ref, dtype="bfloat16", use_chat_template=True, max_model_len=2048,
-                                          kv_cache_space_gib=2, show_progress=False)
+                generator = VLLMGenerator(
+                    ref,
+                    dtype="bfloat16",
+                    use_chat_template=True,
+                    max_model_len=2048,
+                    kv_cache_space_gib=2,
+                    show_progress=False,
+                )
             try:
                 generator.sample(warm_prompt, work.sampling.params(args.seed))
                 phases = {
-                    mode: measured(f"{backend} {mode}", lm, questions,
-                                   ragutil_path(work, generator, judge(), adaptive=mode == "adaptive", credits=True))
+                    mode: measured(
+                        f"{backend} {mode}",
+                        lm,
+                        questions,
+                        ragutil_path(
+                            work, generator, judge(), adaptive=mode == "adaptive", credits=True
+                        ),
+                    )
                     for mode in ("fixed", "adaptive")
                 }
             finally:
@@ -78,7 +109,10 @@ def main() -> None:
                     release_engine()
             comparison = adaptive_comparison(phases["fixed"], phases["adaptive"])
             result[backend] = {
-                **{mode: {key: getattr(phase, key) for key in COUNTED} for mode, phase in phases.items()},
+                **{
+                    mode: {key: getattr(phase, key) for key in COUNTED}
+                    for mode, phase in phases.items()
+                },
                 "sample_fraction": comparison["sample_fraction"],
                 "wall_time_ratio": phases["adaptive"].seconds / phases["fixed"].seconds,
                 "sampling_time_ratio": phases["adaptive"].sampling_s / phases["fixed"].sampling_s,
@@ -88,10 +122,13 @@ def main() -> None:
                 "replay": comparison["replay"],
             }
             row = result[backend]
-            print(f"{backend}: adaptive {row['adaptive']['seconds']:.1f} s against fixed {row['fixed']['seconds']:.1f} s "
-                  f"(× {row['wall_time_ratio']:.3f}; sampling × {row['sampling_time_ratio']:.3f}) for "
-                  f"{row['sample_fraction']:.3f} of the samples; rag ΔSePer_S inside the fixed-N 95 % CI: "
-                  f"{row['within_se_ci']:.3f} of {row['items']} (setting, query) items", flush=True)
+            print(
+                f"{backend}: adaptive {row['adaptive']['seconds']:.1f} s against fixed {row['fixed']['seconds']:.1f} s "
+                f"(× {row['wall_time_ratio']:.3f}; sampling × {row['sampling_time_ratio']:.3f}) for "
+                f"{row['sample_fraction']:.3f} of the samples; rag ΔSePer_S inside the fixed-N 95 % CI: "
+                f"{row['within_se_ci']:.3f} of {row['items']} (setting, query) items",
+                flush=True,
+            )
     write_result(args.out, result)
 
 

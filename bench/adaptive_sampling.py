@@ -63,8 +63,8 @@ import yaml
 from scipy.special import softmax
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
-from ragutil_dagster.evaluation.sampling import continues, round_sizes
 from ragutil_dagster.evaluation.groups import soft_seper, table_entail
+from ragutil_dagster.evaluation.sampling import continues, round_sizes
 from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
@@ -87,13 +87,19 @@ class Workload:
     variants: dict[str, tuple[int, bool]]  # name -> (seed, adaptive)
     validity: bool  # the world's ground-truth utility exists
 
-    def config(self, seed: int, adaptive: bool, max_queries: int | None, dtype: str | None = None) -> dict:
+    def config(
+        self, seed: int, adaptive: bool, max_queries: int | None, dtype: str | None = None
+    ) -> dict:
         """The example as this variant runs it; ``dtype`` replaces the generators' (vLLM: the
         engine's) weights dtype."""
         config = yaml.safe_load((ROOT / "examples" / self.example).read_text())
-        config.update(seed=seed, name=f"{Path(self.example).stem}-adaptive-bench-{seed}-{int(adaptive)}")
+        config.update(
+            seed=seed, name=f"{Path(self.example).stem}-adaptive-bench-{seed}-{int(adaptive)}"
+        )
         if self.validity:
-            config.update(retrievers=[r for r in config["retrievers"] if r["kind"] == "bm25"], k=[5])
+            config.update(
+                retrievers=[r for r in config["retrievers"] if r["kind"] == "bm25"], k=[5]
+            )
         if max_queries:
             config["datasets"][0]["max_queries"] = max_queries
         if adaptive:
@@ -111,16 +117,36 @@ class Workload:
 
 
 WORKLOADS = {
-    "demo": Workload("demo.yaml", "world", "reader",
-                     {"fixed": (0, False), "fixed_redraw": (1, False), "adaptive": (0, True),
-                      "adaptive_redraw": (1, True)}, validity=True),
-    "squad": Workload("squad-compression.yaml", "squad", "smollm2",
-                      {"fixed": (0, False), "adaptive": (0, True)}, validity=False),
+    "demo": Workload(
+        "demo.yaml",
+        "world",
+        "reader",
+        {
+            "fixed": (0, False),
+            "fixed_redraw": (1, False),
+            "adaptive": (0, True),
+            "adaptive_redraw": (1, True),
+        },
+        validity=True,
+    ),
+    "squad": Workload(
+        "squad-compression.yaml",
+        "squad",
+        "smollm2",
+        {"fixed": (0, False), "adaptive": (0, True)},
+        validity=False,
+    ),
 }
 
 
-def run_variant(home: Path, workload: Workload, name: str, max_queries: int | None, dtype: str | None,
-                caches_from: Path | None) -> float:
+def run_variant(
+    home: Path,
+    workload: Workload,
+    name: str,
+    max_queries: int | None,
+    dtype: str | None,
+    caches_from: Path | None,
+) -> float:
     """``ragutil run`` of the variant in ``home/name`` unless already done; its wall seconds."""
     target = home / name
     done = target / "bench_seconds.json"
@@ -136,8 +162,12 @@ def run_variant(home: Path, workload: Workload, name: str, max_queries: int | No
     config_path.write_text(yaml.safe_dump(workload.config(seed, adaptive, max_queries, dtype)))
     env = {**os.environ, "RAGUTIL_HOME": str(target), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ragutil_dagster.cli", "run", str(config_path), "--quiet"],
-                   env=env, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "ragutil_dagster.cli", "run", str(config_path), "--quiet"],
+        env=env,
+        check=True,
+        cwd=ROOT,
+    )
     seconds = time.perf_counter() - start
     done.write_text(json.dumps({"seconds": seconds}))
     return seconds
@@ -159,14 +189,23 @@ def credit_table(store: ArtifactStore, workload: Workload, settings: list[str]) 
         samples = pl.concat([closed, store.read_table("generations", partition)])
         queries = store.read_table("setting_queries", setting)
         entail = table_entail(store.read_table("nli_probabilities", partition))
-        table = {key: (np.log(r.weights), r.credits) for key, r in soft_seper(samples, queries, entail).items()}
-        stored = store.read_table("metric_scores", partition).select("query_id", "delta_seper_s").iter_rows()
+        table = {
+            key: (np.log(r.weights), r.credits)
+            for key, r in soft_seper(samples, queries, entail).items()
+        }
+        stored = (
+            store.read_table("metric_scores", partition)
+            .select("query_id", "delta_seper_s")
+            .iter_rows()
+        )
         assert max(abs(value - delta_seper(table, qid)) for qid, value in stored) < 1e-9, setting
         tables[setting] = table
     return tables
 
 
-def resampled_seper(scores: np.ndarray, credits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def resampled_seper(
+    scores: np.ndarray, credits: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """SePer_S of RESAMPLES bootstrap resamples of one group's samples."""
     picks = rng.integers(0, scores.size, size=(RESAMPLES, scores.size))
     return (softmax(scores[picks], axis=1) * credits[picks]).sum(axis=1)
@@ -176,20 +215,27 @@ def delta_seper(table: dict, qid: str) -> float:
     def seper(key: tuple) -> float:
         scores, credits = table[key]
         return float(softmax(scores) @ credits)
+
     return seper((qid, "rag", None)) - seper((qid, "closed_book", None))
 
 
 def units(tables: Tables) -> list[tuple[str, str]]:
     """The (setting, query) pairs with a per-query ΔSePer_S."""
-    return sorted((setting, key[0]) for setting, table in tables.items() for key in table if key[1] == "rag")
+    return sorted(
+        (setting, key[0]) for setting, table in tables.items() for key in table if key[1] == "rag"
+    )
 
 
-def fixed_cis(tables: Tables, rng: np.random.Generator) -> dict[tuple[str, str], tuple[float, float]]:
+def fixed_cis(
+    tables: Tables, rng: np.random.Generator
+) -> dict[tuple[str, str], tuple[float, float]]:
     """Per (setting, query), the percentile bootstrap 95 % CI of ΔSePer_S over its fixed-N samples."""
     cis = {}
     for setting, qid in units(tables):
         table = tables[setting]
-        delta = resampled_seper(*table[(qid, "rag", None)], rng) - resampled_seper(*table[(qid, "closed_book", None)], rng)
+        delta = resampled_seper(*table[(qid, "rag", None)], rng) - resampled_seper(
+            *table[(qid, "closed_book", None)], rng
+        )
         low, high = np.percentile(delta, [2.5, 97.5])
         cis[(setting, qid)] = (float(low), float(high))
     return cis
@@ -210,8 +256,10 @@ def standard_error_cis(tables: Tables) -> dict[tuple[str, str], tuple[float, flo
 
 
 def share_inside(cis: dict, tables: Tables, slack: float = 0.0) -> float:
-    inside = [low - slack - 1e-12 <= delta_seper(tables[setting], qid) <= high + slack + 1e-12
-              for (setting, qid), (low, high) in cis.items()]
+    inside = [
+        low - slack - 1e-12 <= delta_seper(tables[setting], qid) <= high + slack + 1e-12
+        for (setting, qid), (low, high) in cis.items()
+    ]
     return float(np.mean(inside))
 
 
@@ -228,9 +276,13 @@ PAIRS = (("adaptive", "fixed"), ("adaptive_redraw", "fixed_redraw"), ("fixed_red
 fixed-N re-draw against the reference (what noise alone moves)."""
 
 
-def paired_shift(tables: dict[str, Tables], first: str, second: str, keys: list[tuple[str, str]]) -> dict[str, float]:
+def paired_shift(
+    tables: dict[str, Tables], first: str, second: str, keys: list[tuple[str, str]]
+) -> dict[str, float]:
     """Mean over (setting, query) of ΔSePer_S(first) − ΔSePer_S(second), with its bootstrap 95 % CI."""
-    differences = [delta_seper(tables[first][s], q) - delta_seper(tables[second][s], q) for s, q in keys]
+    differences = [
+        delta_seper(tables[first][s], q) - delta_seper(tables[second][s], q) for s, q in keys
+    ]
     interval = bootstrap_mean_ci(differences)
     return {"mean": float(np.mean(differences)), "ci_low": interval.low, "ci_high": interval.high}
 
@@ -239,11 +291,16 @@ def validity_r(store: ArtifactStore, partition: str, rng: np.random.Generator) -
     """The pipeline's validity r — Pearson r of per_doc ΔSePer_S with true utility over the
     questions not answered closed book (``evaluation/summary._validity_correlations``) — recomputed
     from the stored tables (checked against the summary), and its query-bootstrap 95 % CI."""
-    unanswered = store.read_table("metric_scores", partition).filter(~pl.col("answer_has_closed"))["query_id"]
+    unanswered = store.read_table("metric_scores", partition).filter(~pl.col("answer_has_closed"))[
+        "query_id"
+    ]
     documents = store.read_table("document_scores", partition).filter(
-        pl.col("true_utility").is_not_null() & pl.col("query_id").is_in(unanswered.to_list()))
-    by_query = [(part["delta_seper_s"].to_numpy(), part["true_utility"].to_numpy())
-                for _, part in documents.group_by("query_id", maintain_order=True)]
+        pl.col("true_utility").is_not_null() & pl.col("query_id").is_in(unanswered.to_list())
+    )
+    by_query = [
+        (part["delta_seper_s"].to_numpy(), part["true_utility"].to_numpy())
+        for _, part in documents.group_by("query_id", maintain_order=True)
+    ]
     x = np.concatenate([a for a, _ in by_query])
     y = np.concatenate([b for _, b in by_query])
     r = float(np.corrcoef(x, y)[0, 1])
@@ -256,15 +313,29 @@ def validity_r(store: ArtifactStore, partition: str, rng: np.random.Generator) -
         if np.ptp(a) > 0 and np.ptp(b) > 0:
             draws.append(np.corrcoef(a, b)[0, 1])
     low, high = np.percentile(draws, [2.5, 97.5])
-    return {"r": r, "ci_low": float(low), "ci_high": float(high), "passages": int(x.size), "queries": len(by_query)}
+    return {
+        "r": r,
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "passages": int(x.size),
+        "queries": len(by_query),
+    }
 
 
 def sample_rows(store: ArtifactStore, workload: Workload, settings: list[str]) -> pl.DataFrame:
     """Every sample the variant drew (greedy answers are not samples), with its setting
     (none for the closed-book prompts, drawn once for all settings)."""
-    parts = [store.read_table("closed_book_generations", workload.closed_partition).with_columns(setting=pl.lit(None, pl.String))]
-    parts += [store.read_table("generations", f"{workload.generator}|{setting}").with_columns(setting=pl.lit(setting))
-              for setting in settings]
+    parts = [
+        store.read_table("closed_book_generations", workload.closed_partition).with_columns(
+            setting=pl.lit(None, pl.String)
+        )
+    ]
+    parts += [
+        store.read_table("generations", f"{workload.generator}|{setting}").with_columns(
+            setting=pl.lit(setting)
+        )
+        for setting in settings
+    ]
     return pl.concat(parts, how="diagonal_relaxed").filter(pl.col("decoding") == "sample")
 
 
@@ -275,17 +346,29 @@ def same_index_differs(rows: pl.DataFrame, reference: pl.DataFrame) -> dict[str,
     keys = ["setting", "query_id", "condition", "doc_id", "sample_index"]
     joined = rows.join(reference, on=keys, nulls_equal=True, suffix="_reference")
     same = joined.filter(pl.col("text") == pl.col("text_reference"))
-    logprob_gap = (same["token_logprobs"].list.sum() - same["token_logprobs_reference"].list.sum()).abs().max()
-    return {"samples": joined.height, "text_differs": float((joined["text"] != joined["text_reference"]).mean()),
-            "max_logprob_sum_difference": float(logprob_gap or 0.0)}
+    logprob_gap = (
+        (same["token_logprobs"].list.sum() - same["token_logprobs_reference"].list.sum())
+        .abs()
+        .max()
+    )
+    return {
+        "samples": joined.height,
+        "text_differs": float((joined["text"] != joined["text_reference"]).mean()),
+        "max_logprob_sum_difference": float(logprob_gap or 0.0),
+    }
 
 
 def as_prefix(tables: Tables, reference: Tables) -> Tables:
     """``reference``'s samples cut to the number each group of ``tables`` drew: what an engine
     whose samples do not depend on their batch mates would have given the adaptive run."""
-    return {setting: {key: (scores[: len(table[key][1])], credits[: len(table[key][1])])
-                      for key, (scores, credits) in reference[setting].items() if key in table}
-            for setting, table in tables.items()}
+    return {
+        setting: {
+            key: (scores[: len(table[key][1])], credits[: len(table[key][1])])
+            for key, (scores, credits) in reference[setting].items()
+            if key in table
+        }
+        for setting, table in tables.items()
+    }
 
 
 REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25)
@@ -304,14 +387,29 @@ def replay_rules() -> list[AdaptiveSamplingConfig]:
     with ``closed_book_target_se`` at the same value and at half of it (the default), and each of
     ``FULL_CLOSED_BOOK_TARGETS`` with the closed-book prompt drawn in full (its SePer enters every
     ΔSePer of its question), and each of ``ROUND_SHAPES`` at ``SHAPE_TARGETS``."""
-    return [AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed)
-            for target in REPLAY_TARGETS for closed in (target, None)] + [
-        AdaptiveSamplingConfig(target_se=target, closed_book_target_se=ALWAYS_N) for target in FULL_CLOSED_BOOK_TARGETS] + [
-        AdaptiveSamplingConfig(first_round=first, round_size=size, target_se=target, closed_book_target_se=closed)
-        for first, size in ROUND_SHAPES for target, closed in SHAPE_TARGETS]
+    return (
+        [
+            AdaptiveSamplingConfig(target_se=target, closed_book_target_se=closed)
+            for target in REPLAY_TARGETS
+            for closed in (target, None)
+        ]
+        + [
+            AdaptiveSamplingConfig(target_se=target, closed_book_target_se=ALWAYS_N)
+            for target in FULL_CLOSED_BOOK_TARGETS
+        ]
+        + [
+            AdaptiveSamplingConfig(
+                first_round=first, round_size=size, target_se=target, closed_book_target_se=closed
+            )
+            for first, size in ROUND_SHAPES
+            for target, closed in SHAPE_TARGETS
+        ]
+    )
 
 
-def replay(tables: Tables, cis: dict, se_cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig) -> dict[str, float]:
+def replay(
+    tables: Tables, cis: dict, se_cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig
+) -> dict[str, float]:
     """The stop rule replayed on the fixed run's samples: each group's N_q is where
     ``evaluation/sampling.continues`` would have stopped it on its first samples, each group on
     its own. Where two groups hold one prompt (rag and per_doc at k = 1 on the realistic grid) they
@@ -326,52 +424,97 @@ def replay(tables: Tables, cis: dict, se_cis: dict, n_max: int, adaptive: Adapti
             n = 0
             for size in round_sizes(n_max, adaptive):
                 n += size
-                if not continues(seper_standard_error(credits[:n], softmax(scores[:n])), key[1], n, n_max, adaptive):
+                if not continues(
+                    seper_standard_error(credits[:n], softmax(scores[:n])),
+                    key[1],
+                    n,
+                    n_max,
+                    adaptive,
+                ):
                     break
             cut[setting][key] = (scores[:n], credits[:n])
-            if key[1] != "closed_book" or setting == next(iter(tables)):  # closed book: drawn once for all settings
+            if key[1] != "closed_book" or setting == next(
+                iter(tables)
+            ):  # closed book: drawn once for all settings
                 drawn, total = drawn + n, total + credits.size
-    return {"first_round": adaptive.first_round, "round_size": adaptive.round_size,
-            "target_se": adaptive.target_se, "closed_book_target_se": adaptive.target_for("closed_book"),
-            "sample_fraction": drawn / total, "inside_fixed_ci": share_inside(cis, cut),
-            "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION),
-            "inside_fixed_se_ci": share_inside(se_cis, cut)}
+    return {
+        "first_round": adaptive.first_round,
+        "round_size": adaptive.round_size,
+        "target_se": adaptive.target_se,
+        "closed_book_target_se": adaptive.target_for("closed_book"),
+        "sample_fraction": drawn / total,
+        "inside_fixed_ci": share_inside(cis, cut),
+        "inside_fixed_ci_at_resolution": share_inside(cis, cut, RESOLUTION),
+        "inside_fixed_se_ci": share_inside(se_cis, cut),
+    }
 
 
 def replay_line(row: dict[str, float]) -> str:
     """One :func:`replay` result, printed."""
-    return (f"replayed on the fixed samples, rounds {row['first_round']} + {row['round_size']}, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
-            f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
-            f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution), its SE CI {row['inside_fixed_se_ci']:.3f}")
+    return (
+        f"replayed on the fixed samples, rounds {row['first_round']} + {row['round_size']}, target_se {row['target_se']:.2f}, closed book {row['closed_book_target_se']:.3f}: "
+        f"{row['sample_fraction']:.3f} of the samples, inside the fixed-N CI {row['inside_fixed_ci']:.3f} "
+        f"({row['inside_fixed_ci_at_resolution']:.3f} at the reports' resolution), its SE CI {row['inside_fixed_se_ci']:.3f}"
+    )
 
 
 def samples_drawn(rows: pl.DataFrame) -> dict[str, int]:
-    return {condition: int(n) for condition, n in rows.group_by("condition").len().sort("condition").iter_rows()}
+    return {
+        condition: int(n)
+        for condition, n in rows.group_by("condition").len().sort("condition").iter_rows()
+    }
 
 
 def samples_per_group(rows: pl.DataFrame) -> dict[str, int]:
     """How many (setting, query, condition, doc) groups drew each number of samples."""
-    counts = rows.group_by("setting", "query_id", "condition", "doc_id").len("drawn").group_by("drawn").len("groups")
+    counts = (
+        rows.group_by("setting", "query_id", "condition", "doc_id")
+        .len("drawn")
+        .group_by("drawn")
+        .len("groups")
+    )
     return {str(n): int(groups) for n, groups in counts.sort("drawn").iter_rows()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="demo")
-    parser.add_argument("--home", type=Path, required=True, help="a directory holding one RAGUTIL_HOME per run")
-    parser.add_argument("--max-queries", type=int, default=None,
-                        help="questions (default: 200 on the demo world, the example's own otherwise)")
-    parser.add_argument("--caches-from", type=Path, default=None,
-                        help="an earlier RAGUTIL_HOME whose caches and installed models each fresh home starts from")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="the generators' dtype (default: the example's; on an AMX CPU `auto` is bfloat16)")
-    parser.add_argument("--replay", action="store_true",
-                        help="also replay the stop rule on the fixed run's samples over a grid of targets")
+    parser.add_argument(
+        "--home", type=Path, required=True, help="a directory holding one RAGUTIL_HOME per run"
+    )
+    parser.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        help="questions (default: 200 on the demo world, the example's own otherwise)",
+    )
+    parser.add_argument(
+        "--caches-from",
+        type=Path,
+        default=None,
+        help="an earlier RAGUTIL_HOME whose caches and installed models each fresh home starts from",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="the generators' dtype (default: the example's; on an AMX CPU `auto` is bfloat16)",
+    )
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="also replay the stop rule on the fixed run's samples over a grid of targets",
+    )
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
     max_queries = args.max_queries or (200 if args.workload == "demo" else None)
     names = list(workload.variants)
-    seconds = {name: run_variant(args.home, workload, name, max_queries, args.dtype, args.caches_from) for name in names}
+    seconds = {
+        name: run_variant(args.home, workload, name, max_queries, args.dtype, args.caches_from)
+        for name in names
+    }
     fixed_config = ExperimentConfig.model_validate(workload.config(0, False, max_queries))
     settings = [setting.key for setting in fixed_config.settings()]
     stores = {name: ArtifactStore(home=str(args.home / name)) for name in names}
@@ -384,14 +527,20 @@ def main() -> None:
     drawn = {name: samples_drawn(rows[name]) for name in names}
     fraction = {name: rows[name].height / rows["fixed"].height for name in names}
     others = [name for name in names if name != "fixed"]
-    same_seed = [name for name in others if workload.variants[name] == (workload.variants["fixed"][0], True)]
+    same_seed = [
+        name for name in others if workload.variants[name] == (workload.variants["fixed"][0], True)
+    ]
     result = {
         "command": f"python bench/adaptive_sampling.py --workload {args.workload} --home DIR"
-                   + (" --caches-from HOME" if args.caches_from else "") + (f" --dtype {args.dtype}" if args.dtype else ""),
-        "config": f"examples/{workload.example}" + (", BM25, k = 5" if workload.validity else "")
-                  + f", {max_queries or 'all its'} queries, settings {settings}, N = {fixed_config.sampling.n}"
-                  + (f", generators in {args.dtype}" if args.dtype else ""),
-        "adaptive_defaults": ExperimentConfig.model_validate(workload.config(0, True, max_queries)).sampling.adaptive.key,
+        + (" --caches-from HOME" if args.caches_from else "")
+        + (f" --dtype {args.dtype}" if args.dtype else ""),
+        "config": f"examples/{workload.example}"
+        + (", BM25, k = 5" if workload.validity else "")
+        + f", {max_queries or 'all its'} queries, settings {settings}, N = {fixed_config.sampling.n}"
+        + (f", generators in {args.dtype}" if args.dtype else ""),
+        "adaptive_defaults": ExperimentConfig.model_validate(
+            workload.config(0, True, max_queries)
+        ).sampling.adaptive.key,
         "setting_queries": len(cis),
         "ci": f"percentile bootstrap 95 % over the N samples of each condition, {RESAMPLES} resamples",
         "resolution": RESOLUTION,
@@ -400,34 +549,62 @@ def main() -> None:
         "sample_fraction": fraction,
         "groups_by_samples_drawn": {name: samples_per_group(rows[name]) for name in names},
         "sample_fraction_by_condition": {
-            name: {c: drawn[name].get(c, 0) / drawn["fixed"][c] for c in drawn["fixed"]} for name in names
+            name: {c: drawn[name].get(c, 0) / drawn["fixed"][c] for c in drawn["fixed"]}
+            for name in names
         },
         "inside_fixed_ci": {name: share_inside(cis, tables[name]) for name in others},
-        "inside_fixed_ci_at_resolution": {name: share_inside(cis, tables[name], RESOLUTION) for name in others},
-        "inside_fixed_ci_as_prefix": {name: share_inside(cis, as_prefix(tables[name], tables["fixed"])) for name in same_seed},
-        "fixed_ci_narrower_than_0.001": float(np.mean([high - low < 0.001 for low, high in cis.values()])),
+        "inside_fixed_ci_at_resolution": {
+            name: share_inside(cis, tables[name], RESOLUTION) for name in others
+        },
+        "inside_fixed_ci_as_prefix": {
+            name: share_inside(cis, as_prefix(tables[name], tables["fixed"])) for name in same_seed
+        },
+        "fixed_ci_narrower_than_0.001": float(
+            np.mean([high - low < 0.001 for low, high in cis.values()])
+        ),
         "inside_fixed_se_ci": {name: share_inside(se_cis, tables[name]) for name in others},
         "mean_delta_seper_s": {name: mean_with_ci(tables[name], keys) for name in names},
-        "same_index_as_fixed": {name: same_index_differs(rows[name], rows["fixed"]) for name in same_seed},
-        "paired_shift": {f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)},
+        "same_index_as_fixed": {
+            name: same_index_differs(rows[name], rows["fixed"]) for name in same_seed
+        },
+        "paired_shift": {
+            f"{a}-{b}": paired_shift(tables, a, b, keys) for a, b in PAIRS if {a, b} <= set(names)
+        },
     }
     if args.replay:
-        result["replay"] = [replay(tables["fixed"], cis, se_cis, fixed_config.sampling.n, rule) for rule in replay_rules()]
+        result["replay"] = [
+            replay(tables["fixed"], cis, se_cis, fixed_config.sampling.n, rule)
+            for rule in replay_rules()
+        ]
     if workload.validity:
         partition = f"{workload.generator}|{settings[0]}"
-        result["validity_r"] = {name: validity_r(store, partition, rng) for name, store in stores.items()}
-    suffix = ("" if args.workload == "demo" else f"_{args.workload}") + (f"_{args.dtype}" if args.dtype else "")
+        result["validity_r"] = {
+            name: validity_r(store, partition, rng) for name, store in stores.items()
+        }
+    suffix = ("" if args.workload == "demo" else f"_{args.workload}") + (
+        f"_{args.dtype}" if args.dtype else ""
+    )
     results = ROOT / "bench" / "results" / f"adaptive_sampling{suffix}.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'at 0.001':>9} {'in SE CI':>9} "
-          f"{'mean ΔSePer_S [95% CI]':>27}" + (f" {'validity r [95% CI]':>26}" if workload.validity else ""))
+    print(
+        f"{'run':16} {'samples':>8} {'fraction':>9} {'in boot CI':>11} {'at 0.001':>9} {'in SE CI':>9} "
+        f"{'mean ΔSePer_S [95% CI]':>27}"
+        + (f" {'validity r [95% CI]':>26}" if workload.validity else "")
+    )
     for name in names:
         m = result["mean_delta_seper_s"][name]
-        shares = [result[k].get(name) for k in ("inside_fixed_ci", "inside_fixed_ci_at_resolution", "inside_fixed_se_ci")]
-        line = (f"{name:16} {rows[name].height:8d} {fraction[name]:9.3f} "
-                + " ".join(f"{'—' if v is None else f'{v:.3f}':>{w}}" for v, w in zip(shares, (11, 9, 9)))
-                + f" {m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}]")
+        shares = [
+            result[k].get(name)
+            for k in ("inside_fixed_ci", "inside_fixed_ci_at_resolution", "inside_fixed_se_ci")
+        ]
+        line = (
+            f"{name:16} {rows[name].height:8d} {fraction[name]:9.3f} "
+            + " ".join(
+                f"{'—' if v is None else f'{v:.3f}':>{w}}" for v, w in zip(shares, (11, 9, 9))
+            )
+            + f" {m['mean']:8.4f} [{m['ci_low']:.4f}, {m['ci_high']:.4f}]"
+        )
         if workload.validity:
             v = result["validity_r"][name]
             line += f" {v['r']:8.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
@@ -435,14 +612,20 @@ def main() -> None:
     for name in others:
         print(f"groups by samples drawn, {name}: {result['groups_by_samples_drawn'][name]}")
     for pair, shift in result["paired_shift"].items():
-        print(f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]")
+        print(
+            f"paired ΔSePer_S shift {pair}: {shift['mean']:.4f} [{shift['ci_low']:.4f}, {shift['ci_high']:.4f}]"
+        )
     for name, noise in result["same_index_as_fixed"].items():
-        print(f"{name} against fixed, same seed and index: {noise['text_differs']:.4f} of {noise['samples']} texts differ, "
-              f"log-prob sums of identical texts by up to {noise['max_logprob_sum_difference']:.4f}; inside the "
-              f"fixed-N CI had its samples been the fixed run's first N_q: {result['inside_fixed_ci_as_prefix'][name]:.3f}")
+        print(
+            f"{name} against fixed, same seed and index: {noise['text_differs']:.4f} of {noise['samples']} texts differ, "
+            f"log-prob sums of identical texts by up to {noise['max_logprob_sum_difference']:.4f}; inside the "
+            f"fixed-N CI had its samples been the fixed run's first N_q: {result['inside_fixed_ci_as_prefix'][name]:.3f}"
+        )
     for row in result.get("replay", []):
         print(replay_line(row))
-    print(f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}")
+    print(
+        f"fixed-N bootstrap CIs narrower than 0.001: {result['fixed_ci_narrower_than_0.001']:.3f}"
+    )
     print(f"wrote {results}")
 
 

@@ -75,8 +75,13 @@ RECOVERED_BY = {
 
 def check_at(commit: str):
     """``shares_answer_content`` as it was at ``commit`` (its ``metrics/answers.py``, via git show)."""
-    source = subprocess.run(["git", "show", f"{commit}:ragutil_dagster/metrics/answers.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{commit}:ragutil_dagster/metrics/answers.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     module = types.ModuleType(f"answers_at_{commit}")
     exec(compile(source, f"{commit}:ragutil_dagster/metrics/answers.py", "exec"), module.__dict__)
     return module
@@ -94,8 +99,14 @@ def _texts(pair: Pair) -> tuple[str, str]:
 def _shared_words(premise: str, hypothesis: str) -> list[tuple[str, str]]:
     """(word, word) pairs of the two answers that share a stem: what made the current check pass."""
     first, second = answers._answer_parts(premise, hypothesis)
-    return [(u.word, v.word) for u in answers._units(first) for v in answers._units(second)
-            if not u.function and not v.function and {k for k in u.keys & v.keys if k.startswith("word:")}]
+    return [
+        (u.word, v.word)
+        for u in answers._units(first)
+        for v in answers._units(second)
+        if not u.function
+        and not v.function
+        and {k for k in u.keys & v.keys if k.startswith("word:")}
+    ]
 
 
 def recovery_cause(premise: str, hypothesis: str, old) -> str:
@@ -123,10 +134,17 @@ def examples_table(old) -> list[dict]:
     rows = []
     for question, gold, other, same in EXAMPLES:
         a, b = nli_text(gold, question), nli_text(other, question)
-        rows.append({"question": question, "gold": gold, "other": other, "equivalent": same,
-                     "before": [old.shares_answer_content(a, b), old.shares_answer_content(b, a)],
-                     "after": [answers.shares_answer_content(a, b), answers.shares_answer_content(b, a)],
-                     "after_reason": answers.content_match(a, b).reason})
+        rows.append(
+            {
+                "question": question,
+                "gold": gold,
+                "other": other,
+                "equivalent": same,
+                "before": [old.shares_answer_content(a, b), old.shares_answer_content(b, a)],
+                "after": [answers.shares_answer_content(a, b), answers.shares_answer_content(b, a)],
+                "after_reason": answers.content_match(a, b).reason,
+            }
+        )
     return rows
 
 
@@ -140,7 +158,9 @@ def annotator_spans(root: Path) -> dict[tuple[str, str], set[tuple[int, int]]]:
             for qa in paragraph["qas"]:
                 for answer in qa["answers"]:
                     start = answer["answer_start"]
-                    spans[(qa["question"], answer["text"])].add((start, start + len(answer["text"])))
+                    spans[(qa["question"], answer["text"])].add(
+                        (start, start + len(answer["text"]))
+                    )
     return spans
 
 
@@ -154,11 +174,19 @@ def spans_overlap(pair: Pair, spans: dict) -> bool:
 
 def refusals(pairs: list[Pair], old, spans: dict | None = None) -> dict:
     """Refused equivalent pairs and passed not-equivalent pairs, before and after, by cause."""
-    out = {"n_equivalent": 0, "n_not_equivalent": 0, "refused_before": 0, "refused_after": 0,
-           "passed_not_equivalent_before": 0, "passed_not_equivalent_after": 0,
-           "refused_after_by_reason": collections.Counter(), "recovered_by": collections.Counter(),
-           "newly_refused_by": collections.Counter(), "newly_passed_not_equivalent_by_reason": collections.Counter(),
-           "equivalent_by_spans": collections.Counter()}
+    out = {
+        "n_equivalent": 0,
+        "n_not_equivalent": 0,
+        "refused_before": 0,
+        "refused_after": 0,
+        "passed_not_equivalent_before": 0,
+        "passed_not_equivalent_after": 0,
+        "refused_after_by_reason": collections.Counter(),
+        "recovered_by": collections.Counter(),
+        "newly_refused_by": collections.Counter(),
+        "newly_passed_not_equivalent_by_reason": collections.Counter(),
+        "equivalent_by_spans": collections.Counter(),
+    }
     for pair in pairs:
         a, b = _texts(pair)
         before, after = old.shares_answer_content(a, b), answers.shares_answer_content(a, b)
@@ -182,64 +210,102 @@ def refusals(pairs: list[Pair], old, spans: dict | None = None) -> dict:
             out["passed_not_equivalent_before"] += before
             out["passed_not_equivalent_after"] += after
             if after and not before:
-                out["newly_passed_not_equivalent_by_reason"][answers.content_match(a, b).reason] += 1
+                out["newly_passed_not_equivalent_by_reason"][
+                    answers.content_match(a, b).reason
+                ] += 1
     for key in ("refused_before", "refused_after"):
         out[f"{key}_share"] = out[key] / max(1, out["n_equivalent"])
     for key in ("passed_not_equivalent_before", "passed_not_equivalent_after"):
         out[f"{key}_share"] = out[key] / max(1, out["n_not_equivalent"])
-    return {k: dict(v.most_common()) if isinstance(v, collections.Counter) else v for k, v in out.items()}
+    return {
+        k: dict(v.most_common()) if isinstance(v, collections.Counter) else v
+        for k, v in out.items()
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--squad", type=Path, default=SQUAD)
-    parser.add_argument("--max-pairs", type=int, default=1000, help="per class, as bench/nli_real.py")
+    parser.add_argument(
+        "--max-pairs", type=int, default=1000, help="per class, as bench/nli_real.py"
+    )
     parser.add_argument("--baseline", default=BASELINE, help="the commit whose check is 'before'")
-    parser.add_argument("--show", choices=HALVES, help="print that half's pairs the current check refuses, "
-                        "and its not-equivalent pairs it newly passes (read dev only)")
+    parser.add_argument(
+        "--show",
+        choices=HALVES,
+        help="print that half's pairs the current check refuses, "
+        "and its not-equivalent pairs it newly passes (read dev only)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     old = check_at(args.baseline)
     pairs = squad_pairs(args.squad, args.max_pairs)
     spans = annotator_spans(args.squad)
-    results = {"baseline": args.baseline, "command": " ".join(["python", *sys.argv]),
-               "pairs": "bench/nli_real.py squad: 1,000 equivalent + 1,000 not-equivalent SQuAD v1.1 dev pairs",
-               "examples": examples_table(old),
-               "squad": {"all": refusals(pairs, old, spans),
-                         **{half: refusals([p for p in pairs if p.half == half], old, spans) for half in HALVES}}}
+    results = {
+        "baseline": args.baseline,
+        "command": " ".join(["python", *sys.argv]),
+        "pairs": "bench/nli_real.py squad: 1,000 equivalent + 1,000 not-equivalent SQuAD v1.1 dev pairs",
+        "examples": examples_table(old),
+        "squad": {
+            "all": refusals(pairs, old, spans),
+            **{half: refusals([p for p in pairs if p.half == half], old, spans) for half in HALVES},
+        },
+    }
     print("| gold | other | equivalent | before (both ways) | after (both ways) | after: reason |")
     print("|---|---|---|---|---|---|")
     for row in results["examples"]:
         fmt = lambda pair: " / ".join("passes" if x else "refused" for x in pair)  # noqa: E731
-        print(f"| {row['gold']} | {row['other']} | {'yes' if row['equivalent'] else 'no'} | {fmt(row['before'])} "
-              f"| {fmt(row['after'])} | {row['after_reason']} |")
+        print(
+            f"| {row['gold']} | {row['other']} | {'yes' if row['equivalent'] else 'no'} | {fmt(row['before'])} "
+            f"| {fmt(row['after'])} | {row['after_reason']} |"
+        )
     print()
     for part in ("dev", "test", "all"):
         r = results["squad"][part]
-        print(f"{part}: equivalent refused {r['refused_before']}/{r['n_equivalent']} ({r['refused_before_share']:.1%}) "
-              f"→ {r['refused_after']}/{r['n_equivalent']} ({r['refused_after_share']:.1%}); "
-              f"not-equivalent passed {r['passed_not_equivalent_before']}/{r['n_not_equivalent']} "
-              f"({r['passed_not_equivalent_before_share']:.1%}) → {r['passed_not_equivalent_after']} "
-              f"({r['passed_not_equivalent_after_share']:.1%})")
+        print(
+            f"{part}: equivalent refused {r['refused_before']}/{r['n_equivalent']} ({r['refused_before_share']:.1%}) "
+            f"→ {r['refused_after']}/{r['n_equivalent']} ({r['refused_after_share']:.1%}); "
+            f"not-equivalent passed {r['passed_not_equivalent_before']}/{r['n_not_equivalent']} "
+            f"({r['passed_not_equivalent_before_share']:.1%}) → {r['passed_not_equivalent_after']} "
+            f"({r['passed_not_equivalent_after_share']:.1%})"
+        )
         print(f"   recovered by: {r['recovered_by']}")
-        print(f"   newly refused: {r['newly_refused_by']}; still refused: {r['refused_after_by_reason']}")
+        print(
+            f"   newly refused: {r['newly_refused_by']}; still refused: {r['refused_after_by_reason']}"
+        )
         print(f"   not-equivalent newly passed: {r['newly_passed_not_equivalent_by_reason']}")
         print(f"   equivalent pairs by the annotators' spans: {r['equivalent_by_spans']}")
     if args.show:
         print(f"\n{args.show} half: equivalent pairs the current check refuses")
         for pair in pairs:
             a, b = _texts(pair)
-            if pair.half == args.show and pair.equivalent and not answers.shares_answer_content(a, b):
-                print(f"  {pair.question!r}: {pair.first!r} / {pair.second!r} — {answers.content_match(a, b).reason}")
-        print(f"\n{args.show} half: not-equivalent pairs the current check passes and the baseline refused")
+            if (
+                pair.half == args.show
+                and pair.equivalent
+                and not answers.shares_answer_content(a, b)
+            ):
+                print(
+                    f"  {pair.question!r}: {pair.first!r} / {pair.second!r} — {answers.content_match(a, b).reason}"
+                )
+        print(
+            f"\n{args.show} half: not-equivalent pairs the current check passes and the baseline refused"
+        )
         for pair in pairs:
             a, b = _texts(pair)
-            if (pair.half == args.show and not pair.equivalent and answers.shares_answer_content(a, b)
-                    and not old.shares_answer_content(a, b)):
-                print(f"  {pair.question!r}: {pair.first!r} / {pair.second!r} — {answers.content_match(a, b).reason}")
+            if (
+                pair.half == args.show
+                and not pair.equivalent
+                and answers.shares_answer_content(a, b)
+                and not old.shares_answer_content(a, b)
+            ):
+                print(
+                    f"  {pair.question!r}: {pair.first!r} / {pair.second!r} — {answers.content_match(a, b).reason}"
+                )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         print(f"wrote {args.json}")
 
 

@@ -37,24 +37,42 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ragutil-bench-executors-"))
     world = write_world(make_world(0, "ci"), root / "world")
     models = build_tiny_models(root / "models")
-    experiment = parse_config({
-        "name": "tiny", "seed": 0, "bootstrap_resamples": 50,
-        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}],
-        "k": [1, 2],
-        "generators": [{"name": "lm0", "model": str(models.causal_lm)}],
-        "nli": {"model": str(models.nli)},
-        "sampling": {"n": 3, "max_new_tokens": 4},
-    })
+    experiment = parse_config(
+        {
+            "name": "tiny",
+            "seed": 0,
+            "bootstrap_resamples": 50,
+            "datasets": [
+                {"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}
+            ],
+            "retrievers": [{"name": "bm25", "kind": "bm25"}],
+            "k": [1, 2],
+            "generators": [{"name": "lm0", "model": str(models.causal_lm)}],
+            "nli": {"model": str(models.nli)},
+            "sampling": {"n": 3, "max_new_tokens": 4},
+        }
+    )
     os.environ.pop("DAGSTER_HOME", None)
     rows, summaries = [], []
     for workers in args.workers:
         home = root / f"home-{workers}"
         parts, _ = build_assets(experiment)
         started = time.perf_counter()
-        outcome = materialize_all(build_definitions(experiment, str(home)), experiment, parts,
-                                  dagster_instance(home), progress=False, workers=workers)
-        rows.append({"workers": workers, "dagster_runs": outcome.runs, "wall_s": round(time.perf_counter() - started, 1)})
+        outcome = materialize_all(
+            build_definitions(experiment, str(home)),
+            experiment,
+            parts,
+            dagster_instance(home),
+            progress=False,
+            workers=workers,
+        )
+        rows.append(
+            {
+                "workers": workers,
+                "dagster_runs": outcome.runs,
+                "wall_s": round(time.perf_counter() - started, 1),
+            }
+        )
         summaries.append(outcome.summary)
     print(pl.DataFrame(rows))
     print("identical summaries:", all(s.equals(summaries[0]) for s in summaries))

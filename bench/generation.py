@@ -124,7 +124,9 @@ def speed(args: argparse.Namespace, model_dir: Path) -> dict[str, object]:
     ours = HFGenerator(lm, show_progress=False, max_batch_rows=args.batch_rows)
 
     def run_ours() -> int:
-        samples = ours.sample(prompts, SamplingParams(n=args.n, max_new_tokens=args.new_tokens, seed=0))
+        samples = ours.sample(
+            prompts, SamplingParams(n=args.n, max_new_tokens=args.new_tokens, seed=0)
+        )
         return sum(len(s.token_ids) for per in samples for s in per)
 
     runs: dict[str, Callable[[], int]] = {
@@ -142,7 +144,9 @@ def speed(args: argparse.Namespace, model_dir: Path) -> dict[str, object]:
         engine = VLLMGenerator(str(model_dir), show_progress=False, gpu_memory_utilization=0.5)
 
         def run_vllm() -> int:
-            samples = engine.sample(prompts, SamplingParams(n=args.n, max_new_tokens=args.new_tokens, seed=0))
+            samples = engine.sample(
+                prompts, SamplingParams(n=args.n, max_new_tokens=args.new_tokens, seed=0)
+            )
             return sum(len(s.token_ids) for per in samples for s in per)
 
         runs["VLLMGenerator"] = run_vllm
@@ -192,7 +196,10 @@ def nli_pairs(args: argparse.Namespace, bench_model: Path, root: Path) -> dict[s
         requests.append((q.text, templates.closed_book(q.text), q.answers))
         requests.append((q.text, templates.with_context(q.text, pairs), q.answers))
         requests += [(q.text, templates.with_context(q.text, [pair]), q.answers) for pair in pairs]
-    samples = gen.sample([r[1] for r in requests], SamplingParams(n=args.n, max_new_tokens=args.answer_tokens, stop=["\n"], seed=0))
+    samples = gen.sample(
+        [r[1] for r in requests],
+        SamplingParams(n=args.n, max_new_tokens=args.answer_tokens, stop=["\n"], seed=0),
+    )
     inputs = [
         SePerInput(
             [s.text.strip() for s in per], [s.token_logprobs for s in per], list(gold), question

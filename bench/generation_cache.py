@@ -29,7 +29,8 @@ def samples(rng: random.Random, n: int = 10, tokens: int = 32) -> list[Sample]:
             " ".join(f"w{rng.randrange(5000)}" for _ in range(tokens)),
             tuple(rng.randrange(50000) for _ in range(tokens)),
             tuple(-rng.random() * 5 for _ in range(tokens)),
-            "length", 300,
+            "length",
+            300,
         )
         for _ in range(n)
     ]
@@ -39,11 +40,13 @@ def run(entries: int, location: str) -> list[dict[str, object]]:
     rng = random.Random(0)
     cache = GenerationCache(location)
     params = SamplingParams(n=10, max_new_tokens=32)
-    keys = [GenerationCache.key({"identity": "bench"}, f"prompt {i}", params) for i in range(entries)]
+    keys = [
+        GenerationCache.key({"identity": "bench"}, f"prompt {i}", params) for i in range(entries)
+    ]
     body = samples(rng)  # one body for all: the cost measured is the store's, not the generator's
     start = time.perf_counter()
     for i in range(0, entries, CHECKPOINT):
-        cache.put_many({key: body for key in keys[i:i + CHECKPOINT]})
+        cache.put_many({key: body for key in keys[i : i + CHECKPOINT]})
     write = time.perf_counter() - start
     lookups = []
     for _ in range(20):
@@ -55,18 +58,28 @@ def run(entries: int, location: str) -> list[dict[str, object]]:
     rows = [
         {"figure": "entries", "value": len(cache)},
         {"figure": "write, entries/s (checkpoints of 64)", "value": round(entries / write)},
-        {"figure": "lookup of a 64-prompt checkpoint, median ms", "value": round(sorted(lookups)[10] * 1000, 1)},
+        {
+            "figure": "lookup of a 64-prompt checkpoint, median ms",
+            "value": round(sorted(lookups)[10] * 1000, 1),
+        },
     ]
     database = Path(location) / "generations.sqlite"
     if database.is_file():
-        rows.append({"figure": "SQLite file, bytes per entry", "value": round(database.stat().st_size / entries)})
+        rows.append(
+            {
+                "figure": "SQLite file, bytes per entry",
+                "value": round(database.stat().st_size / entries),
+            }
+        )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=200_000)
-    parser.add_argument("--location", help="directory or database URL (default: a temporary directory)")
+    parser.add_argument(
+        "--location", help="directory or database URL (default: a temporary directory)"
+    )
     args = parser.parse_args()
     if args.location:
         print(markdown_table(run(args.entries, args.location)))

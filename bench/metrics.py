@@ -31,7 +31,9 @@ def make_questions(n_questions: int, n_samples: int, seed: int) -> list[SePerInp
     rng = np.random.default_rng(seed)
     items = []
     for q in range(n_questions):
-        pool = [f"answer {q % 500}-{j}" for j in range(4)] + [f"answer {q}-rare{j}" for j in range(3)]
+        pool = [f"answer {q % 500}-{j}" for j in range(4)] + [
+            f"answer {q}-rare{j}" for j in range(3)
+        ]
         probs = np.array([0.5, 0.2, 0.1, 0.05, 0.05, 0.05, 0.05])
         chosen = rng.choice(len(pool), size=n_samples, p=probs)
         responses = [pool[i] for i in chosen]

@@ -54,14 +54,24 @@ PROBABILITIES = ["p_contradiction", "p_neutral", "p_entailment"]
 def per_query(queries: pl.DataFrame, samples: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
     """Per query: SePer and ΔSePer of ``samples`` with ``nli``'s probabilities."""
     return query_scores(group_scores(samples, queries, nli), queries).select(
-        "query_id", "seper_s_closed", "seper_s_rag", "delta_seper_s", "delta_seper_h",
+        "query_id",
+        "seper_s_closed",
+        "seper_s_rag",
+        "delta_seper_s",
+        "delta_seper_h",
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, required=True, help="the finished run's experiment YAML")
-    parser.add_argument("--dtype", default="bfloat16", help="the dtype to compare with float32 (default bfloat16)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", type=Path, required=True, help="the finished run's experiment YAML"
+    )
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="the dtype to compare with float32 (default bfloat16)"
+    )
     args = parser.parse_args()
     home = os.environ.get("RAGUTIL_HOME")
     if not home:
@@ -70,17 +80,26 @@ def main() -> None:
     parts, _ = build_assets(experiment)
     store = ArtifactStore(home=home)
     instance = dagster_instance(Path(home))
-    partitions = [k for k in parts.setting_generator.get_partition_keys() if store.has_table("nli_probabilities", str(k))]
+    partitions = [
+        k
+        for k in parts.setting_generator.get_partition_keys()
+        if store.has_table("nli_probabilities", str(k))
+    ]
     if not partitions:
-        raise SystemExit(f"{home} holds no nli_probabilities table of {args.config}'s partitions: run it first")
+        raise SystemExit(
+            f"{home} holds no nli_probabilities table of {args.config}'s partitions: run it first"
+        )
     for partition in partitions:
         recorded = recorded_text(instance, "nli_probabilities", str(partition), NLI_DTYPE)
         if recorded not in (None, "float32"):
-            raise SystemExit(f"{partition}: its NLI ran in {recorded}, not float32; this bench needs a float32 run")
+            raise SystemExit(
+                f"{partition}: its NLI ran in {recorded}, not float32; this bench needs a float32 run"
+            )
     scratch = tempfile.mkdtemp(prefix="nli-dtype-")
     # The pipeline's own judge (the content check in front where the config asks for it), in --dtype.
     judge = ModelLoader(device="cpu", nli_cache=str(Path(scratch) / "nli.sqlite")).entailment(
-        experiment.nli.model_copy(update={"dtype": args.dtype}))
+        experiment.nli.model_copy(update={"dtype": args.dtype})
+    )
     model = getattr(judge, "judge", judge)
     rows, reference, other, seconds = [], [], [], 0.0
     for partition in partitions:
@@ -114,22 +133,36 @@ def main() -> None:
         "nli_identity": judge.identity,
         "partitions": len(partitions),
         "setting_queries": table.height,
-        "distinct_pairs": {"float32": reference.height, args.dtype: other.height, "both": both.height},
-        f"{args.dtype}_pairs_computed_per_second": judge.stats.computed / seconds,  # of compute_nli, SePer included
+        "distinct_pairs": {
+            "float32": reference.height,
+            args.dtype: other.height,
+            "both": both.height,
+        },
+        f"{args.dtype}_pairs_computed_per_second": judge.stats.computed
+        / seconds,  # of compute_nli, SePer included
         f"{args.dtype}_compiled": model.model is not model.eager_model,
         "labels_kept": float(np.mean(labels == labels_other)),
         # what strict clustering reads: is the label entailment (contradiction / neutral near-ties
         # flip the argmax without changing any cluster)
-        "entailment_decisions_kept": float(np.mean((labels == entailment) == (labels_other == entailment))),
-        "p_entailment_abs_shift": {"mean": float(entailment_shift.mean()), "max": float(entailment_shift.max())},
+        "entailment_decisions_kept": float(
+            np.mean((labels == entailment) == (labels_other == entailment))
+        ),
+        "p_entailment_abs_shift": {
+            "mean": float(entailment_shift.mean()),
+            "max": float(entailment_shift.max()),
+        },
         "delta_seper_s_abs_shift": {"mean": float(delta_s.mean()), "max": float(delta_s.max())},
         "delta_seper_h_abs_shift": {"mean": float(delta_h.mean()), "max": float(delta_h.max())},
         "queries_moved_beyond_resolution": float((delta_s > RESOLUTION).mean()),
         "resolution": RESOLUTION,
-        "mean_delta_seper_s": {"float32": float(table["delta_seper_s"].mean()),
-                               args.dtype: float(table["delta_seper_s_other"].mean())},
-        "mean_seper_s_closed": {"float32": float(table["seper_s_closed"].mean()),
-                                args.dtype: float(table["seper_s_closed_other"].mean())},
+        "mean_delta_seper_s": {
+            "float32": float(table["delta_seper_s"].mean()),
+            args.dtype: float(table["delta_seper_s_other"].mean()),
+        },
+        "mean_seper_s_closed": {
+            "float32": float(table["seper_s_closed"].mean()),
+            args.dtype: float(table["seper_s_closed_other"].mean()),
+        },
     }
     path = ROOT / "bench" / "results" / "nli_dtype_seper.json"
     path.parent.mkdir(parents=True, exist_ok=True)

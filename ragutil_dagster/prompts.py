@@ -66,13 +66,17 @@ _CRITERIA = (
     "2. Novelty: Is the useful information new to you? This means it must NOT be part of your "
     "pre-existing knowledge.\n"
 )
-_POINTWISE_OUTPUT = "Directly output your response. The format of the output is: 'Utility judgment: Yes/No.'"
-_LISTWISE_OPENING = "I will provide you with {num} passages, each indicated by number identifier []. "
-_REFERENCE_OFFER = "I will also give you a reference answer. "
-_SELECTION_TASK = "Select the passages that have utility for yourself in answering the question: {question}.\n"
-_RANKING_TASK = (
-    "Rank the passages based on the passages' utility for yourself in answering the question: {question}.\n"
+_POINTWISE_OUTPUT = (
+    "Directly output your response. The format of the output is: 'Utility judgment: Yes/No.'"
 )
+_LISTWISE_OPENING = (
+    "I will provide you with {num} passages, each indicated by number identifier []. "
+)
+_REFERENCE_OFFER = "I will also give you a reference answer. "
+_SELECTION_TASK = (
+    "Select the passages that have utility for yourself in answering the question: {question}.\n"
+)
+_RANKING_TASK = "Rank the passages based on the passages' utility for yourself in answering the question: {question}.\n"
 _SELECTION_OUTPUT = (
     "Directly output the passages you selected that have utility for yourself in answering the "
     "question. The format of the output is: 'My selection:[[i],[j],...].'. Only response the "
@@ -93,16 +97,22 @@ def _listwise(task: str, output: str, with_answer: bool) -> str:
     )
 
 
-PROMPTS.update({
-    "utility_pointwise": "Question: {question}\nPassage: {passage}\n" + _CRITERIA + _POINTWISE_OUTPUT,
-    "utility_pointwise_answer": (
-        "Question: {question}\nPassage: {passage}\nThe reference answer: {answer}\n" + _CRITERIA + _POINTWISE_OUTPUT
-    ),
-    "utility_listwise": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=False),
-    "utility_listwise_answer": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=True),
-    "utility_ranking": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=False),
-    "utility_ranking_answer": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=True),
-})
+PROMPTS.update(
+    {
+        "utility_pointwise": "Question: {question}\nPassage: {passage}\n"
+        + _CRITERIA
+        + _POINTWISE_OUTPUT,
+        "utility_pointwise_answer": (
+            "Question: {question}\nPassage: {passage}\nThe reference answer: {answer}\n"
+            + _CRITERIA
+            + _POINTWISE_OUTPUT
+        ),
+        "utility_listwise": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=False),
+        "utility_listwise_answer": _listwise(_SELECTION_TASK, _SELECTION_OUTPUT, with_answer=True),
+        "utility_ranking": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=False),
+        "utility_ranking_answer": _listwise(_RANKING_TASK, _RANKING_OUTPUT, with_answer=True),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -128,13 +138,17 @@ ROLES: dict[str, Role] = {
     "compression": Role(_CONTEXT, "compress_abstractive"),
     "multistep": Role(_CONTEXT, "multistep_next_query"),
     "utility_pointwise": Role(frozenset({"question", "passage"}), "utility_pointwise"),
-    "utility_pointwise_answer": Role(frozenset({"question", "passage", "answer"}), "utility_pointwise_answer"),
+    "utility_pointwise_answer": Role(
+        frozenset({"question", "passage", "answer"}), "utility_pointwise_answer"
+    ),
     **{
         f"utility_{method}{suffix}": Role(
-            frozenset({"question", "passages", *(["answer"] if suffix else [])}), f"utility_{method}{suffix}",
+            frozenset({"question", "passages", *(["answer"] if suffix else [])}),
+            f"utility_{method}{suffix}",
             optional=frozenset({"num"}),
         )
-        for method in ("listwise", "ranking") for suffix in ("", "_answer")
+        for method in ("listwise", "ranking")
+        for suffix in ("", "_answer")
     },
 }
 """Every prompt role a config may set (``prompts.<role>``, ``generators[i].prompts.<role>``)."""
@@ -175,7 +189,9 @@ def placeholders(text: str) -> set[str]:
     try:
         parsed = list(string.Formatter().parse(text))
     except ValueError as err:
-        raise ValueError(f"not a valid template ({err}; write a literal brace as {{{{ or }}}})") from None
+        raise ValueError(
+            f"not a valid template ({err}; write a literal brace as {{{{ or }}}})"
+        ) from None
     fields = set()
     for _literal, field, spec, conversion in parsed:
         if field is None:
@@ -214,15 +230,24 @@ def format_numbered(passages: Sequence[tuple[str, str]]) -> str:
     return "\n".join(f"[{i}] {text}" for i, (_title, text) in enumerate(passages, start=1))
 
 
-def utility_judgment(method: str, question: str, passages: Sequence[tuple[str, str]], answer: str,
-                     template: Template | None = None) -> str:
+def utility_judgment(
+    method: str,
+    question: str,
+    passages: Sequence[tuple[str, str]],
+    answer: str,
+    template: Template | None = None,
+) -> str:
     """The verbalized utility judgment prompt of ``method`` (``template``, by default the built-in
     ``utility_<method>``) over (title, text) passages — the one passage of a pointwise judgment,
     the numbered list of a listwise one — with the pseudo-answer ``answer`` (unused by the direct
     methods)."""
     return render(
-        template or f"utility_{method}", question=question, passage="\n".join(text for _title, text in passages),
-        num=str(len(passages)), passages=format_numbered(passages), answer=answer,
+        template or f"utility_{method}",
+        question=question,
+        passage="\n".join(text for _title, text in passages),
+        num=str(len(passages)),
+        passages=format_numbered(passages),
+        answer=answer,
     )
 
 
@@ -250,7 +275,8 @@ def closed_book(question: str, template: Template | str = "closed_book") -> str:
     return render(template, question=question)
 
 
-def with_context(question: str, passages: Sequence[tuple[str, str]],
-                 template: Template | str = "with_context") -> str:
+def with_context(
+    question: str, passages: Sequence[tuple[str, str]], template: Template | str = "with_context"
+) -> str:
     """The retrieval-augmented prompt ``template`` for ``question`` over (title, text) ``passages``."""
     return render(template, question=question, reference=format_reference(passages))

@@ -14,10 +14,10 @@ one model step at a time. On the Celery executor every step is a task for the Ce
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import socket
 import time
-import multiprocessing
 import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -31,18 +31,18 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
-from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.errors import SerializedError, StepFailedError
-from ragutil_dagster.skip_unchanged import Freshness
 from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
     check_reachable,
     dagster_postgres_url,
 )
+from ragutil_dagster.infra.executors import CELERY_EXECUTOR
 from ragutil_dagster.infra.files import ragutil_home, write_text_atomic
 from ragutil_dagster.infra.processes import process_alive
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.skip_unchanged import Freshness
 from ragutil_dagster.tracking.report import report_artifact
 
 INSTANCE_SETTINGS = """\
@@ -122,7 +122,9 @@ def dagster_instance(home: Path | None = None) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(directory))
 
 
-def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[list[str], list[str | None]]]:
+def plan(
+    assets: Sequence[dg.AssetsDefinition | dg.SourceAsset],
+) -> list[tuple[list[str], list[str | None]]]:
     """The steps of a full evaluation, read off the asset graph: (assets, partition keys).
 
     Assets in topological order; consecutive assets with the same partitioning are one step per
@@ -132,15 +134,25 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
     before has finished every partition. Among assets that are ready at the same time, one sharing
     the previous step's partitioning goes first, so such chains stay together."""
     by_key = {  # declaration order; source assets (model identities) are observed, not run
-        spec.key: asset for asset in assets if isinstance(asset, dg.AssetsDefinition) for spec in asset.specs
+        spec.key: asset
+        for asset in assets
+        if isinstance(asset, dg.AssetsDefinition)
+        for spec in asset.specs
     }
     deps = {
-        key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps} & set(by_key)
+        key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps}
+        & set(by_key)
         for key, asset in by_key.items()
     }
     across_partitions = {  # the parents a key reads through a mapping other than partition to itself
-        key: {dep.asset_key for spec in asset.specs if spec.key == key for dep in spec.deps
-              if dep.partition_mapping is not None and not isinstance(dep.partition_mapping, dg.IdentityPartitionMapping)}
+        key: {
+            dep.asset_key
+            for spec in asset.specs
+            if spec.key == key
+            for dep in spec.deps
+            if dep.partition_mapping is not None
+            and not isinstance(dep.partition_mapping, dg.IdentityPartitionMapping)
+        }
         for key, asset in by_key.items()
     }
     ordered: list[dg.AssetKey] = []
@@ -148,7 +160,9 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
     while remaining:
         ready = [key for key, needs in remaining.items() if needs <= set(ordered)]
         if not ready:
-            raise ValueError(f"the asset graph has a cycle among {sorted(k.to_user_string() for k in remaining)}")
+            raise ValueError(
+                f"the asset graph has a cycle among {sorted(k.to_user_string() for k in remaining)}"
+            )
         last = by_key[ordered[-1]].partitions_def if ordered else None
         ready.sort(key=lambda k: (by_key[k].partitions_def != last, list(by_key).index(k)))
         ordered.append(ready[0])
@@ -156,8 +170,11 @@ def plan(assets: Sequence[dg.AssetsDefinition | dg.SourceAsset]) -> list[tuple[l
     steps: list[tuple[list[str], list[str | None]]] = []
     for key in ordered:
         partitions = by_key[key].partitions_def
-        if (steps and by_key[dg.AssetKey(steps[-1][0][-1])].partitions_def == partitions
-                and not across_partitions[key] & {dg.AssetKey(name) for name in steps[-1][0]}):
+        if (
+            steps
+            and by_key[dg.AssetKey(steps[-1][0][-1])].partitions_def == partitions
+            and not across_partitions[key] & {dg.AssetKey(name) for name in steps[-1][0]}
+        ):
             steps[-1][0].append(key.to_user_string())
             continue
         keys = [str(k) for k in partitions.get_partition_keys()] if partitions else [None]
@@ -176,13 +193,21 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
     STARTED and keeps its slot of the "gpu" pool, and every later run would wait for that slot
     forever. Runs of live processes (another ``ragutil run`` here) are left alone.
     """
-    in_progress = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.NOT_STARTED]
+    in_progress = [
+        dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.NOT_STARTED,
+    ]
     released = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=in_progress, tags={HOST_TAG: socket.gethostname()})):
+    for run in instance.get_runs(
+        filters=dg.RunsFilter(statuses=in_progress, tags={HOST_TAG: socket.gethostname()})
+    ):
         pid = int(run.tags.get(PID_TAG, "0"))
         if pid == os.getpid() or (pid and process_alive(pid)):
             continue
-        instance.report_run_failed(run, f"the ragutil process (pid {pid}) running it died; released by a later ragutil run")
+        instance.report_run_failed(
+            run, f"the ragutil process (pid {pid}) running it died; released by a later ragutil run"
+        )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         released.append(run.run_id)
     return released
@@ -191,8 +216,13 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
 STEP_JOB = "ragutil_step"
 
 
-def step_job(experiment_json: str, home: str | None, show_progress: bool, executor_name: str | None,
-             assets: list[str]) -> dg.JobDefinition:
+def step_job(
+    experiment_json: str,
+    home: str | None,
+    show_progress: bool,
+    executor_name: str | None,
+    assets: list[str],
+) -> dg.JobDefinition:
     """The job materialising ``assets`` (one step of :func:`plan`) on Dagster's multiprocess
     executor, or the executor named (``infra/executors.py``). Module-level and built from JSON
     arguments, so the executor's child processes — or Celery workers — rebuild it
@@ -203,8 +233,12 @@ def step_job(experiment_json: str, home: str | None, show_progress: bool, execut
     # Definitions; every step's process rebuilding them must not print them again.
     for notice in (dg.BetaWarning, dg.PreviewWarning):
         warnings.filterwarnings("ignore", category=notice)
-    defs = build_definitions(parse_config(json.loads(experiment_json)), home, show_progress=show_progress)
-    job = dg.define_asset_job(STEP_JOB, selection=assets, executor_def=executor(executor_name) or dg.multiprocess_executor)
+    defs = build_definitions(
+        parse_config(json.loads(experiment_json)), home, show_progress=show_progress
+    )
+    job = dg.define_asset_job(
+        STEP_JOB, selection=assets, executor_def=executor(executor_name) or dg.multiprocess_executor
+    )
     return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
 
 
@@ -252,22 +286,44 @@ def materialize_all(
         tqdm.write(f"released Dagster run {run_id}, left in progress by a killed ragutil process")
     assets = list(defs.assets or [])
     resources = dict(defs.resources or {})
-    tags = {"ragutil/experiment": experiment.name, PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    tags = {
+        "ragutil/experiment": experiment.name,
+        PID_TAG: str(os.getpid()),
+        HOST_TAG: socket.gethostname(),
+    }
     # The instance keeps every event; the terminal shows only what needs attention.
     loggers = {"console": {"config": {"log_level": console_log_level}}}
     steps = plan(assets)
     start = time.perf_counter()
     freshness = Freshness(defs, experiment, instance, resources["models"], force)
-    bar = tqdm(total=sum(len(keys) for _, keys in steps), desc="ragutil run", unit="step", disable=not progress)
+    bar = tqdm(
+        total=sum(len(keys) for _, keys in steps),
+        desc="ragutil run",
+        unit="step",
+        disable=not progress,
+    )
 
-    def in_process(names: list[str], key: str | None, versions: dict[str, str]) -> tuple[bool, str, SerializedError | None]:
-        return _outcome(dg.materialize(
-            assets, selection=names, partition_key=key, instance=instance, resources=resources,
-            raise_on_error=False, tags={**tags, **versions}, run_config={"loggers": loggers},
-        ))
+    def in_process(
+        names: list[str], key: str | None, versions: dict[str, str]
+    ) -> tuple[bool, str, SerializedError | None]:
+        return _outcome(
+            dg.materialize(
+                assets,
+                selection=names,
+                partition_key=key,
+                instance=instance,
+                resources=resources,
+                raise_on_error=False,
+                tags={**tags, **versions},
+                run_config={"loggers": loggers},
+            )
+        )
 
-    parallel = (ParallelRuns(resources, experiment, instance, tags, loggers, workers, executor)
-                if workers > 1 or executor else None)
+    parallel = (
+        ParallelRuns(resources, experiment, instance, tags, loggers, workers, executor)
+        if workers > 1 or executor
+        else None
+    )
     ran = skipped = 0
     try:
         for names, keys in steps:
@@ -278,8 +334,11 @@ def materialize_all(
             due = [key for key in keys if decisions[key].reason is not None]
             bar.update(len(keys) - len(due))
             skipped += len(keys) - len(due)
-            outcomes = (parallel.map(names, due, [decisions[key].tags for key in due]) if parallel
-                        else (in_process(names, key, decisions[key].tags) for key in due))
+            outcomes = (
+                parallel.map(names, due, [decisions[key].tags for key in due])
+                if parallel
+                else (in_process(names, key, decisions[key].tags) for key in due)
+            )
             for key, (success, run_id, error) in zip(due, outcomes):
                 bar.update()
                 if not success:
@@ -291,8 +350,13 @@ def materialize_all(
         if parallel:  # after a failure, partitions not yet started are not started
             parallel.close()
     store = _resolved_store(resources)
-    return RunOutcome(summary_table(store, parts), time.perf_counter() - start,
-                      ran, skipped, store.location(*report_artifact(experiment)))
+    return RunOutcome(
+        summary_table(store, parts),
+        time.perf_counter() - start,
+        ran,
+        skipped,
+        store.location(*report_artifact(experiment)),
+    )
 
 
 def step_label(names: list[str], key: str | None) -> str:
@@ -313,7 +377,9 @@ def _outcome(result: dg.ExecutionResult) -> tuple[bool, str, SerializedError | N
     failure = next((e for e in result.all_events if e.is_step_failure), None)
     if failure is not None:
         return result.success, result.run_id, failure.step_failure_data.error
-    run_failure = next((e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE), None)
+    run_failure = next(
+        (e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE), None
+    )
     error = run_failure.event_specific_data.error if run_failure is not None else None
     return result.success, result.run_id, error
 
@@ -328,15 +394,30 @@ class ParallelRuns:
     Forkservers keep the environment they started with. With ``executor`` ``celery`` the steps
     run on the Celery workers instead, each rebuilding the job under its own ``$RAGUTIL_HOME``."""
 
-    def __init__(self, resources: dict, experiment: ExperimentConfig, instance: dg.DagsterInstance,
-                 tags: dict[str, str], loggers: dict, workers: int, executor: str | None = None) -> None:
+    def __init__(
+        self,
+        resources: dict,
+        experiment: ExperimentConfig,
+        instance: dg.DagsterInstance,
+        tags: dict[str, str],
+        loggers: dict,
+        workers: int,
+        executor: str | None = None,
+    ) -> None:
         if instance.is_ephemeral:
             raise ValueError("running partitions in parallel needs a persistent Dagster instance")
         home = resources["store"].home
         # A Celery worker's home is its own, never this machine's.
         shared_home = None if executor or isinstance(home, dg.EnvVar) else home
-        self.arguments = (experiment.model_dump_json(), shared_home, resources["models"].show_progress, executor)
-        execution = {} if executor else {"max_concurrent": workers, "start_method": {"forkserver": {}}}
+        self.arguments = (
+            experiment.model_dump_json(),
+            shared_home,
+            resources["models"].show_progress,
+            executor,
+        )
+        execution = (
+            {} if executor else {"max_concurrent": workers, "start_method": {"forkserver": {}}}
+        )
         self.run_config = {"execution": {"config": execution}, "loggers": loggers}
         self.instance_ref, self.tags = instance.get_ref(), tags
         self.pool = None
@@ -347,11 +428,22 @@ class ParallelRuns:
             context.set_forkserver_preload([__name__])
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
 
-    def map(self, names: list[str], keys: list[str | None], versions: list[dict[str, str]]
-            ) -> Iterator[tuple[bool, str, SerializedError | None]]:
+    def map(
+        self, names: list[str], keys: list[str | None], versions: list[dict[str, str]]
+    ) -> Iterator[tuple[bool, str, SerializedError | None]]:
         """The outcomes of one run per key (tagged with its input versions), in the order of ``keys``."""
-        calls = [(_execute_partition, self.instance_ref, self.arguments, names, key, self.run_config,
-                  {**self.tags, **tags}) for key, tags in zip(keys, versions)]
+        calls = [
+            (
+                _execute_partition,
+                self.instance_ref,
+                self.arguments,
+                names,
+                key,
+                self.run_config,
+                {**self.tags, **tags},
+            )
+            for key, tags in zip(keys, versions)
+        ]
         if self.pool is None:
             return (call[0](*call[1:]) for call in calls)
         futures = [self.pool.submit(*call) for call in calls]
@@ -363,7 +455,12 @@ class ParallelRuns:
 
 
 def _execute_partition(
-    instance_ref, arguments: tuple, names: list[str], key: str | None, run_config: dict, tags: dict[str, str],
+    instance_ref,
+    arguments: tuple,
+    names: list[str],
+    key: str | None,
+    run_config: dict,
+    tags: dict[str, str],
 ) -> tuple[bool, str, SerializedError | None]:
     """One Dagster run of ``names`` for partition ``key`` on the multiprocess executor (in a
     process of :class:`ParallelRuns`)."""
@@ -371,11 +468,16 @@ def _execute_partition(
     # The partition's tags, one per dimension of a multi-partition key included, as materialize sets them.
     partition = job.get_definition().get_tags_for_partition_key(key, None) if key else {}
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
-        return _outcome(dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition}))
+        return _outcome(
+            dg.execute_job(job, instance, run_config=run_config, tags={**tags, **partition})
+        )
 
 
 def _resolved_store(resources: dict) -> ArtifactStore:
     """The store resource with its ``EnvVar`` fields resolved, for use outside a Dagster run."""
     store = resources["store"]
-    home, url = (value.get_value() if isinstance(value, dg.EnvVar) else value for value in (store.home, store.url))
+    home, url = (
+        value.get_value() if isinstance(value, dg.EnvVar) else value
+        for value in (store.home, store.url)
+    )
     return ArtifactStore(home=home, url=url)

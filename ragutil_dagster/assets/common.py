@@ -1,7 +1,5 @@
 """Shared pieces of the asset modules: asset group, metadata helpers."""
 
-
-
 import dagster as dg
 import polars as pl
 
@@ -16,6 +14,8 @@ def model_asset_key(kind: str) -> dg.AssetKey:
     """The observable source asset of the configured models of one kind (``MODEL_KINDS``): its
     data version is the model's identity, so a new identity marks what reads it stale."""
     return dg.AssetKey(["model", kind])
+
+
 """Assets running a model sit in this pool; the instance limits it to one run per card."""
 
 MODEL_STEP = {
@@ -26,7 +26,9 @@ MODEL_STEP = {
         "dagster-k8s/config": {
             "container_config": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
             "pod_spec_config": {
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                ]
             },
         }
     },
@@ -54,10 +56,15 @@ def table_metadata(frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataVa
     }
 
 
-def side_table_metadata(name: str, frame: pl.DataFrame, path: object) -> dict[str, dg.MetadataValue]:
+def side_table_metadata(
+    name: str, frame: pl.DataFrame, path: object
+) -> dict[str, dg.MetadataValue]:
     """A side table written beside an asset's main table (diagnostics, or a table a child step reads): its
     rows, columns, path and first rows under ``<name>/...`` in the asset's metadata."""
-    return {f"{name}/{key.removeprefix('dagster/')}": value for key, value in table_metadata(frame, path).items()}
+    return {
+        f"{name}/{key.removeprefix('dagster/')}": value
+        for key, value in table_metadata(frame, path).items()
+    }
 
 
 def check_result(name: str, passed: bool, **metadata: object) -> dg.AssetCheckResult:
@@ -66,5 +73,8 @@ def check_result(name: str, passed: bool, **metadata: object) -> dg.AssetCheckRe
         check_name=name,
         passed=bool(passed),
         severity=dg.AssetCheckSeverity.ERROR,
-        metadata={k: v if isinstance(v, dg.MetadataValue) else dg.MetadataValue.text(str(v)) for k, v in metadata.items()},
+        metadata={
+            k: v if isinstance(v, dg.MetadataValue) else dg.MetadataValue.text(str(v))
+            for k, v in metadata.items()
+        },
     )

@@ -2,7 +2,6 @@
 the questions with their gold answers, qrels and ground-truth utility, and the validated passage
 table every index is built from (its content fingerprint is the corpus's data version)."""
 
-
 import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, table_metadata
@@ -21,11 +20,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         partitions_def=parts.dataset,
         specs=[
             dg.AssetSpec(
-                "queries", group_name=GROUP, kinds={"polars", "parquet"},
+                "queries",
+                group_name=GROUP,
+                kinds={"polars", "parquet"},
                 description="Questions with gold answers, qrels and (when known) ground-truth passage utility.",
             ),
             dg.AssetSpec(
-                "corpus", group_name=GROUP, kinds={"polars", "parquet"},
+                "corpus",
+                group_name=GROUP,
+                kinds={"polars", "parquet"},
                 description="Passages (id, title, text) of the dataset's retrieval corpus.",
             ),
         ],

@@ -30,10 +30,16 @@ def generator_identities(experiment: ExperimentConfig, models) -> dict[str, str]
 
 def embedder_identities(experiment: ExperimentConfig, models) -> dict[str, str]:
     """Per dense retriever, its embedder's identity (empty without a dense retriever)."""
-    return {r.name: observed_identity(models, r.model, r.revision) for r in experiment.retrievers if r.kind == "dense"}
+    return {
+        r.name: observed_identity(models, r.model, r.revision)
+        for r in experiment.retrievers
+        if r.kind == "dense"
+    }
 
 
-def model_versions(experiment: ExperimentConfig, models) -> dict[dg.AssetKey, dict[str | None, str]]:
+def model_versions(
+    experiment: ExperimentConfig, models
+) -> dict[dg.AssetKey, dict[str | None, str]]:
     """What observing every model identity source asset reports: its data version per partition
     (``None``: an unpartitioned source)."""
     nli = experiment.nli
@@ -44,7 +50,9 @@ def model_versions(experiment: ExperimentConfig, models) -> dict[dg.AssetKey, di
     if embedders := embedder_identities(experiment, models):
         versions[model_asset_key("embedder")] = embedders
     if (reranker := experiment.reranker) is not None:
-        versions[model_asset_key("reranker")] = {None: observed_identity(models, reranker.model, reranker.revision)}
+        versions[model_asset_key("reranker")] = {
+            None: observed_identity(models, reranker.model, reranker.revision)
+        }
     return versions
 
 
@@ -53,15 +61,21 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
     sources: list[dg.SourceAsset] = []
 
     @dg.observable_source_asset(
-        key=model_asset_key("generator"), partitions_def=parts.generator, group_name=GROUP,
+        key=model_asset_key("generator"),
+        partitions_def=parts.generator,
+        group_name=GROUP,
         required_resource_keys={"models"},
         description="Identity of each configured generator (one partition per generator).",
     )
     def generator_identities_source(context) -> dg.DataVersionsByPartition:
-        return dg.DataVersionsByPartition(generator_identities(experiment, context.resources.models))
+        return dg.DataVersionsByPartition(
+            generator_identities(experiment, context.resources.models)
+        )
 
     @dg.observable_source_asset(
-        key=model_asset_key("nli"), group_name=GROUP, required_resource_keys={"models"},
+        key=model_asset_key("nli"),
+        group_name=GROUP,
+        required_resource_keys={"models"},
         description="Identity of the answer-equivalence NLI model.",
     )
     def nli_identity(context) -> dg.DataVersion:
@@ -73,21 +87,28 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
     if dense is not None:
 
         @dg.observable_source_asset(
-            key=model_asset_key("embedder"), partitions_def=dense, group_name=GROUP,
+            key=model_asset_key("embedder"),
+            partitions_def=dense,
+            group_name=GROUP,
             required_resource_keys={"models"},
             description="Identity of each dense retriever's embedder (one partition per retriever).",
         )
         def embedder_identities(context) -> dg.DataVersionsByPartition:
-            return dg.DataVersionsByPartition({
-                r.name: observed_identity(context.resources.models, r.model, r.revision)
-                for r in experiment.retrievers if r.kind == "dense"
-            })
+            return dg.DataVersionsByPartition(
+                {
+                    r.name: observed_identity(context.resources.models, r.model, r.revision)
+                    for r in experiment.retrievers
+                    if r.kind == "dense"
+                }
+            )
 
         sources.append(embedder_identities)
     if experiment.reranker is not None:
 
         @dg.observable_source_asset(
-            key=model_asset_key("reranker"), group_name=GROUP, required_resource_keys={"models"},
+            key=model_asset_key("reranker"),
+            group_name=GROUP,
+            required_resource_keys={"models"},
             description="Identity of the reranker.",
         )
         def reranker_identity(context) -> dg.DataVersion:

@@ -7,13 +7,17 @@ depends on both. Mappings are explicit tables built from the config, so the line
 partition links are exact.
 """
 
-
 from dataclasses import dataclass
 
 import dagster as dg
 
 from ragutil_dagster.assets.common import model_asset_key
-from ragutil_dagster.config import ExperimentConfig, Setting, index_partition_key, parse_index_partition_key
+from ragutil_dagster.config import (
+    ExperimentConfig,
+    Setting,
+    index_partition_key,
+    parse_index_partition_key,
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,13 @@ class Partitions:
 
     def dataset_to_index(self) -> dg.StaticPartitionMapping:
         return dg.StaticPartitionMapping(
-            {d.name: [index_partition_key(d.name, r.name) for r in self.experiment.indexed_retrievers()]
-             for d in self.experiment.datasets}
+            {
+                d.name: [
+                    index_partition_key(d.name, r.name)
+                    for r in self.experiment.indexed_retrievers()
+                ]
+                for d in self.experiment.datasets
+            }
         )
 
     def dataset_to_embedding(self) -> dg.StaticPartitionMapping:
@@ -47,7 +56,11 @@ class Partitions:
     def embedding_to_index(self) -> dg.StaticPartitionMapping:
         """Every shard → its index (a BM25 index has none)."""
         return dg.StaticPartitionMapping(
-            {shard: index for index, shards in self.experiment.embedding_partitions().items() for shard in shards}
+            {
+                shard: index
+                for index, shards in self.experiment.embedding_partitions().items()
+                for shard in shards
+            }
         )
 
     def index_to_setting(self) -> dg.StaticPartitionMapping:
@@ -62,7 +75,9 @@ class Partitions:
         table: dict[str, list[str]] = {}
         for setting in self.experiment.settings():
             if self.experiment.retriever(setting.retriever).kind == "run":
-                table.setdefault(index_partition_key(setting.dataset, setting.retriever), []).append(setting.key)
+                table.setdefault(
+                    index_partition_key(setting.dataset, setting.retriever), []
+                ).append(setting.key)
         return dg.StaticPartitionMapping(table)
 
     def dataset_to_setting(self) -> dg.StaticPartitionMapping:
@@ -82,10 +97,14 @@ class Partitions:
 
     def dataset_generator_to_setting_generator(self) -> dg.MultiPartitionMapping:
         """dataset × generator → setting × generator: datasets to their settings, generator to itself."""
-        return dg.MultiPartitionMapping({
-            "dataset": dg.DimensionPartitionMapping("setting", self.dataset_to_setting()),
-            "generator": dg.DimensionPartitionMapping("generator", dg.IdentityPartitionMapping()),
-        })
+        return dg.MultiPartitionMapping(
+            {
+                "dataset": dg.DimensionPartitionMapping("setting", self.dataset_to_setting()),
+                "generator": dg.DimensionPartitionMapping(
+                    "generator", dg.IdentityPartitionMapping()
+                ),
+            }
+        )
 
     # --- the partition an asset runs in, read through the mappings above ----------------------
 
@@ -93,13 +112,17 @@ class Partitions:
         """The configured setting of the current partition: a ``setting`` partition, or the
         setting dimension of a setting × generator one."""
         key = context.partition_key
-        return self.experiment.setting(key.keys_by_dimension["setting"] if isinstance(key, dg.MultiPartitionKey) else key)
+        return self.experiment.setting(
+            key.keys_by_dimension["setting"] if isinstance(key, dg.MultiPartitionKey) else key
+        )
 
     def closed_book_partition(self, key: str) -> str:
         """The dataset × generator partition of the closed-book samples that setting × generator
         partition ``key`` reads: :meth:`dataset_generator_to_setting_generator`, inverted by Dagster."""
         upstream = self.dataset_generator_to_setting_generator().get_upstream_mapped_partitions_result_for_partitions(
-            self.setting_generator.subset_with_partition_keys([str(key)]), self.setting_generator, self.dataset_generator
+            self.setting_generator.subset_with_partition_keys([str(key)]),
+            self.setting_generator,
+            self.dataset_generator,
         )
         (partition,) = upstream.partitions_subset.get_partition_keys()
         return str(partition)
@@ -116,16 +139,25 @@ class Partitions:
         shards); the NLI model and the reranker serve all."""
         key = model_asset_key(kind)
         if kind == "generator":
-            return [dg.AssetDep(key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("generator"))]
+            return [
+                dg.AssetDep(
+                    key, partition_mapping=dg.MultiToSingleDimensionPartitionMapping("generator")
+                )
+            ]
         if kind == "embedder":
             table: dict[str, list[str]] = {}
             for index, shards in self.experiment.embedding_partitions().items():
-                table.setdefault(parse_index_partition_key(index)[1], []).extend(shards if per_embedding_shard else [index])
-            return [dg.AssetDep(key, partition_mapping=dg.StaticPartitionMapping(table))] if table else []
+                table.setdefault(parse_index_partition_key(index)[1], []).extend(
+                    shards if per_embedding_shard else [index]
+                )
+            return (
+                [dg.AssetDep(key, partition_mapping=dg.StaticPartitionMapping(table))]
+                if table
+                else []
+            )
         if kind == "reranker" and self.experiment.reranker is None:
             return []
         return [dg.AssetDep(key)]
-
 
     def query_writer_dependencies(self) -> list[dg.AssetDep]:
         """The dependency of the multi-step rounds' settings on their query writer's identity (a
@@ -134,7 +166,12 @@ class Partitions:
         if not rounds:
             return []
         writer = self.experiment.query_writer().name
-        return [dg.AssetDep(model_asset_key("generator"), partition_mapping=dg.StaticPartitionMapping({writer: rounds}))]
+        return [
+            dg.AssetDep(
+                model_asset_key("generator"),
+                partition_mapping=dg.StaticPartitionMapping({writer: rounds}),
+            )
+        ]
 
 
 def build_partitions(experiment: ExperimentConfig) -> Partitions:
@@ -147,14 +184,24 @@ def build_partitions(experiment: ExperimentConfig) -> Partitions:
     return Partitions(
         dataset=dataset,
         index=dg.StaticPartitionsDefinition(
-            [index_partition_key(d, r.name) for d in datasets for r in experiment.indexed_retrievers()]
+            [
+                index_partition_key(d, r.name)
+                for d in datasets
+                for r in experiment.indexed_retrievers()
+            ]
         ),
         setting=setting,
         generator=generator,
-        dataset_generator=dg.MultiPartitionsDefinition({"dataset": dataset, "generator": generator}),
-        setting_generator=dg.MultiPartitionsDefinition({"setting": setting, "generator": generator}),
+        dataset_generator=dg.MultiPartitionsDefinition(
+            {"dataset": dataset, "generator": generator}
+        ),
+        setting_generator=dg.MultiPartitionsDefinition(
+            {"setting": setting, "generator": generator}
+        ),
         embedding=dg.StaticPartitionsDefinition(shards) if shards else None,
-        run_file=dg.StaticPartitionsDefinition(list(runs)) if (runs := experiment.run_file_partitions()) else None,
+        run_file=dg.StaticPartitionsDefinition(list(runs))
+        if (runs := experiment.run_file_partitions())
+        else None,
         experiment=experiment,
     )
 

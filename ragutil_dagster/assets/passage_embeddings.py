@@ -18,7 +18,11 @@ import dagster as dg
 
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.config import RetrieverConfig, parse_embedding_partition_key, parse_index_partition_key
+from ragutil_dagster.config import (
+    RetrieverConfig,
+    parse_embedding_partition_key,
+    parse_index_partition_key,
+)
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.retrieval.dense import DenseConfig, FaissIndexSpec
@@ -36,14 +40,23 @@ def dense_config(retriever: RetrieverConfig) -> DenseConfig:
 
 
 def sharded_embeddings(
-    store: ArtifactStore, retriever: RetrieverConfig, index_key: str, corpus_record: dict, encoder_identity: str
+    store: ArtifactStore,
+    retriever: RetrieverConfig,
+    index_key: str,
+    corpus_record: dict,
+    encoder_identity: str,
 ) -> ShardedEmbeddings:
     """The embeddings of index ``index_key``'s corpus (its record, as the corpus asset wrote it) by
     the encoder of that identity, in the retriever's number of shards: where the shard steps write
     and the index step reads."""
     return ShardedEmbeddings.under(
-        store.scratch_directory(ASSET, index_key), index_key, str(corpus_record["fingerprint"]),
-        int(corpus_record["rows"]), encoder_identity, dense_config(retriever), retriever.embedding_shards,
+        store.scratch_directory(ASSET, index_key),
+        index_key,
+        str(corpus_record["fingerprint"]),
+        int(corpus_record["rows"]),
+        encoder_identity,
+        dense_config(retriever),
+        retriever.embedding_shards,
     )
 
 
@@ -70,7 +83,11 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
     experiment = parts.experiment
 
     @dg.asset(
-        name=ASSET, partitions_def=parts.embedding, group_name=GROUP, kinds={"numpy"}, **MODEL_STEP,
+        name=ASSET,
+        partitions_def=parts.embedding,
+        group_name=GROUP,
+        kinds={"numpy"},
+        **MODEL_STEP,
         deps=[
             dg.AssetDep("corpus", partition_mapping=parts.dataset_to_embedding()),
             *parts.model_dependencies("embedder", per_embedding_shard=True),
@@ -94,15 +111,21 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
             with store.write_files(ASSET, context.partition_key, SHARD_EXPORT) as directory:
                 embeddings.export_shard(shard, directory)
         seconds = time.perf_counter() - start
-        return dg.MaterializeResult(metadata={
-            "rows": dg.MetadataValue.int(len(rows)),
-            "row_range": dg.MetadataValue.text(f"[{rows.start}, {rows.stop}) of {embeddings.rows}"),
-            "seconds": dg.MetadataValue.float(seconds),
-            "passages_per_second": dg.MetadataValue.float(len(rows) / seconds if seconds else 0.0),
-            "path": dg.MetadataValue.path(str(embeddings.path)),
-            "corpus_fingerprint": dg.MetadataValue.text(embeddings.fingerprint),
-            "embedder_identity": dg.MetadataValue.text(embedder.identity),
-            "dim": dg.MetadataValue.int(embedder.dim),
-        })
+        return dg.MaterializeResult(
+            metadata={
+                "rows": dg.MetadataValue.int(len(rows)),
+                "row_range": dg.MetadataValue.text(
+                    f"[{rows.start}, {rows.stop}) of {embeddings.rows}"
+                ),
+                "seconds": dg.MetadataValue.float(seconds),
+                "passages_per_second": dg.MetadataValue.float(
+                    len(rows) / seconds if seconds else 0.0
+                ),
+                "path": dg.MetadataValue.path(str(embeddings.path)),
+                "corpus_fingerprint": dg.MetadataValue.text(embeddings.fingerprint),
+                "embedder_identity": dg.MetadataValue.text(embedder.identity),
+                "dim": dg.MetadataValue.int(embedder.dim),
+            }
+        )
 
     return [passage_embeddings]

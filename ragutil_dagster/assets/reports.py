@@ -3,7 +3,6 @@ the partition runs in MLflow hold them — and the comparison run in MLflow (the
 paired tests between retrievers), in the experiment's own report folder
 (``tracking.report.report_artifact``)."""
 
-
 import dagster as dg
 import polars as pl
 
@@ -25,9 +24,13 @@ COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mir
 def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> dict[str, object]:
     """A setting × generator and its headline numbers."""
     return {
-        "dataset": setting.dataset, "retriever": setting.retriever, "k": setting.k,
-        "reranker": setting.reranker or "", "compression": setting.compressor or "",
-        "multistep_round": setting.step or 1, "generator": generator,
+        "dataset": setting.dataset,
+        "retriever": setting.retriever,
+        "k": setting.k,
+        "reranker": setting.reranker or "",
+        "compression": setting.compressor or "",
+        "multistep_round": setting.step or 1,
+        "generator": generator,
         **{c: summary.get(c) for c in COLUMNS},
     }
 
@@ -37,7 +40,9 @@ def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     run, verbalized utility of a generator that gives none)."""
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
-    table = pl.DataFrame(rows).sort("dataset", "generator", "retriever", "k", "compression", "multistep_round")
+    table = pl.DataFrame(rows).sort(
+        "dataset", "generator", "retriever", "k", "compression", "multistep_round"
+    )
     return table.drop([c for c in COLUMNS if table[c].is_null().all()])
 
 
@@ -48,7 +53,13 @@ def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:
     for key in parts.setting_generator.get_partition_keys():
         if store.has_json("metric_scores", str(key), "summary"):
             summary = store.read_json("metric_scores", str(key), "summary")
-            rows.append(summary_row(parts.experiment.setting(key.keys_by_dimension["setting"]), key.keys_by_dimension["generator"], summary))
+            rows.append(
+                summary_row(
+                    parts.experiment.setting(key.keys_by_dimension["setting"]),
+                    key.keys_by_dimension["generator"],
+                    summary,
+                )
+            )
     return _summary_frame(rows)
 
 
@@ -59,18 +70,35 @@ def compared_summary_table(partitions: list[PartitionScores]) -> pl.DataFrame:
 
 def build(parts: Partitions) -> dg.AssetsDefinition:
     @dg.asset(
-        name="reports", group_name=GROUP, kinds={"polars", "csv"},
-        deps=["metric_scores", "utility_transfer", *(["validity"] if parts.experiment.validity else [])],
+        name="reports",
+        group_name=GROUP,
+        kinds={"polars", "csv"},
+        deps=[
+            "metric_scores",
+            "utility_transfer",
+            *(["validity"] if parts.experiment.validity else []),
+        ],
         description="Cross-partition comparison: headline metrics of every setting × generator, "
         "as CSV, Markdown and a ΔSePer heatmap; the papers' comparison tables with paired tests "
         "between retrievers, LLM-specific utility's Table 1, transfer and overlap (and, with validity, SePer Table 2), logged as an MLflow comparison run "
         "per dataset.",
     )
-    def reports(context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking) -> dg.MaterializeResult:
-        outcome = compare_runs(store, tracking, parts.experiment, dagster_tags(context.run.run_id, context.asset_key.to_user_string()))
+    def reports(
+        context: dg.AssetExecutionContext, store: ArtifactStore, tracking: MlflowTracking
+    ) -> dg.MaterializeResult:
+        outcome = compare_runs(
+            store,
+            tracking,
+            parts.experiment,
+            dagster_tags(context.run.run_id, context.asset_key.to_user_string()),
+        )
         table = compared_summary_table(outcome.partitions)
-        markdown = "\n\n".join([markdown_table(table.to_dicts()),
-                                *(f"Note: {note}" for note in known_causes(parts.experiment, table))])
+        markdown = "\n\n".join(
+            [
+                markdown_table(table.to_dicts()),
+                *(f"Note: {note}" for note in known_causes(parts.experiment, table)),
+            ]
+        )
         summary = report_artifact(parts.experiment)
         with store.write_files(*summary) as directory:
             table.write_csv(directory / "summary.csv")

@@ -42,7 +42,9 @@ def build(parts: Partitions) -> list[dg.SourceAsset]:
         return []
 
     @dg.observable_source_asset(
-        key=RUN_FILE, partitions_def=parts.run_file, group_name=GROUP,
+        key=RUN_FILE,
+        partitions_def=parts.run_file,
+        group_name=GROUP,
         description="The run file of each run retriever and dataset (its data version: the file's SHA-256).",
     )
     def run_files() -> dg.DataVersionsByPartition:

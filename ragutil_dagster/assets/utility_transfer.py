@@ -5,7 +5,6 @@ passages (Table 1 and the transfer of Figure 2), and the overlap of its gold set
 generator's (Figure 3). It reads every generator's ``candidate_scores`` of the setting, so it runs
 once they are all scored. The figures go to the partition's MLflow run beside ``metric_scores``'."""
 
-
 import time
 
 import dagster as dg
@@ -36,18 +35,28 @@ OVERLAP = "overlap"
 def build(parts: Partitions) -> dg.AssetsDefinition:
     experiment = parts.experiment
     on_setting = dg.MultiToSingleDimensionPartitionMapping("setting")
-    every_generator_of_setting = dg.MultiPartitionMapping({
-        "setting": dg.DimensionPartitionMapping("setting", dg.IdentityPartitionMapping()),
-        "generator": dg.DimensionPartitionMapping("generator", dg.AllPartitionMapping()),
-    })
+    every_generator_of_setting = dg.MultiPartitionMapping(
+        {
+            "setting": dg.DimensionPartitionMapping("setting", dg.IdentityPartitionMapping()),
+            "generator": dg.DimensionPartitionMapping("generator", dg.AllPartitionMapping()),
+        }
+    )
 
     @dg.asset(
-        name=ASSET, partitions_def=parts.setting_generator, group_name=GROUP, kinds={"pytorch", "parquet"},
+        name=ASSET,
+        partitions_def=parts.setting_generator,
+        group_name=GROUP,
+        kinds={"pytorch", "parquet"},
         **MODEL_STEP,
         deps=[
-            "group_scores", "utility_generations", "metric_scores",
+            "group_scores",
+            "utility_generations",
+            "metric_scores",
             dg.AssetDep("candidate_scores", partition_mapping=every_generator_of_setting),
-            *(dg.AssetDep(name, partition_mapping=on_setting) for name in ("setting_queries", "retrieved_passages")),
+            *(
+                dg.AssetDep(name, partition_mapping=on_setting)
+                for name in ("setting_queries", "retrieved_passages")
+            ),
             *parts.model_dependencies("generator"),
         ],
         description="LLM-specific utility Table 1 and transfer: has_answer with no passage, the top k, all "
@@ -55,7 +64,10 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         "(Jaccard, passages useful to one LLM and useless to the other) of the gold-utility sets.",
     )
     def utility_transfer(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, tracking: MlflowTracking
+        context: dg.AssetExecutionContext,
+        store: ArtifactStore,
+        models: ModelLoader,
+        tracking: MlflowTracking,
     ) -> dg.MaterializeResult:
         setting = parts.setting_of(context)
         generator_name = dimension(context, "generator")
@@ -63,30 +75,52 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         queries = store.read_table("setting_queries", setting.key)
         gold = {
-            g.name: gold_sets(store.read_table("candidate_scores", dg.MultiPartitionKey(
-                {"setting": setting.key, "generator": g.name})))
+            g.name: gold_sets(
+                store.read_table(
+                    "candidate_scores",
+                    dg.MultiPartitionKey({"setting": setting.key, "generator": g.name}),
+                )
+            )
             for g in experiment.generators
         }
         spec = experiment.generator(generator_name)
         prompts = transfer_prompts(
-            queries, store.read_table("retrieved_passages", setting.key), gold, experiment.prompts_for(spec.name),
+            queries,
+            store.read_table("retrieved_passages", setting.key),
+            gold,
+            experiment.prompts_for(spec.name),
             prompt_budget(context, models, experiment),
         )
         decoded = decode_prompts(
-            prompts, models.generator(spec), spec.name, DECODING_GREEDY, experiment.sampling.greedy_params(experiment.seed)
+            prompts,
+            models.generator(spec),
+            spec.name,
+            DECODING_GREEDY,
+            experiment.sampling.greedy_params(experiment.seed),
         )
         table = transfer_table(
-            queries, validate_scores("group_scores", store.read_table("group_scores", partition)),
-            store.read_table("utility_generations", partition), gold, decoded,
+            queries,
+            validate_scores("group_scores", store.read_table("group_scores", partition)),
+            store.read_table("utility_generations", partition),
+            gold,
+            decoded,
         )
         overlap = overlap_table(generator_name, gold)
         path = store.write_table(ASSET, partition, table)
         overlap_path = store.write_table(ASSET, partition, overlap, OVERLAP)
         record = store.read_json("metric_scores", partition, "mlflow")
-        run = TrackedRun(tracking.client(), record["experiment_id"], record["run_id"], record["url"], reused=True)
-        metrics = log_step_tables(run, transfer_metrics(table, overlap), {TRANSFER_ARTIFACT: table, OVERLAP_ARTIFACT: overlap})
+        run = TrackedRun(
+            tracking.client(), record["experiment_id"], record["run_id"], record["url"], reused=True
+        )
+        metrics = log_step_tables(
+            run,
+            transfer_metrics(table, overlap),
+            {TRANSFER_ARTIFACT: table, OVERLAP_ARTIFACT: overlap},
+        )
         table_one = table.group_by("context", maintain_order=True).agg(
-            pl.col("has_answer").mean(), pl.col("passages").mean().alias("mean_passages"), pl.len().alias("questions")
+            pl.col("has_answer").mean(),
+            pl.col("passages").mean().alias("mean_passages"),
+            pl.len().alias("questions"),
         )
         metadata = {
             **table_metadata(table, path),

@@ -7,7 +7,6 @@ signals here (likelihood, ConSens). The figures go to the partition's MLflow run
 ``metric_scores``'; the table and the per-passage scores are its artifacts. Only with a
 ``validity`` section in the config."""
 
-
 import time
 
 import dagster as dg
@@ -52,13 +51,24 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
     on_setting = dg.MultiToSingleDimensionPartitionMapping("setting")
 
     @dg.asset(
-        name=ASSET, partitions_def=parts.setting_generator, group_name=GROUP, kinds={"pytorch", "parquet"},
+        name=ASSET,
+        partitions_def=parts.setting_generator,
+        group_name=GROUP,
+        kinds={"pytorch", "parquet"},
         **MODEL_STEP,
         deps=[
-            "generations", "group_scores", "metric_scores",
+            "generations",
+            "group_scores",
+            "metric_scores",
             # Its closed-book samples: SePer Table 2's ROUGE-L, BLEU and BERTScore of the closed book.
-            dg.AssetDep("closed_book_generations", partition_mapping=parts.dataset_generator_to_setting_generator()),
-            *(dg.AssetDep(name, partition_mapping=on_setting) for name in ("setting_queries", "retrieved_passages")),
+            dg.AssetDep(
+                "closed_book_generations",
+                partition_mapping=parts.dataset_generator_to_setting_generator(),
+            ),
+            *(
+                dg.AssetDep(name, partition_mapping=on_setting)
+                for name in ("setting_queries", "retrieved_passages")
+            ),
             *parts.model_dependencies("generator"),
         ],
         description="Validity (SePer Table 2 layout: ΔEM, ΔROUGE-L, ΔBLEU, ΔBERTScore, the uncertainty "
@@ -67,7 +77,10 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         "(or random and hard) negatives, each scored alone — questions answered closed book apart.",
     )
     def validity(
-        context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader, tracking: MlflowTracking
+        context: dg.AssetExecutionContext,
+        store: ArtifactStore,
+        models: ModelLoader,
+        tracking: MlflowTracking,
     ) -> dg.MaterializeResult:
         setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
@@ -79,41 +92,62 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         budget = prompt_budget(context, models, experiment)
         templates = experiment.prompts_for(spec.name)
         alone = validity_prompts(queries, corpus, judged, templates, budget)
-        prompts = pl.concat([
-            closed_book_prompts(queries, templates, budget), alone,
-            consens_passage_prompts(queries, alone, corpus, templates, budget),
-        ])
+        prompts = pl.concat(
+            [
+                closed_book_prompts(queries, templates, budget),
+                alone,
+                consens_passage_prompts(queries, alone, corpus, templates, budget),
+            ]
+        )
         generations = all_generations(store, parts, partition)  # closed book and with context
         answers = judged_answers(generations, "rag")
         signals = alone_signals(prompts, answers, queries, models.scorer(spec), VALIDITY_CONDITION)
         ground_truth = (
             store.read_table("setting_queries", setting.key, UTILITY)
-            if store.has_table("setting_queries", setting.key, UTILITY) else None
+            if store.has_table("setting_queries", setting.key, UTILITY)
+            else None
         )
         # SePer Table 2's ROUGE-L, BLEU and BERTScore rows: every closed-book and validity sample
         # against the gold answers.
         config = experiment.validity
-        bertscore = models.bertscorer(config.bertscore_model, config.bertscore_layer) if config.bertscore_model else None
+        bertscore = (
+            models.bertscorer(config.bertscore_model, config.bertscore_layer)
+            if config.bertscore_model
+            else None
+        )
         references = reference_scores(generations, queries, bertscore)
         passages = passage_table(
-            validate_scores("group_scores", store.read_table("group_scores", partition)), queries, judged, signals,
-            ground_truth, references,
+            validate_scores("group_scores", store.read_table("group_scores", partition)),
+            queries,
+            judged,
+            signals,
+            ground_truth,
+            references,
         )
         table = validity_table(
-            passages, measures(passages, signal_columns(signals)), experiment.bootstrap_resamples, experiment.seed
+            passages,
+            measures(passages, signal_columns(signals)),
+            experiment.bootstrap_resamples,
+            experiment.seed,
         )
         path = store.write_table(ASSET, partition, table)
         passages_path = store.write_table(ASSET, partition, passages, PASSAGES)
         record = store.read_json("metric_scores", partition, "mlflow")
-        run = TrackedRun(tracking.client(), record["experiment_id"], record["run_id"], record["url"], reused=True)
+        run = TrackedRun(
+            tracking.client(), record["experiment_id"], record["run_id"], record["url"], reused=True
+        )
         logged = log_validity(run, table, passages)
         headline = table.filter((pl.col("subset") == "unanswered") & (pl.col("negatives") == "all"))
         metadata = {
             **table_metadata(table, path),
             **side_table_metadata(PASSAGES, passages, passages_path),
             "table_2": dg.MetadataValue.md(markdown_table(table_two(table, "unanswered"))),
-            "table_2_answered_closed_book": dg.MetadataValue.md(markdown_table(table_two(table, "answered"))),
-            "negative_kinds": dg.MetadataValue.text(" + ".join(k for k in NEGATIVE_KINDS if k in set(judged["kind"]))),
+            "table_2_answered_closed_book": dg.MetadataValue.md(
+                markdown_table(table_two(table, "answered"))
+            ),
+            "negative_kinds": dg.MetadataValue.text(
+                " + ".join(k for k in NEGATIVE_KINDS if k in set(judged["kind"]))
+            ),
             "questions_answered_closed_book": dg.MetadataValue.int(
                 passages.filter(pl.col("answered_closed_book"))["query_id"].n_unique()
             ),
@@ -124,7 +158,9 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         for row in headline.iter_rows(named=True):
             for statistic in ("auc", "r_pb", "n"):
                 if row[statistic] is not None:
-                    metadata[f"{statistic}/{row['measure']}"] = dg.MetadataValue.float(float(row[statistic]))
+                    metadata[f"{statistic}/{row['measure']}"] = dg.MetadataValue.float(
+                        float(row[statistic])
+                    )
         return dg.MaterializeResult(metadata=metadata)
 
     return [validity]

@@ -3,7 +3,6 @@ positives and negatives (``annotated``: the qrels' own, where the query has them
 ``random`` and ``hard``: from the ranking of the dataset's BM25 index), evaluation/validity.py. Only with a ``validity`` section in the config; the retrieval
 step copies it into each setting's ``setting_queries`` and ``retrieved_passages``."""
 
-
 import dagster as dg
 import polars as pl
 
@@ -31,12 +30,21 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         return []
     hard = experiment.hard_negative_retriever()
     deps = [
-        "queries", "corpus",
-        *([dg.AssetDep("index", partition_mapping=parts.hard_negative_index_to_dataset())] if hard else []),
+        "queries",
+        "corpus",
+        *(
+            [dg.AssetDep("index", partition_mapping=parts.hard_negative_index_to_dataset())]
+            if hard
+            else []
+        ),
     ]
 
     @dg.asset(
-        name=ASSET, partitions_def=parts.dataset, group_name=GROUP, kinds={"polars", "parquet"}, deps=deps,
+        name=ASSET,
+        partitions_def=parts.dataset,
+        group_name=GROUP,
+        kinds={"polars", "parquet"},
+        deps=deps,
         description="Validity experiments: every judged query's positives (label 1) and negatives "
         "(label 0: the qrels' annotated negatives where the query has them, as SePer Table 2; else "
         "random passages of other documents, best-ranked unjudged BM25 passages), none of the "
@@ -51,23 +59,34 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         hard_run = None
         if hard is not None:
             index = load_index(store, models, hard, index_partition_key(dataset, hard.name))
-            query_table = queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
-            hard_run = index.search(query_table, k=min(HARD_NEGATIVE_DEPTH, corpus.height), name=hard.name)
+            query_table = queries.select(
+                pl.col("query_id").alias("id"), pl.col("question").alias("text")
+            )
+            hard_run = index.search(
+                query_table, k=min(HARD_NEGATIVE_DEPTH, corpus.height), name=hard.name
+            )
         qrels = store.read_table("queries", dataset, QRELS)
         passages = validity_passages(dataset, queries, qrels, corpus, config, hard_run)
         kinds = negative_kinds(qrels, config)
         path = store.write_table(ASSET, dataset, passages)
         kinds = dict(passages.group_by("kind").len().iter_rows())
         metadata = table_metadata(passages, path)
-        metadata.update({
-            "judged_queries": dg.MetadataValue.int(passages["query_id"].n_unique()),
-            "negative_kinds": dg.MetadataValue.text(" + ".join(k for k in kinds if k in set(passages["kind"]))),
-            **{f"passages/{kind}": dg.MetadataValue.int(count) for kind, count in sorted(kinds.items())},
-            **{
-                f"queries_short_of_{kind}_negatives": dg.MetadataValue.int(count)
-                for kind, count in negative_shortfall(passages, config, kinds).items()
-            },
-        })
+        metadata.update(
+            {
+                "judged_queries": dg.MetadataValue.int(passages["query_id"].n_unique()),
+                "negative_kinds": dg.MetadataValue.text(
+                    " + ".join(k for k in kinds if k in set(passages["kind"]))
+                ),
+                **{
+                    f"passages/{kind}": dg.MetadataValue.int(count)
+                    for kind, count in sorted(kinds.items())
+                },
+                **{
+                    f"queries_short_of_{kind}_negatives": dg.MetadataValue.int(count)
+                    for kind, count in negative_shortfall(passages, config, kinds).items()
+                },
+            }
+        )
         return dg.MaterializeResult(metadata=metadata)
 
     return [validity_passages_asset]

@@ -13,8 +13,11 @@ HOUR = 3600.0
 def _size(size: int) -> str:
     if size < 1000:
         return f"{size} B"
-    scaled, unit = next((size / 1000**power, unit) for power, unit in ((3, "GB"), (2, "MB"), (1, "kB"))
-                        if size >= 1000**power)
+    scaled, unit = next(
+        (size / 1000**power, unit)
+        for power, unit in ((3, "GB"), (2, "MB"), (1, "kB"))
+        if size >= 1000**power
+    )
     return f"{scaled:.1f} {unit}"
 
 
@@ -35,8 +38,11 @@ def _clean(args: argparse.Namespace) -> int:
     now, older_than = time.time(), args.older_than_hours * HOUR
     reports = superseded_reports(store, older_than, now)
     # A dead writer's object inside a superseded report folder goes with the folder: listed once.
-    found = reports + [item for item in store.garbage(older_than, now)
-                       if item.local or not any(item.path.startswith(f"{folder.path}/") for folder in reports)]
+    found = reports + [
+        item
+        for item in store.garbage(older_than, now)
+        if item.local or not any(item.path.startswith(f"{folder.path}/") for folder in reports)
+    ]
     for item in found:
         print(f"{_size(item.size):>10}  {item.reason}: {item.location}")
     total = _size(sum(item.size for item in found))
@@ -53,14 +59,22 @@ def _clean(args: argparse.Namespace) -> int:
 
 def add(sub: argparse._SubParsersAction) -> None:
     clean = sub.add_parser(
-        "clean", help="find (and with --delete remove) artifacts and working files nothing needs",
+        "clean",
+        help="find (and with --delete remove) artifacts and working files nothing needs",
         description="List what no published artifact needs any more: objects of the artifact store "
         "($RAGUTIL_ARTIFACTS_URL) that no manifest names (their writers died or lost a race), local copies "
         "of replaced objects under $RAGUTIL_HOME/cache/artifacts, scratch versions superseded by a newer "
         "one ($RAGUTIL_SCRATCH_DIR), and report folders (reports/<experiment>-<fingerprint>/) of a config "
         "that is no longer the latest reported under its experiment's name. Only what was untouched for "
-        "--older-than-hours is listed, so that uploads in progress are spared: keep it above your longest upload.")
-    clean.add_argument("--older-than-hours", type=_hours, default=24.0,
-                       help="grace period: only what was last modified this long ago (default 24)")
-    clean.add_argument("--delete", action="store_true", help="delete what is listed (default: list only)")
+        "--older-than-hours is listed, so that uploads in progress are spared: keep it above your longest upload.",
+    )
+    clean.add_argument(
+        "--older-than-hours",
+        type=_hours,
+        default=24.0,
+        help="grace period: only what was last modified this long ago (default 24)",
+    )
+    clean.add_argument(
+        "--delete", action="store_true", help="delete what is listed (default: list only)"
+    )
     clean.set_defaults(func=_clean)

@@ -18,16 +18,26 @@ def _compare(args: argparse.Namespace) -> int:
     outcome = compare_runs(resources["store"], tracking, experiment, {"ragutil.command": "compare"})
     print(outcome.markdown())
     for dataset, run in outcome.runs.items():
-        print(f"\n{dataset}: tables in {outcome.directories[dataset]}; MLflow comparison run {run.run_id} "
-              f"({'reused' if run.reused else 'new'}) in {tracking.display_uri}\n  {run.url}")
+        print(
+            f"\n{dataset}: tables in {outcome.directories[dataset]}; MLflow comparison run {run.run_id} "
+            f"({'reused' if run.reused else 'new'}) in {tracking.display_uri}\n  {run.url}"
+        )
     return 0
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    compare = sub.add_parser("compare", help="compare every scored setting × generator of an experiment (MLflow comparison run)",
-                             description="Build the papers' comparison tables (ΔSePer by retriever × k × generator, "
-                             "MIRAGE, eRAG / utility) with paired bootstrap tests between retrievers from the scored "
-                             "partitions, publish them in the artifact store under reports/<experiment>-<fingerprint>/<dataset>/comparison, log them as an "
-                             "MLflow comparison run ($MLFLOW_TRACKING_URI, else $RAGUTIL_HOME/mlflow.db) and print them.")
-    compare.add_argument("experiment", nargs="?", default="examples/demo.yaml", help="experiment YAML, as given to `ragutil run`")
+    compare = sub.add_parser(
+        "compare",
+        help="compare every scored setting × generator of an experiment (MLflow comparison run)",
+        description="Build the papers' comparison tables (ΔSePer by retriever × k × generator, "
+        "MIRAGE, eRAG / utility) with paired bootstrap tests between retrievers from the scored "
+        "partitions, publish them in the artifact store under reports/<experiment>-<fingerprint>/<dataset>/comparison, log them as an "
+        "MLflow comparison run ($MLFLOW_TRACKING_URI, else $RAGUTIL_HOME/mlflow.db) and print them.",
+    )
+    compare.add_argument(
+        "experiment",
+        nargs="?",
+        default="examples/demo.yaml",
+        help="experiment YAML, as given to `ragutil run`",
+    )
     compare.set_defaults(func=_compare)

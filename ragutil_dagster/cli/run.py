@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ragutil_dagster.config import ExperimentConfig, load_config
+from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.infra.engine_output import ENGINE_OUTPUT_ENV
 from ragutil_dagster.infra.executors import CELERY_EXECUTOR
-from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.metrics import catalog
 
 SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
@@ -101,17 +101,33 @@ def third_party_output(shown: bool) -> Iterator[None]:
 def format_summary(table) -> str:
     """The summary as a text table; a measure no row has (verbalized utility with a model that
     gives none, truth correlations without ground truth) is left out rather than shown as dashes."""
-    columns = [(c, label) for c, label in SUMMARY_COLUMNS if c in table.columns and table[c].is_not_null().any()]
+    columns = [
+        (c, label)
+        for c, label in SUMMARY_COLUMNS
+        if c in table.columns and table[c].is_not_null().any()
+    ]
     headers = ["setting", "generator"] + [label for _, label in columns]
     rows = []
     for row in table.iter_rows(named=True):
-        setting = "/".join([row["dataset"], row["retriever"], f"k={row['k']}",
-                            *(name for name in (row["reranker"], row.get("compression")) if name),
-                            *([f"step-{row['multistep_round']}"] if (row.get("multistep_round") or 1) > 1 else [])])
+        setting = "/".join(
+            [
+                row["dataset"],
+                row["retriever"],
+                f"k={row['k']}",
+                *(name for name in (row["reranker"], row.get("compression")) if name),
+                *(
+                    [f"step-{row['multistep_round']}"]
+                    if (row.get("multistep_round") or 1) > 1
+                    else []
+                ),
+            ]
+        )
         values = ["—" if row[c] is None else f"{row[c]:.3f}" for c, _ in columns]
         rows.append([setting, row["generator"], *values])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    line = lambda cells: "  ".join(
+        str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+    )
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
@@ -139,12 +155,22 @@ def _materialize(experiment: ExperimentConfig, args: argparse.Namespace) -> int:
     # One bar by default (the run's steps); every model's own bars with --verbose.
     defs = build_definitions(experiment, show_progress=args.verbose)
     parts, _ = build_assets(experiment)
-    outcome = materialize_all(defs, experiment, parts, dagster_instance(), progress=not args.quiet,
-                              console_log_level="CRITICAL" if args.quiet else "WARNING", workers=args.workers,
-                              force=args.force, executor=args.executor)
+    outcome = materialize_all(
+        defs,
+        experiment,
+        parts,
+        dagster_instance(),
+        progress=not args.quiet,
+        console_log_level="CRITICAL" if args.quiet else "WARNING",
+        workers=args.workers,
+        force=args.force,
+        executor=args.executor,
+    )
     print()
-    print(f"experiment {experiment.name}: {outcome.runs} runs, {outcome.skipped} skipped (unchanged) "
-          f"in {outcome.seconds:.0f} s")
+    print(
+        f"experiment {experiment.name}: {outcome.runs} runs, {outcome.skipped} skipped (unchanged) "
+        f"in {outcome.seconds:.0f} s"
+    )
     print(format_summary(outcome.summary))
     for note in known_causes(experiment, outcome.summary):
         print(f"note: {note}")
@@ -160,24 +186,42 @@ def _positive(text: str) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    run = sub.add_parser("run", help="materialise the whole evaluation graph of an experiment config",
-                         description="Materialise every asset of the experiment (training the embedded models "
-                         "first when the config uses them and they are missing) and print the summary table.")
+    run = sub.add_parser(
+        "run",
+        help="materialise the whole evaluation graph of an experiment config",
+        description="Materialise every asset of the experiment (training the embedded models "
+        "first when the config uses them and they are missing) and print the summary table.",
+    )
     run.add_argument("config", help="experiment YAML, e.g. examples/demo.yaml")
     shown = run.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress bar at all")
-    shown.add_argument("--verbose", action="store_true",
-                       help="every progress bar (each model's too) and the libraries' beta warnings, "
-                       "progress bars and INFO logs, hidden by default")
-    run.add_argument("--workers", type=_positive, default=1, metavar="N",
-                     help="run N partitions of a step at once, every step in a process of its own "
-                     "(Dagster's multiprocess executor); steps running a model still take turns "
-                     "(the instance's gpu pool). Default 1: one after the other, in this process")
-    run.add_argument("--executor", choices=[CELERY_EXECUTOR], default=None,
-                     help="celery: every step a task for the Celery workers of $RAGUTIL_CELERY_BROKER, which "
-                     "share only the databases, the artifact store and the vLLM servers (docs/scale.md); "
-                     "--workers N partitions at a time. Default: this machine")
-    run.add_argument("--force", action="store_true",
-                     help="materialise every partition; by default one whose code, config slice, models "
-                     "and upstream partitions are those it was last materialised from is skipped")
+    shown.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every progress bar (each model's too) and the libraries' beta warnings, "
+        "progress bars and INFO logs, hidden by default",
+    )
+    run.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run N partitions of a step at once, every step in a process of its own "
+        "(Dagster's multiprocess executor); steps running a model still take turns "
+        "(the instance's gpu pool). Default 1: one after the other, in this process",
+    )
+    run.add_argument(
+        "--executor",
+        choices=[CELERY_EXECUTOR],
+        default=None,
+        help="celery: every step a task for the Celery workers of $RAGUTIL_CELERY_BROKER, which "
+        "share only the databases, the artifact store and the vLLM servers (docs/scale.md); "
+        "--workers N partitions at a time. Default: this machine",
+    )
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="materialise every partition; by default one whose code, config slice, models "
+        "and upstream partitions are those it was last materialised from is skipped",
+    )
     run.set_defaults(func=_run)

@@ -8,18 +8,22 @@ import sys
 from pathlib import Path
 
 from ragutil_dagster.cli.run import print_loudly, third_party_output
-from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, load_config
+from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.errors import ConfigError
 
 
-def _score_generator(experiment: ExperimentConfig, config: str, name: str | None) -> GeneratorConfig:
+def _score_generator(
+    experiment: ExperimentConfig, config: str, name: str | None
+) -> GeneratorConfig:
     """The generator ``--generator`` names (the config's first when not given)."""
     if name is None:
         return experiment.generators[0]
     names = [g.name for g in experiment.generators]
     if name not in names:
-        raise ConfigError(f"{config}: --generator {name!r} is not a generator of the config; it has: {', '.join(names)}")
+        raise ConfigError(
+            f"{config}: --generator {name!r} is not a generator of the config; it has: {', '.join(names)}"
+        )
     return experiment.generator(name)
 
 
@@ -52,10 +56,17 @@ def _score_quietly(args: argparse.Namespace) -> int:
     if warning:
         print_loudly(warning)
     # Only what scoring uses: the named generator and the NLI (not, say, another generator's world).
-    ensure_embedded_models(experiment.model_copy(update={"generators": [spec]}), progress=not args.quiet)
+    ensure_embedded_models(
+        experiment.model_copy(update={"generators": [spec]}), progress=not args.quiet
+    )
     models = build_resources(show_progress=not args.quiet, for_dagster=False)["models"]
     scores = score_records(
-        records, experiment, spec, models.generator(spec), models.scorer(spec), models.entailment(experiment.nli)
+        records,
+        experiment,
+        spec,
+        models.generator(spec),
+        models.scorer(spec),
+        models.entailment(experiment.nli),
     )
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in scores)
     if args.out:
@@ -67,15 +78,25 @@ def _score_quietly(args: argparse.Namespace) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    score = sub.add_parser("score", help="score your own JSONL records without Dagster",
-                           description='Each line: {"id", "question", "answers": [...], "contexts": [text or {"id", "text"}, ...]}. '
-                           "Writes one JSON line of scores per record.")
+    score = sub.add_parser(
+        "score",
+        help="score your own JSONL records without Dagster",
+        description='Each line: {"id", "question", "answers": [...], "contexts": [text or {"id", "text"}, ...]}. '
+        "Writes one JSON line of scores per record.",
+    )
     score.add_argument("file", help="records JSONL")
-    score.add_argument("--config", required=True, help="experiment YAML naming the generator, NLI model and sampling")
+    score.add_argument(
+        "--config",
+        required=True,
+        help="experiment YAML naming the generator, NLI model and sampling",
+    )
     score.add_argument("--generator", help="generator name from the config (default: the first)")
     score.add_argument("--out", help="output JSONL (default: standard output)")
     shown = score.add_mutually_exclusive_group()
     shown.add_argument("--quiet", action="store_true", help="no progress bars")
-    shown.add_argument("--verbose", action="store_true",
-                       help="also other libraries' progress bars, INFO logs and beta warnings (vLLM's, MLflow's, Dagster's)")
+    shown.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also other libraries' progress bars, INFO logs and beta warnings (vLLM's, MLflow's, Dagster's)",
+    )
     score.set_defaults(func=_score)

@@ -17,7 +17,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, check_reachable
+from ragutil_dagster.infra.databases import (
+    DAGSTER_HOME_VARIABLE,
+    MLFLOW_TRACKING_URI_VARIABLE,
+    check_reachable,
+)
 from ragutil_dagster.infra.files import ragutil_home
 from ragutil_dagster.infra.processes import available_port, background_server
 
@@ -32,16 +36,37 @@ def mlflow_server_command(backend_uri: str, home: Path, host: str, port: int) ->
     """``mlflow server`` over ``backend_uri``; experiments it creates keep their artifacts under
     ``<home>/mlruns`` like those ragutil creates (existing ones keep their own location)."""
     return [
-        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-        "--default-artifact-root", (home / "mlruns").as_uri(),
-        "--host", host, "--port", str(port), "--workers", "1",
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--default-artifact-root",
+        (home / "mlruns").as_uri(),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
     ]
 
 
 def dagster_dev_command(host: str, port: int) -> list[str]:
     return [
-        sys.executable, "-m", "dagster", "dev", "-m", "ragutil_dagster.definitions", "-a", "defs",
-        "-h", host, "-p", str(port),
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-m",
+        "ragutil_dagster.definitions",
+        "-a",
+        "defs",
+        "-h",
+        host,
+        "-p",
+        str(port),
     ]
 
 
@@ -68,7 +93,9 @@ def _ui(args: argparse.Namespace) -> int:
         dagster_instance()
     env = {**os.environ, "RAGUTIL_CONFIG": str(Path(args.config).resolve())}
     env.setdefault(DAGSTER_HOME_VARIABLE, str(home / "dagster"))
-    tracking = MlflowTracking(home=str(home), tracking_uri=os.environ.get(MLFLOW_TRACKING_URI_VARIABLE, ""))
+    tracking = MlflowTracking(
+        home=str(home), tracking_uri=os.environ.get(MLFLOW_TRACKING_URI_VARIABLE, "")
+    )
     # mlflow server would retry a refused database for the best part of an hour.
     check_reachable(tracking.uri, "the MLflow tracking database", MLFLOW_TRACKING_URI_VARIABLE)
     logs = home / "logs"
@@ -79,7 +106,9 @@ def _ui(args: argparse.Namespace) -> int:
         return 130
 
 
-def _serve(args: argparse.Namespace, tracking: MlflowTracking, env: dict[str, str], home: Path, logs: Path) -> int:
+def _serve(
+    args: argparse.Namespace, tracking: MlflowTracking, env: dict[str, str], home: Path, logs: Path
+) -> int:
     """Start the MLflow UI (unless the tracking store is a server) and the Dagster UI, print
     their URLs, and wait; leaving stops both. Returns 1 when one of them exits on its own."""
     from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
@@ -93,17 +122,28 @@ def _serve(args: argparse.Namespace, tracking: MlflowTracking, env: dict[str, st
             mlflow_url, mlflow_what = f"http://{args.host}:{port}", f"over {tracking.display_uri}"
             mlflow = mlflow_server_command(tracking.uri, home, args.host, port)
             processes.append(
-                servers.enter_context(background_server(mlflow, f"{mlflow_url}/health", logs / "mlflow-ui.log"))
+                servers.enter_context(
+                    background_server(mlflow, f"{mlflow_url}/health", logs / "mlflow-ui.log")
+                )
             )
             env[MLFLOW_UI_URL_VARIABLE] = mlflow_url
         port = available_port(args.port, args.host)
         dagster_url = f"http://{args.host}:{port}"
-        processes.append(servers.enter_context(
-            background_server(dagster_dev_command(args.host, port), f"{dagster_url}/server_info",
-                              logs / "dagster-ui.log", env=env)
-        ))
-        print(f"Dagster UI: {dagster_url}\nMLflow UI:  {mlflow_url} ({mlflow_what})\n"
-              f"logs in {logs}; Ctrl-C stops both", flush=True)
+        processes.append(
+            servers.enter_context(
+                background_server(
+                    dagster_dev_command(args.host, port),
+                    f"{dagster_url}/server_info",
+                    logs / "dagster-ui.log",
+                    env=env,
+                )
+            )
+        )
+        print(
+            f"Dagster UI: {dagster_url}\nMLflow UI:  {mlflow_url} ({mlflow_what})\n"
+            f"logs in {logs}; Ctrl-C stops both",
+            flush=True,
+        )
         while all(process.poll() is None for process in processes):
             time.sleep(1)
         print(f"ragutil ui: a server exited; see the logs in {logs}", file=sys.stderr)
@@ -112,13 +152,18 @@ def _serve(args: argparse.Namespace, tracking: MlflowTracking, env: dict[str, st
 
 def add(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser(
-        "ui", help="serve the Dagster UI and the MLflow UI over ragutil's state",
+        "ui",
+        help="serve the Dagster UI and the MLflow UI over ragutil's state",
         description="Serve the Dagster UI over ragutil's instance ($RAGUTIL_HOME/dagster) and the MLflow "
         "UI over its tracking store ($MLFLOW_TRACKING_URI, else $RAGUTIL_HOME/mlflow.db), on free ports "
         "(the given ones when free); print both URLs; stop both on Ctrl-C or SIGTERM.",
     )
     ui.add_argument("config", nargs="?", default="examples/demo.yaml", help="experiment YAML")
     ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=DAGSTER_PORT, help="Dagster UI port (another when taken)")
-    ui.add_argument("--mlflow-port", type=int, default=MLFLOW_PORT, help="MLflow UI port (another when taken)")
+    ui.add_argument(
+        "--port", type=int, default=DAGSTER_PORT, help="Dagster UI port (another when taken)"
+    )
+    ui.add_argument(
+        "--mlflow-port", type=int, default=MLFLOW_PORT, help="MLflow UI port (another when taken)"
+    )
     ui.set_defaults(func=_ui)

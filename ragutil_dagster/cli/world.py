@@ -37,21 +37,29 @@ def add(sub: argparse._SubParsersAction) -> None:
     world = sub.add_parser("world", help="the synthetic knowledge world and its trained models")
     world_sub = world.add_subparsers(dest="world_command", required=True)
     build = world_sub.add_parser(
-        "build", help="generate the world, train its reader LM and NLI model and the answer NLI",
+        "build",
+        help="generate the world, train its reader LM and NLI model and the answer NLI",
         description="Write OUT/world (BEIR folder + ground truth), OUT/reader, OUT/world-nli (the "
-                    "world's NLI) and OUT/nli (the answer NLI for real text; HF model directories) "
-                    "and OUT/build.json, then print the reader's quality table.")
+        "world's NLI) and OUT/nli (the answer NLI for real text; HF model directories) "
+        "and OUT/build.json, then print the reader's quality table.",
+    )
     build.add_argument("--out", required=True, help="output directory")
     build.add_argument("--seed", type=int, default=0, help="seed of world and training (default 0)")
-    build.add_argument("--size", choices=("default", "ci"), default="default",
-                       help="default: 500 entities, ~16 min of one CPU core; ci: 100, ~3 min")
+    build.add_argument(
+        "--size",
+        choices=("default", "ci"),
+        default="default",
+        help="default: 500 entities, ~16 min of one CPU core; ci: 100, ~3 min",
+    )
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_world_build)
     ship = world_sub.add_parser(
-        "ship", help="copy a default-size build's reader and world NLI into the package",
+        "ship",
+        help="copy a default-size build's reader and world NLI into the package",
         description="For maintainers: after a change to the world, its vocabulary or the training "
-                    "recipe, `ragutil world build --out DIR` and then this copy DIR's reader, "
-                    "world NLI and build.json into ragutil_dagster/embedded/shipped, which "
-                    "`ragutil run` installs instead of training.")
+        "recipe, `ragutil world build --out DIR` and then this copy DIR's reader, "
+        "world NLI and build.json into ragutil_dagster/embedded/shipped, which "
+        "`ragutil run` installs instead of training.",
+    )
     ship.add_argument("--build", required=True, help="a `ragutil world build --out` directory")
     ship.set_defaults(func=_world_ship)

@@ -135,7 +135,9 @@ def passage_qrels(
     pairs = qrels.join(
         passages.select(pl.col("id").alias("passage_id"), "doc_id", "text"), on="doc_id"
     )
-    holds = [has_answer(text, answers[query]) for query, text in zip(pairs["query_id"], pairs["text"])]
+    holds = [
+        has_answer(text, answers[query]) for query, text in zip(pairs["query_id"], pairs["text"])
+    ]
     pairs = pairs.with_columns(pl.Series("holds", holds, dtype=pl.Boolean))
     kept = pairs.filter(pl.col("holds") | ~pl.col("holds").any().over("query_id", "doc_id"))
     return kept.select("query_id", pl.col("passage_id").alias("doc_id"), "relevance").sort(

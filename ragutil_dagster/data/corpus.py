@@ -421,7 +421,10 @@ def read_judgements(
     ``doc_ids`` (read from ``queries_file`` and ``corpus_file``, named in the error)."""
     path = Path(path)
     qrels = _read_qrels_lines(path)
-    for column, ids, what in (("query_id", query_ids, queries_file), ("doc_id", doc_ids, corpus_file)):
+    for column, ids, what in (
+        ("query_id", query_ids, queries_file),
+        ("doc_id", doc_ids, corpus_file),
+    ):
         unknown = qrels.filter(~pl.col(column).is_in(ids.implode()))
         if unknown.height:
             raise CorpusValidationError(
@@ -456,7 +459,9 @@ def read_beir(folder: str | Path, split: str = "test") -> BeirDataset:
             raise CorpusValidationError(needed, None, None, "missing from the BEIR folder")
     corpus = read_jsonl_corpus(folder / "corpus.jsonl", id_field="_id")
     queries = read_jsonl_queries(folder / "queries.jsonl", id_field="_id")
-    qrels = read_judgements(qrels_path, queries["id"], corpus["id"], "queries.jsonl", "corpus.jsonl")
+    qrels = read_judgements(
+        qrels_path, queries["id"], corpus["id"], "queries.jsonl", "corpus.jsonl"
+    )
     queries = queries.filter(pl.col("id").is_in(qrels["query_id"].unique().implode()))
     return BeirDataset(corpus=corpus, queries=queries, qrels=qrels)
 

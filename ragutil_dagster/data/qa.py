@@ -44,18 +44,27 @@ from ragutil_dagster.data.corpus import (
     read_parquet_table,
     record_id,
 )
-from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.errors import CorpusValidationError
 from ragutil_dagster.infra.files import user_path
 from ragutil_dagster.infra.shared import embedded_build
+from ragutil_dagster.metrics.answers import has_answer
 from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QA_QUERY_SCHEMA, QRELS_SCHEMA
 
 QUERY_COLUMNS = tuple(QA_QUERY_SCHEMA)
 _UTILITY_OPTIONAL_FIELDS = {"role": pl.String, "hop": pl.Int64}
 # What a JSON value must be to fill a column of each type (bool is not an integer here).
-_JSON_TYPES = {pl.String: (str,), pl.Boolean: (bool,), pl.Int32: (int,), pl.Int64: (int,), pl.Float64: (int, float)}
+_JSON_TYPES = {
+    pl.String: (str,),
+    pl.Boolean: (bool,),
+    pl.Int32: (int,),
+    pl.Int64: (int,),
+    pl.Float64: (int, float),
+}
 _JSON_TYPE_NAMES = {
-    pl.String: "a string", pl.Boolean: "true or false", pl.Int32: "an integer", pl.Int64: "an integer",
+    pl.String: "a string",
+    pl.Boolean: "true or false",
+    pl.Int32: "an integer",
+    pl.Int64: "an integer",
     pl.Float64: "a finite number",
 }
 
@@ -83,14 +92,25 @@ def dataset_folder(spec: DatasetConfig) -> Path:
 def gold_answer_list(value: object, path: Path, line: int) -> list[str]:
     """A record's ``answers``: a non-empty list of non-empty strings, else an error naming the field."""
     if not isinstance(value, list) or not value:
-        raise CorpusValidationError(path, line, "answers", "expected a non-empty list of gold answers")
+        raise CorpusValidationError(
+            path, line, "answers", "expected a non-empty list of gold answers"
+        )
     for position, answer in enumerate(value):
         if not isinstance(answer, str) or not answer.strip():
-            raise CorpusValidationError(path, line, f"answers[{position}]", f"empty or not a string: {answer!r}")
+            raise CorpusValidationError(
+                path, line, f"answers[{position}]", f"empty or not a string: {answer!r}"
+            )
     return value
 
 
-def _typed_value(record: dict, field: str, dtype: type[pl.DataType], path: Path, line: int, required: bool = False):
+def _typed_value(
+    record: dict,
+    field: str,
+    dtype: type[pl.DataType],
+    path: Path,
+    line: int,
+    required: bool = False,
+):
     """``record[field]`` checked against the column type it fills; absent or null is None unless
     ``required``."""
     value = record.get(field)
@@ -98,23 +118,31 @@ def _typed_value(record: dict, field: str, dtype: type[pl.DataType], path: Path,
         if required:
             raise CorpusValidationError(path, line, field, "missing")
         return None
-    wrong_type = isinstance(value, bool) != (dtype is pl.Boolean) or not isinstance(value, _JSON_TYPES[dtype])
+    wrong_type = isinstance(value, bool) != (dtype is pl.Boolean) or not isinstance(
+        value, _JSON_TYPES[dtype]
+    )
     if wrong_type or (isinstance(value, float) and not math.isfinite(value)):  # 1e999 parses as inf
         raise CorpusValidationError(
-            path, line, field,
+            path,
+            line,
+            field,
             f"expected {_JSON_TYPE_NAMES[dtype]}{'' if required else ' or null'}, got {type(value).__name__} {value!r}",
         )
     return value
 
 
 def _read_answers(path: Path) -> pl.DataFrame:
-    rows: dict[str, list] = {"query_id": [], "answers": []} | {f: [] for f in QA_QUERY_OPTIONAL_SCHEMA}
+    rows: dict[str, list] = {"query_id": [], "answers": []} | {
+        f: [] for f in QA_QUERY_OPTIONAL_SCHEMA
+    }
     first_line: dict[str, int] = {}
     for number, record in jsonl_records(path):
         field = "_id" if "_id" in record else "id"
         qid = record_id(record.get(field), path, number, field)
         if qid in first_line:
-            raise CorpusValidationError(path, number, field, f"duplicate id {qid!r} (first seen on line {first_line[qid]})")
+            raise CorpusValidationError(
+                path, number, field, f"duplicate id {qid!r} (first seen on line {first_line[qid]})"
+            )
         first_line[qid] = number
         rows["query_id"].append(qid)
         rows["answers"].append(gold_answer_list(record.get("answers"), path, number))
@@ -135,7 +163,9 @@ def load_dataset(spec: DatasetConfig) -> QADataset:
         loaded,
         queries=queries,
         qrels=loaded.qrels.filter(pl.col("query_id").is_in(keep)),
-        utility=None if loaded.utility is None else loaded.utility.filter(pl.col("query_id").is_in(keep)),
+        utility=None
+        if loaded.utility is None
+        else loaded.utility.filter(pl.col("query_id").is_in(keep)),
     )
     return _chunked(loaded, spec.chunking) if spec.chunking else loaded
 
@@ -150,25 +180,37 @@ def _read_folder_dataset(spec: DatasetConfig) -> QADataset:
     """A BEIR folder, or the synthetic world (a BEIR folder with ``questions.jsonl`` and utility)."""
     folder = dataset_folder(spec)
     if not folder.is_dir():
-        hint = " Build the embedded world with `ragutil world build`." if spec.format == "synthetic" else ""
+        hint = (
+            " Build the embedded world with `ragutil world build`."
+            if spec.format == "synthetic"
+            else ""
+        )
         raise FileNotFoundError(f"dataset {spec.name!r}: no folder {folder}.{hint}")
     beir = read_beir(folder, spec.split)
     answers_file = folder / "questions.jsonl"
     if not answers_file.is_file():
         answers_file = folder / "queries.jsonl"
     answers = _read_answers(answers_file)
-    queries = beir.queries.rename({"id": "query_id", "text": "question"}).join(answers, on="query_id", how="left")
+    queries = beir.queries.rename({"id": "query_id", "text": "question"}).join(
+        answers, on="query_id", how="left"
+    )
     missing = queries.filter(pl.col("answers").is_null())
     if missing.height:
         raise CorpusValidationError(
-            answers_file, None, "answers",
+            answers_file,
+            None,
+            "answers",
             f"{missing.height} queries have no gold answers, e.g. {missing['query_id'][0]!r}",
         )
-    queries = queries.drop([c for c in QA_QUERY_OPTIONAL_SCHEMA if queries[c].null_count() == queries.height])
+    queries = queries.drop(
+        [c for c in QA_QUERY_OPTIONAL_SCHEMA if queries[c].null_count() == queries.height]
+    )
     utility = None
     if (folder / "utility.jsonl").is_file():
         utility = _read_utility(folder / "utility.jsonl", beir.corpus)
-    return QADataset(name=spec.name, queries=queries, corpus=beir.corpus, qrels=beir.qrels, utility=utility)
+    return QADataset(
+        name=spec.name, queries=queries, corpus=beir.corpus, qrels=beir.qrels, utility=utility
+    )
 
 
 def _chunked(loaded: QADataset, chunking: ChunkingConfig) -> QADataset:
@@ -178,7 +220,9 @@ def _chunked(loaded: QADataset, chunking: ChunkingConfig) -> QADataset:
     elif chunking.unit == "sentences":
         passages = chunk_sentences(loaded.corpus, chunking.size, chunking.overlap)
     else:
-        passages = chunk_tokens(loaded.corpus, minilm_token_counter(), chunking.size, chunking.overlap)
+        passages = chunk_tokens(
+            loaded.corpus, minilm_token_counter(), chunking.size, chunking.overlap
+        )
     answers = dict(loaded.queries.select("query_id", "answers").iter_rows())
     return replace(loaded, corpus=passages, qrels=passage_qrels(loaded.qrels, passages, answers))
 
@@ -193,13 +237,17 @@ def _read_squad_dataset(spec: DatasetConfig) -> QADataset:
 
 def _squad_list(value: object, path: Path, field: str) -> list:
     if not isinstance(value, list):
-        raise CorpusValidationError(path, None, field, f"expected a list, got {type(value).__name__}")
+        raise CorpusValidationError(
+            path, None, field, f"expected a list, got {type(value).__name__}"
+        )
     return value
 
 
 def _squad_text(value: object, path: Path, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise CorpusValidationError(path, None, field, f"expected a non-empty string, got {value!r}")
+        raise CorpusValidationError(
+            path, None, field, f"expected a non-empty string, got {value!r}"
+        )
     return value
 
 
@@ -219,11 +267,17 @@ def read_squad(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     try:
         document = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        raise CorpusValidationError(path, None, None, f"not valid UTF-8 (byte {exc.start})") from None
+        raise CorpusValidationError(
+            path, None, None, f"not valid UTF-8 (byte {exc.start})"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise CorpusValidationError(path, exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        raise CorpusValidationError(
+            path, exc.lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+        ) from None
     if not isinstance(document, dict) or "data" not in document:
-        raise CorpusValidationError(path, None, "data", "not a SQuAD file: expected an object with a 'data' list")
+        raise CorpusValidationError(
+            path, None, "data", "not a SQuAD file: expected an object with a 'data' list"
+        )
     passages: dict[str, list] = {"id": [], "text": [], "title": []}
     queries: dict[str, list] = {"query_id": [], "question": [], "answers": []}
     qrels: list[tuple[str, str, int]] = []
@@ -231,13 +285,19 @@ def read_squad(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     for a, article in enumerate(_squad_list(document["data"], path, "data")):
         where = f"data[{a}]"
         if not isinstance(article, dict):
-            raise CorpusValidationError(path, None, where, f"expected an object, got {type(article).__name__}")
+            raise CorpusValidationError(
+                path, None, where, f"expected an object, got {type(article).__name__}"
+            )
         title = _squad_text(article.get("title"), path, f"{where}.title")
         slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "article"
-        for p, paragraph in enumerate(_squad_list(article.get("paragraphs"), path, f"{where}.paragraphs")):
+        for p, paragraph in enumerate(
+            _squad_list(article.get("paragraphs"), path, f"{where}.paragraphs")
+        ):
             at = f"{where}.paragraphs[{p}]"
             if not isinstance(paragraph, dict):
-                raise CorpusValidationError(path, None, at, f"expected an object, got {type(paragraph).__name__}")
+                raise CorpusValidationError(
+                    path, None, at, f"expected an object, got {type(paragraph).__name__}"
+                )
             passage_id = _new_id(f"{slug}_{p}", seen, path, at)
             passages["id"].append(passage_id)
             passages["text"].append(_squad_text(paragraph.get("context"), path, f"{at}.context"))
@@ -245,19 +305,31 @@ def read_squad(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
             for q, qa in enumerate(_squad_list(paragraph.get("qas"), path, f"{at}.qas")):
                 field = f"{at}.qas[{q}]"
                 if not isinstance(qa, dict):
-                    raise CorpusValidationError(path, None, field, f"expected an object, got {type(qa).__name__}")
+                    raise CorpusValidationError(
+                        path, None, field, f"expected an object, got {type(qa).__name__}"
+                    )
                 if qa.get("is_impossible") is True:
                     continue
-                query_id = _new_id(record_id(qa.get("id"), path, None, f"{field}.id"), seen, path, f"{field}.id")
+                query_id = _new_id(
+                    record_id(qa.get("id"), path, None, f"{field}.id"), seen, path, f"{field}.id"
+                )
                 queries["query_id"].append(query_id)
-                queries["question"].append(_squad_text(qa.get("question"), path, f"{field}.question"))
+                queries["question"].append(
+                    _squad_text(qa.get("question"), path, f"{field}.question")
+                )
                 answers = _squad_list(qa.get("answers"), path, f"{field}.answers")
                 texts = [
-                    _squad_text(answer.get("text") if isinstance(answer, dict) else None, path, f"{field}.answers[{n}].text")
+                    _squad_text(
+                        answer.get("text") if isinstance(answer, dict) else None,
+                        path,
+                        f"{field}.answers[{n}].text",
+                    )
                     for n, answer in enumerate(answers)
                 ]
                 if not texts:
-                    raise CorpusValidationError(path, None, f"{field}.answers", "no gold answer (and not is_impossible)")
+                    raise CorpusValidationError(
+                        path, None, f"{field}.answers", "no gold answer (and not is_impossible)"
+                    )
                 queries["answers"].append(list(dict.fromkeys(texts)))
                 qrels.append((query_id, passage_id, 1))
     if not queries["query_id"]:
@@ -271,7 +343,9 @@ def read_squad(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
 
 def _new_id(key: str, seen: dict[str, str], path: Path, field: str) -> str:
     if key in seen:
-        raise CorpusValidationError(path, None, field, f"duplicate id {key!r} (first at {seen[key]})")
+        raise CorpusValidationError(
+            path, None, field, f"duplicate id {key!r} (first at {seen[key]})"
+        )
     seen[key] = field
     return key
 
@@ -292,7 +366,13 @@ def _read_qa_dataset(spec: DatasetConfig) -> QADataset:
     corpus_path = user_path(spec.corpus)
     corpus = read_corpus(corpus_path)
     if spec.qrels:
-        qrels = read_judgements(user_path(spec.qrels), queries["query_id"], corpus["id"], str(questions_path), str(corpus_path))
+        qrels = read_judgements(
+            user_path(spec.qrels),
+            queries["query_id"],
+            corpus["id"],
+            str(questions_path),
+            str(corpus_path),
+        )
     else:
         qrels = answer_qrels(queries, corpus)
     return QADataset(name=spec.name, queries=queries, corpus=corpus, qrels=qrels, utility=None)
@@ -306,7 +386,9 @@ def _question_records(path: Path) -> Iterator[tuple[int, dict]]:
     elif suffix == ".parquet":
         yield from enumerate(read_parquet_table(path).iter_rows(named=True), start=1)
     else:
-        raise CorpusValidationError(path, None, None, "unknown questions format; expected .jsonl or .parquet")
+        raise CorpusValidationError(
+            path, None, None, "unknown questions format; expected .jsonl or .parquet"
+        )
 
 
 def _first_field(record: dict, names: tuple[str, ...]) -> str | None:
@@ -326,24 +408,35 @@ def read_questions(path: str | Path) -> pl.DataFrame:
         query_id = record_id(record[id_field], path, number, id_field) if id_field else str(number)
         if query_id in first_line:
             raise CorpusValidationError(
-                path, number, id_field or "id", f"duplicate id {query_id!r} (first seen on line {first_line[query_id]})"
+                path,
+                number,
+                id_field or "id",
+                f"duplicate id {query_id!r} (first seen on line {first_line[query_id]})",
             )
         first_line[query_id] = number
         text_field = _first_field(record, QUESTION_TEXT_FIELDS)
         if text_field is None:
-            raise CorpusValidationError(path, number, "question", f"missing (one of {', '.join(QUESTION_TEXT_FIELDS)})")
+            raise CorpusValidationError(
+                path, number, "question", f"missing (one of {', '.join(QUESTION_TEXT_FIELDS)})"
+            )
         question = record[text_field]
         if not isinstance(question, str) or not question.strip():
-            raise CorpusValidationError(path, number, text_field, f"expected a non-empty string, got {question!r}")
+            raise CorpusValidationError(
+                path, number, text_field, f"expected a non-empty string, got {question!r}"
+            )
         answer_field = _first_field(record, ANSWER_FIELDS)
         if answer_field is None:
-            raise CorpusValidationError(path, number, "answers", f"missing (one of {', '.join(ANSWER_FIELDS)})")
+            raise CorpusValidationError(
+                path, number, "answers", f"missing (one of {', '.join(ANSWER_FIELDS)})"
+            )
         answers = record[answer_field]
         answers = [answers] if isinstance(answers, str) else answers
         try:
             answers = gold_answer_list(answers, path, number)
         except CorpusValidationError as err:  # name the field the file used
-            raise CorpusValidationError(path, number, err.field.replace("answers", answer_field, 1), err.message) from None
+            raise CorpusValidationError(
+                path, number, err.field.replace("answers", answer_field, 1), err.message
+            ) from None
         rows["query_id"].append(query_id)
         rows["question"].append(question)
         rows["answers"].append(list(answers))
@@ -357,14 +450,19 @@ def answer_qrels(queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
     question when it holds one of its gold answers (``has_answer``, token-exact). Candidates come
     from one Aho-Corasick pass of the lowercased answers over the lowercased corpus (polars
     ``extract_many``)."""
-    aliases = queries.select("query_id", pl.col("answers").alias("alias")).explode("alias").with_columns(
-        pl.col("alias").str.to_lowercase()
+    aliases = (
+        queries.select("query_id", pl.col("answers").alias("alias"))
+        .explode("alias")
+        .with_columns(pl.col("alias").str.to_lowercase())
     )
     patterns = aliases["alias"].unique().to_list()
     found = (
         corpus.select(
             pl.col("id").alias("doc_id"),
-            pl.col("text").str.to_lowercase().str.extract_many(patterns, overlapping=True).alias("alias"),
+            pl.col("text")
+            .str.to_lowercase()
+            .str.extract_many(patterns, overlapping=True)
+            .alias("alias"),
         )
         .explode("alias")
         .drop_nulls("alias")
@@ -384,16 +482,24 @@ def answer_qrels(queries: pl.DataFrame, corpus: pl.DataFrame) -> pl.DataFrame:
 def _read_utility(path: Path, corpus: pl.DataFrame) -> pl.DataFrame:
     """Ground-truth utility: one ``{"query-id", "corpus-id", "utility", "role"?, "hop"?}`` per line,
     every passage in the corpus and every utility a finite number."""
-    columns = {"query_id": pl.String, "doc_id": pl.String} | _UTILITY_OPTIONAL_FIELDS | {"utility": pl.Float64}
+    columns = (
+        {"query_id": pl.String, "doc_id": pl.String}
+        | _UTILITY_OPTIONAL_FIELDS
+        | {"utility": pl.Float64}
+    )
     rows: dict[str, list] = {name: [] for name in columns}
     passages = set(corpus["id"].to_list())
     for number, record in jsonl_records(path):
         rows["query_id"].append(record_id(record.get("query-id"), path, number, "query-id"))
         doc_id = record_id(record.get("corpus-id"), path, number, "corpus-id")
         if doc_id not in passages:
-            raise CorpusValidationError(path, number, "corpus-id", f"id {doc_id!r} is absent from corpus.jsonl")
+            raise CorpusValidationError(
+                path, number, "corpus-id", f"id {doc_id!r} is absent from corpus.jsonl"
+            )
         rows["doc_id"].append(doc_id)
-        rows["utility"].append(float(_typed_value(record, "utility", pl.Float64, path, number, required=True)))
+        rows["utility"].append(
+            float(_typed_value(record, "utility", pl.Float64, path, number, required=True))
+        )
         for name, dtype in _UTILITY_OPTIONAL_FIELDS.items():
             rows[name].append(_typed_value(record, name, dtype, path, number))
     return pl.DataFrame(rows, schema=columns)

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from ragutil_dagster.embedded.answer_pairs import answer_pairs
+from ragutil_dagster.embedded.layout import ANSWER_NLI_RECORD
 from ragutil_dagster.embedded.train_loop import (
     NLI_LABELS,
     deterministic,
@@ -35,7 +36,6 @@ from ragutil_dagster.embedded.train_loop import (
     optimiser_step,
     save_for_inference,
 )
-from ragutil_dagster.embedded.layout import ANSWER_NLI_RECORD
 from ragutil_dagster.infra.files import write_text_atomic
 
 # Raised whenever the training pairs or the recipe change: a directory trained by another version
@@ -89,7 +89,9 @@ def is_trained(model_dir: Path) -> bool:
         return False
 
 
-def _batch_texts(rng: random.Random, config: AnswerNLIConfig) -> tuple[list[str], list[str], list[int]]:
+def _batch_texts(
+    rng: random.Random, config: AnswerNLIConfig
+) -> tuple[list[str], list[str], list[int]]:
     premises, hypotheses, labels = [], [], []
     for pair in answer_pairs(rng, config.batch):
         premise, hypothesis = pair.texts(with_question=rng.random() >= config.bare_share)
@@ -99,8 +101,9 @@ def _batch_texts(rng: random.Random, config: AnswerNLIConfig) -> tuple[list[str]
     return premises, hypotheses, labels
 
 
-def train_answer_nli(out_dir: str | Path, size: str = "default", seed: int = 0,
-                     progress: bool = True) -> Path:
+def train_answer_nli(
+    out_dir: str | Path, size: str = "default", seed: int = 0, progress: bool = True
+) -> Path:
     """Fine-tune all-MiniLM-L6-v2 into the answer NLI at ``out_dir``; return the path.
 
     The directory is written beside ``out_dir`` and moved into place when complete, so an
@@ -115,8 +118,14 @@ def train_answer_nli(out_dir: str | Path, size: str = "default", seed: int = 0,
     start = time.perf_counter()
     with deterministic(seed, config.threads):
         _fit(staging, config, seed, progress)
-    record = {"version": TRAINING_VERSION, "base_model": BASE_MODEL_PACKAGE, "size": size, "seed": seed,
-              "config": asdict(config), "seconds": round(time.perf_counter() - start, 1)}
+    record = {
+        "version": TRAINING_VERSION,
+        "base_model": BASE_MODEL_PACKAGE,
+        "size": size,
+        "seed": seed,
+        "config": asdict(config),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
     write_text_atomic(staging / ANSWER_NLI_RECORD, json.dumps(record, indent=2))
     shutil.rmtree(out, ignore_errors=True)
     staging.replace(out)
@@ -127,8 +136,11 @@ def _fit(out_dir: Path, config: AnswerNLIConfig, seed: int, progress: bool) -> N
     base = base_model_dir()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForSequenceClassification.from_pretrained(
-        base, num_labels=3, id2label=dict(enumerate(NLI_LABELS)),
-        label2id={label: i for i, label in enumerate(NLI_LABELS)})
+        base,
+        num_labels=3,
+        id2label=dict(enumerate(NLI_LABELS)),
+        label2id={label: i for i, label in enumerate(NLI_LABELS)},
+    )
     # The word embeddings stay as pretrained: the templates use a few thousand words, and
     # moving those alone would set them apart from every word real answers use (and the
     # embedding matrix is half the parameters: freezing it saves a third of a step).
@@ -138,12 +150,19 @@ def _fit(out_dir: Path, config: AnswerNLIConfig, seed: int, progress: bool) -> N
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_schedule(s, config.steps, config.warmup))
+        opt, lambda s: lr_schedule(s, config.steps, config.warmup)
+    )
     bar = tqdm(range(config.steps), desc="answer nli", disable=not progress, mininterval=2)
     for step in bar:
         premises, hypotheses, labels = _batch_texts(rng, config)
-        enc = tok(premises, hypotheses, truncation=True, max_length=config.max_length,
-                  padding=True, return_tensors="pt")
+        enc = tok(
+            premises,
+            hypotheses,
+            truncation=True,
+            max_length=config.max_length,
+            padding=True,
+            return_tensors="pt",
+        )
         loss = model(**enc, labels=torch.tensor(labels)).loss
         optimiser_step(loss, opt, sched, clip=trained)
         if step % 20 == 0:

@@ -47,16 +47,29 @@ CATEGORY_LABELS: dict[str, str] = {
 }
 # Shares of the categories in a stream of pairs: the three labels about equally often.
 CATEGORY_SHARES: dict[str, float] = {
-    "identical": 0.06, "alias": 0.16, "extension": 0.11, "sentence": 0.10,
-    "other_value": 0.12, "partial_overlap": 0.12, "unrelated": 0.09, "non_answer": 0.24,
+    "identical": 0.06,
+    "alias": 0.16,
+    "extension": 0.11,
+    "sentence": 0.10,
+    "other_value": 0.12,
+    "partial_overlap": 0.12,
+    "unrelated": 0.09,
+    "non_answer": 0.24,
 }
 
 # --- word lists --------------------------------------------------------------------------------
 # (country, its other names, regions of it)
 COUNTRIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("United States", ("USA", "U.S.", "US", "America", "United States of America"),
-     ("Texas", "California", "Ohio", "Georgia", "Maine", "Oregon")),
-    ("United Kingdom", ("UK", "U.K.", "Britain", "Great Britain"), ("England", "Scotland", "Wales")),
+    (
+        "United States",
+        ("USA", "U.S.", "US", "America", "United States of America"),
+        ("Texas", "California", "Ohio", "Georgia", "Maine", "Oregon"),
+    ),
+    (
+        "United Kingdom",
+        ("UK", "U.K.", "Britain", "Great Britain"),
+        ("England", "Scotland", "Wales"),
+    ),
     ("France", ("French Republic",), ("Normandy", "Brittany", "Provence")),
     ("Germany", ("Federal Republic of Germany",), ("Bavaria", "Saxony", "Hesse")),
     ("Canada", (), ("Ontario", "Quebec", "Alberta")),
@@ -78,148 +91,641 @@ COUNTRIES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 # (city, its country, its other names)
 CITIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("Paris", "France", ()), ("Lyon", "France", ()), ("Marseille", "France", ("Marseilles",)),
-    ("London", "United Kingdom", ()), ("Manchester", "United Kingdom", ()),
-    ("Edinburgh", "United Kingdom", ()), ("Berlin", "Germany", ()), ("Munich", "Germany", ("München",)),
-    ("Hamburg", "Germany", ()), ("New York", "United States", ("New York City", "NYC")),
-    ("Los Angeles", "United States", ("LA", "L.A.")), ("Chicago", "United States", ()),
-    ("Boston", "United States", ()), ("San Francisco", "United States", ("SF",)),
-    ("Seattle", "United States", ()), ("Toronto", "Canada", ()), ("Montreal", "Canada", ("Montréal",)),
-    ("Sydney", "Australia", ()), ("Melbourne", "Australia", ()), ("Rome", "Italy", ("Roma",)),
-    ("Milan", "Italy", ("Milano",)), ("Madrid", "Spain", ()), ("Barcelona", "Spain", ()),
-    ("Tokyo", "Japan", ()), ("Osaka", "Japan", ()), ("Beijing", "China", ("Peking",)),
-    ("Shanghai", "China", ()), ("Mumbai", "India", ("Bombay",)), ("Delhi", "India", ()),
-    ("Rio de Janeiro", "Brazil", ("Rio",)), ("Moscow", "Russia", ()),
+    ("Paris", "France", ()),
+    ("Lyon", "France", ()),
+    ("Marseille", "France", ("Marseilles",)),
+    ("London", "United Kingdom", ()),
+    ("Manchester", "United Kingdom", ()),
+    ("Edinburgh", "United Kingdom", ()),
+    ("Berlin", "Germany", ()),
+    ("Munich", "Germany", ("München",)),
+    ("Hamburg", "Germany", ()),
+    ("New York", "United States", ("New York City", "NYC")),
+    ("Los Angeles", "United States", ("LA", "L.A.")),
+    ("Chicago", "United States", ()),
+    ("Boston", "United States", ()),
+    ("San Francisco", "United States", ("SF",)),
+    ("Seattle", "United States", ()),
+    ("Toronto", "Canada", ()),
+    ("Montreal", "Canada", ("Montréal",)),
+    ("Sydney", "Australia", ()),
+    ("Melbourne", "Australia", ()),
+    ("Rome", "Italy", ("Roma",)),
+    ("Milan", "Italy", ("Milano",)),
+    ("Madrid", "Spain", ()),
+    ("Barcelona", "Spain", ()),
+    ("Tokyo", "Japan", ()),
+    ("Osaka", "Japan", ()),
+    ("Beijing", "China", ("Peking",)),
+    ("Shanghai", "China", ()),
+    ("Mumbai", "India", ("Bombay",)),
+    ("Delhi", "India", ()),
+    ("Rio de Janeiro", "Brazil", ("Rio",)),
+    ("Moscow", "Russia", ()),
     ("Saint Petersburg", "Russia", ("St. Petersburg", "Leningrad")),
-    ("Amsterdam", "Netherlands", ()), ("Mexico City", "Mexico", ()), ("Cairo", "Egypt", ()),
-    ("Accra", "Ghana", ()), ("Oslo", "Norway", ()), ("Lisbon", "Portugal", ("Lisboa",)),
-    ("Buenos Aires", "Argentina", ()), ("Athens", "Greece", ()), ("Vienna", "Austria", ("Wien",)),
+    ("Amsterdam", "Netherlands", ()),
+    ("Mexico City", "Mexico", ()),
+    ("Cairo", "Egypt", ()),
+    ("Accra", "Ghana", ()),
+    ("Oslo", "Norway", ()),
+    ("Lisbon", "Portugal", ("Lisboa",)),
+    ("Buenos Aires", "Argentina", ()),
+    ("Athens", "Greece", ()),
+    ("Vienna", "Austria", ("Wien",)),
 )
-FIRST_NAMES = ("John", "Mary", "James", "Elizabeth", "Robert", "Anna", "Walter", "Margaret",
-               "Charles", "Sarah", "George", "Helen", "Thomas", "Alice", "Henry", "Catherine",
-               "Edward", "Emma", "Richard", "Julia", "Peter", "Laura", "David", "Maria", "Frank",
-               "Clara", "Samuel", "Louise", "Arthur", "Grace")
+FIRST_NAMES = (
+    "John",
+    "Mary",
+    "James",
+    "Elizabeth",
+    "Robert",
+    "Anna",
+    "Walter",
+    "Margaret",
+    "Charles",
+    "Sarah",
+    "George",
+    "Helen",
+    "Thomas",
+    "Alice",
+    "Henry",
+    "Catherine",
+    "Edward",
+    "Emma",
+    "Richard",
+    "Julia",
+    "Peter",
+    "Laura",
+    "David",
+    "Maria",
+    "Frank",
+    "Clara",
+    "Samuel",
+    "Louise",
+    "Arthur",
+    "Grace",
+)
 # Surnames: common ones and made-up ones ("Varnell", "Quillfeather"), so that the names the
 # generator composes are nobody's in particular.
-SURNAMES = ("Smith", "Brown", "Miller", "Hartwell", "Varnell", "Okafor", "Lindqvist", "Marchetti",
-            "Dunmore", "Pellham", "Quillfeather", "Ashcombe", "Brannigan", "Castellane", "Dovecote",
-            "Ellsworth", "Fairbrook", "Grendall", "Holloway", "Ibsworth", "Jarrow", "Kettering",
-            "Larkspur", "Merriweather", "Norbury", "Ollerton", "Penhallow", "Redgrave", "Stanwick",
-            "Thornbury", "Umberley", "Vexley", "Whitcombe", "Yardley", "Fischer", "Weber", "Rossi",
-            "Tanaka", "Kowalski", "Novak")
+SURNAMES = (
+    "Smith",
+    "Brown",
+    "Miller",
+    "Hartwell",
+    "Varnell",
+    "Okafor",
+    "Lindqvist",
+    "Marchetti",
+    "Dunmore",
+    "Pellham",
+    "Quillfeather",
+    "Ashcombe",
+    "Brannigan",
+    "Castellane",
+    "Dovecote",
+    "Ellsworth",
+    "Fairbrook",
+    "Grendall",
+    "Holloway",
+    "Ibsworth",
+    "Jarrow",
+    "Kettering",
+    "Larkspur",
+    "Merriweather",
+    "Norbury",
+    "Ollerton",
+    "Penhallow",
+    "Redgrave",
+    "Stanwick",
+    "Thornbury",
+    "Umberley",
+    "Vexley",
+    "Whitcombe",
+    "Yardley",
+    "Fischer",
+    "Weber",
+    "Rossi",
+    "Tanaka",
+    "Kowalski",
+    "Novak",
+)
 TITLES = ("Dr.", "Professor", "Sir", "President", "General", "Senator")
-ORG_ADJECTIVES = ("National", "International", "Royal", "American", "European", "Pacific",
-                  "Northern", "United", "Global", "Federal", "Central", "Atlantic", "Eastern")
-ORG_SUBJECTS = ("Science", "Health", "Trade", "Energy", "Railway", "Aviation", "Textile",
-                "Maritime", "Steel", "Mining", "Orchard", "Pottery", "Chemical", "Film",
-                "Rowing", "Lighthouse", "Water", "Telephone")
-ORG_KINDS = ("Organization", "Institute", "Association", "Company", "Corporation", "Trust",
-             "Agency", "Foundation", "Society", "Guild", "Bank", "League", "Board")
-ORG_KIND_ABBREVIATIONS = {"Company": "Co.", "Corporation": "Corp.", "Association": "Assn.",
-                          "Institute": "Inst."}
+ORG_ADJECTIVES = (
+    "National",
+    "International",
+    "Royal",
+    "American",
+    "European",
+    "Pacific",
+    "Northern",
+    "United",
+    "Global",
+    "Federal",
+    "Central",
+    "Atlantic",
+    "Eastern",
+)
+ORG_SUBJECTS = (
+    "Science",
+    "Health",
+    "Trade",
+    "Energy",
+    "Railway",
+    "Aviation",
+    "Textile",
+    "Maritime",
+    "Steel",
+    "Mining",
+    "Orchard",
+    "Pottery",
+    "Chemical",
+    "Film",
+    "Rowing",
+    "Lighthouse",
+    "Water",
+    "Telephone",
+)
+ORG_KINDS = (
+    "Organization",
+    "Institute",
+    "Association",
+    "Company",
+    "Corporation",
+    "Trust",
+    "Agency",
+    "Foundation",
+    "Society",
+    "Guild",
+    "Bank",
+    "League",
+    "Board",
+)
+ORG_KIND_ABBREVIATIONS = {
+    "Company": "Co.",
+    "Corporation": "Corp.",
+    "Association": "Assn.",
+    "Institute": "Inst.",
+}
 # Categories of common nouns; the tuples in each are one thing's names.
 THINGS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "occupation": (("physician", "doctor", "medical doctor"), ("lawyer", "attorney"),
-                   ("carpenter",), ("journalist", "reporter"), ("teacher", "schoolteacher"),
-                   ("pilot", "aviator"), ("sailor", "seaman"), ("chemist",), ("farmer",),
-                   ("architect",), ("engineer",), ("painter", "artist"), ("surgeon",),
-                   ("economist",), ("astronomer",), ("police officer", "policeman")),
-    "material": (("gold",), ("silver",), ("copper",), ("iron",), ("steel",), ("marble",),
-                 ("granite",), ("wood", "timber"), ("glass",), ("bronze",), ("limestone",),
-                 ("aluminium", "aluminum"), ("clay",), ("concrete",)),
-    "language": (("English", "the English language"), ("French", "the French language"),
-                 ("German",), ("Spanish", "Castilian"), ("Latin",), ("Greek",), ("Arabic",),
-                 ("Mandarin", "Mandarin Chinese"), ("Portuguese",), ("Russian",), ("Hindi",),
-                 ("Japanese",), ("Dutch",), ("Swahili", "Kiswahili")),
-    "sport": (("football", "soccer", "association football"), ("basketball",), ("tennis",),
-              ("cricket",), ("rugby",), ("baseball",), ("golf",), ("ice hockey", "hockey"),
-              ("swimming",), ("cycling",), ("boxing",), ("volleyball",)),
-    "animal": (("horse",), ("dog", "hound"), ("cat",), ("elephant",), ("lion",), ("wolf",),
-               ("eagle",), ("salmon",), ("whale",), ("bear",), ("tiger",), ("deer",)),
-    "instrument": (("piano", "pianoforte"), ("violin", "fiddle"), ("guitar",), ("cello",),
-                   ("flute",), ("trumpet",), ("drums",), ("organ",), ("harp",), ("clarinet",)),
+    "occupation": (
+        ("physician", "doctor", "medical doctor"),
+        ("lawyer", "attorney"),
+        ("carpenter",),
+        ("journalist", "reporter"),
+        ("teacher", "schoolteacher"),
+        ("pilot", "aviator"),
+        ("sailor", "seaman"),
+        ("chemist",),
+        ("farmer",),
+        ("architect",),
+        ("engineer",),
+        ("painter", "artist"),
+        ("surgeon",),
+        ("economist",),
+        ("astronomer",),
+        ("police officer", "policeman"),
+    ),
+    "material": (
+        ("gold",),
+        ("silver",),
+        ("copper",),
+        ("iron",),
+        ("steel",),
+        ("marble",),
+        ("granite",),
+        ("wood", "timber"),
+        ("glass",),
+        ("bronze",),
+        ("limestone",),
+        ("aluminium", "aluminum"),
+        ("clay",),
+        ("concrete",),
+    ),
+    "language": (
+        ("English", "the English language"),
+        ("French", "the French language"),
+        ("German",),
+        ("Spanish", "Castilian"),
+        ("Latin",),
+        ("Greek",),
+        ("Arabic",),
+        ("Mandarin", "Mandarin Chinese"),
+        ("Portuguese",),
+        ("Russian",),
+        ("Hindi",),
+        ("Japanese",),
+        ("Dutch",),
+        ("Swahili", "Kiswahili"),
+    ),
+    "sport": (
+        ("football", "soccer", "association football"),
+        ("basketball",),
+        ("tennis",),
+        ("cricket",),
+        ("rugby",),
+        ("baseball",),
+        ("golf",),
+        ("ice hockey", "hockey"),
+        ("swimming",),
+        ("cycling",),
+        ("boxing",),
+        ("volleyball",),
+    ),
+    "animal": (
+        ("horse",),
+        ("dog", "hound"),
+        ("cat",),
+        ("elephant",),
+        ("lion",),
+        ("wolf",),
+        ("eagle",),
+        ("salmon",),
+        ("whale",),
+        ("bear",),
+        ("tiger",),
+        ("deer",),
+    ),
+    "instrument": (
+        ("piano", "pianoforte"),
+        ("violin", "fiddle"),
+        ("guitar",),
+        ("cello",),
+        ("flute",),
+        ("trumpet",),
+        ("drums",),
+        ("organ",),
+        ("harp",),
+        ("clarinet",),
+    ),
 }
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December")
-MONTH_ABBREVIATIONS = ("Jan.", "Feb.", "Mar.", "Apr.", "May", "Jun.", "Jul.", "Aug.", "Sept.",
-                       "Oct.", "Nov.", "Dec.")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+MONTH_ABBREVIATIONS = (
+    "Jan.",
+    "Feb.",
+    "Mar.",
+    "Apr.",
+    "May",
+    "Jun.",
+    "Jul.",
+    "Aug.",
+    "Sept.",
+    "Oct.",
+    "Nov.",
+    "Dec.",
+)
 # (unit symbol, names; the value reads "5 km", "5 kilometres", "5 kilometers")
 UNITS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("km", ("kilometres", "kilometers")), ("m", ("metres", "meters")),
-    ("kg", ("kilograms", "kilos")), ("mi", ("miles",)), ("ft", ("feet",)), ("lb", ("pounds",)),
-    ("°C", ("degrees Celsius", "degrees C")), ("km²", ("square kilometres", "square kilometers")),
-    ("t", ("tonnes", "metric tons")), ("ha", ("hectares",)),
+    ("km", ("kilometres", "kilometers")),
+    ("m", ("metres", "meters")),
+    ("kg", ("kilograms", "kilos")),
+    ("mi", ("miles",)),
+    ("ft", ("feet",)),
+    ("lb", ("pounds",)),
+    ("°C", ("degrees Celsius", "degrees C")),
+    ("km²", ("square kilometres", "square kilometers")),
+    ("t", ("tonnes", "metric tons")),
+    ("ha", ("hectares",)),
 )
 CURRENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("$", ("dollars", "US dollars")), ("£", ("pounds sterling", "pounds")), ("€", ("euros",)),
+    ("$", ("dollars", "US dollars")),
+    ("£", ("pounds sterling", "pounds")),
+    ("€", ("euros",)),
 )
 SCALES = (("thousand", 1_000), ("million", 1_000_000), ("billion", 1_000_000_000))
 # Noun phrases of no particular type ("gradual thrift", "coastal rivalry"): real answers are
 # often such spans, and annotators cut them at different words.
-PHRASE_ADJECTIVES = ("coastal", "upland", "tacit", "mercantile", "seasonal", "clerical",
-                     "informal", "rural", "provincial", "early", "northern", "ancient", "hasty",
-                     "quiet", "gradual", "orderly", "sudden", "severe", "lasting", "partial")
-PHRASE_NOUNS = ("thrift", "rivalry", "patronage", "stagnation", "devotion", "surveying",
-                "bartering", "dissent", "upkeep", "craftsmanship", "zoning", "kinship",
-                "tithing", "drainage", "austerity", "quarrying", "folklore", "guardianship",
-                "seclusion", "stewardship")
+PHRASE_ADJECTIVES = (
+    "coastal",
+    "upland",
+    "tacit",
+    "mercantile",
+    "seasonal",
+    "clerical",
+    "informal",
+    "rural",
+    "provincial",
+    "early",
+    "northern",
+    "ancient",
+    "hasty",
+    "quiet",
+    "gradual",
+    "orderly",
+    "sudden",
+    "severe",
+    "lasting",
+    "partial",
+)
+PHRASE_NOUNS = (
+    "thrift",
+    "rivalry",
+    "patronage",
+    "stagnation",
+    "devotion",
+    "surveying",
+    "bartering",
+    "dissent",
+    "upkeep",
+    "craftsmanship",
+    "zoning",
+    "kinship",
+    "tithing",
+    "drainage",
+    "austerity",
+    "quarrying",
+    "folklore",
+    "guardianship",
+    "seclusion",
+    "stewardship",
+)
 # Sports teams: a made-up place and a nickname ("Brackwater Otters", "the Otters").
-TEAM_NICKNAMES = ("Otters", "Herons", "Comets", "Foxes", "Badgers", "Stags", "Ravens", "Wolves",
-                  "Hornets", "Mariners", "Pilgrims", "Quakers", "Thunder", "Blizzards", "Lynx",
-                  "Millers", "Ploughmen", "Harriers", "Kestrels", "Voyagers")
-TEAM_PLACES = ("Brackwater", "Eastmoor", "Kelton", "Marrowby", "Port Ellery", "Stonebridge",
-               "Hollin Vale", "Ashgrove", "Fernleigh", "Redcliffe Bay", "Wexmoor", "Dunhallow",
-               "Larchfield", "North Haverly", "Glenrock", "Saltmarsh", "Oakhurst", "Cinder Falls",
-               "Whitlow", "Caddon")
+TEAM_NICKNAMES = (
+    "Otters",
+    "Herons",
+    "Comets",
+    "Foxes",
+    "Badgers",
+    "Stags",
+    "Ravens",
+    "Wolves",
+    "Hornets",
+    "Mariners",
+    "Pilgrims",
+    "Quakers",
+    "Thunder",
+    "Blizzards",
+    "Lynx",
+    "Millers",
+    "Ploughmen",
+    "Harriers",
+    "Kestrels",
+    "Voyagers",
+)
+TEAM_PLACES = (
+    "Brackwater",
+    "Eastmoor",
+    "Kelton",
+    "Marrowby",
+    "Port Ellery",
+    "Stonebridge",
+    "Hollin Vale",
+    "Ashgrove",
+    "Fernleigh",
+    "Redcliffe Bay",
+    "Wexmoor",
+    "Dunhallow",
+    "Larchfield",
+    "North Haverly",
+    "Glenrock",
+    "Saltmarsh",
+    "Oakhurst",
+    "Cinder Falls",
+    "Whitlow",
+    "Caddon",
+)
 # Purposes and methods ("to reduce taxes", "by reducing taxes"): why / how answers.
-VERBS = (("reduce", "reducing"), ("increase", "increasing"), ("protect", "protecting"),
-         ("build", "building"), ("expand", "expanding"), ("control", "controlling"),
-         ("avoid", "avoiding"), ("improve", "improving"), ("defend", "defending"),
-         ("collect", "collecting"), ("limit", "limiting"), ("support", "supporting"),
-         ("replace", "replacing"), ("study", "studying"))
-VERB_OBJECTS = ("taxes", "the toll roads", "trade routes", "the grain stores", "the harbour", "its borders",
-                "the church", "food supplies", "water quality", "the economy", "the old bridge",
-                "local farmers", "the railway network", "foreign influence", "the power of the king")
+VERBS = (
+    ("reduce", "reducing"),
+    ("increase", "increasing"),
+    ("protect", "protecting"),
+    ("build", "building"),
+    ("expand", "expanding"),
+    ("control", "controlling"),
+    ("avoid", "avoiding"),
+    ("improve", "improving"),
+    ("defend", "defending"),
+    ("collect", "collecting"),
+    ("limit", "limiting"),
+    ("support", "supporting"),
+    ("replace", "replacing"),
+    ("study", "studying"),
+)
+VERB_OBJECTS = (
+    "taxes",
+    "the toll roads",
+    "trade routes",
+    "the grain stores",
+    "the harbour",
+    "its borders",
+    "the church",
+    "food supplies",
+    "water quality",
+    "the economy",
+    "the old bridge",
+    "local farmers",
+    "the railway network",
+    "foreign influence",
+    "the power of the king",
+)
 # What annotators add around the same answer: a qualifier before, a detail after.
-ELABORATION_PREFIXES = ("only", "nearly", "almost", "mainly", "largely", "the famous",
-                        "the so-called", "a form of", "a team from", "what is known as",
-                        "a group called", "the new", "at least", "more than", "some",
-                        "the local", "his", "their")
-ELABORATION_SUFFIXES = ("at the time", "in total", "in the region", "during the war",
-                        "according to the records", "and its surroundings", "of the period",
-                        "in the north", "by the end of the century",
-                        # trailing clauses: the answer span runs on into its sentence
-                        ", which was later rebuilt", ", who led the campaign",
-                        ", when the war ended", "because of the new law", ", as the records show",
-                        "after a long debate", ", the largest of its kind", ", despite opposition",
-                        "that year", "and the surrounding area", ", which is still in use today",
-                        "under the new government", "with the help of its allies")
+ELABORATION_PREFIXES = (
+    "only",
+    "nearly",
+    "almost",
+    "mainly",
+    "largely",
+    "the famous",
+    "the so-called",
+    "a form of",
+    "a team from",
+    "what is known as",
+    "a group called",
+    "the new",
+    "at least",
+    "more than",
+    "some",
+    "the local",
+    "his",
+    "their",
+)
+ELABORATION_SUFFIXES = (
+    "at the time",
+    "in total",
+    "in the region",
+    "during the war",
+    "according to the records",
+    "and its surroundings",
+    "of the period",
+    "in the north",
+    "by the end of the century",
+    # trailing clauses: the answer span runs on into its sentence
+    ", which was later rebuilt",
+    ", who led the campaign",
+    ", when the war ended",
+    "because of the new law",
+    ", as the records show",
+    "after a long debate",
+    ", the largest of its kind",
+    ", despite opposition",
+    "that year",
+    "and the surrounding area",
+    ", which is still in use today",
+    "under the new government",
+    "with the help of its allies",
+)
 
 
 # Words a span runs on with when annotators mark more of the sentence ("copper kept within the old
 # workshop" vs "copper", "somewhere in Norway near an unknown harbour" vs "Norway").
-EXTENSION_PARTICIPLES = ("found", "contained", "located", "used", "built", "held", "kept",
-                         "described", "produced", "seen", "recorded", "known", "made", "placed")
-EXTENSION_PREPOSITIONS = ("in", "within", "of", "from", "near", "across", "during", "under", "at",
-                          "along", "throughout", "inside", "around", "for")
-EXTENSION_ADJECTIVES = ("whole", "northern", "local", "old", "entire", "surrounding", "same",
-                        "main", "upper", "eastern", "new", "relevant", "unknown", "first")
-EXTENSION_NOUNS = ("workshop", "region", "garden", "river", "coast", "empire", "church",
-                   "council", "army", "valley", "market", "harbour", "parliament", "village",
-                   "court", "province", "colony", "fleet", "capital", "country", "century",
-                   "period", "treaty", "committee", "location", "lines", "island", "system")
-EXTENSION_PLURALS = ("soldiers", "people", "workers", "residents", "ships", "students", "troops",
-                     "members", "visitors", "copies", "settlers", "buildings")
-EXTENSION_PREFIXES = ("somewhere in", "the relevant", "mostly", "his", "her", "its",
-                      "the main", "around", "both", "the use of", "the idea of", "the")
-RELATIVE_VERBS = ("ruled", "joined", "crossed", "replaced", "defeated", "built", "founded",
-                  "described", "opposed", "supported", "financed", "surrounded")
+EXTENSION_PARTICIPLES = (
+    "found",
+    "contained",
+    "located",
+    "used",
+    "built",
+    "held",
+    "kept",
+    "described",
+    "produced",
+    "seen",
+    "recorded",
+    "known",
+    "made",
+    "placed",
+)
+EXTENSION_PREPOSITIONS = (
+    "in",
+    "within",
+    "of",
+    "from",
+    "near",
+    "across",
+    "during",
+    "under",
+    "at",
+    "along",
+    "throughout",
+    "inside",
+    "around",
+    "for",
+)
+EXTENSION_ADJECTIVES = (
+    "whole",
+    "northern",
+    "local",
+    "old",
+    "entire",
+    "surrounding",
+    "same",
+    "main",
+    "upper",
+    "eastern",
+    "new",
+    "relevant",
+    "unknown",
+    "first",
+)
+EXTENSION_NOUNS = (
+    "workshop",
+    "region",
+    "garden",
+    "river",
+    "coast",
+    "empire",
+    "church",
+    "council",
+    "army",
+    "valley",
+    "market",
+    "harbour",
+    "parliament",
+    "village",
+    "court",
+    "province",
+    "colony",
+    "fleet",
+    "capital",
+    "country",
+    "century",
+    "period",
+    "treaty",
+    "committee",
+    "location",
+    "lines",
+    "island",
+    "system",
+)
+EXTENSION_PLURALS = (
+    "soldiers",
+    "people",
+    "workers",
+    "residents",
+    "ships",
+    "students",
+    "troops",
+    "members",
+    "visitors",
+    "copies",
+    "settlers",
+    "buildings",
+)
+EXTENSION_PREFIXES = (
+    "somewhere in",
+    "the relevant",
+    "mostly",
+    "his",
+    "her",
+    "its",
+    "the main",
+    "around",
+    "both",
+    "the use of",
+    "the idea of",
+    "the",
+)
+RELATIVE_VERBS = (
+    "ruled",
+    "joined",
+    "crossed",
+    "replaced",
+    "defeated",
+    "built",
+    "founded",
+    "described",
+    "opposed",
+    "supported",
+    "financed",
+    "surrounded",
+)
 
 
 # --- numbers -----------------------------------------------------------------------------------
-ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-        "eighteen", "nineteen")
+ONES = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
 TENS = ("", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 
 
@@ -236,7 +742,9 @@ def number_words(n: int, rng: random.Random | None = None) -> str:
         joiner = " and " if rng is not None and rng.random() < 0.5 else " "
         return f"{ONES[hundreds]} hundred" + (f"{joiner}{number_words(rest)}" if rest else "")
     thousands, rest = divmod(n, 1000)
-    return f"{number_words(thousands, rng)} thousand" + (f" {number_words(rest, rng)}" if rest else "")
+    return f"{number_words(thousands, rng)} thousand" + (
+        f" {number_words(rest, rng)}" if rest else ""
+    )
 
 
 def _with_commas(n: int) -> str:
@@ -307,8 +815,12 @@ def _asker(templates: QuestionTemplates) -> Callable[[random.Random], Question]:
 
     def ask(rng: random.Random) -> Question:
         text, sentence = _pick(rng, templates)
-        slots = {"person": _person_name(rng), "org": _organisation_name(rng),
-                 "city": _pick(rng, CITIES)[0], "year": rng.randint(1896, 2024)}
+        slots = {
+            "person": _person_name(rng),
+            "org": _organisation_name(rng),
+            "city": _pick(rng, CITIES)[0],
+            "year": rng.randint(1896, 2024),
+        }
         subjects = tuple(str(value) for name, value in slots.items() if f"{{{name}}}" in text)
         return Question(text.format(**slots), sentence.format(**slots, answer="{answer}"), subjects)
 
@@ -359,7 +871,9 @@ def _draw_city(rng: random.Random) -> tuple[str, ...]:
 
 
 def _other_city(forms: tuple[str, ...], rng: random.Random) -> str:
-    same_country = [c for c, country, _ in CITIES if forms[0] != c and _country_of(c) == _country_of(forms[0])]
+    same_country = [
+        c for c, country, _ in CITIES if forms[0] != c and _country_of(c) == _country_of(forms[0])
+    ]
     if same_country and rng.random() < 0.5:
         return _pick(rng, same_country)
     return _pick(rng, [c for c, _, _ in CITIES if c != forms[0]])
@@ -413,8 +927,14 @@ _COUNTRY_QUESTIONS = (
 def _draw_person(rng: random.Random) -> tuple[str, ...]:
     first, surname = _pick(rng, FIRST_NAMES), _pick(rng, SURNAMES)
     middle = rng.choice("ABCDEFGHJKLMPRSTW")
-    return (f"{first} {surname}", surname, f"{first[0]}. {surname}", f"{first} {middle}. {surname}",
-            f"{_pick(rng, TITLES)} {first} {surname}", f"{_pick(rng, TITLES)} {surname}")
+    return (
+        f"{first} {surname}",
+        surname,
+        f"{first[0]}. {surname}",
+        f"{first} {middle}. {surname}",
+        f"{_pick(rng, TITLES)} {first} {surname}",
+        f"{_pick(rng, TITLES)} {surname}",
+    )
 
 
 def _redrawn(draw: Callable[[random.Random], str], current: str, rng: random.Random) -> str:
@@ -424,8 +944,13 @@ def _redrawn(draw: Callable[[random.Random], str], current: str, rng: random.Ran
     return value
 
 
-def _one_word_swapped(text: str, first_words: Sequence[str], second_words: Sequence[str],
-                      first_share: float, rng: random.Random) -> str:
+def _one_word_swapped(
+    text: str,
+    first_words: Sequence[str],
+    second_words: Sequence[str],
+    first_share: float,
+    rng: random.Random,
+) -> str:
     """Two-word ``text`` with its first word (at ``first_share``) or its second replaced."""
     first, second = text.split(" ", 1)
     if rng.random() < first_share:
@@ -459,8 +984,13 @@ def _acronym(name: str) -> str:
 def _draw_organisation(rng: random.Random) -> tuple[str, ...]:
     name = _organisation_name(rng)
     kind = name.split()[-1]
-    forms = [name, f"the {name}", _acronym(name), f"the {name} ({_acronym(name)})",
-             f"the {name} in {_pick(rng, CITIES)[0]}"]
+    forms = [
+        name,
+        f"the {name}",
+        _acronym(name),
+        f"the {name} ({_acronym(name)})",
+        f"the {name} in {_pick(rng, CITIES)[0]}",
+    ]
     if kind in ORG_KIND_ABBREVIATIONS:
         forms.append(name.replace(kind, ORG_KIND_ABBREVIATIONS[kind]))
     return tuple(forms)
@@ -519,11 +1049,18 @@ _YEAR_QUESTIONS = (
 def _date_forms(y: int, m: int, d: int) -> tuple[str, ...]:
     month = MONTHS[m - 1]
     suffix = "th" if 10 <= d % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d % 10, "th")
-    return (f"{month} {d}, {y}", f"{d} {month} {y}", f"{month} {d}{suffix}, {y}",
-            f"on {month} {d}, {y}", f"{MONTH_ABBREVIATIONS[m - 1]} {d}, {y}", f"{y}-{m:02d}-{d:02d}",
-            f"the {d}{suffix} of {month} {y}",
-            # A part of the date answers the question too (annotators give both).
-            f"{month} {y}", f"{month} {d}")
+    return (
+        f"{month} {d}, {y}",
+        f"{d} {month} {y}",
+        f"{month} {d}{suffix}, {y}",
+        f"on {month} {d}, {y}",
+        f"{MONTH_ABBREVIATIONS[m - 1]} {d}, {y}",
+        f"{y}-{m:02d}-{d:02d}",
+        f"the {d}{suffix} of {month} {y}",
+        # A part of the date answers the question too (annotators give both).
+        f"{month} {y}",
+        f"{month} {d}",
+    )
 
 
 def _draw_date(rng: random.Random) -> tuple[str, ...]:
@@ -575,7 +1112,11 @@ def _other_number(forms: tuple[str, ...], rng: random.Random) -> str:
 
 def _number_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
     n = int(forms[0])
-    return str(n * 10 + rng.randint(0, 9)) if rng.random() < 0.5 else _number_forms(_other_count(n, rng))[0]
+    return (
+        str(n * 10 + rng.randint(0, 9))
+        if rng.random() < 0.5
+        else _number_forms(_other_count(n, rng))[0]
+    )
 
 
 _NUMBER_QUESTIONS = (
@@ -651,15 +1192,19 @@ def _percent_overlap(forms: tuple[str, ...], rng: random.Random) -> str:
 
 
 _PERCENT_QUESTIONS = (
-    ("What share of {city}'s residents are foreign-born?", "{answer} of {city}'s residents are foreign-born."),
+    (
+        "What share of {city}'s residents are foreign-born?",
+        "{answer} of {city}'s residents are foreign-born.",
+    ),
     ("By how much did sales fall?", "Sales fell by {answer}."),
     ("What percentage of the vote did the party win?", "The party won {answer} of the vote."),
 )
 
 
 # Common nouns of one category
-def _thing_type(category: str, question_texts: QuestionTemplates,
-                countable: bool = False) -> AnswerType:
+def _thing_type(
+    category: str, question_texts: QuestionTemplates, countable: bool = False
+) -> AnswerType:
     items = THINGS[category]
 
     def draw(rng: random.Random) -> tuple[str, ...]:
@@ -708,8 +1253,13 @@ _PHRASE_QUESTIONS = (
 # Team
 def _draw_team(rng: random.Random) -> tuple[str, ...]:
     place, nickname = _pick(rng, TEAM_PLACES), _pick(rng, TEAM_NICKNAMES)
-    return (f"{place} {nickname}", f"the {nickname}", nickname, f"the {place} {nickname}",
-            f"the {place} {nickname} team")
+    return (
+        f"{place} {nickname}",
+        f"the {nickname}",
+        nickname,
+        f"the {place} {nickname}",
+        f"the {place} {nickname} team",
+    )
 
 
 def _split_team(name: str) -> tuple[str, str]:
@@ -744,8 +1294,14 @@ _TEAM_QUESTIONS = (
 # Purpose or method
 def _draw_purpose(rng: random.Random) -> tuple[str, ...]:
     (verb, gerund), obj = _pick(rng, VERBS), _pick(rng, VERB_OBJECTS)
-    return (f"to {verb} {obj}", f"{verb} {obj}", f"in order to {verb} {obj}", f"by {gerund} {obj}",
-            f"{gerund} {obj}", f"so as to {verb} {obj}")
+    return (
+        f"to {verb} {obj}",
+        f"{verb} {obj}",
+        f"in order to {verb} {obj}",
+        f"by {gerund} {obj}",
+        f"{gerund} {obj}",
+        f"so as to {verb} {obj}",
+    )
 
 
 def _purpose_parts(text: str) -> tuple[str, str]:
@@ -794,12 +1350,22 @@ def extension(answer: str, rng: random.Random) -> str:
         joiner = rng.choice((", which", " which", ", who", " that"))
         return f"{answer}{joiner} {_pick(rng, RELATIVE_VERBS)} {_noun_phrase(rng)}"
     if kind == 3:
-        inner = rng.choice((f"{rng.randint(2, 99)} {_pick(rng, UNITS)[0]}", f"{rng.randint(1700, 2020)}",
-                            _pick(rng, EXTENSION_NOUNS), f"founded {rng.randint(1700, 2020)}"))
+        inner = rng.choice(
+            (
+                f"{rng.randint(2, 99)} {_pick(rng, UNITS)[0]}",
+                f"{rng.randint(1700, 2020)}",
+                _pick(rng, EXTENSION_NOUNS),
+                f"founded {rng.randint(1700, 2020)}",
+            )
+        )
         rest = f" {_pick(rng, EXTENSION_NOUNS)}" if rng.random() < 0.4 else ""
         return f"{answer} ({inner}){rest}"
     if kind == 4 and any(c.isdigit() for c in answer):
-        adjective = f"{_pick(rng, ('British', 'French', 'local', 'new', 'armed', 'young'))} " if rng.random() < 0.5 else ""
+        adjective = (
+            f"{_pick(rng, ('British', 'French', 'local', 'new', 'armed', 'young'))} "
+            if rng.random() < 0.5
+            else ""
+        )
         return f"{answer} {adjective}{_pick(rng, EXTENSION_PLURALS)}"
     if kind == 5:
         return f"{_pick(rng, EXTENSION_PREFIXES)} {answer} {_pick(rng, EXTENSION_PREPOSITIONS)} {_noun_phrase(rng)}"
@@ -821,33 +1387,78 @@ def elaboration(answer: str, rng: random.Random) -> str:
 
 TYPES: tuple[AnswerType, ...] = (
     AnswerType("city", _draw_city, _other_city, _city_overlap, _asker(_CITY_QUESTIONS)),
-    AnswerType("country", _draw_country, _other_country, _country_overlap, _asker(_COUNTRY_QUESTIONS)),
+    AnswerType(
+        "country", _draw_country, _other_country, _country_overlap, _asker(_COUNTRY_QUESTIONS)
+    ),
     AnswerType("person", _draw_person, _other_person, _person_overlap, _asker(_PERSON_QUESTIONS)),
-    AnswerType("organisation", _draw_organisation, _other_organisation, _organisation_overlap,
-               _asker(_ORGANISATION_QUESTIONS)),
+    AnswerType(
+        "organisation",
+        _draw_organisation,
+        _other_organisation,
+        _organisation_overlap,
+        _asker(_ORGANISATION_QUESTIONS),
+    ),
     AnswerType("year", _draw_year, _other_year, _year_overlap, _asker(_YEAR_QUESTIONS)),
     AnswerType("date", _draw_date, _other_date, _date_overlap, _asker(_DATE_QUESTIONS)),
     AnswerType("number", _draw_number, _other_number, _number_overlap, _asker(_NUMBER_QUESTIONS)),
-    AnswerType("quantity", _draw_quantity, _other_quantity, _quantity_overlap, _asker(_QUANTITY_QUESTIONS)),
-    AnswerType("percent", _draw_percent, _other_percent, _percent_overlap, _asker(_PERCENT_QUESTIONS)),
+    AnswerType(
+        "quantity", _draw_quantity, _other_quantity, _quantity_overlap, _asker(_QUANTITY_QUESTIONS)
+    ),
+    AnswerType(
+        "percent", _draw_percent, _other_percent, _percent_overlap, _asker(_PERCENT_QUESTIONS)
+    ),
     AnswerType("phrase", _draw_phrase, _other_phrase, _phrase_overlap, _asker(_PHRASE_QUESTIONS)),
     AnswerType("team", _draw_team, _other_team, _team_overlap, _asker(_TEAM_QUESTIONS)),
-    AnswerType("purpose", _draw_purpose, _other_purpose, _purpose_overlap, _asker(_PURPOSE_QUESTIONS)),
-    _thing_type("occupation", (("What was {person}'s profession?", "{person} worked as {answer}."),
-                               ("What did {person} train as?", "{person} trained as {answer}.")),
-                countable=True),
-    _thing_type("material", (("What is the statue made of?", "The statue is made of {answer}."),
-                             ("What material was used for the roof?", "The roof was made of {answer}."))),
-    _thing_type("language", (("What language did {person} write in?", "{person} wrote in {answer}."),
-                             ("What is the official language?", "The official language is {answer}."))),
-    _thing_type("sport", (("What sport did {person} play?", "{person} played {answer}."),
-                          ("Which sport is the stadium used for?", "The stadium is used for {answer}."))),
-    _thing_type("animal", (("What animal appears on the flag?", "The flag shows {answer}."),
-                           ("Which animal is the team named after?", "The team is named after {answer}.")),
-                countable=True),
-    _thing_type("instrument", (("What instrument did {person} play?", "{person} played the {answer}."),
-                               ("Which instrument is the concerto written for?",
-                                "The concerto is written for {answer}."))),
+    AnswerType(
+        "purpose", _draw_purpose, _other_purpose, _purpose_overlap, _asker(_PURPOSE_QUESTIONS)
+    ),
+    _thing_type(
+        "occupation",
+        (
+            ("What was {person}'s profession?", "{person} worked as {answer}."),
+            ("What did {person} train as?", "{person} trained as {answer}."),
+        ),
+        countable=True,
+    ),
+    _thing_type(
+        "material",
+        (
+            ("What is the statue made of?", "The statue is made of {answer}."),
+            ("What material was used for the roof?", "The roof was made of {answer}."),
+        ),
+    ),
+    _thing_type(
+        "language",
+        (
+            ("What language did {person} write in?", "{person} wrote in {answer}."),
+            ("What is the official language?", "The official language is {answer}."),
+        ),
+    ),
+    _thing_type(
+        "sport",
+        (
+            ("What sport did {person} play?", "{person} played {answer}."),
+            ("Which sport is the stadium used for?", "The stadium is used for {answer}."),
+        ),
+    ),
+    _thing_type(
+        "animal",
+        (
+            ("What animal appears on the flag?", "The flag shows {answer}."),
+            ("Which animal is the team named after?", "The team is named after {answer}."),
+        ),
+        countable=True,
+    ),
+    _thing_type(
+        "instrument",
+        (
+            ("What instrument did {person} play?", "{person} played the {answer}."),
+            (
+                "Which instrument is the concerto written for?",
+                "The concerto is written for {answer}.",
+            ),
+        ),
+    ),
 )
 TYPE_BY_NAME = {t.name: t for t in TYPES}
 
@@ -857,57 +1468,151 @@ TYPE_BY_NAME = {t.name: t for t in TYPES}
 # around the answer, talk about the task), each written here from scratch in generic words —
 # none is a sample read in a model's answers on an evaluation set.
 REFUSALS = (
-    "I don't know", "I do not know", "I'm not sure", "Unknown", "Not mentioned", "None",
-    "N/A", "No answer", "There is no answer", "The text does not say",
-    "The document does not mention it", "The document does not say",
-    "The passage does not provide this information", "This is not stated in the text",
-    "I cannot answer that question", "I can't answer this", "I'm sorry, I cannot help with that",
-    "I do not have that information", "The answer cannot be found",
-    "There is not enough information to answer", "It is not clear from the document",
-    "Nothing in the text says so", "No information is given", "I have no idea",
+    "I don't know",
+    "I do not know",
+    "I'm not sure",
+    "Unknown",
+    "Not mentioned",
+    "None",
+    "N/A",
+    "No answer",
+    "There is no answer",
+    "The text does not say",
+    "The document does not mention it",
+    "The document does not say",
+    "The passage does not provide this information",
+    "This is not stated in the text",
+    "I cannot answer that question",
+    "I can't answer this",
+    "I'm sorry, I cannot help with that",
+    "I do not have that information",
+    "The answer cannot be found",
+    "There is not enough information to answer",
+    "It is not clear from the document",
+    "Nothing in the text says so",
+    "No information is given",
+    "I have no idea",
 )
-ANSWER_LEADS = ("The answer is", "The answer is:", "Answer:", "It is", "The correct answer is",
-                "Based on the document,", "According to the text,", "The document states that")
-QUESTION_CONTINUATIONS = ("specifically in the document", "according to the text", "and why",
-                          "in the passage above", "is the question", "The answer is",
-                          "is asked in the document", "and when", "This question is about")
-QUESTION_LEADS = ("The question asks", "You asked:", "Question:", "The question is", "So,",
-                  "Let me answer:")
+ANSWER_LEADS = (
+    "The answer is",
+    "The answer is:",
+    "Answer:",
+    "It is",
+    "The correct answer is",
+    "Based on the document,",
+    "According to the text,",
+    "The document states that",
+)
+QUESTION_CONTINUATIONS = (
+    "specifically in the document",
+    "according to the text",
+    "and why",
+    "in the passage above",
+    "is the question",
+    "The answer is",
+    "is asked in the document",
+    "and when",
+    "This question is about",
+)
+QUESTION_LEADS = (
+    "The question asks",
+    "You asked:",
+    "Question:",
+    "The question is",
+    "So,",
+    "Let me answer:",
+)
 SUBJECT_SENTENCES = (
-    "{subject} is mentioned in the document.", "The document is about {subject}.",
-    "{subject} was important at the time.", "The text describes {subject} in detail.",
-    "{subject} is well known.", "Information about {subject} is given above.",
-    "{subject} played a role in this.", "The passage talks about {subject}.",
-    "{subject} is discussed in the text.", "This is about {subject}.",
+    "{subject} is mentioned in the document.",
+    "The document is about {subject}.",
+    "{subject} was important at the time.",
+    "The text describes {subject} in detail.",
+    "{subject} is well known.",
+    "Information about {subject} is given above.",
+    "{subject} played a role in this.",
+    "The passage talks about {subject}.",
+    "{subject} is discussed in the text.",
+    "This is about {subject}.",
 )
-DANGLING = ("the", "a", "about", "in the", "approximately", "known as", "called", "the famous",
-            "around", "at the")
+DANGLING = (
+    "the",
+    "a",
+    "about",
+    "in the",
+    "approximately",
+    "known as",
+    "called",
+    "the famous",
+    "around",
+    "at the",
+)
 # Talk a small LLM puts around its answer, or writes instead of one; none states a value.
 RAMBLE_SENTENCES = (
-    "{subject} comes up in the first document.", "This is mentioned in doc 2.",
-    "The text has a lot to say about {subject}.", "Opinions differ on this point.",
-    "It mattered a great deal to {subject}.", "The passage covers other matters as well.",
-    "{subject} has a long history.", "People rarely think about this.",
-    "The second paragraph goes into it.", "Much has been written about {subject}.",
-    "The document has further details.", "Let me think about that.",
+    "{subject} comes up in the first document.",
+    "This is mentioned in doc 2.",
+    "The text has a lot to say about {subject}.",
+    "Opinions differ on this point.",
+    "It mattered a great deal to {subject}.",
+    "The passage covers other matters as well.",
+    "{subject} has a long history.",
+    "People rarely think about this.",
+    "The second paragraph goes into it.",
+    "Much has been written about {subject}.",
+    "The document has further details.",
+    "Let me think about that.",
     "Each document looks at {subject} from another side.",
-    "There is more on {subject} further down.", "Nobody can be completely sure.",
-    "It helps to keep the question in mind.", "{subject} looked very different back then.",
+    "There is more on {subject} further down.",
+    "Nobody can be completely sure.",
+    "It helps to keep the question in mind.",
+    "{subject} looked very different back then.",
 )
 # Talk about the answer, the document or the task instead of an answer ("The document contains
 # the following:", "Doc 1: <subject>"): a subject and a predicate, neither stating a value.
-META_SUBJECTS = ("The answer", "This answer", "The document", "The text above", "The passage",
-                 "Doc 2", "The second document", "The context", "This reply", "The question",
-                 "My reply", "What follows", "This")
+META_SUBJECTS = (
+    "The answer",
+    "This answer",
+    "The document",
+    "The text above",
+    "The passage",
+    "Doc 2",
+    "The second document",
+    "The context",
+    "This reply",
+    "The question",
+    "My reply",
+    "What follows",
+    "This",
+)
 META_PREDICATES = (
-    "is right", "should be helpful", "lists these points:", "appears below",
-    "comes from the document", "fits the question", "relies on the context",
-    "is brief", "is in the text", "is spelled out in full",
-    "was checked twice", "sums it up", "matches the passage",
-    "is taken from the text", "deserves attention", "goes like this:", "is kept brief on purpose",
+    "is right",
+    "should be helpful",
+    "lists these points:",
+    "appears below",
+    "comes from the document",
+    "fits the question",
+    "relies on the context",
+    "is brief",
+    "is in the text",
+    "is spelled out in full",
+    "was checked twice",
+    "sums it up",
+    "matches the passage",
+    "is taken from the text",
+    "deserves attention",
+    "goes like this:",
+    "is kept brief on purpose",
 )
 META_ADJECTIVES = ("A brief", "A fair", "A sound", "A fitting", "A plain", "A careful", "A likely")
-NON_ANSWER_KINDS = ("restated", "cut", "subject", "refusal", "copied", "rambling", "gibberish", "meta")
+NON_ANSWER_KINDS = (
+    "restated",
+    "cut",
+    "subject",
+    "refusal",
+    "copied",
+    "rambling",
+    "gibberish",
+    "meta",
+)
 
 
 def _question_subject(question: Question, rng: random.Random) -> str:
@@ -915,7 +1620,7 @@ def _question_subject(question: Question, rng: random.Random) -> str:
     if question.subjects:
         return _pick(rng, question.subjects)
     words = question.text.rstrip("?").split()
-    return " ".join(words[-rng.randint(1, min(3, len(words))):])
+    return " ".join(words[-rng.randint(1, min(3, len(words))) :])
 
 
 def _restated(question: Question, rng: random.Random) -> str:
@@ -953,8 +1658,10 @@ def _cut(question: Question, rng: random.Random) -> str:
 
 
 def _ramble(question: Question, rng: random.Random, sentences: int) -> list[str]:
-    texts = [_pick(rng, RAMBLE_SENTENCES).format(subject=_question_subject(question, rng))
-             for _ in range(sentences)]
+    texts = [
+        _pick(rng, RAMBLE_SENTENCES).format(subject=_question_subject(question, rng))
+        for _ in range(sentences)
+    ]
     return [text[:1].upper() + text[1:] for text in texts]
 
 
@@ -990,10 +1697,21 @@ def rambling(sentence: str, question: Question, rng: random.Random) -> str:
 
 def _gibberish(answer: str, rng: random.Random) -> str:
     """Words of the word lists strung together, none of them ``answer``."""
-    pool = (*EXTENSION_NOUNS, *VERB_OBJECTS, *RELATIVE_VERBS, *PHRASE_NOUNS, *FIRST_NAMES,
-            *TEAM_NICKNAMES, *EXTENSION_ADJECTIVES)
+    pool = (
+        *EXTENSION_NOUNS,
+        *VERB_OBJECTS,
+        *RELATIVE_VERBS,
+        *PHRASE_NOUNS,
+        *FIRST_NAMES,
+        *TEAM_NICKNAMES,
+        *EXTENSION_ADJECTIVES,
+    )
     banned = set(normalize_answer(answer).split())
-    words = [w for w in rng.sample(pool, rng.randint(3, 12)) if not banned & set(normalize_answer(w).split())]
+    words = [
+        w
+        for w in rng.sample(pool, rng.randint(3, 12))
+        if not banned & set(normalize_answer(w).split())
+    ]
     text = " ".join(words) or _pick(rng, REFUSALS)
     return text[:1].upper() + text[1:]
 
@@ -1049,7 +1767,10 @@ def answer_sentence(question: Question, answer: str, rng: random.Random) -> str:
     else:
         sentence = question.sentence.format(answer=answer)
         if rng.random() < 0.2:
-            lead = _pick(rng, ("Based on the document,", "According to the text,", "The document states that"))
+            lead = _pick(
+                rng,
+                ("Based on the document,", "According to the text,", "The document states that"),
+            )
             sentence = f"{lead} {sentence[:1].lower()}{sentence[1:]}"
     return rambling(sentence, question, rng) if rng.random() < 0.35 else sentence
 
@@ -1097,8 +1818,9 @@ class AnswerPair:
         return nli_text(self.first, question), nli_text(self.second, question)
 
 
-def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], question: Question,
-                rng: random.Random) -> tuple[str, str, str]:
+def _pair_texts(
+    category: str, kind: AnswerType, forms: tuple[str, ...], question: Question, rng: random.Random
+) -> tuple[str, str, str]:
     """(first, second, answer type asked) of one pair of ``category``."""
     a = _pick(rng, forms)
     if category == "identical":
@@ -1129,8 +1851,9 @@ def _pair_texts(category: str, kind: AnswerType, forms: tuple[str, ...], questio
     return a, surface_variant(b, rng), kind.name
 
 
-def answer_pair(rng: random.Random, category: str | None = None,
-                answer_type: str | None = None) -> AnswerPair:
+def answer_pair(
+    rng: random.Random, category: str | None = None, answer_type: str | None = None
+) -> AnswerPair:
     """One labelled pair; its category drawn at :data:`CATEGORY_SHARES` and its answer type
     uniformly, unless given."""
     if category is None:
@@ -1142,7 +1865,9 @@ def answer_pair(rng: random.Random, category: str | None = None,
     first, second, answer_type = _pair_texts(category, kind, forms, question, rng)
     if rng.random() < 0.5:
         first, second = second, first
-    return AnswerPair(question.text, first, second, CATEGORY_LABELS[category], category, answer_type)
+    return AnswerPair(
+        question.text, first, second, CATEGORY_LABELS[category], category, answer_type
+    )
 
 
 def answer_pairs(rng: random.Random, n: int) -> list[AnswerPair]:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-EMBEDDED_PREFIX = "embedded:"  # a model name ``embedded:<part>`` names a part of $RAGUTIL_HOME/embedded
+EMBEDDED_PREFIX = (
+    "embedded:"  # a model name ``embedded:<part>`` names a part of $RAGUTIL_HOME/embedded
+)
 
 WORLD = "world"  # the synthetic world's BEIR folder and ground truth
 READER = "reader"  # the reader LM trained on the world

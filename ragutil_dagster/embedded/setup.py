@@ -29,24 +29,38 @@ def is_embedded_world(dataset: DatasetConfig | None) -> bool:
     dataset with no path, or with the path of this home's world."""
     if dataset is None or dataset.format != "synthetic":
         return False
-    return dataset.path is None or dataset_folder(dataset).resolve() == (embedded_dir() / layout.WORLD).resolve()
+    return (
+        dataset.path is None
+        or dataset_folder(dataset).resolve() == (embedded_dir() / layout.WORLD).resolve()
+    )
 
 
-def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", progress: bool = True) -> None:
+def ensure_embedded_models(
+    experiment: ExperimentConfig, size: str = "default", progress: bool = True
+) -> None:
     """Build, once, what of the embedded world and models ``experiment`` uses: the world with its
     reader and world NLI (the package's trained models, in seconds; trained, ≈ 16 min of one core,
     when they do not fit the current code), and the answer NLI ``embedded:nli`` (≈ 10 min of 2
     cores) when the config names it."""
     target = embedded_dir()
     answer_nli, world_nli = target / layout.ANSWER_NLI, target / layout.WORLD_NLI
-    if answer_nli.is_dir() and not (answer_nli / layout.ANSWER_NLI_RECORD).is_file() and not world_nli.exists():
+    if (
+        answer_nli.is_dir()
+        and not (answer_nli / layout.ANSWER_NLI_RECORD).is_file()
+        and not world_nli.exists()
+    ):
         # A build from before the answer NLI: its nli/ is the world's NLI.
         answer_nli.rename(world_nli)
     models = [g.model for g in experiment.generators] + [experiment.nli.model]
     needs_world = any(m in WORLD_ONLY_MODEL_NAMES for m in models) or any(
-        is_embedded_world(d) for d in experiment.datasets)
+        is_embedded_world(d) for d in experiment.datasets
+    )
     wanted = needs_world or f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models
-    published = published_directory(EMBEDDED_BUILD) if wanted and not (target / layout.BUILD_RECORD).is_file() else None
+    published = (
+        published_directory(EMBEDDED_BUILD)
+        if wanted and not (target / layout.BUILD_RECORD).is_file()
+        else None
+    )
     if published is not None:
         # Another machine installed or trained the build and published it: take its copy.
         shutil.copytree(published, target, dirs_exist_ok=True)
@@ -56,18 +70,27 @@ def ensure_embedded_models(experiment: ExperimentConfig, size: str = "default", 
 
         not_installed = install(target, size=size)
         if not_installed:
-            print(f"The embedded world and models are missing, and {not_installed}: training them "
-                  f"into {target} (once, ≈ 16 min of one core).", flush=True)
+            print(
+                f"The embedded world and models are missing, and {not_installed}: training them "
+                f"into {target} (once, ≈ 16 min of one core).",
+                flush=True,
+            )
             trained = train_all(target, size=size, progress=progress, answer_nli_size=None)
             print(format_quality(trained.quality), flush=True)
         else:
-            print(f"The embedded world and the package's trained reader and world NLI: installed "
-                  f"into {target}.", flush=True)
+            print(
+                f"The embedded world and the package's trained reader and world NLI: installed "
+                f"into {target}.",
+                flush=True,
+            )
     if f"{EMBEDDED_PREFIX}{layout.ANSWER_NLI}" in models:
         ensure_answer_nli(progress)
     if target.is_dir() and publish_directory(EMBEDDED_BUILD, target):
-        print(f"The embedded world and models: published for every worker to "
-              f"{shared_store().display(EMBEDDED_BUILD)}.", flush=True)
+        print(
+            f"The embedded world and models: published for every worker to "
+            f"{shared_store().display(EMBEDDED_BUILD)}.",
+            flush=True,
+        )
 
 
 def ensure_answer_nli(progress: bool = True) -> None:
@@ -77,6 +100,9 @@ def ensure_answer_nli(progress: bool = True) -> None:
 
     answer_nli = embedded_dir() / layout.ANSWER_NLI
     if not is_trained(answer_nli):
-        print(f"The answer NLI is missing or was trained by an older version: training it into "
-              f"{answer_nli} (once).", flush=True)
+        print(
+            f"The answer NLI is missing or was trained by an older version: training it into "
+            f"{answer_nli} (once).",
+            flush=True,
+        )
         train_answer_nli(answer_nli, progress=progress)

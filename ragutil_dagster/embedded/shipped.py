@@ -46,9 +46,11 @@ def install(out_dir: str | Path, size: str = SHIPPED_SIZE, seed: int = SHIPPED_S
         return f"the package ships no world models for size {size!r} and seed {seed}"
     current = fingerprint(size, seed)
     if record[FINGERPRINT_KEY] != current:
-        return (f"the shipped world models were trained on another world, vocabulary or "
-                f"training configuration (fingerprint {record[FINGERPRINT_KEY][:12]}; the current "
-                f"code gives {current[:12]})")
+        return (
+            f"the shipped world models were trained on another world, vocabulary or "
+            f"training configuration (fingerprint {record[FINGERPRINT_KEY][:12]}; the current "
+            f"code gives {current[:12]})"
+        )
     root = Path(out_dir)
     write_world(make_world(seed, CONFIGS[size].world_size), root / layout.WORLD)
     for name in SHIPPED_MODELS:
@@ -57,8 +59,9 @@ def install(out_dir: str | Path, size: str = SHIPPED_SIZE, seed: int = SHIPPED_S
         shutil.copytree(SHIPPED_DIR / name, staging)
         shutil.rmtree(root / name, ignore_errors=True)
         staging.replace(root / name)
-    write_text_atomic(root / layout.BUILD_RECORD,
-                      json.dumps({**record, "installed_from": "package"}, indent=2))
+    write_text_atomic(
+        root / layout.BUILD_RECORD, json.dumps({**record, "installed_from": "package"}, indent=2)
+    )
     return ""
 
 
@@ -69,8 +72,10 @@ def ship(build_dir: str | Path) -> Path:
     record = json.loads((build / layout.BUILD_RECORD).read_text(encoding="utf-8"))
     current = fingerprint(record["size"], record["seed"])
     if record.get(FINGERPRINT_KEY) != current:
-        raise ValueError(f"{build} was trained on another world, vocabulary or training "
-                         f"configuration than the current code's: rebuild it before shipping")
+        raise ValueError(
+            f"{build} was trained on another world, vocabulary or training "
+            f"configuration than the current code's: rebuild it before shipping"
+        )
     shutil.rmtree(SHIPPED_DIR, ignore_errors=True)
     SHIPPED_DIR.mkdir(parents=True)
     for name in SHIPPED_MODELS:

@@ -218,7 +218,9 @@ def build_causal_lm(
     return out
 
 
-def _save_bert_classifier(out: Path, tokenizer: PreTrainedTokenizerFast, config: BertConfig, seed: int) -> Path:
+def _save_bert_classifier(
+    out: Path, tokenizer: PreTrainedTokenizerFast, config: BertConfig, seed: int
+) -> Path:
     """Initialise a BERT sequence classifier from ``seed`` and save it with its tokenizer."""
     with _seeded(seed):
         model = BertForSequenceClassification(config)
@@ -302,7 +304,9 @@ QWEN2_5_0_5B = {
 }
 
 
-def build_random_qwen(directory: str | Path, tokenizer: PreTrainedTokenizerFast, *, seed: int = 0) -> Path:
+def build_random_qwen(
+    directory: str | Path, tokenizer: PreTrainedTokenizerFast, *, seed: int = 0
+) -> Path:
     """Write a randomly initialised model of Qwen2.5-0.5B's configuration with ``tokenizer``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -319,4 +323,3 @@ def build_random_qwen(directory: str | Path, tokenizer: PreTrainedTokenizerFast,
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
-

@@ -47,9 +47,12 @@ def deterministic(seed: int, threads: int) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
-def optimiser_step(loss: torch.Tensor, opt: torch.optim.Optimizer,
-                   sched: torch.optim.lr_scheduler.LRScheduler,
-                   clip: Sequence[torch.nn.Parameter] = ()) -> None:
+def optimiser_step(
+    loss: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LRScheduler,
+    clip: Sequence[torch.nn.Parameter] = (),
+) -> None:
     """Back-propagate ``loss`` and step; gradients of ``clip`` (when given) to norm 1 first."""
     opt.zero_grad(set_to_none=True)
     loss.backward()

@@ -39,6 +39,15 @@ from transformers import (
 )
 
 from ragutil_dagster import prompts
+from ragutil_dagster.embedded import layout
+from ragutil_dagster.embedded.answer_nli import train_answer_nli
+from ragutil_dagster.embedded.train_loop import (
+    NLI_LABELS,
+    deterministic,
+    lr_schedule,
+    optimiser_step,
+    save_for_inference,
+)
 from ragutil_dagster.embedded.world import (
     ATTRIBUTE_BY_NAME,
     ATTRIBUTES,
@@ -53,15 +62,6 @@ from ragutil_dagster.embedded.world import (
     make_world,
     value_aliases,
     write_world,
-)
-from ragutil_dagster.embedded import layout
-from ragutil_dagster.embedded.answer_nli import train_answer_nli
-from ragutil_dagster.embedded.train_loop import (
-    NLI_LABELS,
-    deterministic,
-    lr_schedule,
-    optimiser_step,
-    save_for_inference,
 )
 from ragutil_dagster.infra.files import stable_hash, write_text_atomic
 from ragutil_dagster.metrics.answers import has_answer
@@ -91,7 +91,9 @@ class TrainConfig:
     reading_batch: int
     nli_steps: int
     nli_batch: int
-    reading_steps: int = 4  # context-question steps per cycle (even), besides one "ask" and one "facts"
+    reading_steps: int = (
+        4  # context-question steps per cycle (even), besides one "ask" and one "facts"
+    )
     threads: int = 1
     # Curriculum: the first steps read single-hop questions with the gold passage alone, before
     # the mixed streams (reading otherwise emerges late, or not at all, beside memorisation).
@@ -118,14 +120,31 @@ CURRICULUM_SHARES = (("employer", 0.3), ("founded", 0.2))
 ANSWER_SHARES = (("employer", 0.25), ("founded", 0.2), ("industry", 0.1), ("headquarters", 0.05))
 
 CONFIGS: dict[str, TrainConfig] = {
-    "default": TrainConfig("default", reader_steps=3600, memory_batch=128, reading_batch=24,
-                           nli_steps=2000, nli_batch=64, reading_steps=4, gold_alone_steps=800,
-                           context_loss=0.3, curriculum_shares=CURRICULUM_SHARES,
-                           answer_shares=ANSWER_SHARES),
+    "default": TrainConfig(
+        "default",
+        reader_steps=3600,
+        memory_batch=128,
+        reading_batch=24,
+        nli_steps=2000,
+        nli_batch=64,
+        reading_steps=4,
+        gold_alone_steps=800,
+        context_loss=0.3,
+        curriculum_shares=CURRICULUM_SHARES,
+        answer_shares=ANSWER_SHARES,
+    ),
     # CI: memorisation only; reading needs the default size's 800 gold-passage steps and more.
-    "ci": TrainConfig("ci", reader_steps=600, memory_batch=64, reading_batch=24,
-                      nli_steps=1500, nli_batch=64, reading_steps=2,
-                      context_loss=0.3, answer_shares=ANSWER_SHARES),
+    "ci": TrainConfig(
+        "ci",
+        reader_steps=600,
+        memory_batch=64,
+        reading_batch=24,
+        nli_steps=1500,
+        nli_batch=64,
+        reading_steps=2,
+        context_loss=0.3,
+        answer_shares=ANSWER_SHARES,
+    ),
 }
 
 
@@ -136,7 +155,9 @@ def _world_texts(worlds: Sequence[World]) -> Iterator[str]:
         yield from (p.title for p in w.passages)
         yield from (q.text for q in w.questions)
         yield from (" ".join(e.aliases) for e in w.entities)
-        yield " ".join((*w.pools.first_names, *w.pools.surnames, *w.pools.cities, *w.pools.companies))
+        yield " ".join(
+            (*w.pools.first_names, *w.pools.surnames, *w.pools.cities, *w.pools.companies)
+        )
     yield from (a.question + " " + (a.two_hop_question or "") for a in ATTRIBUTES)
     for pool, values in (("occupation", OCCUPATIONS), ("industry", INDUSTRIES), ("year", YEARS)):
         yield " ".join(" ".join(value_aliases(pool, v)) for v in values)
@@ -147,8 +168,13 @@ def _world_texts(worlds: Sequence[World]) -> Iterator[str]:
 # The templates whose words the world's tokenizer knows and whose text its models are
 # fingerprinted with: the reader is trained on the first two and scored under the others. A
 # template added later (an LLM's verbalized judgment, say) is no reason to retrain the world.
-WORLD_PROMPT_NAMES = ("closed_book", "with_context", "seper_closed_book", "consens_evaluator",
-                      "seper_with_context")
+WORLD_PROMPT_NAMES = (
+    "closed_book",
+    "with_context",
+    "seper_closed_book",
+    "consens_evaluator",
+    "seper_with_context",
+)
 
 
 def world_prompts() -> dict[str, str]:
@@ -169,11 +195,18 @@ def _reader_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
     tok = Tokenizer.from_str(base.to_str())
     bos = tok.token_to_id("[BOS]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[BOS] $A", pair="[BOS] $A $B", special_tokens=[("[BOS]", bos)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="[BOS]", eos_token="[EOS]",
-                                   pad_token="[PAD]", unk_token="[UNK]", padding_side="left",
-                                   model_max_length=MAX_POSITIONS,
-                                   model_input_names=["input_ids", "attention_mask"])
+        single="[BOS] $A", pair="[BOS] $A $B", special_tokens=[("[BOS]", bos)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="[BOS]",
+        eos_token="[EOS]",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        padding_side="left",
+        model_max_length=MAX_POSITIONS,
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 # SePer's code feeds "{question}? {answer}" to the NLI model. Answers of this world are
@@ -187,11 +220,19 @@ def _nli_tokenizer(base: Tokenizer) -> PreTrainedTokenizerFast:
     tok.normalizer = normalizers.Replace(Regex(QUESTION_PREFIX), "")
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]",
-                                   pad_token="[PAD]", unk_token="[UNK]", padding_side="right",
-                                   model_max_length=512)
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        padding_side="right",
+        model_max_length=512,
+    )
 
 
 # --- reader training data ----------------------------------------------------------------------
@@ -218,10 +259,15 @@ class ReaderData:
     known entities' questions with a relevant or irrelevant context).
     """
 
-    def __init__(self, world: World, reading_worlds: Callable[[int], World],
-                 rng: random.Random, answer_shares: Sequence[tuple[str, float]] = (),
-                 curriculum_shares: Sequence[tuple[str, float]] = (),
-                 context_sizes: Sequence[tuple[int, int, float]] = CONTEXT_SIZES) -> None:
+    def __init__(
+        self,
+        world: World,
+        reading_worlds: Callable[[int], World],
+        rng: random.Random,
+        answer_shares: Sequence[tuple[str, float]] = (),
+        curriculum_shares: Sequence[tuple[str, float]] = (),
+        context_sizes: Sequence[tuple[int, int, float]] = CONTEXT_SIZES,
+    ) -> None:
         self.world, self.rng = world, rng
         self.context_sizes = tuple(context_sizes)
         self.answer_shares, self.curriculum_shares = tuple(answer_shares), tuple(curriculum_shares)
@@ -231,7 +277,10 @@ class ReaderData:
         known = [e for e in world.entities if e.known]
         self.closed_book = [
             _Example(prompts.closed_book(a.question.format(name=e.name)), e.attributes[a.name])
-            for e in known for a in ATTRIBUTES if a.kind == e.kind]
+            for e in known
+            for a in ATTRIBUTES
+            if a.kind == e.kind
+        ]
         self.fact_texts = [_Example("", p.text) for e in known for p in world.passages_of(e.id)]
         self.known_pairs = [(e, a) for e in known for a in ATTRIBUTES if a.kind == e.kind]
         # Known people sharing a surname: their passages are in the training text anyway, so they
@@ -240,16 +289,21 @@ class ReaderData:
         for e in known:
             if e.kind == "person":
                 surnames.setdefault(e.name.split()[-1], []).append(e)
-        self.known_namesakes = {e.id: [o for o in family if o.id != e.id]
-                                for family in surnames.values() for e in family}
+        self.known_namesakes = {
+            e.id: [o for o in family if o.id != e.id]
+            for family in surnames.values()
+            for e in family
+        }
 
     def _next_reading_world(self) -> None:
         self._draw += 1
         self.reading = self._reading_worlds(self._draw)
         self.single = [q for q in self.reading.questions if q.type == "single_hop"]
         self.two_hop = [q for q in self.reading.questions if q.type == "two_hop"]
-        self.single_by_attribute = {a: [q for q in self.single if q.attribute == a]
-                                    for a in {a for a, _ in (*self.answer_shares, *self.curriculum_shares)}}
+        self.single_by_attribute = {
+            a: [q for q in self.single if q.attribute == a]
+            for a in {a for a, _ in (*self.answer_shares, *self.curriculum_shares)}
+        }
         # About one example per question, then the next world: a fixed reading world gets
         # memorised (each question seen a dozen times) and its answers recalled, not read.
         self._examples_left = len(self.reading.questions)
@@ -378,11 +432,14 @@ class ReaderData:
         else:
             ctx = self._random_passages(1, set())
         ctx = self._filled(ctx, size, set())
-        return _Example(prompts.with_context(a.question.format(name=e.name), _ctx(ctx)),
-                        e.attributes[a.name])
+        return _Example(
+            prompts.with_context(a.question.format(name=e.name), _ctx(ctx)), e.attributes[a.name]
+        )
 
 
-def _encode_batch(tok: PreTrainedTokenizerFast, batch: Sequence[_Example]) -> tuple[torch.Tensor, ...]:
+def _encode_batch(
+    tok: PreTrainedTokenizerFast, batch: Sequence[_Example]
+) -> tuple[torch.Tensor, ...]:
     """Right-padded input ids, attention mask, target labels (-100 outside the target) and
     context labels (the prompt's tokens after [BOS], -100 elsewhere)."""
     eos, pad = tok.eos_token_id, tok.pad_token_id
@@ -396,13 +453,21 @@ def _encode_batch(tok: PreTrainedTokenizerFast, batch: Sequence[_Example]) -> tu
 
     input_ids = torch.tensor([padded(ids, pad) for ids, _ in rows])
     labels = torch.tensor([padded([-100] * n + ids[n:], -100) for ids, n in rows])
-    context = torch.tensor([padded([-100] + ids[1:n] + [-100] * (len(ids) - n), -100) for ids, n in rows])
+    context = torch.tensor(
+        [padded([-100] + ids[1:n] + [-100] * (len(ids) - n), -100) for ids, n in rows]
+    )
     mask = torch.tensor([padded([1] * len(ids), 0) for ids, _ in rows])
     return input_ids, mask, labels, context
 
 
-def _reader_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.Tensor,
-                 labels: torch.Tensor, context: torch.Tensor, context_weight: float) -> torch.Tensor:
+def _reader_loss(
+    model: LlamaForCausalLM,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    labels: torch.Tensor,
+    context: torch.Tensor,
+    context_weight: float,
+) -> torch.Tensor:
     """Next-token cross-entropy on the target, plus ``context_weight`` times that on the context
     (the LM head runs on labelled positions only)."""
     hidden = model.model(input_ids=input_ids, attention_mask=mask).last_hidden_state[:, :-1]
@@ -416,8 +481,14 @@ def _reader_loss(model: LlamaForCausalLM, input_ids: torch.Tensor, mask: torch.T
     return loss + context_weight * cross_entropy(context) if context_weight else loss
 
 
-def train_reader(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
-                 seed: int = 0, progress: bool = True) -> Path:
+def train_reader(
+    world: World,
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    config: TrainConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> Path:
     """Train the reader LM and save it as an HF directory at ``out_dir``; return the path.
 
     Reading comprehension is learnt on a stream of fresh :func:`make_reading_world` draws.
@@ -426,30 +497,52 @@ def train_reader(world: World, tokenizer: Tokenizer, out_dir: Path, config: Trai
         return _fit_reader(world, tokenizer, out_dir, config, seed, progress)
 
 
-def _fit_reader(world: World, tokenizer: Tokenizer, out_dir: Path,
-                config: TrainConfig, seed: int, progress: bool) -> Path:
+def _fit_reader(
+    world: World,
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    config: TrainConfig,
+    seed: int,
+    progress: bool,
+) -> Path:
     tok = _reader_tokenizer(tokenizer)
     model_config = LlamaConfig(
-        vocab_size=tokenizer.get_vocab_size(), hidden_size=config.hidden,
-        intermediate_size=2 * config.hidden, num_hidden_layers=config.layers,
-        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=MAX_POSITIONS,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=config.hidden,
+        intermediate_size=2 * config.hidden,
+        num_hidden_layers=config.layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=MAX_POSITIONS,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
         # Tied input and output embeddings make copying a context word into the answer cheap to
         # learn (the identity map); untied, every answer word's copy must be learnt separately.
-        pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(model_config)
     model.train()
-    data = ReaderData(world, lambda draw: make_reading_world(world, config.world_size, draw),
-                      random.Random(f"reader:{seed}"), config.answer_shares,
-                      config.curriculum_shares, config.context_sizes)
+    data = ReaderData(
+        world,
+        lambda draw: make_reading_world(world, config.world_size, draw),
+        random.Random(f"reader:{seed}"),
+        config.answer_shares,
+        config.curriculum_shares,
+        config.context_sizes,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_schedule(s, config.reader_steps))
     # A cycle of reading steps around one step of closed-book questions and one of fact text
     # (memorising the known facts converges long before reading does). Batches of one kind have
     # similar lengths, so little compute goes to padding.
     half = (("read", data.with_context, config.reading_batch),) * (config.reading_steps // 2)
-    streams = (*half, ("ask", data.questions, config.memory_batch),
-               *half, ("facts", data.facts, config.reading_batch))
+    streams = (
+        *half,
+        ("ask", data.questions, config.memory_batch),
+        *half,
+        ("facts", data.facts, config.reading_batch),
+    )
     losses: dict[str, float] = {}
     bar = tqdm(range(config.reader_steps), desc="reader", disable=not progress, mininterval=2)
     for step in bar:
@@ -490,8 +583,9 @@ def _answer_groups(world: World) -> dict[str, list[tuple[str, ...]]]:
     }
 
 
-def nli_pairs(world: World, rng: random.Random, n: int,
-              with_question: float = 0.5) -> list[tuple[str, str, int]]:
+def nli_pairs(
+    world: World, rng: random.Random, n: int, with_question: float = 0.5
+) -> list[tuple[str, str, int]]:
     """``n`` labelled (premise, hypothesis, label) answer pairs, label indexing :data:`NLI_LABELS`.
 
     A share ``with_question`` of the pairs carries the question prefix the SePer code puts
@@ -512,8 +606,11 @@ def nli_pairs(world: World, rng: random.Random, n: int,
         if label == 2:
             b = rng.choice(value)
         elif label == 0:
-            other = rng.choice([v for v in groups[pool] if v is not value] if len(groups[pool]) > 1
-                               else groups[pool])
+            other = rng.choice(
+                [v for v in groups[pool] if v is not value]
+                if len(groups[pool]) > 1
+                else groups[pool]
+            )
             b = rng.choice(other)
         else:
             b = rng.choice(rng.choice(groups[rng.choice([p for p in names if p != pool])]))
@@ -526,22 +623,44 @@ def nli_pairs(world: World, rng: random.Random, n: int,
     return out
 
 
-def train_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig,
-              seed: int = 0, progress: bool = True) -> Path:
+def train_nli(
+    world: World,
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    config: TrainConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> Path:
     """Train the NLI classifier and save it as an HF directory at ``out_dir``; return the path."""
     with deterministic(seed, config.threads):
         return _fit_nli(world, tokenizer, out_dir, config, seed, progress)
 
 
-def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainConfig, seed: int,
-             progress: bool) -> Path:
+def _fit_nli(
+    world: World,
+    tokenizer: Tokenizer,
+    out_dir: Path,
+    config: TrainConfig,
+    seed: int,
+    progress: bool,
+) -> Path:
     tok = _nli_tokenizer(tokenizer)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=tokenizer.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        num_attention_heads=4, intermediate_size=256, max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id, num_labels=3,
-        id2label=dict(enumerate(NLI_LABELS)), label2id={l: i for i, l in enumerate(NLI_LABELS)}))
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=tokenizer.get_vocab_size(),
+            hidden_size=64,
+            num_hidden_layers=2,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            num_attention_heads=4,
+            intermediate_size=256,
+            max_position_embeddings=512,
+            pad_token_id=tok.pad_token_id,
+            num_labels=3,
+            id2label=dict(enumerate(NLI_LABELS)),
+            label2id={label: i for i, label in enumerate(NLI_LABELS)},
+        )
+    )
     # The first layer's queries and keys start as scaled identities: attention then starts out
     # matching equal words, which is what telling aliases from other values needs.
     attention = model.bert.encoder.layer[0].attention.self
@@ -558,8 +677,9 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
     bar = tqdm(range(config.nli_steps), desc="nli", disable=not progress, mininterval=2)
     for step in bar:
         pairs = nli_pairs(world, rng, config.nli_batch)
-        enc = tok([a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True,
-                  return_tensors="pt")
+        enc = tok(
+            [a for a, _, _ in pairs], [b for _, b, _ in pairs], padding=True, return_tensors="pt"
+        )
         loss = model(**enc, labels=torch.tensor([lab for _, _, lab in pairs])).loss
         optimiser_step(loss, opt, sched)
         if step % 20 == 0:
@@ -569,16 +689,17 @@ def _fit_nli(world: World, tokenizer: Tokenizer, out_dir: Path, config: TrainCon
 
 # --- quality -----------------------------------------------------------------------------------
 @torch.inference_mode()
-def greedy_answers(model_dir: Path, prompt_texts: Sequence[str], batch_size: int = 64,
-                   max_new_tokens: int = 6) -> list[str]:
+def greedy_answers(
+    model_dir: Path, prompt_texts: Sequence[str], batch_size: int = 64, max_new_tokens: int = 6
+) -> list[str]:
     """Greedy answers of the reader at ``model_dir`` (a small helper for the quality table)."""
     tok = PreTrainedTokenizerFast.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     out: list[str] = []
     for i in range(0, len(prompt_texts), batch_size):
-        enc = tok(list(prompt_texts[i:i + batch_size]), return_tensors="pt", padding=True)
+        enc = tok(list(prompt_texts[i : i + batch_size]), return_tensors="pt", padding=True)
         gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens)
-        out.extend(tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+        out.extend(tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
     return out
 
 
@@ -628,7 +749,7 @@ def reader_quality(model_dir: Path, world: World) -> dict[str, dict[str, float]]
     two_hop = [q for q in world.questions if q.type == "two_hop"]
 
     def ctx(q: Question, roles: Sequence[str]) -> list[Passage] | None:
-        found = [p[j.passage_id] for r in roles for j in q.judgements if j.role == r][:len(roles)]
+        found = [p[j.passage_id] for r in roles for j in q.judgements if j.role == r][: len(roles)]
         return found if len(found) == len(roles) else None
 
     def hop(q: Question, h: int) -> list[Passage]:
@@ -638,33 +759,45 @@ def reader_quality(model_dir: Path, world: World) -> dict[str, dict[str, float]]
         "closed_book.known": [(prompts.closed_book(q.text), q.answers) for q in single if q.known],
         "closed_book.unknown": [(prompts.closed_book(q.text), q.answers) for q in unknown],
     }
-    for name, roles in (("gold_only.unknown", ("positive",)),
-                        ("hard_negative_surname_only.unknown", ("hard_negative_surname",)),
-                        ("hard_negative_attribute_only.unknown", ("hard_negative_attribute",)),
-                        ("gold_with_surname_distractor.unknown", ("positive", "hard_negative_surname"))):
-        conditions[name] = [(prompts.with_context(q.text, _ctx(c)), q.answers)
-                            for q in unknown if (c := ctx(q, roles)) is not None]
+    for name, roles in (
+        ("gold_only.unknown", ("positive",)),
+        ("hard_negative_surname_only.unknown", ("hard_negative_surname",)),
+        ("hard_negative_attribute_only.unknown", ("hard_negative_attribute",)),
+        ("gold_with_surname_distractor.unknown", ("positive", "hard_negative_surname")),
+    ):
+        conditions[name] = [
+            (prompts.with_context(q.text, _ctx(c)), q.answers)
+            for q in unknown
+            if (c := ctx(q, roles)) is not None
+        ]
     for k in (5, 10):
         conditions[f"gold_among_{k}.unknown"] = [
             (prompts.with_context(q.text, _ctx(c)), q.answers)
-            for i, q in enumerate(unknown) if (c := _gold_among(world, q, k, i)) is not None]
-    conditions["two_hop.both"] = [(prompts.with_context(q.text, _ctx(hop(q, 1) + hop(q, 2))), q.answers)
-                                  for q in two_hop]
+            for i, q in enumerate(unknown)
+            if (c := _gold_among(world, q, k, i)) is not None
+        ]
+    conditions["two_hop.both"] = [
+        (prompts.with_context(q.text, _ctx(hop(q, 1) + hop(q, 2))), q.answers) for q in two_hop
+    ]
     for h in (1, 2):
-        conditions[f"two_hop.hop{h}_only"] = [(prompts.with_context(q.text, _ctx(hop(q, h))), q.answers)
-                                             for q in two_hop]
+        conditions[f"two_hop.hop{h}_only"] = [
+            (prompts.with_context(q.text, _ctx(hop(q, h))), q.answers) for q in two_hop
+        ]
     flat = [(name, pr, g) for name, items in conditions.items() for pr, g in items]
     answers = greedy_answers(model_dir, [pr for _, pr, _ in flat])
     table: dict[str, dict[str, float]] = {}
     for name in conditions:
         rows = [(a, g) for (n, _, g), a in zip(flat, answers) if n == name]
-        table[name] = {"has_answer": _rate([a for a, _ in rows], [g for _, g in rows]),
-                       "n": len(rows)}
+        table[name] = {
+            "has_answer": _rate([a for a, _ in rows], [g for _, g in rows]),
+            "n": len(rows),
+        }
     hard = [k for k in table if k.startswith("hard_negative")]
     total = sum(table[k]["n"] for k in hard)
     table["hard_negative_only.unknown"] = {
         "has_answer": sum(table[k]["has_answer"] * table[k]["n"] for k in hard) / max(1, total),
-        "n": total}
+        "n": total,
+    }
     return table
 
 
@@ -672,7 +805,9 @@ def format_quality(table: dict[str, dict[str, float]]) -> str:
     """The quality table as aligned text lines."""
     width = max(len(k) for k in table)
     lines = [f"{'condition':<{width}}  has_answer      n", "-" * (width + 18)]
-    lines += [f"{k:<{width}}  {v['has_answer']:>10.3f}  {int(v['n']):>5d}" for k, v in table.items()]
+    lines += [
+        f"{k:<{width}}  {v['has_answer']:>10.3f}  {int(v['n']):>5d}" for k, v in table.items()
+    ]
     return "\n".join(lines)
 
 
@@ -734,21 +869,34 @@ def fingerprint(size: str, seed: int) -> str:
     def content(w: World) -> list[dict]:
         return [asdict(x) for x in (*w.entities, *w.passages, *w.questions)]
 
-    return stable_hash({"world": content(world), "reading_world": content(reading),
-                        "tokenizer": tokenizer.to_str(), "prompts": world_prompts(),
-                        "config": asdict(config), "seed": seed})
+    return stable_hash(
+        {
+            "world": content(world),
+            "reading_world": content(reading),
+            "tokenizer": tokenizer.to_str(),
+            "prompts": world_prompts(),
+            "config": asdict(config),
+            "seed": seed,
+        }
+    )
 
 
-def train_world_nli(out_dir: str | Path, size: str = "ci", seed: int = 0,
-                    progress: bool = True) -> Path:
+def train_world_nli(
+    out_dir: str | Path, size: str = "ci", seed: int = 0, progress: bool = True
+) -> Path:
     """The world's NLI alone (as :func:`train_all` trains it), at ``out_dir``; return the path."""
     config = CONFIGS[size]
     world, tokenizer = _world_and_tokenizer(config, seed)
     return train_nli(world, tokenizer, Path(out_dir), config, seed, progress)
 
 
-def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
-              progress: bool = True, answer_nli_size: str | None = "default") -> TrainedWorld:
+def train_all(
+    out_dir: str | Path,
+    size: str = "ci",
+    seed: int = 0,
+    progress: bool = True,
+    answer_nli_size: str | None = "default",
+) -> TrainedWorld:
     """Build the world for ``seed`` and train its models into ``out_dir``.
 
     Layout (:mod:`~ragutil_dagster.embedded.layout`): ``world/`` (BEIR + ground truth),
@@ -771,19 +919,40 @@ def train_all(out_dir: str | Path, size: str = "ci", seed: int = 0,
     answer_nli_dir = None
     if answer_nli_size is not None:
         with clock("answer_nli"):
-            answer_nli_dir = train_answer_nli(root / layout.ANSWER_NLI, answer_nli_size, seed,
-                                              progress)
-    clock.total("build_total", [p for p in ("world", "reader", "nli", "answer_nli") if p in clock.wall])
+            answer_nli_dir = train_answer_nli(
+                root / layout.ANSWER_NLI, answer_nli_size, seed, progress
+            )
+    clock.total(
+        "build_total", [p for p in ("world", "reader", "nli", "answer_nli") if p in clock.wall]
+    )
     with clock("quality"):
         quality = reader_quality(reader_dir, world)
         nli_acc = nli_accuracy(nli_dir, world)
     seconds, cpu_seconds = clock.wall, clock.cpu
-    trained = TrainedWorld(root, world_dir, reader_dir, nli_dir, answer_nli_dir, quality, nli_acc,
-                           seconds, cpu_seconds, config, seed)
-    report = {"seed": seed, "size": size, FINGERPRINT_KEY: fingerprint(size, seed),
-              "config": asdict(config), "seconds": seconds,
-              "cpu_seconds": cpu_seconds,
-              "reader_steps": config.reader_steps, "nli_steps": config.nli_steps,
-              "quality": quality, "nli_accuracy": nli_acc}
+    trained = TrainedWorld(
+        root,
+        world_dir,
+        reader_dir,
+        nli_dir,
+        answer_nli_dir,
+        quality,
+        nli_acc,
+        seconds,
+        cpu_seconds,
+        config,
+        seed,
+    )
+    report = {
+        "seed": seed,
+        "size": size,
+        FINGERPRINT_KEY: fingerprint(size, seed),
+        "config": asdict(config),
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "reader_steps": config.reader_steps,
+        "nli_steps": config.nli_steps,
+        "quality": quality,
+        "nli_accuracy": nli_acc,
+    }
     write_text_atomic(root / layout.BUILD_RECORD, json.dumps(report, indent=2))
     return trained

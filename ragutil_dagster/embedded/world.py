@@ -85,8 +85,34 @@ INDUSTRIES: dict[str, tuple[str, ...]] = {
 }
 YEARS: tuple[str, ...] = tuple(str(y) for y in range(1850, 2011))
 
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
-           "kr", "tr", "st", "th", "sh", "ch", "vl", "h", "j")
+_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "gr",
+    "kr",
+    "tr",
+    "st",
+    "th",
+    "sh",
+    "ch",
+    "vl",
+    "h",
+    "j",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ou", "ia")
 _CODAS = ("", "", "n", "r", "l", "s", "th", "m", "k", "nd", "x")
 
@@ -106,8 +132,9 @@ def _word(rng: random.Random, syllables: int) -> str:
     return ("".join(parts) + rng.choice(_CODAS)).capitalize()
 
 
-def make_pools(seed: int, n_first: int = 160, n_surnames: int = 400, n_cities: int = 48,
-               n_companies: int = 160) -> Pools:
+def make_pools(
+    seed: int, n_first: int = 160, n_surnames: int = 400, n_cities: int = 48, n_companies: int = 160
+) -> Pools:
     """Generate disjoint pools of invented words (first names, surnames, cities, companies).
 
     Names are 2–3 random syllables; every word is unique across all pools and never one of the
@@ -125,8 +152,12 @@ def make_pools(seed: int, n_first: int = 160, n_surnames: int = 400, n_cities: i
                 out.append(w)
         return tuple(out)
 
-    return Pools(first_names=draw(n_first, (2,)), surnames=draw(n_surnames, (2, 3)),
-                 cities=draw(n_cities, (2, 3)), companies=draw(n_companies, (2, 3)))
+    return Pools(
+        first_names=draw(n_first, (2,)),
+        surnames=draw(n_surnames, (2, 3)),
+        cities=draw(n_cities, (2, 3)),
+        companies=draw(n_companies, (2, 3)),
+    )
 
 
 # --- world structures ------------------------------------------------------------------------
@@ -144,30 +175,65 @@ class Attribute:
 
 
 ATTRIBUTES: tuple[Attribute, ...] = (
-    Attribute("birthplace", "person", "city", 0,
-              ("{name} was born in {value}.", "{name} was born in the city of {value}."),
-              "Where was {name} born?"),
-    Attribute("occupation", "person", "occupation", 0,
-              ("{name} works as {a} {value}.", "By profession {name} is {a} {value}."),
-              "What is the occupation of {name}?"),
-    Attribute("employer", "person", "company", 1,
-              ("{name} is employed by {value}.", "{name} works for the company {value}."),
-              "Which company does {name} work for?"),
-    Attribute("residence", "person", "city", 1,
-              ("{name} lives in {value}.", "{name} has a home in the city of {value}."),
-              "In which city does {name} live?"),
-    Attribute("founded", "company", "year", 0,
-              ("{name} was founded in {value}.", "The company {name} was established in {value}."),
-              "In which year was {name} founded?",
-              "In which year was the employer of {name} founded?"),
-    Attribute("industry", "company", "industry", 0,
-              ("{name} operates in the {value} industry.", "{name} is a firm in {value}."),
-              "In which industry does {name} operate?",
-              "In which industry does the employer of {name} operate?"),
-    Attribute("headquarters", "company", "city", 1,
-              ("{name} is headquartered in {value}.", "The head office of {name} is in {value}."),
-              "Where is {name} headquartered?",
-              "Where is the employer of {name} headquartered?"),
+    Attribute(
+        "birthplace",
+        "person",
+        "city",
+        0,
+        ("{name} was born in {value}.", "{name} was born in the city of {value}."),
+        "Where was {name} born?",
+    ),
+    Attribute(
+        "occupation",
+        "person",
+        "occupation",
+        0,
+        ("{name} works as {a} {value}.", "By profession {name} is {a} {value}."),
+        "What is the occupation of {name}?",
+    ),
+    Attribute(
+        "employer",
+        "person",
+        "company",
+        1,
+        ("{name} is employed by {value}.", "{name} works for the company {value}."),
+        "Which company does {name} work for?",
+    ),
+    Attribute(
+        "residence",
+        "person",
+        "city",
+        1,
+        ("{name} lives in {value}.", "{name} has a home in the city of {value}."),
+        "In which city does {name} live?",
+    ),
+    Attribute(
+        "founded",
+        "company",
+        "year",
+        0,
+        ("{name} was founded in {value}.", "The company {name} was established in {value}."),
+        "In which year was {name} founded?",
+        "In which year was the employer of {name} founded?",
+    ),
+    Attribute(
+        "industry",
+        "company",
+        "industry",
+        0,
+        ("{name} operates in the {value} industry.", "{name} is a firm in {value}."),
+        "In which industry does {name} operate?",
+        "In which industry does the employer of {name} operate?",
+    ),
+    Attribute(
+        "headquarters",
+        "company",
+        "city",
+        1,
+        ("{name} is headquartered in {value}.", "The head office of {name} is in {value}."),
+        "Where is {name} headquartered?",
+        "Where is the employer of {name} headquartered?",
+    ),
 )
 ATTRIBUTE_BY_NAME: dict[str, Attribute] = {a.name: a for a in ATTRIBUTES}
 
@@ -195,10 +261,16 @@ _FILLERS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-_RESERVED = {w.lower().strip(".,?") for a in ATTRIBUTES for s in (*a.sentences, a.question,
-             a.two_hop_question or "") for w in s.split()} | {
-    w.lower().strip(".,?") for fs in _FILLERS.values() for s in fs for w in s.split()} | {
-    *OCCUPATIONS, *INDUSTRIES, "city", "group", "doc", "title", "question", "answer"}
+_RESERVED = (
+    {
+        w.lower().strip(".,?")
+        for a in ATTRIBUTES
+        for s in (*a.sentences, a.question, a.two_hop_question or "")
+        for w in s.split()
+    }
+    | {w.lower().strip(".,?") for fs in _FILLERS.values() for s in fs for w in s.split()}
+    | {*OCCUPATIONS, *INDUSTRIES, "city", "group", "doc", "title", "question", "answer"}
+)
 
 
 @dataclass(frozen=True)
@@ -328,8 +400,11 @@ def _article(word: str) -> str:
 
 def _build_passage(rng: random.Random, entity: Entity, group: int, pid: str) -> Passage:
     attrs = [a for a in ATTRIBUTES if a.kind == entity.kind and a.group == group]
-    facts = [rng.choice(a.sentences).format(name=entity.name, value=v, a=_article(v))
-             for a in attrs for v in (entity.attributes[a.name],)]
+    facts = [
+        rng.choice(a.sentences).format(name=entity.name, value=v, a=_article(v))
+        for a in attrs
+        for v in (entity.attributes[a.name],)
+    ]
     fillers = list(_FILLERS[entity.kind])
     rng.shuffle(fillers)
     sentences = facts[:]
@@ -338,18 +413,40 @@ def _build_passage(rng: random.Random, entity: Entity, group: int, pid: str) -> 
     while len(" ".join(sentences).split()) < 24 or len(sentences) < len(facts) + 1:
         sentences.append(fillers.pop().format(name=entity.name))
     rng.shuffle(sentences)
-    return Passage(id=pid, title=entity.name, text=" ".join(sentences), entity_id=entity.id,
-                   attributes=tuple(a.name for a in attrs))
+    return Passage(
+        id=pid,
+        title=entity.name,
+        text=" ".join(sentences),
+        entity_id=entity.id,
+        attributes=tuple(a.name for a in attrs),
+    )
 
 
-def _make_entities(rng: random.Random, pools: Pools, size: WorldSize, prefix: str,
-                   exclude_names: set[str], all_unknown: bool) -> list[Entity]:
+def _make_entities(
+    rng: random.Random,
+    pools: Pools,
+    size: WorldSize,
+    prefix: str,
+    exclude_names: set[str],
+    all_unknown: bool,
+) -> list[Entity]:
     companies: list[Entity] = []
     for i, cname in enumerate(rng.sample(pools.companies, size.n_companies)):
-        attrs = {"founded": rng.choice(YEARS), "industry": rng.choice(sorted(INDUSTRIES)),
-                 "headquarters": rng.choice(pools.cities)}
-        companies.append(Entity(id=f"{prefix}c{i:04d}", kind="company", name=cname,
-                                aliases=(f"{cname} Group",), attributes=attrs, known=False))
+        attrs = {
+            "founded": rng.choice(YEARS),
+            "industry": rng.choice(sorted(INDUSTRIES)),
+            "headquarters": rng.choice(pools.cities),
+        }
+        companies.append(
+            Entity(
+                id=f"{prefix}c{i:04d}",
+                kind="company",
+                name=cname,
+                aliases=(f"{cname} Group",),
+                attributes=attrs,
+                known=False,
+            )
+        )
     persons: list[Entity] = []
     # Surname families of two or three people give every person a same-surname hard negative.
     surnames = rng.sample(pools.surnames, size.n_persons // 2)
@@ -362,32 +459,56 @@ def _make_entities(rng: random.Random, pools: Pools, size: WorldSize, prefix: st
             names.append((first, surname))
             family += 1
     for i, (first, surname) in enumerate(names):
-        attrs = {"birthplace": rng.choice(pools.cities), "occupation": rng.choice(sorted(OCCUPATIONS)),
-                 "employer": rng.choice(companies).name, "residence": rng.choice(pools.cities)}
-        persons.append(Entity(id=f"{prefix}p{i:04d}", kind="person", name=f"{first} {surname}",
-                              aliases=_person_aliases(first, surname), attributes=attrs, known=False))
+        attrs = {
+            "birthplace": rng.choice(pools.cities),
+            "occupation": rng.choice(sorted(OCCUPATIONS)),
+            "employer": rng.choice(companies).name,
+            "residence": rng.choice(pools.cities),
+        }
+        persons.append(
+            Entity(
+                id=f"{prefix}p{i:04d}",
+                kind="person",
+                name=f"{first} {surname}",
+                aliases=_person_aliases(first, surname),
+                attributes=attrs,
+                known=False,
+            )
+        )
     entities = persons + companies
     if all_unknown:
         return entities
     known_ids = {e.id for e in rng.sample(persons, round(size.known_share * len(persons)))}
     known_ids |= {e.id for e in rng.sample(companies, round(size.known_share * len(companies)))}
-    return [Entity(e.id, e.kind, e.name, e.aliases, e.attributes, e.id in known_ids)
-            for e in entities]
+    return [
+        Entity(e.id, e.kind, e.name, e.aliases, e.attributes, e.id in known_ids) for e in entities
+    ]
 
 
 def _surname(entity: Entity) -> str:
     return entity.name.split()[-1]
 
 
-def _negatives(rng: random.Random, passages: Sequence[Passage], by_entity: dict[str, list[Passage]],
-               answers: Sequence[str], *, relatives: Sequence[Entity], relative_attribute: str,
-               subject: Entity, asked: str, avoid: set[str], n_random: int) -> list[Judgement]:
+def _negatives(
+    rng: random.Random,
+    passages: Sequence[Passage],
+    by_entity: dict[str, list[Passage]],
+    answers: Sequence[str],
+    *,
+    relatives: Sequence[Entity],
+    relative_attribute: str,
+    subject: Entity,
+    asked: str,
+    avoid: set[str],
+    n_random: int,
+) -> list[Judgement]:
     """Hard and random negatives for one question; none contains a gold answer string.
 
     The surname negative is a same-surname relative's passage stating ``relative_attribute``;
     the attribute negative is ``subject``'s passage that does not state ``asked``. A candidate
     that happens to mention a gold answer (say, a relative born in the same city) is skipped.
     """
+
     def clean(p: Passage) -> bool:
         return not has_answer(p.text, answers)
 
@@ -410,8 +531,15 @@ def _negatives(rng: random.Random, passages: Sequence[Passage], by_entity: dict[
     return out
 
 
-def _build_world(seed: int, pools: Pools, size: WorldSize, prefix: str, exclude_names: set[str],
-                 all_unknown: bool, all_questions: bool) -> World:
+def _build_world(
+    seed: int,
+    pools: Pools,
+    size: WorldSize,
+    prefix: str,
+    exclude_names: set[str],
+    all_unknown: bool,
+    all_questions: bool,
+) -> World:
     rng = random.Random(f"world:{prefix}:{seed}")
     entities = _make_entities(rng, pools, size, prefix, exclude_names, all_unknown)
     passages: list[Passage] = []
@@ -435,25 +563,48 @@ def _build_world(seed: int, pools: Pools, size: WorldSize, prefix: str, exclude_
     for e, a in single:
         positive = next(p for p in by_entity[e.id] if a.name in p.attributes)
         # Companies have no surname: their only hard negative is their other passage.
-        same = [o for o in families.get(_surname(e), []) if o.id != e.id] if e.kind == "person" \
-            else []
+        same = (
+            [o for o in families.get(_surname(e), []) if o.id != e.id] if e.kind == "person" else []
+        )
         answers = value_aliases(a.pool, e.attributes[a.name])
-        negs = _negatives(rng, passages, by_entity, answers, relatives=same,
-                          relative_attribute=a.name, subject=e, asked=a.name, avoid={e.id},
-                          n_random=size.n_random_negatives)
+        negs = _negatives(
+            rng,
+            passages,
+            by_entity,
+            answers,
+            relatives=same,
+            relative_attribute=a.name,
+            subject=e,
+            asked=a.name,
+            avoid={e.id},
+            n_random=size.n_random_negatives,
+        )
         utility = 0.0 if e.known else 1.0
-        questions.append(Question(
-            id=f"{prefix}q{len(questions):05d}", text=a.question.format(name=e.name),
-            type="single_hop", attribute=a.name, entity_id=e.id,
-            answers=answers, known=e.known, n_hops=1,
-            judgements=(Judgement(positive.id, "positive", 1, utility), *negs)))
+        questions.append(
+            Question(
+                id=f"{prefix}q{len(questions):05d}",
+                text=a.question.format(name=e.name),
+                type="single_hop",
+                attribute=a.name,
+                entity_id=e.id,
+                answers=answers,
+                known=e.known,
+                n_hops=1,
+                judgements=(Judgement(positive.id, "positive", 1, utility), *negs),
+            )
+        )
 
     # Two-hop questions go through the person's employer. Only people and companies that are both
     # unknown are asked, so each hop's passage carries half of the needed information (1/n_hops).
-    candidates = [e for e in persons if not e.known and not companies[e.attributes["employer"]].known]
+    candidates = [
+        e for e in persons if not e.known and not companies[e.attributes["employer"]].known
+    ]
     two_hop_attrs = [a for a in ATTRIBUTES if a.two_hop_question]
-    chosen = candidates if all_questions else rng.sample(candidates, min(size.n_two_hop,
-                                                                         len(candidates)))
+    chosen = (
+        candidates
+        if all_questions
+        else rng.sample(candidates, min(size.n_two_hop, len(candidates)))
+    )
     for e in chosen:
         a = rng.choice(two_hop_attrs)
         company = companies[e.attributes["employer"]]
@@ -462,27 +613,50 @@ def _build_world(seed: int, pools: Pools, size: WorldSize, prefix: str, exclude_
         same = [o for o in families.get(_surname(e), []) if o.id != e.id]
         answers = value_aliases(a.pool, company.attributes[a.name])
         # Twice the random negatives of a single-hop question: there are two positives to balance.
-        negs = _negatives(rng, passages, by_entity, answers, relatives=same,
-                          relative_attribute="employer", subject=company, asked=a.name,
-                          avoid={e.id, company.id}, n_random=2 * size.n_random_negatives)
-        questions.append(Question(
-            id=f"{prefix}q{len(questions):05d}", text=a.two_hop_question.format(name=e.name),
-            type="two_hop", attribute=f"employer.{a.name}", entity_id=e.id,
-            answers=answers, known=False, n_hops=2,
-            judgements=(Judgement(hop1.id, "positive", 1, 0.5), Judgement(hop2.id, "positive", 2, 0.5),
-                        *negs)))
+        negs = _negatives(
+            rng,
+            passages,
+            by_entity,
+            answers,
+            relatives=same,
+            relative_attribute="employer",
+            subject=company,
+            asked=a.name,
+            avoid={e.id, company.id},
+            n_random=2 * size.n_random_negatives,
+        )
+        questions.append(
+            Question(
+                id=f"{prefix}q{len(questions):05d}",
+                text=a.two_hop_question.format(name=e.name),
+                type="two_hop",
+                attribute=f"employer.{a.name}",
+                entity_id=e.id,
+                answers=answers,
+                known=False,
+                n_hops=2,
+                judgements=(
+                    Judgement(hop1.id, "positive", 1, 0.5),
+                    Judgement(hop2.id, "positive", 2, 0.5),
+                    *negs,
+                ),
+            )
+        )
     return World(seed=seed, pools=pools, entities=entities, passages=passages, questions=questions)
 
 
-def make_world(seed: int = 0, size: str | WorldSize = "default", pools: Pools | None = None) -> World:
+def make_world(
+    seed: int = 0, size: str | WorldSize = "default", pools: Pools | None = None
+) -> World:
     """Build the evaluation world for ``seed``: entities, corpus, questions and ground truth.
 
     ``size`` is a preset name from :data:`SIZES` or a :class:`WorldSize`. The same seed always
     gives the same world.
     """
     spec = SIZES[size] if isinstance(size, str) else size
-    return _build_world(seed, pools or make_pools(seed), spec, "", set(), all_unknown=False,
-                        all_questions=False)
+    return _build_world(
+        seed, pools or make_pools(seed), spec, "", set(), all_unknown=False, all_questions=False
+    )
 
 
 def make_reading_world(world: World, size: str | WorldSize = "default", draw: int = 0) -> World:
@@ -495,9 +669,15 @@ def make_reading_world(world: World, size: str | WorldSize = "default", draw: in
     cannot memorise reading-world answers and must learn to read them off the context.
     """
     spec = SIZES[size] if isinstance(size, str) else size
-    return _build_world(world.seed, world.pools, spec, f"rc{draw}-",
-                        {e.name for e in world.entities if e.kind == "person"},
-                        all_unknown=True, all_questions=True)
+    return _build_world(
+        world.seed,
+        world.pools,
+        spec,
+        f"rc{draw}-",
+        {e.name for e in world.entities if e.kind == "person"},
+        all_unknown=True,
+        all_questions=True,
+    )
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -517,27 +697,78 @@ def write_world(world: World, out_dir: str | Path) -> Path:
     ``world.json``. Each file is written atomically.
     """
     out = Path(out_dir)
-    _write_lines(out / "corpus.jsonl", _jsonl(
-        {"_id": p.id, "title": p.title, "text": p.text} for p in world.passages))
-    _write_lines(out / "queries.jsonl", _jsonl(
-        {"_id": q.id, "text": q.text} for q in world.questions))
-    _write_lines(out / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore", *(
-        f"{q.id}\t{j.passage_id}\t1" for q in world.questions for j in q.positives)])
-    _write_lines(out / "questions.jsonl", _jsonl(
-        {"_id": q.id, "text": q.text, "type": q.type, "attribute": q.attribute,
-         "entity_id": q.entity_id, "answers": list(q.answers), "known": q.known,
-         "n_hops": q.n_hops} for q in world.questions))
-    _write_lines(out / "utility.jsonl", _jsonl(
-        {"query-id": q.id, "corpus-id": j.passage_id, "role": j.role, "hop": j.hop,
-         "utility": j.utility} for q in world.questions for j in q.judgements))
-    _write_lines(out / "entities.jsonl", _jsonl(
-        {"_id": e.id, "kind": e.kind, "name": e.name, "aliases": list(e.aliases),
-         "attributes": e.attributes, "known": e.known} for e in world.entities))
-    counts = {"entities": len(world.entities), "passages": len(world.passages),
-              "questions": len(world.questions),
-              "single_hop": sum(q.type == "single_hop" for q in world.questions),
-              "two_hop": sum(q.type == "two_hop" for q in world.questions),
-              "known_entities": sum(e.known for e in world.entities)}
-    _write_lines(out / "world.json", [json.dumps(
-        {"schema_version": SCHEMA_VERSION, "seed": world.seed, "counts": counts}, indent=2)])
+    _write_lines(
+        out / "corpus.jsonl",
+        _jsonl({"_id": p.id, "title": p.title, "text": p.text} for p in world.passages),
+    )
+    _write_lines(
+        out / "queries.jsonl", _jsonl({"_id": q.id, "text": q.text} for q in world.questions)
+    )
+    _write_lines(
+        out / "qrels" / "test.tsv",
+        [
+            "query-id\tcorpus-id\tscore",
+            *(f"{q.id}\t{j.passage_id}\t1" for q in world.questions for j in q.positives),
+        ],
+    )
+    _write_lines(
+        out / "questions.jsonl",
+        _jsonl(
+            {
+                "_id": q.id,
+                "text": q.text,
+                "type": q.type,
+                "attribute": q.attribute,
+                "entity_id": q.entity_id,
+                "answers": list(q.answers),
+                "known": q.known,
+                "n_hops": q.n_hops,
+            }
+            for q in world.questions
+        ),
+    )
+    _write_lines(
+        out / "utility.jsonl",
+        _jsonl(
+            {
+                "query-id": q.id,
+                "corpus-id": j.passage_id,
+                "role": j.role,
+                "hop": j.hop,
+                "utility": j.utility,
+            }
+            for q in world.questions
+            for j in q.judgements
+        ),
+    )
+    _write_lines(
+        out / "entities.jsonl",
+        _jsonl(
+            {
+                "_id": e.id,
+                "kind": e.kind,
+                "name": e.name,
+                "aliases": list(e.aliases),
+                "attributes": e.attributes,
+                "known": e.known,
+            }
+            for e in world.entities
+        ),
+    )
+    counts = {
+        "entities": len(world.entities),
+        "passages": len(world.passages),
+        "questions": len(world.questions),
+        "single_hop": sum(q.type == "single_hop" for q in world.questions),
+        "two_hop": sum(q.type == "two_hop" for q in world.questions),
+        "known_entities": sum(e.known for e in world.entities),
+    }
+    _write_lines(
+        out / "world.json",
+        [
+            json.dumps(
+                {"schema_version": SCHEMA_VERSION, "seed": world.seed, "counts": counts}, indent=2
+            )
+        ],
+    )
     return out

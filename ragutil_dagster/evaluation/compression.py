@@ -88,7 +88,11 @@ def ranked_contexts(
     questions = dict(queries.select("query_id", "question").iter_rows())
     texts = dict(passages.select("id", "text").iter_rows())
     ranked = run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id")
-    return questions, {qid: [(doc, texts[doc]) for doc in docs] for qid, docs in ranked.iter_rows() if qid in questions}
+    return questions, {
+        qid: [(doc, texts[doc]) for doc in docs]
+        for qid, docs in ranked.iter_rows()
+        if qid in questions
+    }
 
 
 def split_sentences(text: str) -> list[str]:
@@ -108,7 +112,9 @@ class ContextTokens:
     _empty: int | None = field(default=None, repr=False)
 
     def prompt(self, context: Sequence[Passage]) -> str:
-        return templates.with_context(self.question, [("", text) for _, text in context], self.template)
+        return templates.with_context(
+            self.question, [("", text) for _, text in context], self.template
+        )
 
     def __call__(self, context: Sequence[Passage]) -> int:
         if not context:
@@ -118,19 +124,25 @@ class ContextTokens:
         return max(self.count([self.prompt(context)])[0] - self._empty, 0)
 
 
-def truncate(context: Sequence[Passage], budget: int, tokens: Callable[[Sequence[Passage]], int]) -> list[Passage]:
+def truncate(
+    context: Sequence[Passage], budget: int, tokens: Callable[[Sequence[Passage]], int]
+) -> list[Passage]:
     """The longest prefix of whole words of ``context`` (passages in order, the last one cut)
     within ``budget`` ``tokens``; the context itself when it fits."""
     context = list(context)
     if tokens(context) <= budget:
         return context
-    words = [(index, match.end()) for index, (_, text) in enumerate(context) for match in re.finditer(r"\S+", text)]
+    words = [
+        (index, match.end())
+        for index, (_, text) in enumerate(context)
+        for match in re.finditer(r"\S+", text)
+    ]
 
     def prefix(n: int) -> list[Passage]:
         if n == 0:
             return []
         index, end = words[n - 1]
-        kept = context[:index + 1]
+        kept = context[: index + 1]
         kept[-1] = (kept[-1][0], kept[-1][1][:end])
         return kept
 
@@ -141,13 +153,19 @@ def truncate(context: Sequence[Passage], budget: int, tokens: Callable[[Sequence
     failing = min(failing, len(words) + 1)
     while failing - fitting > 1:
         middle = (fitting + failing) // 2
-        fitting, failing = (middle, failing) if tokens(prefix(middle)) <= budget else (fitting, middle)
+        fitting, failing = (
+            (middle, failing) if tokens(prefix(middle)) <= budget else (fitting, middle)
+        )
     return prefix(fitting)
 
 
 def context_sentences(context: Sequence[Passage]) -> list[tuple[int, str]]:
     """Every sentence of ``context`` as (passage index, sentence), in context order."""
-    return [(index, sentence) for index, (_, text) in enumerate(context) for sentence in split_sentences(text)]
+    return [
+        (index, sentence)
+        for index, (_, text) in enumerate(context)
+        for sentence in split_sentences(text)
+    ]
 
 
 def extract(
@@ -185,11 +203,14 @@ def extract(
     return shown(chosen)
 
 
-def summary_prompt(question: str, context: Sequence[Passage], template: Template | str = "compress_abstractive") -> str:
+def summary_prompt(
+    question: str, context: Sequence[Passage], template: Template | str = "compress_abstractive"
+) -> str:
     """The abstractive compressor's prompt (role ``compression``, by default the built-in
     ``compress_abstractive``) over ``context``."""
     return templates.render(
-        template, question=question,
+        template,
+        question=question,
         reference=templates.format_reference([("", text) for _, text in context]),
     )
 
@@ -227,7 +248,9 @@ def compress_contexts(
         if embed is None:
             raise ValueError("an extractive compressor needs an embedder")
         sentences = {qid: [s for _, s in context_sentences(contexts[qid])] for qid in order}
-        vectors = embed([questions[qid] for qid in order] + [s for qid in order for s in sentences[qid]])
+        vectors = embed(
+            [questions[qid] for qid in order] + [s for qid in order for s in sentences[qid]]
+        )
         start = len(order)
         for position, qid in enumerate(order):
             end = start + len(sentences[qid])
@@ -252,7 +275,8 @@ def compress_contexts(
             "passages": [[text for _, text in shown[qid]] for qid in order],
             "context_tokens_before": [before[qid] for qid in order],
             "context_tokens_after": [
-                before[qid] if shown[qid] == contexts[qid] else counters[qid](shown[qid]) for qid in order
+                before[qid] if shown[qid] == contexts[qid] else counters[qid](shown[qid])
+                for qid in order
             ],
         },
         schema=CONTEXT_SCHEMA,

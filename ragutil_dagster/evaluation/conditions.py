@@ -75,7 +75,9 @@ class PromptBudget:
         """The budget of a generator exposing ``context_length`` and ``count_prompt_tokens``;
         None when its context is unbounded."""
         length = generator.context_length
-        return None if length is None else cls(length - max_new_tokens, generator.count_prompt_tokens)
+        return (
+            None if length is None else cls(length - max_new_tokens, generator.count_prompt_tokens)
+        )
 
     def fits(self, prompt: str) -> bool:
         # Every whitespace-separated word is at least one token (BPE, WordPiece and SentencePiece
@@ -111,7 +113,13 @@ def fit_context_prompt(
 ) -> FittedPrompt:
     """The ``template`` prompt over ``docs`` — (doc_id, title, text) in rank order — fitted to
     ``budget``: drop passages from the end, then cut the last one's text at a word boundary."""
-    return fit_passages(qid, question, docs, lambda passages: templates.with_context(question, passages, template), budget)
+    return fit_passages(
+        qid,
+        question,
+        docs,
+        lambda passages: templates.with_context(question, passages, template),
+        budget,
+    )
 
 
 def fit_passages(
@@ -123,6 +131,7 @@ def fit_passages(
 ) -> FittedPrompt:
     """The prompt ``render_passages`` makes of (title, text) passages, over ``docs`` fitted to
     ``budget`` as :func:`fit_context_prompt` fits them."""
+
     def render(kept: Sequence[tuple[str, str, str]], text: str | None = None) -> str:
         passages = [(title, body) for _, title, body in kept]
         if text is not None:
@@ -190,23 +199,38 @@ def compressed_contexts(contexts: pl.DataFrame | None) -> dict[str, tuple[list[s
     the passages it draws on and the texts its rag prompt shows; empty for an uncompressed one."""
     if contexts is None:
         return {}
-    return {qid: (doc_ids, texts) for qid, doc_ids, texts in contexts.select("query_id", "doc_ids", "passages").iter_rows()}
+    return {
+        qid: (doc_ids, texts)
+        for qid, doc_ids, texts in contexts.select("query_id", "doc_ids", "passages").iter_rows()
+    }
 
 
 def fit_compressed_prompt(
-    qid: str, question: str, shown: tuple[list[str], list[str]], template: templates.Template | str, budget: PromptBudget | None
+    qid: str,
+    question: str,
+    shown: tuple[list[str], list[str]],
+    template: templates.Template | str,
+    budget: PromptBudget | None,
 ) -> FittedPrompt:
     """The ``template`` prompt over a compressed context's texts, fitted to ``budget`` as
     :func:`fit_context_prompt` fits passages; its ``doc_ids`` are the passages the context draws on."""
     doc_ids, texts = shown
-    fitted = fit_context_prompt(qid, question, [(str(i), "", text) for i, text in enumerate(texts)], template, budget)
-    return FittedPrompt(fitted.prompt, list(doc_ids), fitted.passages_dropped, fitted.last_passage_chars)
+    fitted = fit_context_prompt(
+        qid, question, [(str(i), "", text) for i, text in enumerate(texts)], template, budget
+    )
+    return FittedPrompt(
+        fitted.prompt, list(doc_ids), fitted.passages_dropped, fitted.last_passage_chars
+    )
 
 
 def prompt_row(qid: str, condition: str, doc_id: str | None, fitted: FittedPrompt) -> dict:
     return {
-        "query_id": qid, "condition": condition, "doc_id": doc_id, "doc_ids": fitted.doc_ids,
-        "prompt": fitted.prompt, "passages_dropped": fitted.passages_dropped,
+        "query_id": qid,
+        "condition": condition,
+        "doc_id": doc_id,
+        "doc_ids": fitted.doc_ids,
+        "prompt": fitted.prompt,
+        "passages_dropped": fitted.passages_dropped,
         "last_passage_chars": fitted.last_passage_chars,
     }
 
@@ -233,12 +257,22 @@ def consens_prompts(
     rag = context_prompt_table.filter(pl.col("condition") == "rag")
     if prompts.consens is not None:
         for qid, doc_ids in rag.select("query_id", "doc_ids").iter_rows():
-            rows.append(prompt_row(qid, CONSENS_CONDITIONS[0], None,
-                                   fit_context_prompt(qid, questions[qid], [], prompts.consens, budget)))
+            rows.append(
+                prompt_row(
+                    qid,
+                    CONSENS_CONDITIONS[0],
+                    None,
+                    fit_context_prompt(qid, questions[qid], [], prompts.consens, budget),
+                )
+            )
             if qid in compressed:
-                fitted = fit_compressed_prompt(qid, questions[qid], compressed[qid], prompts.consens, budget)
+                fitted = fit_compressed_prompt(
+                    qid, questions[qid], compressed[qid], prompts.consens, budget
+                )
             else:
-                fitted = fit_context_prompt(qid, questions[qid], [passages[d] for d in doc_ids], prompts.consens, budget)
+                fitted = fit_context_prompt(
+                    qid, questions[qid], [passages[d] for d in doc_ids], prompts.consens, budget
+                )
             rows.append(prompt_row(qid, CONSENS_CONDITIONS[1], None, fitted))
     table = pl.DataFrame(rows, schema=PROMPT_SCHEMA)
     if not leave_one_out:
@@ -264,7 +298,9 @@ def leave_out_prompts(
     texts = _passages(corpus)
     questions = dict(queries.select("query_id", "question").iter_rows())
     rows = []
-    for qid, doc_ids, cut in context_prompt_table.select("query_id", "doc_ids", "last_passage_chars").iter_rows():
+    for qid, doc_ids, cut in context_prompt_table.select(
+        "query_id", "doc_ids", "last_passage_chars"
+    ).iter_rows():
         shown = [texts[d] for d in doc_ids]
         if cut is not None:
             doc_id, title, text = shown[-1]
@@ -272,7 +308,7 @@ def leave_out_prompts(
         if len(shown) < 2:
             continue
         for position, doc_id in enumerate(doc_ids):
-            rest = shown[:position] + shown[position + 1:]
+            rest = shown[:position] + shown[position + 1 :]
             fitted = fit_context_prompt(qid, questions[qid], rest, template, budget)
             rows.append(prompt_row(qid, CONSENS_LEAVE_OUT, doc_id, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
@@ -284,7 +320,9 @@ def closed_book_prompts(
     """One closed-book prompt per query; a question over the ``budget`` is an error."""
     texts = [templates.closed_book(q, prompts.closed_book) for q in queries["question"]]
     if budget is not None and texts:
-        for qid, question, tokens in zip(queries["query_id"], queries["question"], budget.count_tokens(texts)):
+        for qid, question, tokens in zip(
+            queries["query_id"], queries["question"], budget.count_tokens(texts)
+        ):
             if tokens > budget.max_tokens:
                 raise _too_long(qid, question, budget)
     return pl.DataFrame(
@@ -303,7 +341,9 @@ def closed_book_prompts(
 
 def queries_without_passages(queries: pl.DataFrame, run: pl.DataFrame) -> list[str]:
     """The queries of ``queries`` that ``run`` shows no passage for, in query order."""
-    return queries.filter(~pl.col("query_id").is_in(run["query_id"].implode()))["query_id"].to_list()
+    return queries.filter(~pl.col("query_id").is_in(run["query_id"].implode()))[
+        "query_id"
+    ].to_list()
 
 
 def context_prompts(
@@ -327,18 +367,29 @@ def context_prompts(
     passages = _passages(corpus)
     compressed = compressed_contexts(contexts)
     ranked = {
-        qid: docs for qid, docs in run.sort("query_id", "rank").group_by("query_id").agg(pl.col("doc_id")).iter_rows()
+        qid: docs
+        for qid, docs in run.sort("query_id", "rank")
+        .group_by("query_id")
+        .agg(pl.col("doc_id"))
+        .iter_rows()
     }
     positives = oracle_contexts(qrels, queries, prompts.oracle)
     without = queries_without_passages(queries, run)
     if without and not empty_retrieval:
         raise ValueError(f"query {without[0]!r} has no retrieved passage in the run")
-    closed_book = closed_book_prompts(queries.filter(pl.col("query_id").is_in(without)), prompts, budget)
-    closed_book_rag = {row["query_id"]: row for row in closed_book.with_columns(pl.lit("rag").alias("condition")).to_dicts()}
+    closed_book = closed_book_prompts(
+        queries.filter(pl.col("query_id").is_in(without)), prompts, budget
+    )
+    closed_book_rag = {
+        row["query_id"]: row
+        for row in closed_book.with_columns(pl.lit("rag").alias("condition")).to_dicts()
+    }
     rows: list[dict] = []
 
     def add(qid: str, condition: str, doc_id: str | None, docs: list[str], question: str) -> None:
-        fitted = fit_context_prompt(qid, question, [passages[d] for d in docs], prompts.with_context, budget)
+        fitted = fit_context_prompt(
+            qid, question, [passages[d] for d in docs], prompts.with_context, budget
+        )
         rows.append(prompt_row(qid, condition, doc_id, fitted))
 
     for qid, question in queries.select("query_id", "question").iter_rows():
@@ -346,8 +397,16 @@ def context_prompts(
         if qid in closed_book_rag:
             rows.append(closed_book_rag[qid])
         elif qid in compressed:
-            rows.append(prompt_row(qid, "rag", None, fit_compressed_prompt(
-                qid, question, compressed[qid], prompts.with_context, budget)))
+            rows.append(
+                prompt_row(
+                    qid,
+                    "rag",
+                    None,
+                    fit_compressed_prompt(
+                        qid, question, compressed[qid], prompts.with_context, budget
+                    ),
+                )
+            )
         else:
             add(qid, "rag", None, docs, question)
         for doc in docs:
@@ -357,7 +416,9 @@ def context_prompts(
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
 
-def empty_retrieval_samples(closed_book_samples: pl.DataFrame, query_ids: Sequence[str]) -> pl.DataFrame:
+def empty_retrieval_samples(
+    closed_book_samples: pl.DataFrame, query_ids: Sequence[str]
+) -> pl.DataFrame:
     """The ``rag`` samples of queries the retriever returned nothing for: their closed-book
     samples, relabelled. Their rag prompt is the closed-book prompt (:func:`context_prompts`), so
     these are its samples, not drawn again — SePer(q, ∅) on both sides of eq. 11: ΔSePer is
@@ -379,7 +440,12 @@ def validity_prompts(
     texts = _passages(corpus)
     questions = dict(queries.select("query_id", "question").iter_rows())
     rows = [
-        prompt_row(qid, VALIDITY_CONDITION, doc, fit_context_prompt(qid, questions[qid], [texts[doc]], prompts.with_context, budget))
+        prompt_row(
+            qid,
+            VALIDITY_CONDITION,
+            doc,
+            fit_context_prompt(qid, questions[qid], [texts[doc]], prompts.with_context, budget),
+        )
         for qid, doc in passages.select("query_id", "doc_id").iter_rows()
     ]
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
@@ -401,8 +467,15 @@ def consens_passage_prompts(
     texts = _passages(corpus)
     questions = dict(queries.select("query_id", "question").iter_rows())
     rows = []
-    for qid, docs in alone_prompts.group_by("query_id", maintain_order=True).agg("doc_id").iter_rows():
-        for condition, doc, shown in ((CONSENS_CONDITIONS[0], None, []), *((CONSENS_PASSAGE, d, [d]) for d in docs)):
-            fitted = fit_context_prompt(qid, questions[qid], [texts[d] for d in shown], prompts.consens, budget)
+    for qid, docs in (
+        alone_prompts.group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
+    ):
+        for condition, doc, shown in (
+            (CONSENS_CONDITIONS[0], None, []),
+            *((CONSENS_PASSAGE, d, [d]) for d in docs),
+        ):
+            fitted = fit_context_prompt(
+                qid, questions[qid], [texts[d] for d in shown], prompts.consens, budget
+            )
             rows.append(prompt_row(qid, condition, doc, fitted))
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)

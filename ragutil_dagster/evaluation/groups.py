@@ -40,7 +40,9 @@ def answer_token_logprobs() -> pl.Expr:
     return pl.when(ended).then(logprobs.list.slice(0, logprobs.list.len() - 1)).otherwise(logprobs)
 
 
-def _groups(generations: pl.DataFrame, queries: pl.DataFrame) -> tuple[list[tuple], list[SePerInput]]:
+def _groups(
+    generations: pl.DataFrame, queries: pl.DataFrame
+) -> tuple[list[tuple], list[SePerInput]]:
     """The SePer input of every (query, condition, doc) group, samples in index order."""
     golds = dict(queries.select("query_id", "answers").iter_rows())
     questions = dict(queries.select("query_id", "question").iter_rows())
@@ -67,17 +69,24 @@ def judged_answers(generations: pl.DataFrame, condition: str) -> dict[str, str]:
     rows = generations.filter(pl.col("condition") == condition)
     greedy = rows.filter(pl.col("decoding") == DECODING_GREEDY)
     if greedy.height:
-        return dict(greedy.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows())
+        return dict(
+            greedy.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows()
+        )
     ranked = rows.with_columns(answer_token_logprobs().list.mean().alias("_mean_logprob")).sort(
         ["query_id", "_mean_logprob", "sample_index"], descending=[False, True, False]
     )
-    return dict(ranked.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows())
+    return dict(
+        ranked.group_by("query_id", maintain_order=True).agg(pl.col("text").first()).iter_rows()
+    )
 
 
 def _greedy_answers(generations: pl.DataFrame) -> dict[tuple, str]:
     """The greedy answer of every (query, condition, doc) prompt that has one."""
     greedy = generations.filter(pl.col("decoding") == DECODING_GREEDY)
-    return {(qid, condition, doc_id): text for qid, condition, doc_id, text in greedy.select(*GROUP_KEYS, "text").iter_rows()}
+    return {
+        (qid, condition, doc_id): text
+        for qid, condition, doc_id, text in greedy.select(*GROUP_KEYS, "text").iter_rows()
+    }
 
 
 def compute_nli(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> pl.DataFrame:
@@ -104,25 +113,33 @@ def table_entail(nli: pl.DataFrame) -> EntailFn:
     """An ``entail`` that looks pairs up in a precomputed NLI table (no model call)."""
     table = {
         (p, h): np.array(row)
-        for p, h, *row in nli.select("premise", "hypothesis", "p_contradiction", "p_neutral", "p_entailment").iter_rows()
+        for p, h, *row in nli.select(
+            "premise", "hypothesis", "p_contradiction", "p_neutral", "p_entailment"
+        ).iter_rows()
     }
 
     def entail(premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         try:
-            return np.array([table[(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+            return np.array([table[(p, h)] for p, h in zip(premises, hypotheses)]).reshape(
+                len(premises), 3
+            )
         except KeyError as err:
             raise KeyError(f"NLI pair missing from the entailment table: {err.args[0]!r}") from None
 
     return entail
 
 
-def soft_seper(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, SePerResult]:
+def soft_seper(
+    generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn
+) -> dict[tuple, SePerResult]:
     """SePer_S of every (query_id, condition, doc_id) group of samples."""
     keys, items = _groups(generations, queries)
     return dict(zip(keys, seper_batch(items, entail, kernel="soft")))
 
 
-def seper_standard_errors(generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn) -> dict[tuple, float]:
+def seper_standard_errors(
+    generations: pl.DataFrame, queries: pl.DataFrame, entail: EntailFn
+) -> dict[tuple, float]:
     """The standard error of SePer_S of every (query_id, condition, doc_id) group of samples
     (:func:`~ragutil_dagster.metrics.seper.seper_standard_error`): adaptive sampling's stop rule
     reads it between rounds."""
@@ -132,7 +149,9 @@ def seper_standard_errors(generations: pl.DataFrame, queries: pl.DataFrame, enta
     }
 
 
-def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
+def cluster_table(
+    generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame
+) -> pl.DataFrame:
     """Semantic cluster and SePer weight of every sample (bidirectional strict entailment)."""
     keys, items = _groups(generations, queries)
     results = seper_batch(items, table_entail(nli))
@@ -141,12 +160,20 @@ def cluster_table(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.Data
         for (qid, condition, doc_id), result in zip(keys, results)
         for index, (cluster, weight) in enumerate(zip(result.cluster_ids, result.weights))
     ]
-    schema = {"query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
-              "sample_index": pl.Int32, "cluster_id": pl.Int32, "weight": pl.Float64}
+    schema = {
+        "query_id": pl.String,
+        "condition": pl.String,
+        "doc_id": pl.String,
+        "sample_index": pl.Int32,
+        "cluster_id": pl.Int32,
+        "weight": pl.Float64,
+    }
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def group_scores(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame) -> pl.DataFrame:
+def group_scores(
+    generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataFrame
+) -> pl.DataFrame:
     """Per (query, condition, doc): SePer_S, SePer_H, semantic entropy, mean EM / F1 /
     has_answer over the samples, and the judged answer (greedy, else the most likely sample)
     with its correctness."""
@@ -162,7 +189,12 @@ def group_scores(generations: pl.DataFrame, queries: pl.DataFrame, nli: pl.DataF
         mean_logprobs = [float(np.mean(lp)) for lp in item.token_logprobs]
         rows.append(
             (
-                qid, condition, doc_id, s.score, h.score, s.semantic_entropy,
+                qid,
+                condition,
+                doc_id,
+                s.score,
+                h.score,
+                s.semantic_entropy,
                 int(s.cluster_ids.max()) + 1,
                 float(np.mean([answer_metrics.exact_match(r, golds) for r in item.responses])),
                 float(np.mean([answer_metrics.f1(r, golds) for r in item.responses])),

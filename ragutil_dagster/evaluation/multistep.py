@@ -52,14 +52,23 @@ def written_query(text: str, question: str) -> str:
     return lines[0] if lines else question
 
 
-def next_query_prompt(qid: str, question: str, context: Sequence[tuple[str, str]], budget: PromptBudget | None,
-                      template: templates.Template | str = "multistep_next_query") -> str:
+def next_query_prompt(
+    qid: str,
+    question: str,
+    context: Sequence[tuple[str, str]],
+    budget: PromptBudget | None,
+    template: templates.Template | str = "multistep_next_query",
+) -> str:
     """The writer's prompt (``template``) over ``context`` ((doc_id, text) gathered so far), fitted
     to ``budget`` as a rag prompt is (later passages dropped first, then the last one cut)."""
     docs = [(doc, "", text) for doc, text in context]
     return fit_passages(
-        qid, question, docs,
-        lambda passages: templates.render(template, question=question, reference=templates.format_reference(passages)),
+        qid,
+        question,
+        docs,
+        lambda passages: templates.render(
+            template, question=question, reference=templates.format_reference(passages)
+        ),
         budget,
     ).prompt
 
@@ -103,10 +112,19 @@ def run_rounds(
     for step in range(2, steps + 1):
         order = list(questions)
         prompts = [
-            next_query_prompt(qid, questions[qid], [(doc, texts(doc)) for doc, _ in contexts[qid]], budget, template)
+            next_query_prompt(
+                qid,
+                questions[qid],
+                [(doc, texts(doc)) for doc, _ in contexts[qid]],
+                budget,
+                template,
+            )
             for qid in order
         ]
-        written = {qid: written_query(text, questions[qid]) for qid, text in zip(order, write(prompts), strict=True)}
+        written = {
+            qid: written_query(text, questions[qid])
+            for qid, text in zip(order, write(prompts), strict=True)
+        }
         found = search(written)
         for qid in order:
             before = len(contexts[qid])
@@ -116,10 +134,16 @@ def run_rounds(
 
 
 ROUND_TABLE_SCHEMA = {
-    "step": pl.Int64, "queries": pl.Int64,
-    "delta_seper_s": pl.Float64, "delta_seper_s_low": pl.Float64, "delta_seper_s_high": pl.Float64,
-    "gain_s": pl.Float64, "gain_s_low": pl.Float64, "gain_s_high": pl.Float64,
-    "delta_seper_h": pl.Float64, "gain_h": pl.Float64,
+    "step": pl.Int64,
+    "queries": pl.Int64,
+    "delta_seper_s": pl.Float64,
+    "delta_seper_s_low": pl.Float64,
+    "delta_seper_s_high": pl.Float64,
+    "gain_s": pl.Float64,
+    "gain_s_low": pl.Float64,
+    "gain_s_high": pl.Float64,
+    "delta_seper_h": pl.Float64,
+    "gain_h": pl.Float64,
     "context_tokens": pl.Float64,
 }
 
@@ -137,15 +161,26 @@ def round_gains(per_round: Sequence[pl.DataFrame], seed: int = 0) -> pl.DataFram
         interval = bootstrap_mean_ci(values, seed=seed) if values.size >= 2 else None
         row.update(
             delta_seper_s=float(values.mean()) if values.size else None,
-            delta_seper_s_low=interval.low if interval else None, delta_seper_s_high=interval.high if interval else None,
+            delta_seper_s_low=interval.low if interval else None,
+            delta_seper_s_high=interval.high if interval else None,
             delta_seper_h=_mean(scores["delta_seper_h"]),
-            context_tokens=_mean(scores["context_tokens_after"]) if "context_tokens_after" in scores.columns else None,
+            context_tokens=_mean(scores["context_tokens_after"])
+            if "context_tokens_after" in scores.columns
+            else None,
         )
         if step > 1:
-            row.update(_gain(per_round[step - 2], scores, "delta_seper_s", seed, with_interval=True))
-            row.update(_gain(per_round[step - 2], scores, "delta_seper_h", seed, with_interval=False))
+            row.update(
+                _gain(per_round[step - 2], scores, "delta_seper_s", seed, with_interval=True)
+            )
+            row.update(
+                _gain(per_round[step - 2], scores, "delta_seper_h", seed, with_interval=False)
+            )
         rows.append(row)
-    return pl.DataFrame(rows, schema=ROUND_TABLE_SCHEMA, orient="row") if rows else pl.DataFrame(schema=ROUND_TABLE_SCHEMA)
+    return (
+        pl.DataFrame(rows, schema=ROUND_TABLE_SCHEMA, orient="row")
+        if rows
+        else pl.DataFrame(schema=ROUND_TABLE_SCHEMA)
+    )
 
 
 def _mean(column: pl.Series) -> float | None:
@@ -153,7 +188,9 @@ def _mean(column: pl.Series) -> float | None:
     return float(values.mean()) if values.len() else None
 
 
-def _gain(before: pl.DataFrame, after: pl.DataFrame, column: str, seed: int, with_interval: bool) -> dict[str, float | None]:
+def _gain(
+    before: pl.DataFrame, after: pl.DataFrame, column: str, seed: int, with_interval: bool
+) -> dict[str, float | None]:
     kernel = column.removeprefix("delta_seper_")
     joined = (
         after.select("query_id", pl.col(column).alias("after"))
@@ -161,9 +198,15 @@ def _gain(before: pl.DataFrame, after: pl.DataFrame, column: str, seed: int, wit
         .drop_nulls()
     )
     after_values, before_values = joined["after"].to_numpy(), joined["before"].to_numpy()
-    gain: dict[str, float | None] = {f"gain_{kernel}": float(np.mean(after_values - before_values)) if joined.height else None}
+    gain: dict[str, float | None] = {
+        f"gain_{kernel}": float(np.mean(after_values - before_values)) if joined.height else None
+    }
     if with_interval:
-        interval = bootstrap_paired_diff_ci(after_values, before_values, seed=seed) if joined.height >= 2 else None
+        interval = (
+            bootstrap_paired_diff_ci(after_values, before_values, seed=seed)
+            if joined.height >= 2
+            else None
+        )
         gain[f"gain_{kernel}_low"] = interval.low if interval else None
         gain[f"gain_{kernel}_high"] = interval.high if interval else None
     return gain

@@ -10,7 +10,11 @@ from ragutil_dagster.evaluation.utility_scores import gold_utility
 from ragutil_dagster.metrics import consens as consens_metrics
 from ragutil_dagster.metrics.erag import BINARY_DOWNSTREAM_METRICS, DOWNSTREAM_METRICS, erag_labels
 from ragutil_dagster.metrics.seper import delta_seper
-from ragutil_dagster.tables import QA_QUERY_OPTIONAL_SCHEMA, QUERY_CONDITION_COLUMNS, QUERY_CONDITIONS
+from ragutil_dagster.tables import (
+    QA_QUERY_OPTIONAL_SCHEMA,
+    QUERY_CONDITION_COLUMNS,
+    QUERY_CONDITIONS,
+)
 
 
 def _condition(groups: pl.DataFrame, condition: str) -> pl.DataFrame:
@@ -26,11 +30,14 @@ def _condition(groups: pl.DataFrame, condition: str) -> pl.DataFrame:
 # The documents table's eRAG label column of each downstream metric (eRAG eq. 1): EM, the
 # paper's metric for QA, in ``erag_label``; each other metric in ``erag_label_<metric>``.
 ERAG_LABEL_COLUMNS: dict[str, str] = {
-    metric: "erag_label" if metric == "exact_match" else f"erag_label_{metric}" for metric in DOWNSTREAM_METRICS
+    metric: "erag_label" if metric == "exact_match" else f"erag_label_{metric}"
+    for metric in DOWNSTREAM_METRICS
 }
 
 
-def erag_label_table(groups: pl.DataFrame, queries: pl.DataFrame, condition: str = "per_doc") -> pl.DataFrame:
+def erag_label_table(
+    groups: pl.DataFrame, queries: pl.DataFrame, condition: str = "per_doc"
+) -> pl.DataFrame:
     """eRAG's label of every document judged alone (eq. 1, through
     :func:`~ragutil_dagster.metrics.erag.erag_labels`): the judged answer of its ``condition``
     group scored against the query's gold answers by each downstream metric, one column per
@@ -45,7 +52,9 @@ def erag_label_table(groups: pl.DataFrame, queries: pl.DataFrame, condition: str
     for metric, column in ERAG_LABEL_COLUMNS.items():
         labels = erag_labels(outputs, golds, DOWNSTREAM_METRICS[metric])
         dtype = pl.Int32 if metric in BINARY_DOWNSTREAM_METRICS else pl.Float64
-        columns.append(pl.Series(column, [labels[qid][doc_id] for qid, doc_id in keys.iter_rows()]).cast(dtype))
+        columns.append(
+            pl.Series(column, [labels[qid][doc_id] for qid, doc_id in keys.iter_rows()]).cast(dtype)
+        )
     return keys.with_columns(columns)
 
 
@@ -66,7 +75,9 @@ def document_scores(
     table = passage_scores(groups, queries, retrieved, "per_doc", utility_signals, ground_truth)
     if leave_one_out is not None:
         table = table.join(
-            leave_one_out.rename({"attribution": "consens_attribution"}), on=["query_id", "doc_id"], how="left"
+            leave_one_out.rename({"attribution": "consens_attribution"}),
+            on=["query_id", "doc_id"],
+            how="left",
         )
     return table.sort("query_id", "rank")
 
@@ -77,7 +88,9 @@ def leave_one_out_hits(documents: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataF
     one (qrels relevance > 0) and another — the paper keeps the retrieval hits only. Per query,
     in rank order: ``consens_without``, ``consens_attribution`` and ``relevant`` as lists, and
     ``consens_loo_lowest`` (:func:`~ragutil_dagster.metrics.consens.removal_lowest`)."""
-    positives = qrels.filter(pl.col("relevance") > 0).select("query_id", "doc_id", pl.lit(True).alias("relevant"))
+    positives = qrels.filter(pl.col("relevance") > 0).select(
+        "query_id", "doc_id", pl.lit(True).alias("relevant")
+    )
     scored = (
         documents.filter(pl.col("consens_without").is_not_null())
         .join(positives, on=["query_id", "doc_id"], how="left")
@@ -87,7 +100,10 @@ def leave_one_out_hits(documents: pl.DataFrame, qrels: pl.DataFrame) -> pl.DataF
         .agg("consens_without", "consens_attribution", "relevant")
         .filter(pl.col("relevant").list.any() & ~pl.col("relevant").list.all())
     )
-    lowest = [consens_metrics.removal_lowest(v, r) for v, r in scored.select("consens_without", "relevant").iter_rows()]
+    lowest = [
+        consens_metrics.removal_lowest(v, r)
+        for v, r in scored.select("consens_without", "relevant").iter_rows()
+    ]
     return scored.with_columns(pl.Series("consens_loo_lowest", lowest, dtype=pl.Float64))
 
 
@@ -122,7 +138,10 @@ def passage_scores(
             gold_utility(),
         )
         .select(
-            *passages.columns, "delta_seper_s", "delta_seper_h", *ERAG_LABEL_COLUMNS.values(),
+            *passages.columns,
+            "delta_seper_s",
+            "delta_seper_h",
+            *ERAG_LABEL_COLUMNS.values(),
             "gold_utility",
         )
     )
@@ -136,7 +155,8 @@ def passage_scores(
     if ground_truth is not None:
         table = table.join(
             ground_truth.select("query_id", "doc_id", pl.col("utility").alias("true_utility")),
-            on=["query_id", "doc_id"], how="left",
+            on=["query_id", "doc_id"],
+            how="left",
         )  # null: a passage the ground truth does not judge
     return table
 
@@ -158,8 +178,11 @@ def query_scores(
         .join(_condition(groups, "closed_book"), on="query_id", how="left")
         .join(_condition(groups, "rag"), on="query_id", how="left")
         .join(
-            groups.filter(pl.col("condition") == "oracle").select("query_id", pl.col("answer_loose").alias("answer_loose_oracle")),
-            on="query_id", how="left",
+            groups.filter(pl.col("condition") == "oracle").select(
+                "query_id", pl.col("answer_loose").alias("answer_loose_oracle")
+            ),
+            on="query_id",
+            how="left",
         )
         .with_columns(
             delta_seper(pl.col("seper_s_rag"), pl.col("seper_s_closed")).alias("delta_seper_s"),
@@ -169,9 +192,13 @@ def query_scores(
     if consens is not None:
         table = table.join(consens, on="query_id", how="left")
     if leave_one_out is not None:
-        table = table.join(leave_one_out.select("query_id", "consens_loo_lowest"), on="query_id", how="left")
+        table = table.join(
+            leave_one_out.select("query_id", "consens_loo_lowest"), on="query_id", how="left"
+        )
     if contexts is not None:
         table = table.join(
-            contexts.select("query_id", "context_tokens_before", "context_tokens_after"), on="query_id", how="left"
+            contexts.select("query_id", "context_tokens_before", "context_tokens_after"),
+            on="query_id",
+            how="left",
         )
     return table.sort("query_id")

@@ -45,12 +45,18 @@ from ragutil_dagster.tables import (
 
 # eRAG Table 1's measure names → pytrec_eval measures at cut-off k (the list is already cut at k).
 LIST_MEASURES: dict[str, str] = {
-    "P": "P_{k}", "R": "recall_{k}", "MAP": "map_cut_{k}", "MRR": "recip_rank",
-    "NDCG": "ndcg_cut_{k}", "Hit": "success_{k}",
+    "P": "P_{k}",
+    "R": "recall_{k}",
+    "MAP": "map_cut_{k}",
+    "MRR": "recip_rank",
+    "NDCG": "ndcg_cut_{k}",
+    "Hit": "success_{k}",
 }
 # Approaches whose per-document labels are integers, each from its column of the labelled documents.
 LABELLED_APPROACHES: dict[str, str] = {
-    "erag": "erag_label", "erag_has_answer": "erag_label_has_answer", "provenance": "relevance",
+    "erag": "erag_label",
+    "erag_has_answer": "erag_label_has_answer",
+    "provenance": "relevance",
     "answers": "contains_answer",
     "gold_utility": "gold_utility",
 }
@@ -58,7 +64,9 @@ LABELLED_APPROACHES: dict[str, str] = {
 TARGETS: dict[str, str] = {"em": "em_rag", "has_answer": "has_answer_rag"}
 
 
-def answer_containment(documents: pl.DataFrame, passages: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
+def answer_containment(
+    documents: pl.DataFrame, passages: pl.DataFrame, queries: pl.DataFrame
+) -> pl.DataFrame:
     """Per retrieved document: does its passage text contain a gold answer of the query (DPR
     ``has_answer``)? The labels of eRAG Table 1's "Containing the Answer" (``ANSWER_CONTAINMENT_SCHEMA``).
 
@@ -92,9 +100,13 @@ def labelled_documents(
     missing = top.join(containment, on=["query_id", "doc_id"], how="anti")
     if missing.height:
         row = missing.row(0, named=True)
-        raise ValueError(f"query {row['query_id']!r}, document {row['doc_id']!r}: no answer-containment label")
+        raise ValueError(
+            f"query {row['query_id']!r}, document {row['doc_id']!r}: no answer-containment label"
+        )
     return (
-        top.join(qrels.select("query_id", "doc_id", "relevance"), on=["query_id", "doc_id"], how="left")
+        top.join(
+            qrels.select("query_id", "doc_id", "relevance"), on=["query_id", "doc_id"], how="left"
+        )
         .join(containment, on=["query_id", "doc_id"], how="left")
         .with_columns(
             pl.col("relevance").fill_null(0).cast(pl.Int64),
@@ -115,7 +127,12 @@ def _rows(approach: str, measure: str, k: int, values: Mapping[str, float | None
 def _list_predictors(labelled: pl.DataFrame, query_ids: Iterable[str], k: int) -> list[tuple]:
     """Rows of every ranked-list approach; queries without a retrieved document score 0."""
     query_ids = list(query_ids)
-    ranked = {qid: docs for qid, docs in labelled.group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
+    ranked = {
+        qid: docs
+        for qid, docs in labelled.group_by("query_id", maintain_order=True)
+        .agg("doc_id")
+        .iter_rows()
+    }
     pytrec = {name: template.format(k=k) for name, template in LIST_MEASURES.items()}
     rows: list[tuple] = []
     for approach, column in LABELLED_APPROACHES.items():
@@ -133,14 +150,23 @@ def _list_predictors(labelled: pl.DataFrame, query_ids: Iterable[str], k: int) -
     lists = {qid: ranked.get(qid, []) for qid in query_ids}
     scores = erag_scores(lists, utility, [f"P_{k}", f"success_{k}"]).per_query
     rows += _rows("delta_seper_s_per_doc", "P", k, {q: scores[q][f"P_{k}"] for q in query_ids})
-    rows += _rows("delta_seper_s_per_doc", "Hit", k, {q: scores[q][f"success_{k}"] for q in query_ids})
-    ndcg = {q: graded_ndcg([max(utility[q][d], 0.0) for d in lists[q]], k) if lists[q] else 0.0 for q in query_ids}
+    rows += _rows(
+        "delta_seper_s_per_doc", "Hit", k, {q: scores[q][f"success_{k}"] for q in query_ids}
+    )
+    ndcg = {
+        q: graded_ndcg([max(utility[q][d], 0.0) for d in lists[q]], k) if lists[q] else 0.0
+        for q in query_ids
+    }
     rows += _rows("delta_seper_s_per_doc", "NDCG", k, ndcg)
     return rows
 
 
 def predictor_table(
-    per_query: pl.DataFrame, documents: pl.DataFrame, qrels: pl.DataFrame, containment: pl.DataFrame, k: int
+    per_query: pl.DataFrame,
+    documents: pl.DataFrame,
+    qrels: pl.DataFrame,
+    containment: pl.DataFrame,
+    k: int,
 ) -> pl.DataFrame:
     """Every approach's per-query score at cut-off k (``PREDICTOR_SCHEMA``: one row per query ×
     approach × measure), for the queries of ``per_query`` (the per-query table of
@@ -149,12 +175,15 @@ def predictor_table(
     that of :func:`answer_containment`."""
     query_ids = per_query["query_id"].to_list()
     rows = _list_predictors(labelled_documents(documents, qrels, containment, k), query_ids, k)
-    rows += _rows("delta_seper_s", "query", k, dict(per_query.select("query_id", "delta_seper_s").iter_rows()))
+    rows += _rows(
+        "delta_seper_s", "query", k, dict(per_query.select("query_id", "delta_seper_s").iter_rows())
+    )
     if "answer_loose_oracle" in per_query.columns:
         acceptable = per_query.select(
             "query_id",
-            pl.when(pl.col("answer_loose_oracle").is_not_null())
-            .then((pl.col("answer_loose_oracle") & pl.col("answer_loose_rag")).cast(pl.Float64)),
+            pl.when(pl.col("answer_loose_oracle").is_not_null()).then(
+                (pl.col("answer_loose_oracle") & pl.col("answer_loose_rag")).cast(pl.Float64)
+            ),
         )
         rows += _rows("mirage_context_acceptability", "CA", k, dict(acceptable.iter_rows()))
     return pl.DataFrame(rows, schema=PREDICTOR_SCHEMA, orient="row")
@@ -174,7 +203,9 @@ def correlation_table(
     # Measures often agree query by query (at k = 1 every list measure is the label itself):
     # identical value pairs get the identical cell, computed once.
     cells: dict[bytes, RankCorrelation] = {}
-    for (approach, measure, k), part in joined.group_by("approach", "measure", "k", maintain_order=True):
+    for (approach, measure, k), part in joined.group_by(
+        "approach", "measure", "k", maintain_order=True
+    ):
         for target in TARGETS:
             pairs = part.select("value", target).drop_nulls()
             x, y = pairs["value"].to_numpy(), pairs[target].to_numpy()
@@ -182,8 +213,23 @@ def correlation_table(
             if key not in cells:
                 cells[key] = rank_correlation(x, y, n_resamples=n_resamples, seed=seed)
             cell = cells[key]
-            rows.append((approach, measure, target, k, cell.tau, cell.tau_low, cell.tau_high, cell.rho,
-                         cell.rho_low, cell.rho_high, cell.n, cell.resamples, cell.undefined))
+            rows.append(
+                (
+                    approach,
+                    measure,
+                    target,
+                    k,
+                    cell.tau,
+                    cell.tau_low,
+                    cell.tau_high,
+                    cell.rho,
+                    cell.rho_low,
+                    cell.rho_high,
+                    cell.n,
+                    cell.resamples,
+                    cell.undefined,
+                )
+            )
     return pl.DataFrame(rows, schema=RETRIEVAL_CORRELATION_SCHEMA, orient="row")
 
 
@@ -198,12 +244,16 @@ def retrieval_predictors_table(
 ) -> pl.DataFrame:
     """eRAG Table 1 for one setting × generator: every approach's correlation with the rag
     condition's EM and has_answer over queries, at the setting's k."""
-    return correlation_table(predictor_table(per_query, documents, qrels, containment, k), per_query, n_resamples, seed)
+    return correlation_table(
+        predictor_table(per_query, documents, qrels, containment, k), per_query, n_resamples, seed
+    )
 
 
 def _with_interval(value: str, low: str, high: str) -> pl.Expr:
-    return pl.when(pl.col(value).is_null()).then(pl.lit("—")).otherwise(
-        pl.format("{} [{}, {}]", *(pl.col(c).round(2) for c in (value, low, high)))
+    return (
+        pl.when(pl.col(value).is_null())
+        .then(pl.lit("—"))
+        .otherwise(pl.format("{} [{}, {}]", *(pl.col(c).round(2) for c in (value, low, high))))
     )
 
 
@@ -212,10 +262,12 @@ def table_one(correlations: pl.DataFrame, target: str = "em") -> pl.DataFrame:
     their bootstrap intervals against ``target``, the queries they are over, and why a cell is
     undefined."""
     return correlations.filter(pl.col("target") == target).select(
-        "approach", "measure",
+        "approach",
+        "measure",
         _with_interval("kendall_tau", "tau_ci_low", "tau_ci_high").alias("Kendall τ [95% CI]"),
         _with_interval("spearman_rho", "rho_ci_low", "rho_ci_high").alias("Spearman ρ [95% CI]"),
-        pl.col("n_queries").alias("n"), "undefined",
+        pl.col("n_queries").alias("n"),
+        "undefined",
     )
 
 
@@ -229,6 +281,12 @@ def figure_one(correlations: pl.DataFrame, target: str = "em") -> pl.DataFrame:
         correlations.filter(pl.col("target") == target)
         .sort("k")
         .with_columns(pl.format("τ k={}", "k").alias("cell"))
-        .pivot("cell", index=keys, values="kendall_tau", aggregate_function="first", maintain_order=True)
+        .pivot(
+            "cell",
+            index=keys,
+            values="kendall_tau",
+            aggregate_function="first",
+            maintain_order=True,
+        )
         .sort(keys)
     )

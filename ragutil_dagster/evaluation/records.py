@@ -20,26 +20,33 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
 from ragutil_dagster.data.records import Records
-from ragutil_dagster.evaluation.compression import compress_contexts, context_token_count, ranked_contexts
+from ragutil_dagster.evaluation.compression import (
+    compress_contexts,
+    context_token_count,
+    ranked_contexts,
+)
 from ragutil_dagster.evaluation.conditions import (
     PromptBudget,
     closed_book_prompts,
     consens_prompts,
     context_prompts,
 )
-from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.groups import compute_nli, group_scores
 from ragutil_dagster.evaluation.paper_scores import (
     ERAG_LABEL_COLUMNS,
     document_scores,
     query_scores,
 )
+from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.tables import QRELS_SCHEMA, QUERY_CONDITIONS
 
 # A condition's column suffix → its name in a record's result: with the record's contexts, or none.
-RECORD_CONDITIONS = {QUERY_CONDITIONS["rag"]: "with_context", QUERY_CONDITIONS["closed_book"]: "without_context"}
+RECORD_CONDITIONS = {
+    QUERY_CONDITIONS["rag"]: "with_context",
+    QUERY_CONDITIONS["closed_book"]: "without_context",
+}
 
 
 def record_key(column: str) -> str:
@@ -67,19 +74,34 @@ def score_records(
     )
     prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
     samples, _ = sample_prompts_by_config(
-        prompt_table, generator, generator_spec.name, experiment.sampling, experiment.seed, records.queries, entail
-    )
-    scored_prompts = pl.concat([
         prompt_table,
-        consens_prompts(
-            records.queries, with_context, records.corpus, prompts, budget, experiment.consens.leave_one_out
-        ),
-    ])
+        generator,
+        generator_spec.name,
+        experiment.sampling,
+        experiment.seed,
+        records.queries,
+        entail,
+    )
+    scored_prompts = pl.concat(
+        [
+            prompt_table,
+            consens_prompts(
+                records.queries,
+                with_context,
+                records.corpus,
+                prompts,
+                budget,
+                experiment.consens.leave_one_out,
+            ),
+        ]
+    )
     nli = compute_nli(samples, records.queries, entail)
     groups = group_scores(samples, records.queries, nli)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
     questions, contexts = ranked_contexts(records.queries, records.corpus, records.run)
-    counted = compress_contexts(questions, contexts, None, context_token_count(generator)[0], prompts.with_context)
+    counted = compress_contexts(
+        questions, contexts, None, context_token_count(generator)[0], prompts.with_context
+    )
     queries = query_scores(groups, records.queries, consens.per_query, contexts=counted)
     documents = document_scores(groups, records.queries, records.run)
     metrics = [name for name in catalog.per_query_means() if name in queries.columns]
@@ -88,13 +110,18 @@ def score_records(
     attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     alone = {
         (qid, doc): answer
-        for qid, doc, answer in groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer").iter_rows()
+        for qid, doc, answer in groups.filter(pl.col("condition") == "per_doc")
+        .select("query_id", "doc_id", "answer")
+        .iter_rows()
     }
     per_context: dict[str, list[dict[str, Any]]] = {}
     for row in documents.sort("query_id", "rank").iter_rows(named=True):
         scores = {
-            "id": row["doc_id"], "rank": row["rank"], **{name: row[name] for name in document_metrics},
-            "answer": alone[(row["query_id"], row["doc_id"])], "has_answer": bool(row[ERAG_LABEL_COLUMNS["has_answer"]]),
+            "id": row["doc_id"],
+            "rank": row["rank"],
+            **{name: row[name] for name in document_metrics},
+            "answer": alone[(row["query_id"], row["doc_id"])],
+            "has_answer": bool(row[ERAG_LABEL_COLUMNS["has_answer"]]),
         }
         if experiment.consens.leave_one_out:
             scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))

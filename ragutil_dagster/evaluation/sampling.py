@@ -38,7 +38,10 @@ def sample_prompts(
     if sampling.labels == "greedy":
         decodings.append((DECODING_GREEDY, sampling.greedy_params(seed)))
     return pl.concat(
-        [decode_prompts(prompts, generator, generator_name, decoding, params) for decoding, params in decodings],
+        [
+            decode_prompts(prompts, generator, generator_name, decoding, params)
+            for decoding, params in decodings
+        ],
         how="vertical",
     )
 
@@ -67,14 +70,18 @@ def sample_prompts_by_config(
         judging += time.perf_counter() - begun
         return errors
 
-    return sample_prompts_adaptive(prompts, generator, generator_name, sampling, seed, standard_errors), judging
+    return sample_prompts_adaptive(
+        prompts, generator, generator_name, sampling, seed, standard_errors
+    ), judging
 
 
 GroupStandardErrors = Callable[[pl.DataFrame], dict[tuple, float]]
 """The standard error of SePer of every (query_id, condition, doc_id) group of the given sample rows."""
 
 
-def continues(standard_error: float, condition: str, drawn: int, n_max: int, adaptive: AdaptiveSamplingConfig) -> bool:
+def continues(
+    standard_error: float, condition: str, drawn: int, n_max: int, adaptive: AdaptiveSamplingConfig
+) -> bool:
     """The stop rule: a group of ``condition``'s samples draws another round while its SePer's
     standard error is above the condition's target (:meth:`AdaptiveSamplingConfig.target_for`)
     and it has drawn fewer than N_max samples."""
@@ -109,7 +116,9 @@ def sample_prompts_adaptive(
     if adaptive is None:
         raise ValueError("sample_prompts_adaptive needs sampling.adaptive")
     groups_of: dict[str, list[tuple]] = {}
-    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
+    for qid, condition, doc_id, prompt in prompts.select(
+        "query_id", "condition", "doc_id", "prompt"
+    ).iter_rows():
         groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
     distinct = list(groups_of)
     rounds, drawn = [], 0
@@ -119,19 +128,41 @@ def sample_prompts_adaptive(
 
     def keep_going(indices: list[int], samples: list[list[Sample]]) -> list[bool]:
         chosen = [distinct[i] for i in indices]
-        so_far = generation_rows(prompts.filter(pl.col("prompt").is_in(chosen)), dict(zip(chosen, samples)),
-                                 generator, generator_name, DECODING_SAMPLE, rounds[0])
+        so_far = generation_rows(
+            prompts.filter(pl.col("prompt").is_in(chosen)),
+            dict(zip(chosen, samples)),
+            generator,
+            generator_name,
+            DECODING_SAMPLE,
+            rounds[0],
+        )
         errors = standard_errors(so_far)
-        return [any(continues(errors[g], g[1], len(got), sampling.n, adaptive) for g in groups_of[prompt])
-                for prompt, got in zip(chosen, samples, strict=True)]
+        return [
+            any(
+                continues(errors[g], g[1], len(got), sampling.n, adaptive)
+                for g in groups_of[prompt]
+            )
+            for prompt, got in zip(chosen, samples, strict=True)
+        ]
 
     per_round = sample_rounds(generator, distinct, rounds, keep_going)
-    by_prompt = {prompt: [s for got in rounds_drawn for s in got] for prompt, rounds_drawn in zip(distinct, per_round)}
-    samples = generation_rows(prompts, by_prompt, generator, generator_name, DECODING_SAMPLE, rounds[0])
+    by_prompt = {
+        prompt: [s for got in rounds_drawn for s in got]
+        for prompt, rounds_drawn in zip(distinct, per_round)
+    }
+    samples = generation_rows(
+        prompts, by_prompt, generator, generator_name, DECODING_SAMPLE, rounds[0]
+    )
     if sampling.labels != "greedy":
         return samples
-    return pl.concat([samples, decode_prompts(prompts, generator, generator_name, DECODING_GREEDY,
-                                              sampling.greedy_params(seed))])
+    return pl.concat(
+        [
+            samples,
+            decode_prompts(
+                prompts, generator, generator_name, DECODING_GREEDY, sampling.greedy_params(seed)
+            ),
+        ]
+    )
 
 
 ADAPTIVE_BIAS_NOTE = (
@@ -154,15 +185,21 @@ def samples_drawn(rows: pl.DataFrame, n_max: int) -> pl.DataFrame:
     samples."""
     return (
         rows.filter(pl.col("decoding") == DECODING_SAMPLE)
-        .group_by("condition", "query_id", "doc_id").len()
-        .group_by("condition").agg(prompts=pl.len(), samples_drawn=pl.col("len").sum())
+        .group_by("condition", "query_id", "doc_id")
+        .len()
+        .group_by("condition")
+        .agg(prompts=pl.len(), samples_drawn=pl.col("len").sum())
         .with_columns(sample_fraction=pl.col("samples_drawn") / (pl.col("prompts") * n_max))
         .sort("condition")
     )
 
 
 def decode_prompts(
-    prompts: pl.DataFrame, generator: Generator, generator_name: str, decoding: str, params: SamplingParams,
+    prompts: pl.DataFrame,
+    generator: Generator,
+    generator_name: str,
+    decoding: str,
+    params: SamplingParams,
 ) -> pl.DataFrame:
     """Decode every distinct prompt once with ``params`` (``decoding`` names how: sample or
     greedy); one generation row per prompt row and sample (:func:`generation_rows`)."""
@@ -183,16 +220,31 @@ def generation_rows(
     indices from ``params.first_index``, the sampling settings from ``params``."""
     identity = generator.identity
     rows = []
-    for qid, condition, doc_id, prompt in prompts.select("query_id", "condition", "doc_id", "prompt").iter_rows():
+    for qid, condition, doc_id, prompt in prompts.select(
+        "query_id", "condition", "doc_id", "prompt"
+    ).iter_rows():
         for index, sample in enumerate(by_prompt[prompt], start=params.first_index):
-            rows.append({
-                "query_id": qid, "condition": condition, "doc_id": doc_id, "sample_index": index,
-                "decoding": decoding, "text": sample.text, "token_logprobs": list(sample.token_logprobs),
-                "n_tokens": len(sample.token_ids), "finish_reason": sample.finish_reason,
-                "prompt_tokens": sample.prompt_tokens, "generator": generator_name,
-                "model_identity": identity, "seed": params.seed, "temperature": params.temperature,
-                "top_p": params.top_p, "top_k": params.top_k, "max_new_tokens": params.max_new_tokens,
-            })
+            rows.append(
+                {
+                    "query_id": qid,
+                    "condition": condition,
+                    "doc_id": doc_id,
+                    "sample_index": index,
+                    "decoding": decoding,
+                    "text": sample.text,
+                    "token_logprobs": list(sample.token_logprobs),
+                    "n_tokens": len(sample.token_ids),
+                    "finish_reason": sample.finish_reason,
+                    "prompt_tokens": sample.prompt_tokens,
+                    "generator": generator_name,
+                    "model_identity": identity,
+                    "seed": params.seed,
+                    "temperature": params.temperature,
+                    "top_p": params.top_p,
+                    "top_k": params.top_k,
+                    "max_new_tokens": params.max_new_tokens,
+                }
+            )
     return pl.DataFrame(rows, schema=GENERATION_SCHEMA)
 
 
@@ -204,7 +256,9 @@ def sample_schedule(sampling: SamplingConfig) -> list[int]:
     return list(accumulate(round_sizes(sampling.n, sampling.adaptive)))
 
 
-def off_schedule_groups(prompts: pl.DataFrame, rows: pl.DataFrame, sampling: SamplingConfig) -> pl.DataFrame:
+def off_schedule_groups(
+    prompts: pl.DataFrame, rows: pl.DataFrame, sampling: SamplingConfig
+) -> pl.DataFrame:
     """The groups (``GROUP_KEYS``) of ``prompts`` and of their generation ``rows`` that break the
     sampling schedule: a sample count not in :func:`sample_schedule`, a greedy count other than
     one answer per prompt (none with ``labels: most_likely``), or rows of a group no prompt has.
@@ -215,13 +269,22 @@ def off_schedule_groups(prompts: pl.DataFrame, rows: pl.DataFrame, sampling: Sam
         greedy=(pl.col("decoding") == DECODING_GREEDY).sum().cast(pl.Int64),
     )
     prompted = prompts.select(keys).unique().with_columns(prompted=pl.lit(True))
-    groups = prompted.join(counts, on=keys, how="full", coalesce=True, nulls_equal=True).with_columns(
-        pl.col("samples", "greedy").fill_null(0), pl.col("prompted").fill_null(False),
+    groups = prompted.join(
+        counts, on=keys, how="full", coalesce=True, nulls_equal=True
+    ).with_columns(
+        pl.col("samples", "greedy").fill_null(0),
+        pl.col("prompted").fill_null(False),
     )
     greedy = int(sampling.labels == "greedy")
-    return groups.filter(
-        ~pl.col("prompted") | ~pl.col("samples").is_in(sample_schedule(sampling)) | (pl.col("greedy") != greedy)
-    ).select(*keys, "samples", "greedy", "prompted").sort(keys, nulls_last=True)
+    return (
+        groups.filter(
+            ~pl.col("prompted")
+            | ~pl.col("samples").is_in(sample_schedule(sampling))
+            | (pl.col("greedy") != greedy)
+        )
+        .select(*keys, "samples", "greedy", "prompted")
+        .sort(keys, nulls_last=True)
+    )
 
 
 # What must be equal between the closed-book and the context samples a ΔSePer subtracts.
@@ -231,6 +294,7 @@ SAMPLING_COLUMNS = ("model_identity", "seed", "temperature", "top_p", "top_k", "
 def sampling_mismatch(closed_book: pl.DataFrame, with_context: pl.DataFrame) -> str | None:
     """Why two generation tables cannot be compared (ΔSePer, gold utility), or None: each must
     come from one model identity and one set of sampling settings per decoding, the same in both."""
+
     def settings(rows: pl.DataFrame) -> dict[str, set[tuple]]:
         table: dict[str, set[tuple]] = {}
         for decoding, *values in rows.select("decoding", *SAMPLING_COLUMNS).unique().iter_rows():
@@ -242,7 +306,9 @@ def sampling_mismatch(closed_book: pl.DataFrame, with_context: pl.DataFrame) -> 
         both = closed.get(decoding, set()) | context.get(decoding, set())
         if len(both) != 1 or decoding not in closed or decoding not in context:
             differing = [
-                name for i, name in enumerate(SAMPLING_COLUMNS) if len({values[i] for values in both}) > 1
+                name
+                for i, name in enumerate(SAMPLING_COLUMNS)
+                if len({values[i] for values in both}) > 1
             ] or ["decoding"]
             return (
                 f"{decoding} rows differ in {', '.join(differing)}: closed book "

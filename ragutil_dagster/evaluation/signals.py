@@ -19,11 +19,20 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ragutil_dagster.evaluation.conditions import CONSENS_CONDITIONS, CONSENS_LEAVE_OUT, CONSENS_PASSAGE
+from ragutil_dagster.evaluation.conditions import (
+    CONSENS_CONDITIONS,
+    CONSENS_LEAVE_OUT,
+    CONSENS_PASSAGE,
+)
 from ragutil_dagster.evaluation.groups import judged_answers
 from ragutil_dagster.metrics.consens import consens, content_token_mask, leave_one_out_attribution
 from ragutil_dagster.models.token_scoring import ScoredContinuation, TokenScorer
-from ragutil_dagster.tables import ALONE_SIGNAL_SCHEMA, CONSENS_LEAVE_ONE_OUT_SCHEMA, CONSENS_SCHEMA, SIGNAL_SCHEMA
+from ragutil_dagster.tables import (
+    ALONE_SIGNAL_SCHEMA,
+    CONSENS_LEAVE_ONE_OUT_SCHEMA,
+    CONSENS_SCHEMA,
+    SIGNAL_SCHEMA,
+)
 
 
 def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
@@ -32,7 +41,9 @@ def passage_spans(prompt: str, passages: list[str]) -> list[tuple[int, int]]:
     for position, text in enumerate(passages):
         start = prompt.find(text, cursor)
         if start < 0:
-            raise ValueError(f"passage #{position} does not appear in the prompt after position {cursor}")
+            raise ValueError(
+                f"passage #{position} does not appear in the prompt after position {cursor}"
+            )
         spans.append((start, start + len(text)))
         cursor = start + len(text)
     return spans
@@ -71,7 +82,9 @@ def consens_scores(
     evaluator = prompts.filter(pl.col("condition") == CONSENS_CONDITIONS[0]).height > 0
     empty_condition, context_condition = CONSENS_CONDITIONS if evaluator else ("closed_book", "rag")
     by_condition = {
-        condition: dict(_prompts(prompts, condition, list(answers)).select("query_id", "prompt").iter_rows())
+        condition: dict(
+            _prompts(prompts, condition, list(answers)).select("query_id", "prompt").iter_rows()
+        )
         for condition in (empty_condition, context_condition)
     }
     qids = [q for q in answers if all(q in table for table in by_condition.values())]
@@ -88,11 +101,17 @@ def consens_scores(
     rows, full, masks = [], {}, {}
     for qid, empty, with_ctx in zip(qids, empties, contexts):
         masks[qid] = content_token_mask(empty.tokens, questions[qid], empty.word_ids)
-        value = consens(empty.token_logprobs, with_ctx.token_logprobs, masks[qid]) if masks[qid].any() else None
+        value = (
+            consens(empty.token_logprobs, with_ctx.token_logprobs, masks[qid])
+            if masks[qid].any()
+            else None
+        )
         rows.append({"query_id": qid, "consens": value})
         full[qid] = (empty, value)
     without: dict[str, list[tuple[str, float]]] = {}
-    for (qid, doc), left_out in zip(leave_out.select("query_id", "doc_id").iter_rows(), scored[2 * len(qids) :]):
+    for (qid, doc), left_out in zip(
+        leave_out.select("query_id", "doc_id").iter_rows(), scored[2 * len(qids) :]
+    ):
         empty, value = full[qid]
         if value is not None:
             value = consens(empty.token_logprobs, left_out.token_logprobs, masks[qid])
@@ -100,10 +119,13 @@ def consens_scores(
     attributed = [
         {"query_id": qid, "doc_id": doc, "consens_without": value, "attribution": float(a)}
         for qid, pairs in without.items()
-        for (doc, value), a in zip(pairs, leave_one_out_attribution(full[qid][1], [v for _, v in pairs]))
+        for (doc, value), a in zip(
+            pairs, leave_one_out_attribution(full[qid][1], [v for _, v in pairs])
+        )
     ]
     return ConsensScores(
-        pl.DataFrame(rows, schema=CONSENS_SCHEMA), pl.DataFrame(attributed, schema=CONSENS_LEAVE_ONE_OUT_SCHEMA)
+        pl.DataFrame(rows, schema=CONSENS_SCHEMA),
+        pl.DataFrame(attributed, schema=CONSENS_LEAVE_ONE_OUT_SCHEMA),
     )
 
 
@@ -124,7 +146,10 @@ def passage_utility(
     closed = _prompts(prompts, "closed_book", list(answers))
     closed_logprob = {
         qid: s.logprob
-        for qid, s in zip(closed["query_id"], scorer.score(closed["prompt"].to_list(), [answers[q] for q in closed["query_id"]]))
+        for qid, s in zip(
+            closed["query_id"],
+            scorer.score(closed["prompt"].to_list(), [answers[q] for q in closed["query_id"]]),
+        )
     }
     qids = [q for q in answers if q in closed_logprob]
     texts = dict(corpus.select("id", "text").iter_rows())
@@ -136,7 +161,8 @@ def passage_utility(
     context = {
         qid: (prompt, docs, cut)
         for qid, prompt, docs, cut in _prompts(prompts, together, qids)
-        .select("query_id", "prompt", "doc_ids", "last_passage_chars").iter_rows()
+        .select("query_id", "prompt", "doc_ids", "last_passage_chars")
+        .iter_rows()
     }
     qids = [q for q in qids if q in context]
 
@@ -164,18 +190,26 @@ def passage_utility(
         shares = dict.fromkeys(docs)
         if masses is not None:
             total = float(np.sum(masses))
-            shares = dict(zip(docs, masses / total if total > 0 else np.full(len(docs), 1 / len(docs))))
+            shares = dict(
+                zip(docs, masses / total if total > 0 else np.full(len(docs), 1 / len(docs)))
+            )
         for doc, lp in likelihoods.get(qid, {}).items():
             share = shares.get(doc)
-            rows.append({
-                "query_id": qid, "doc_id": doc, "likelihood": lp,
-                "likelihood_selected": lp > closed_logprob[qid],
-                "attention": None if share is None else float(share),
-            })
+            rows.append(
+                {
+                    "query_id": qid,
+                    "doc_id": doc,
+                    "likelihood": lp,
+                    "likelihood_selected": lp > closed_logprob[qid],
+                    "attention": None if share is None else float(share),
+                }
+            )
     return pl.DataFrame(rows, schema=SIGNAL_SCHEMA)
 
 
-def _consens_of(empty: ScoredContinuation, with_context: ScoredContinuation, question: str) -> float | None:
+def _consens_of(
+    empty: ScoredContinuation, with_context: ScoredContinuation, question: str
+) -> float | None:
     """ConSens (§2) of one answer scored with the context left empty and with the context, over
     its content words absent from the question; None when it has none."""
     keep = content_token_mask(empty.tokens, question, empty.word_ids)
@@ -201,7 +235,8 @@ def alone_signals(
     evaluator = (prompts["condition"] == CONSENS_PASSAGE).any()
     empty = dict(
         _prompts(prompts, CONSENS_CONDITIONS[0] if evaluator else "closed_book", list(answers))
-        .select("query_id", "prompt").iter_rows()
+        .select("query_id", "prompt")
+        .iter_rows()
     )
     alone = _prompts(prompts, condition, list(empty))
     keys = list(alone.select("query_id", "doc_id").iter_rows())
@@ -211,15 +246,24 @@ def alone_signals(
     if evaluator:
         with_passage = {
             (qid, doc): prompt
-            for qid, doc, prompt in _prompts(prompts, CONSENS_PASSAGE, qids).select("query_id", "doc_id", "prompt").iter_rows()
+            for qid, doc, prompt in _prompts(prompts, CONSENS_PASSAGE, qids)
+            .select("query_id", "doc_id", "prompt")
+            .iter_rows()
         }
         batch += [(with_passage[key], answers[key[0]]) for key in keys]
     scored = scorer.score([prompt for prompt, _ in batch], [answer for _, answer in batch])
-    likelihood, empties = scored[: len(keys)], dict(zip(qids, scored[len(keys) : len(keys) + len(qids)]))
+    likelihood, empties = (
+        scored[: len(keys)],
+        dict(zip(qids, scored[len(keys) : len(keys) + len(qids)])),
+    )
     contexts = scored[len(keys) + len(qids) :] if evaluator else likelihood
     rows = [
-        {"query_id": qid, "doc_id": doc, "likelihood": alone_scored.logprob,
-         "consens": _consens_of(empties[qid], context, questions[qid])}
+        {
+            "query_id": qid,
+            "doc_id": doc,
+            "likelihood": alone_scored.logprob,
+            "consens": _consens_of(empties[qid], context, questions[qid]),
+        }
         for (qid, doc), alone_scored, context in zip(keys, likelihood, contexts)
     ]
     return pl.DataFrame(rows, schema=ALONE_SIGNAL_SCHEMA)

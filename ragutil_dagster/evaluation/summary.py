@@ -17,7 +17,12 @@ from ragutil_dagster.metrics.erag import DownstreamMetric, erag_measure_names, e
 from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import delta_seper_per_context_tokens
 from ragutil_dagster.metrics.stats import pearson
-from ragutil_dagster.metrics.utility import RANK_CUTOFF, SELECTION_METHODS, rank_metrics, set_metrics
+from ragutil_dagster.metrics.utility import (
+    RANK_CUTOFF,
+    SELECTION_METHODS,
+    rank_metrics,
+    set_metrics,
+)
 from ragutil_dagster.tables import SIGNAL_SCHEMA
 
 
@@ -28,9 +33,18 @@ def _leave_one_out_summary(hits: pl.DataFrame) -> _Summary:
     out = _Summary()
     if hits.height:
         relevant = hits["relevant"].to_list()
-        without, attributions = hits["consens_without"].to_list(), hits["consens_attribution"].to_list()
-        out.add("consens_loo_auc", consens_metrics.leave_one_out_auc(without, relevant), hits.height)
-        out.add("consens_loo_attribution_auc", consens_metrics.attribution_auc(attributions, relevant), hits.height)
+        without, attributions = (
+            hits["consens_without"].to_list(),
+            hits["consens_attribution"].to_list(),
+        )
+        out.add(
+            "consens_loo_auc", consens_metrics.leave_one_out_auc(without, relevant), hits.height
+        )
+        out.add(
+            "consens_loo_attribution_auc",
+            consens_metrics.attribution_auc(attributions, relevant),
+            hits.height,
+        )
     return out
 
 
@@ -50,12 +64,14 @@ def _judgment_metrics(
         return out
     if selected is not None:
         chosen = set_metrics(selected, gold)
-        out.update({
-            f"utility_{source}_precision": (chosen.precision, chosen.n_nonempty),
-            f"utility_{source}_recall": (chosen.recall, chosen.n_nonempty),
-            f"utility_{source}_f1": (chosen.f1, chosen.n_nonempty),
-            f"utility_{source}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
-        })
+        out.update(
+            {
+                f"utility_{source}_precision": (chosen.precision, chosen.n_nonempty),
+                f"utility_{source}_recall": (chosen.recall, chosen.n_nonempty),
+                f"utility_{source}_f1": (chosen.f1, chosen.n_nonempty),
+                f"utility_{source}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
+            }
+        )
     if ranked is not None and any(gold.values()):
         ranking = rank_metrics(ranked, gold, cut)
         out[f"utility_{source}_ndcg_{cut}"] = (ranking.ndcg, ranking.n_queries)
@@ -72,15 +88,23 @@ def _signal_metrics(
     Queries without the signal (no pseudo-answer to score; or a backend without attention
     weights) are left out; within a query, a candidate without it (dropped from the prompt to
     fit the context) ranks last."""
-    scored = candidates.filter(pl.col("query_id").is_in(
-        candidates.filter(pl.col(signal).is_not_null())["query_id"].unique().implode()
-    ))
+    scored = candidates.filter(
+        pl.col("query_id").is_in(
+            candidates.filter(pl.col(signal).is_not_null())["query_id"].unique().implode()
+        )
+    )
     selection = f"{signal}_selected"
     selected = None
     if selection in SIGNAL_SCHEMA:
-        selected = dict(scored.filter(pl.col(selection)).group_by("query_id").agg("doc_id").iter_rows())
-    ranked = dict(scored.sort(signal, descending=True, nulls_last=True).group_by("query_id", maintain_order=True)
-                  .agg("doc_id").iter_rows())
+        selected = dict(
+            scored.filter(pl.col(selection)).group_by("query_id").agg("doc_id").iter_rows()
+        )
+    ranked = dict(
+        scored.sort(signal, descending=True, nulls_last=True)
+        .group_by("query_id", maintain_order=True)
+        .agg("doc_id")
+        .iter_rows()
+    )
     return _judgment_metrics(signal, {q: gold[q] for q in ranked}, cut, selected, ranked)
 
 
@@ -92,31 +116,54 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
     passages (Tables 3 and 7); and each method's parse-failure rate (over its judgments)."""
     table = utility.candidates
     cut = min(RANK_CUTOFF, int(table["rank"].max()))
-    gold: dict[str, set[str]] = {qid: set() for qid in table["query_id"].unique(maintain_order=True)}
+    gold: dict[str, set[str]] = {
+        qid: set() for qid in table["query_id"].unique(maintain_order=True)
+    }
     for qid, doc in table.filter(pl.col("gold_utility")).select("query_id", "doc_id").iter_rows():
         gold[qid].add(doc)
     known = set(queries_table.filter(pl.col("answer_has_closed"))["query_id"])
     empty = {qid for qid, docs in gold.items() if not docs}
-    subsets = {"": gold.keys(), "known": known, "unknown": gold.keys() - known,
-               "empty_gold": empty, "nonempty_gold": gold.keys() - empty}
+    subsets = {
+        "": gold.keys(),
+        "known": known,
+        "unknown": gold.keys() - known,
+        "empty_gold": empty,
+        "nonempty_gold": gold.keys() - empty,
+    }
     out = _Summary()
     for subset, member in subsets.items():
         results: dict[str, tuple[float, int]] = {}
         part = table.filter(pl.col("query_id").is_in(list(member)))
         for signal in ("likelihood", "attention"):
             results.update(_signal_metrics(part, gold, signal, cut))
-        for method, rows in utility.judgments.filter(pl.col("query_id").is_in(list(member))).group_by("method"):
+        for method, rows in utility.judgments.filter(
+            pl.col("query_id").is_in(list(member))
+        ).group_by("method"):
             selection = method[0] in SELECTION_METHODS
-            judged = dict(rows.select("query_id", "selected" if selection else "ranking").iter_rows())
-            results.update(_judgment_metrics(
-                method[0], {q: gold[q] for q in judged}, cut, *((judged, None) if selection else (None, judged))
-            ))
-        for source, rows in utility.rag.filter(pl.col("query_id").is_in(list(member))).group_by("source"):
-            results[f"utility_{source[0]}_rag_has_answer"] = (rows["has_answer"].mean(), rows.height)
+            judged = dict(
+                rows.select("query_id", "selected" if selection else "ranking").iter_rows()
+            )
+            results.update(
+                _judgment_metrics(
+                    method[0],
+                    {q: gold[q] for q in judged},
+                    cut,
+                    *((judged, None) if selection else (None, judged)),
+                )
+            )
+        for source, rows in utility.rag.filter(pl.col("query_id").is_in(list(member))).group_by(
+            "source"
+        ):
+            results[f"utility_{source[0]}_rag_has_answer"] = (
+                rows["has_answer"].mean(),
+                rows.height,
+            )
         for name, (value, n) in results.items():
             out.add(_subset_name(name, subset) if subset else name, value, n)
     for method, judgments, unparseable in (
-        utility.judgments.group_by("method").agg(pl.col("judgments").sum(), pl.col("unparseable").sum()).iter_rows()
+        utility.judgments.group_by("method")
+        .agg(pl.col("judgments").sum(), pl.col("unparseable").sum())
+        .iter_rows()
     ):
         if judgments:
             out.add(f"utility_{method}_parse_failure_rate", unparseable / judgments, judgments)
@@ -154,14 +201,23 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
     )
     parts = {"": judged}
     if hops:
-        parts.update({"_single_hop": judged.filter(pl.col("n_hops") == 1), "_multi_hop": judged.filter(pl.col("n_hops") > 1)})
+        parts.update(
+            {
+                "_single_hop": judged.filter(pl.col("n_hops") == 1),
+                "_multi_hop": judged.filter(pl.col("n_hops") > 1),
+            }
+        )
     out = _Summary()
     for suffix, part in parts.items():
         truth = part["true_utility"].to_numpy()
         for kernel in ("s", "h"):
             values = part[f"delta_seper_{kernel}"].to_numpy()
             if part.height >= 3 and np.ptp(values) > 0 and np.ptp(truth) > 0:
-                out.add(f"pearson_delta_seper_{kernel}_true_utility{suffix}", pearson(values, truth).statistic, part.height)
+                out.add(
+                    f"pearson_delta_seper_{kernel}_true_utility{suffix}",
+                    pearson(values, truth).statistic,
+                    part.height,
+                )
     return out
 
 
@@ -178,7 +234,9 @@ def _compression_summary(queries_table: pl.DataFrame) -> _Summary:
     if counted.height and before:
         out.add("compression_ratio", after / before, counted.height)
     for kernel in ("s", "h"):
-        value = delta_seper_per_context_tokens(counted[f"delta_seper_{kernel}"], counted["context_tokens_after"])
+        value = delta_seper_per_context_tokens(
+            counted[f"delta_seper_{kernel}"], counted["context_tokens_after"]
+        )
         out.add(f"delta_seper_{kernel}_per_100_context_tokens", value, counted.height)
     return out
 
@@ -228,12 +286,18 @@ def summarize(
         for name, value in mirage.as_dict().items():
             summary.add(f"mirage_{name}", value, with_oracle.height)
         # The questions behind each share (its two groups G(b, o, m), eqs. 2–5).
-        summary.update({f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()})
+        summary.update(
+            {f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()}
+        )
     # Every query, ranked or not: one the retriever returned nothing for scores 0 (trec_eval's -c).
-    listed = dict(documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows())
+    listed = dict(
+        documents.sort("rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
+    )
     ranked = {qid: listed.get(qid, []) for qid in queries_table["query_id"]}
     labels: dict[str, dict[str, float]] = {qid: {} for qid in ranked}
-    for qid, doc, label in documents.select("query_id", "doc_id", ERAG_LABEL_COLUMNS[erag_label]).iter_rows():
+    for qid, doc, label in documents.select(
+        "query_id", "doc_id", ERAG_LABEL_COLUMNS[erag_label]
+    ).iter_rows():
         labels.setdefault(qid, {})[doc] = float(label)
     erag = erag_scores(ranked, labels, erag_measure_names(erag_label, k))
     for name, value in erag.mean.items():

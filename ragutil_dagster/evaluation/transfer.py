@@ -36,7 +36,12 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.metrics import answers as answer_metrics
 from ragutil_dagster.metrics.utility import gold_overlap
-from ragutil_dagster.tables import DECODING_GREEDY, PROMPT_SCHEMA, UTILITY_OVERLAP_SCHEMA, UTILITY_TRANSFER_SCHEMA
+from ragutil_dagster.tables import (
+    DECODING_GREEDY,
+    PROMPT_SCHEMA,
+    UTILITY_OVERLAP_SCHEMA,
+    UTILITY_TRANSFER_SCHEMA,
+)
 
 TABLE_ONE_CONTEXTS = ("none", "top_k", "candidates", "human")
 """Table 1's contexts before the gold-utility ones, in the paper's column order."""
@@ -67,13 +72,23 @@ def transfer_prompts(
 ) -> pl.DataFrame:
     """The ``with_context`` prompt of every query with every generator's non-empty gold set
     (condition ``gold_<generator>``, ``PROMPT_SCHEMA``)."""
-    texts = {doc: (doc, title or "", text) for doc, title, text in passages.select("id", "title", "text").iter_rows()}
+    texts = {
+        doc: (doc, title or "", text)
+        for doc, title, text in passages.select("id", "title", "text").iter_rows()
+    }
     questions = dict(queries.select("query_id", "question").iter_rows())
     rows = [
-        prompt_row(qid, utility_gold_condition(source), None,
-                   fit_context_prompt(qid, questions[qid], [texts[d] for d in docs], prompts.with_context, budget))
+        prompt_row(
+            qid,
+            utility_gold_condition(source),
+            None,
+            fit_context_prompt(
+                qid, questions[qid], [texts[d] for d in docs], prompts.with_context, budget
+            ),
+        )
         for source, gold in gold_by_generator.items()
-        for qid, docs in gold.items() if docs and qid in questions
+        for qid, docs in gold.items()
+        if docs and qid in questions
     ]
     return pl.DataFrame(rows, schema=PROMPT_SCHEMA)
 
@@ -93,34 +108,75 @@ def transfer_table(
     golds = dict(queries.select("query_id", "answers").iter_rows())
     rows: list[dict] = []
     for condition, context in _GROUP_CONTEXTS.items():
-        for qid, answer, has in groups.filter(pl.col("condition") == condition).select(
-            "query_id", "answer", "answer_has"
-        ).iter_rows():
-            rows.append({"query_id": qid, "context": context, "passages": None, "answer": answer, "has_answer": has})
+        for qid, answer, has in (
+            groups.filter(pl.col("condition") == condition)
+            .select("query_id", "answer", "answer_has")
+            .iter_rows()
+        ):
+            rows.append(
+                {
+                    "query_id": qid,
+                    "context": context,
+                    "passages": None,
+                    "answer": answer,
+                    "has_answer": has,
+                }
+            )
     pseudo = utility_generations.filter(
         (pl.col("decoding") == DECODING_GREEDY) & (pl.col("condition") == UTILITY_PSEUDO_ANSWER)
     )
     for qid, text in pseudo.select("query_id", "text").iter_rows():
-        rows.append({"query_id": qid, "context": "candidates", "passages": None, "answer": text,
-                     "has_answer": answer_metrics.has_answer(text, golds[qid])})
-    with_gold = {(qid, condition): text for qid, condition, text in decoded.select("query_id", "condition", "text").iter_rows()}
+        rows.append(
+            {
+                "query_id": qid,
+                "context": "candidates",
+                "passages": None,
+                "answer": text,
+                "has_answer": answer_metrics.has_answer(text, golds[qid]),
+            }
+        )
+    with_gold = {
+        (qid, condition): text
+        for qid, condition, text in decoded.select("query_id", "condition", "text").iter_rows()
+    }
     closed = {row["query_id"]: row for row in rows if row["context"] == "none"}
     for source, gold in gold_by_generator.items():
         for qid, docs in gold.items():
             if qid not in closed:
                 continue
-            answer = with_gold[(qid, utility_gold_condition(source))] if docs else closed[qid]["answer"]
-            has = answer_metrics.has_answer(answer, golds[qid]) if docs else closed[qid]["has_answer"]
-            rows.append({"query_id": qid, "context": gold_context(source), "passages": len(docs), "answer": answer,
-                         "has_answer": has})
+            answer = (
+                with_gold[(qid, utility_gold_condition(source))] if docs else closed[qid]["answer"]
+            )
+            has = (
+                answer_metrics.has_answer(answer, golds[qid]) if docs else closed[qid]["has_answer"]
+            )
+            rows.append(
+                {
+                    "query_id": qid,
+                    "context": gold_context(source),
+                    "passages": len(docs),
+                    "answer": answer,
+                    "has_answer": has,
+                }
+            )
     contexts = [*TABLE_ONE_CONTEXTS, *(gold_context(s) for s in gold_by_generator)]
     table = pl.DataFrame(rows, schema=UTILITY_TRANSFER_SCHEMA)
-    complete = table.group_by("query_id").agg(pl.col("context").n_unique()).filter(pl.col("context") == len(contexts))
-    order = pl.col("context").replace_strict({c: i for i, c in enumerate(contexts)}, return_dtype=pl.Int32)
-    return table.filter(pl.col("query_id").is_in(complete["query_id"].implode())).sort("query_id", order)
+    complete = (
+        table.group_by("query_id")
+        .agg(pl.col("context").n_unique())
+        .filter(pl.col("context") == len(contexts))
+    )
+    order = pl.col("context").replace_strict(
+        {c: i for i, c in enumerate(contexts)}, return_dtype=pl.Int32
+    )
+    return table.filter(pl.col("query_id").is_in(complete["query_id"].implode())).sort(
+        "query_id", order
+    )
 
 
-def overlap_table(generator: str, gold_by_generator: Mapping[str, Mapping[str, list[str]]]) -> pl.DataFrame:
+def overlap_table(
+    generator: str, gold_by_generator: Mapping[str, Mapping[str, list[str]]]
+) -> pl.DataFrame:
     """The overlap of ``generator``'s gold sets with every other generator's
     (``UTILITY_OVERLAP_SCHEMA``; one row per other generator)."""
     own = {qid: set(docs) for qid, docs in gold_by_generator[generator].items()}
@@ -130,12 +186,18 @@ def overlap_table(generator: str, gold_by_generator: Mapping[str, Mapping[str, l
             continue
         theirs = {qid: set(docs) for qid, docs in gold.items()}
         ours, back = gold_overlap(own, theirs), gold_overlap(theirs, own)
-        rows.append({
-            "other": other, "jaccard": ours.jaccard, "mean_shared": ours.mean_shared,
-            "useful_only_to_this": ours.useful_only_to_a, "useful_only_to_other": back.useful_only_to_a,
-            "gold_passages_this": ours.n_passages_a, "gold_passages_other": back.n_passages_a,
-            "queries": ours.n_queries,
-        })
+        rows.append(
+            {
+                "other": other,
+                "jaccard": ours.jaccard,
+                "mean_shared": ours.mean_shared,
+                "useful_only_to_this": ours.useful_only_to_a,
+                "useful_only_to_other": back.useful_only_to_a,
+                "gold_passages_this": ours.n_passages_a,
+                "gold_passages_other": back.n_passages_a,
+                "queries": ours.n_queries,
+            }
+        )
     return pl.DataFrame(rows, schema=UTILITY_OVERLAP_SCHEMA)
 
 
@@ -150,7 +212,13 @@ def transfer_metrics(table: pl.DataFrame, overlap: pl.DataFrame) -> dict[str, fl
             out[f"utility_table1_passages_{name}"] = float(rows["passages"].mean())
     out["utility_table1_questions"] = float(table["query_id"].n_unique())
     for row in overlap.iter_rows(named=True):
-        for statistic in ("jaccard", "mean_shared", "useful_only_to_this", "useful_only_to_other", "queries"):
+        for statistic in (
+            "jaccard",
+            "mean_shared",
+            "useful_only_to_this",
+            "useful_only_to_other",
+            "queries",
+        ):
             if row[statistic] is not None and not math.isnan(row[statistic]):
                 out[f"utility_overlap_{statistic}_{row['other']}"] = float(row[statistic])
     return out

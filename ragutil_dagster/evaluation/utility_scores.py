@@ -54,14 +54,25 @@ def utility_scores(
     def answered(condition: pl.Expr, *keys: str) -> pl.DataFrame:
         """The greedy answers of ``condition`` with has_answer against the gold answers."""
         rows = greedy.filter(condition).select(*keys, pl.col("text").alias("answer"))
-        return rows.with_columns(pl.Series("answer_has", [
-            answer_metrics.has_answer(text, golds[qid]) for qid, text in rows.select("query_id", "answer").iter_rows()
-        ], dtype=pl.Boolean))
+        return rows.with_columns(
+            pl.Series(
+                "answer_has",
+                [
+                    answer_metrics.has_answer(text, golds[qid])
+                    for qid, text in rows.select("query_id", "answer").iter_rows()
+                ],
+                dtype=pl.Boolean,
+            )
+        )
 
-    alone = pl.concat([
-        groups.filter(pl.col("condition") == "per_doc").select("query_id", "doc_id", "answer", "answer_has"),
-        answered(pl.col("condition") == UTILITY_PER_CANDIDATE, "query_id", "doc_id"),
-    ])
+    alone = pl.concat(
+        [
+            groups.filter(pl.col("condition") == "per_doc").select(
+                "query_id", "doc_id", "answer", "answer_has"
+            ),
+            answered(pl.col("condition") == UTILITY_PER_CANDIDATE, "query_id", "doc_id"),
+        ]
+    )
     closed = groups.filter(pl.col("condition") == "closed_book").select(
         "query_id", pl.col("answer_has").alias("answer_has_closed")
     )
@@ -84,11 +95,17 @@ def utility_scores(
     rag_conditions = [utility_rag_condition(m) for m in judgments["method"].unique()]
     with_passages = {
         (qid, condition): has
-        for qid, condition, _, has in answered(pl.col("condition").is_in(rag_conditions), "query_id", "condition").iter_rows()
+        for qid, condition, _, has in answered(
+            pl.col("condition").is_in(rag_conditions), "query_id", "condition"
+        ).iter_rows()
     }
     closed_has = dict(closed.iter_rows())
     rag = [
-        (qid, method, with_passages[(qid, utility_rag_condition(method))] if docs else closed_has[qid])
+        (
+            qid,
+            method,
+            with_passages[(qid, utility_rag_condition(method))] if docs else closed_has[qid],
+        )
         for qid, method, docs in judgments.select("query_id", "method", "rag_doc_ids").iter_rows()
     ]
     pseudo = answered(pl.col("condition") == UTILITY_PSEUDO_ANSWER, "query_id")

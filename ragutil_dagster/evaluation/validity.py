@@ -54,7 +54,12 @@ from ragutil_dagster.evaluation.conditions import VALIDITY_CONDITION
 from ragutil_dagster.evaluation.paper_scores import ERAG_LABEL_COLUMNS, passage_scores
 from ragutil_dagster.metrics.answers import bleu, has_answer, rouge_l
 from ragutil_dagster.metrics.stats import binary_validity
-from ragutil_dagster.tables import DECODING_SAMPLE, GROUP_KEYS, VALIDITY_PASSAGE_SCHEMA, VALIDITY_SCHEMA
+from ragutil_dagster.tables import (
+    DECODING_SAMPLE,
+    GROUP_KEYS,
+    VALIDITY_PASSAGE_SCHEMA,
+    VALIDITY_SCHEMA,
+)
 
 ANNOTATED = "annotated"
 """The kind of a negative the dataset's qrels annotate (relevance ≤ 0)."""
@@ -69,21 +74,36 @@ ADDITION = "ragutil's addition"
 # SePer Table 2's baselines: per-group columns of evaluation.groups.group_scores (means over the
 # N samples); an uncertainty's Δ is its reduction. Token F1 is not one of the paper's rows.
 BASELINES: dict[str, str] = {
-    "em": "ΔEM", "f1": f"ΔF1 ({ADDITION})", "perplexity": "Δperplexity", "entropy": "Δentropy",
+    "em": "ΔEM",
+    "f1": f"ΔF1 ({ADDITION})",
+    "perplexity": "Δperplexity",
+    "entropy": "Δentropy",
     "semantic_entropy": "Δsemantic entropy",
 }
 # ... and those scored here from the samples against the gold answers (:func:`reference_scores`).
-REFERENCE_BASELINES: dict[str, str] = {"rouge_l": "ΔROUGE-L", "bleu": "ΔBLEU", "bertscore": "ΔBERTScore"}
+REFERENCE_BASELINES: dict[str, str] = {
+    "rouge_l": "ΔROUGE-L",
+    "bleu": "ΔBLEU",
+    "bertscore": "ΔBERTScore",
+}
 REDUCTIONS = frozenset({"perplexity", "entropy", "semantic_entropy"})
 ERAG_LABEL_NAMES = {"exact_match": "EM", "has_answer": "has_answer", "token_f1": "token F1"}
 # SePer Table 2's rows in its order (its LLM judges AUTO-J and PROMETHEUS left out).
 TABLE_2: tuple[str, ...] = (
-    "delta_em", "delta_rouge_l", "delta_bleu", "delta_bertscore", "delta_perplexity", "delta_entropy",
-    "delta_semantic_entropy", "delta_seper_h", "delta_seper_s",
+    "delta_em",
+    "delta_rouge_l",
+    "delta_bleu",
+    "delta_bertscore",
+    "delta_perplexity",
+    "delta_entropy",
+    "delta_semantic_entropy",
+    "delta_seper_h",
+    "delta_seper_s",
 )
 _ROW_LABELS = {
     **{f"delta_{c}": label for c, label in {**BASELINES, **REFERENCE_BASELINES}.items()},
-    "delta_seper_h": "ΔSePer_H", "delta_seper_s": "ΔSePer_S",
+    "delta_seper_h": "ΔSePer_H",
+    "delta_seper_s": "ΔSePer_S",
 }
 # Every measure with a label of its own, in the table's order (SePer Table 2's rows first).
 LABELS: dict[str, str] = {
@@ -92,16 +112,24 @@ LABELS: dict[str, str] = {
     "consens": "ConSens",
     # eRAG's label by every downstream metric: EM, the paper's, is constant on real LLMs' sentences
     # (SmolLM2 on SQuAD: never an exact match), where has_answer and token F1 still rank passages.
-    **{column: f"eRAG label ({ERAG_LABEL_NAMES[metric]})" for metric, column in ERAG_LABEL_COLUMNS.items()},
+    **{
+        column: f"eRAG label ({ERAG_LABEL_NAMES[metric]})"
+        for metric, column in ERAG_LABEL_COLUMNS.items()
+    },
     "gold_utility": "gold utility",
-    "likelihood": "likelihood utility", "true_utility": "ground truth",
+    "likelihood": "likelihood utility",
+    "true_utility": "ground truth",
 }
 # Where each row comes from (table_two's ``from`` column): SePer Table 2's own rows, the other
 # papers' per-passage measures, and what ragutil adds.
 SOURCES: dict[str, str] = {
-    **dict.fromkeys(TABLE_2, "SePer Table 2"), "delta_f1": ADDITION, "consens": "ConSens",
-    **dict.fromkeys(ERAG_LABEL_COLUMNS.values(), "eRAG"), "gold_utility": "LLM-specific utility",
-    "likelihood": "LLM-specific utility", "true_utility": f"{ADDITION} (synthetic world)",
+    **dict.fromkeys(TABLE_2, "SePer Table 2"),
+    "delta_f1": ADDITION,
+    "consens": "ConSens",
+    **dict.fromkeys(ERAG_LABEL_COLUMNS.values(), "eRAG"),
+    "gold_utility": "LLM-specific utility",
+    "likelihood": "LLM-specific utility",
+    "true_utility": f"{ADDITION} (synthetic world)",
 }
 SUBSETS = {"unanswered": False, "answered": True}
 """Query subsets by whether the judged closed-book answer holds a gold answer."""
@@ -115,7 +143,9 @@ def negative_kinds(qrels: pl.DataFrame, config: ValidityConfig) -> list[str]:
     of the queries without an annotated negative, or of every query with ``also_sample``)."""
     positive = qrels.filter(pl.col("relevance") > 0)["query_id"].unique()
     has_annotated = ANNOTATED in config.negatives and bool(
-        qrels.filter((pl.col("relevance") <= 0) & pl.col("query_id").is_in(positive.implode())).height
+        qrels.filter(
+            (pl.col("relevance") <= 0) & pl.col("query_id").is_in(positive.implode())
+        ).height
     )
     return [ANNOTATED] * has_annotated + [k for k in SAMPLED_KINDS if k in config.negatives]
 
@@ -151,10 +181,15 @@ def validity_passages(
     if "hard" in kinds and hard_run is None:
         raise ValueError("hard negatives need the BM25 ranking (hard_run)")
     judged = {qid: set(docs) for qid, docs in qrels.group_by("query_id").agg("doc_id").iter_rows()}
-    relevant = {qid: sorted(docs) for qid, docs in positives.group_by("query_id").agg("doc_id").iter_rows()}
+    relevant = {
+        qid: sorted(docs) for qid, docs in positives.group_by("query_id").agg("doc_id").iter_rows()
+    }
     annotated = {
         qid: sorted(docs)
-        for qid, docs in qrels.filter(pl.col("relevance") <= 0).group_by("query_id").agg("doc_id").iter_rows()
+        for qid, docs in qrels.filter(pl.col("relevance") <= 0)
+        .group_by("query_id")
+        .agg("doc_id")
+        .iter_rows()
     }
     golds = dict(queries.select("query_id", "answers").iter_rows())
     ids = corpus["id"].to_list()
@@ -162,8 +197,15 @@ def validity_passages(
     # "Another document": the source document of a passage cut from one (chunked corpora), else itself.
     document = dict(zip(ids, corpus["doc_id"].to_list() if "doc_id" in corpus.columns else ids))
     ranked = (
-        {qid: docs for qid, docs in hard_run.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()}
-        if hard_run is not None and "hard" in kinds else {}
+        {
+            qid: docs
+            for qid, docs in hard_run.sort("query_id", "rank")
+            .group_by("query_id", maintain_order=True)
+            .agg("doc_id")
+            .iter_rows()
+        }
+        if hard_run is not None and "hard" in kinds
+        else {}
     )
     rows: list[tuple[str, str, str, int]] = []
     for qid in sorted(q for q in queries["query_id"].to_list() if q in relevant):
@@ -171,12 +213,24 @@ def validity_passages(
         rows += [(qid, doc, "positive", 1) for doc in chosen]
 
         def eligible(doc: str) -> bool:
-            return doc not in judged[qid] and doc not in chosen and not has_answer(texts[doc], golds[qid])
+            return (
+                doc not in judged[qid]
+                and doc not in chosen
+                and not has_answer(texts[doc], golds[qid])
+            )
 
         picked: list[str] = []
-        if ANNOTATED in kinds:  # the qrels' own negatives, a seeded draw when there are more than asked
-            candidates = [doc for doc in annotated.get(qid, []) if doc in texts and not has_answer(texts[doc], golds[qid])]
-            order = np.random.default_rng([config.seed, zlib.crc32(qid.encode()), 1]).permutation(len(candidates))
+        if (
+            ANNOTATED in kinds
+        ):  # the qrels' own negatives, a seeded draw when there are more than asked
+            candidates = [
+                doc
+                for doc in annotated.get(qid, [])
+                if doc in texts and not has_answer(texts[doc], golds[qid])
+            ]
+            order = np.random.default_rng([config.seed, zlib.crc32(qid.encode()), 1]).permutation(
+                len(candidates)
+            )
             picked = sorted(candidates[i] for i in order[: config.per_query])
             rows += [(qid, doc, ANNOTATED, 0) for doc in picked]
             chosen += picked
@@ -184,7 +238,11 @@ def validity_passages(
             continue
         # Hard before random, so a hard negative is always the best-ranked eligible passage.
         if "hard" in kinds:
-            hard = list(itertools.islice((doc for doc in ranked.get(qid, []) if eligible(doc)), config.per_query))
+            hard = list(
+                itertools.islice(
+                    (doc for doc in ranked.get(qid, []) if eligible(doc)), config.per_query
+                )
+            )
             rows += [(qid, doc, "hard", 0) for doc in hard]
             chosen += hard
         if "random" in kinds:
@@ -213,13 +271,19 @@ def negative_shortfall(
     )
     out = {}
     for kind in kinds:
-        drawing = counts if kind == ANNOTATED or config.also_sample or ANNOTATED not in kinds else counts.filter(pl.col(ANNOTATED) == 0)
+        drawing = (
+            counts
+            if kind == ANNOTATED or config.also_sample or ANNOTATED not in kinds
+            else counts.filter(pl.col(ANNOTATED) == 0)
+        )
         out[kind] = int((drawing[kind] < config.per_query).sum())
     return out
 
 
 def reference_scores(
-    generations: pl.DataFrame, queries: pl.DataFrame, bertscore: typing.Any = None,
+    generations: pl.DataFrame,
+    queries: pl.DataFrame,
+    bertscore: typing.Any = None,
     conditions: Sequence[str] = ("closed_book", VALIDITY_CONDITION),
 ) -> pl.DataFrame:
     """SePer Table 2's reference-based scores of every (query, condition, doc) group of
@@ -237,11 +301,15 @@ def reference_scores(
         pl.Series("bleu", [bleu(t, g) for t, g in zip(texts, answers)], pl.Float64),
     ]
     if bertscore is not None:
-        columns.append(pl.Series("bertscore", bertscore.f1(texts, answers) if texts else [], pl.Float64))
+        columns.append(
+            pl.Series("bertscore", bertscore.f1(texts, answers) if texts else [], pl.Float64)
+        )
     scored = samples.with_columns(columns)
-    return scored.group_by(GROUP_KEYS, maintain_order=True).agg(
-        *[pl.col(c.name).mean() for c in columns]
-    ).sort(GROUP_KEYS, nulls_last=False)
+    return (
+        scored.group_by(GROUP_KEYS, maintain_order=True)
+        .agg(*[pl.col(c.name).mean() for c in columns])
+        .sort(GROUP_KEYS, nulls_last=False)
+    )
 
 
 def signal_columns(signals: pl.DataFrame) -> list[str]:
@@ -267,17 +335,27 @@ def passage_table(
     baselines = list(BASELINES)
     if references is not None:
         extra = [c for c in REFERENCE_BASELINES if c in references.columns]
-        groups = groups.join(references.select(*GROUP_KEYS, *extra), on=list(GROUP_KEYS), how="left", nulls_equal=True)
+        groups = groups.join(
+            references.select(*GROUP_KEYS, *extra),
+            on=list(GROUP_KEYS),
+            how="left",
+            nulls_equal=True,
+        )
         baselines += extra
     closed = groups.filter(pl.col("condition") == "closed_book").select(
-        "query_id", *[pl.col(c).alias(f"{c}_closed") for c in baselines],
+        "query_id",
+        *[pl.col(c).alias(f"{c}_closed") for c in baselines],
         pl.col("answer_has").alias("answered_closed_book"),
     )
     alone = groups.filter(pl.col("condition") == VALIDITY_CONDITION).select(*KEYS, *baselines)
     deltas = alone.join(closed, on="query_id", how="left").select(
         *KEYS,
         *[
-            (pl.col(f"{c}_closed") - pl.col(c) if c in REDUCTIONS else pl.col(c) - pl.col(f"{c}_closed")).alias(f"delta_{c}")
+            (
+                pl.col(f"{c}_closed") - pl.col(c)
+                if c in REDUCTIONS
+                else pl.col(c) - pl.col(f"{c}_closed")
+            ).alias(f"delta_{c}")
             for c in baselines
         ],
         "answered_closed_book",
@@ -304,22 +382,51 @@ def validity_table(
     for subset, answered in SUBSETS.items():
         part = passages.filter(pl.col("answered_closed_book") == answered)
         for negatives in ("all", *kinds):
-            chosen = part if negatives == "all" else part.filter((pl.col("label") == 1) | (pl.col("kind") == negatives))
+            chosen = (
+                part
+                if negatives == "all"
+                else part.filter((pl.col("label") == 1) | (pl.col("kind") == negatives))
+            )
             for measure in measure_names:
-                values = chosen.select(pl.col(measure).cast(pl.Float64), "label").filter(pl.col(measure).is_finite())
-                cell = binary_validity(values[measure], values["label"], n_resamples=n_resamples, seed=seed)
-                rows.append((
-                    measure, LABELS.get(measure, measure), subset, negatives, cell.n, cell.n_positive,
-                    cell.n_negative, cell.auc, cell.auc_low, cell.auc_high, cell.resamples, cell.r, cell.pvalue,
-                    cell.undefined,
-                ))
+                values = chosen.select(pl.col(measure).cast(pl.Float64), "label").filter(
+                    pl.col(measure).is_finite()
+                )
+                cell = binary_validity(
+                    values[measure], values["label"], n_resamples=n_resamples, seed=seed
+                )
+                rows.append(
+                    (
+                        measure,
+                        LABELS.get(measure, measure),
+                        subset,
+                        negatives,
+                        cell.n,
+                        cell.n_positive,
+                        cell.n_negative,
+                        cell.auc,
+                        cell.auc_low,
+                        cell.auc_high,
+                        cell.resamples,
+                        cell.r,
+                        cell.pvalue,
+                        cell.undefined,
+                    )
+                )
     return pl.DataFrame(rows, schema=VALIDITY_SCHEMA, orient="row")
 
 
 def _cell(value: str, template: str, *parts: str) -> pl.Expr:
     """``value`` and ``parts`` (rounded when numbers) into ``template``; — when ``value`` is null."""
-    text = pl.format(template, pl.col(value).round(3), *(pl.col(c) if c == "p_shown" else pl.col(c).round(3) for c in parts))
-    return pl.when(pl.col(value).is_null()).then(pl.lit("—")).otherwise(pl.coalesce(text, pl.col(value).round(3).cast(pl.String)))
+    text = pl.format(
+        template,
+        pl.col(value).round(3),
+        *(pl.col(c) if c == "p_shown" else pl.col(c).round(3) for c in parts),
+    )
+    return (
+        pl.when(pl.col(value).is_null())
+        .then(pl.lit("—"))
+        .otherwise(pl.coalesce(text, pl.col(value).round(3).cast(pl.String)))
+    )
 
 
 def table_two(validity: pl.DataFrame, subset: str = "unanswered") -> pl.DataFrame:
@@ -330,11 +437,14 @@ def table_two(validity: pl.DataFrame, subset: str = "unanswered") -> pl.DataFram
     cell is undefined, and which kinds the negatives are (``negatives``: annotated — the
     dataset's own, as the paper's — or sampled)."""
     rows = validity.filter(pl.col("subset") == subset).with_columns(
-        p_shown=pl.when(pl.col("p_value") < 0.001).then(pl.lit("< 0.001")).otherwise(pl.col("p_value").round(3).cast(pl.String))
+        p_shown=pl.when(pl.col("p_value") < 0.001)
+        .then(pl.lit("< 0.001"))
+        .otherwise(pl.col("p_value").round(3).cast(pl.String))
     )
     kinds = [k for k in NEGATIVE_KINDS if k in set(rows["negatives"])]
     table = rows.filter(pl.col("negatives") == "all").select(
-        "measure", "label",
+        "measure",
+        "label",
         pl.col("measure").replace_strict(SOURCES, default="").alias("from"),
         _cell("auc", "{} [{}, {}]", "auc_ci_low", "auc_ci_high").alias("AUC [95% CI]"),
         _cell("r_pb", "{} (p {})", "p_shown").alias("r_pb (p)"),
@@ -343,11 +453,17 @@ def table_two(validity: pl.DataFrame, subset: str = "unanswered") -> pl.DataFram
     )
     for kind in kinds:
         table = table.join(
-            rows.filter(pl.col("negatives") == kind).select("measure", _cell("auc", "{}").alias(f"AUC vs {kind}")),
-            on="measure", how="left", maintain_order="left",
+            rows.filter(pl.col("negatives") == kind).select(
+                "measure", _cell("auc", "{}").alias(f"AUC vs {kind}")
+            ),
+            on="measure",
+            how="left",
+            maintain_order="left",
         )
-    return table.drop("measure").rename({"label": "measure"}).with_columns(
-        pl.lit(" + ".join(kinds)).alias("negatives")
+    return (
+        table.drop("measure")
+        .rename({"label": "measure"})
+        .with_columns(pl.lit(" + ".join(kinds)).alias("negatives"))
     )
 
 
@@ -358,8 +474,12 @@ def table_two_across(validity: pl.DataFrame, statistic: str = "r_pb") -> pl.Data
     return (
         validity.filter((pl.col("subset") == "unanswered") & (pl.col("negatives") == "all"))
         .sort("dataset", "retriever", "k", "generator")
-        .with_columns(pl.format("{}/{}/k={}/{}", "dataset", "retriever", "k", "generator").alias("run"))
-        .pivot("run", index="label", values=statistic, aggregate_function="first", maintain_order=True)
+        .with_columns(
+            pl.format("{}/{}/k={}/{}", "dataset", "retriever", "k", "generator").alias("run")
+        )
+        .pivot(
+            "run", index="label", values=statistic, aggregate_function="first", maintain_order=True
+        )
         .rename({"label": "measure"})
     )
 

@@ -85,7 +85,10 @@ class UtilityRun:
 def candidate_lists(candidates: pl.DataFrame) -> dict[str, list[str]]:
     """Each query's candidates in rank order."""
     return dict(
-        candidates.sort("query_id", "rank").group_by("query_id", maintain_order=True).agg("doc_id").iter_rows()
+        candidates.sort("query_id", "rank")
+        .group_by("query_id", maintain_order=True)
+        .agg("doc_id")
+        .iter_rows()
     )
 
 
@@ -104,7 +107,8 @@ def judge_utility(
     query without candidates (a run file's question without a row, ``missing_queries: empty``)
     has nothing to judge: it has no prompt, judgment or signal."""
     texts = {
-        doc: (doc, title or "", text) for doc, title, text in passages.select("id", "title", "text").iter_rows()
+        doc: (doc, title or "", text)
+        for doc, title, text in passages.select("id", "title", "text").iter_rows()
     }
     ranked = candidate_lists(candidates)
     queries = queries.filter(pl.col("query_id").is_in(list(ranked)))
@@ -118,24 +122,42 @@ def judge_utility(
         return decode_prompts(table, generator, generator_name, DECODING_GREEDY, params)
 
     # Round 1: the pseudo-answer, and each candidate alone (decoded beyond the top k only).
-    def answer_prompt(qid: str, condition: str, doc_id: str | None, docs: list[tuple[str, str, str]]) -> dict:
-        return prompt_row(qid, condition, doc_id, fit_context_prompt(qid, questions[qid], docs, template, answer_budget))
+    def answer_prompt(
+        qid: str, condition: str, doc_id: str | None, docs: list[tuple[str, str, str]]
+    ) -> dict:
+        return prompt_row(
+            qid,
+            condition,
+            doc_id,
+            fit_context_prompt(qid, questions[qid], docs, template, answer_budget),
+        )
 
     together, alone = [], []
     for qid in questions:
         docs = [texts[d] for d in ranked[qid]]
         together.append(answer_prompt(qid, UTILITY_PSEUDO_ANSWER, None, docs))
-        alone.extend((rank, answer_prompt(qid, UTILITY_PER_CANDIDATE, doc[0], [doc])) for rank, doc in enumerate(docs, 1))
+        alone.extend(
+            (rank, answer_prompt(qid, UTILITY_PER_CANDIDATE, doc[0], [doc]))
+            for rank, doc in enumerate(docs, 1)
+        )
     together_table = pl.DataFrame(together, schema=PROMPT_SCHEMA)
     alone_table = pl.DataFrame([row for _, row in alone], schema=PROMPT_SCHEMA)
     beyond_k = pl.DataFrame([row for rank, row in alone if rank > k], schema=PROMPT_SCHEMA)
     first = decode(pl.concat([together_table, beyond_k]), greedy)
-    pseudo = dict(first.filter(pl.col("condition") == UTILITY_PSEUDO_ANSWER).select("query_id", "text").iter_rows())
+    pseudo = dict(
+        first.filter(pl.col("condition") == UTILITY_PSEUDO_ANSWER)
+        .select("query_id", "text")
+        .iter_rows()
+    )
 
     closed = closed_book_prompts(queries, prompts, answer_budget)
     signals = passage_utility(
-        pl.concat([closed, alone_table, together_table]), pseudo, passages, scorer,
-        alone=UTILITY_PER_CANDIDATE, together=UTILITY_PSEUDO_ANSWER,
+        pl.concat([closed, alone_table, together_table]),
+        pseudo,
+        passages,
+        scorer,
+        alone=UTILITY_PER_CANDIDATE,
+        together=UTILITY_PSEUDO_ANSWER,
     )
 
     # Round 2: the judgments, each method with the room its output needs.
@@ -144,12 +166,24 @@ def judge_utility(
         max_new_tokens = judgment_max_new_tokens(method, max(len(docs) for docs in ranked.values()))
         budget = PromptBudget.of(generator, max_new_tokens)
         table = pl.DataFrame(
-            [row for qid, question in questions.items()
-             for row in _judgment_prompts(method, prompts.template(f"utility_{method}"), qid, question,
-                                          [texts[d] for d in ranked[qid]], pseudo[qid], budget)],
+            [
+                row
+                for qid, question in questions.items()
+                for row in _judgment_prompts(
+                    method,
+                    prompts.template(f"utility_{method}"),
+                    qid,
+                    question,
+                    [texts[d] for d in ranked[qid]],
+                    pseudo[qid],
+                    budget,
+                )
+            ],
             schema=PROMPT_SCHEMA,
         )
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=experiment.seed)
+        params = SamplingParams(
+            n=1, temperature=0.0, max_new_tokens=max_new_tokens, seed=experiment.seed
+        )
         decoded = decode(table, params)
         judgment_prompts.append(table)
         judgment_rows.append(decoded)
@@ -160,7 +194,9 @@ def judge_utility(
     rag_table = pl.DataFrame(
         [
             answer_prompt(qid, utility_rag_condition(method), None, [texts[d] for d in docs])
-            for qid, method, docs in judgment_table.select("query_id", "method", "rag_doc_ids").iter_rows()
+            for qid, method, docs in judgment_table.select(
+                "query_id", "method", "rag_doc_ids"
+            ).iter_rows()
             if docs
         ],
         schema=PROMPT_SCHEMA,
@@ -191,7 +227,10 @@ def _judgment_prompts(
         return templates.utility_judgment(method, question, passages, answer, template)
 
     if is_pointwise(method):
-        return [prompt_row(qid, condition, doc[0], fit_passages(qid, question, [doc], render, budget)) for doc in docs]
+        return [
+            prompt_row(qid, condition, doc[0], fit_passages(qid, question, [doc], render, budget))
+            for doc in docs
+        ]
     return [prompt_row(qid, condition, None, fit_passages(qid, question, docs, render, budget))]
 
 
@@ -199,7 +238,10 @@ def _parse(
     method: str, prompts: pl.DataFrame, decoded: pl.DataFrame, ranked: dict[str, list[str]], k: int
 ) -> list[dict]:
     """One judgment row per query of ``method`` from its decoded prompts."""
-    shown = {(qid, doc): docs for qid, doc, docs in prompts.select("query_id", "doc_id", "doc_ids").iter_rows()}
+    shown = {
+        (qid, doc): docs
+        for qid, doc, docs in prompts.select("query_id", "doc_id", "doc_ids").iter_rows()
+    }
     outputs: dict[str, list[tuple[str | None, str]]] = {}
     for qid, doc, text in decoded.select("query_id", "doc_id", "text").iter_rows():
         outputs.setdefault(qid, []).append((doc, text))
@@ -216,11 +258,18 @@ def _parse(
         else:  # a ranking: the candidates a prompt could not show follow, in rank order
             ranking = named + [d for d in candidates if d not in set(named)]
             selected, rag = None, ranking[:k]
-        rows.append({
-            "query_id": qid, "method": method, "shown": [d for d in candidates if d in visible],
-            "selected": selected, "ranking": ranking, "rag_doc_ids": rag,
-            "judgments": len(answers), "unparseable": failed,
-        })
+        rows.append(
+            {
+                "query_id": qid,
+                "method": method,
+                "shown": [d for d in candidates if d in visible],
+                "selected": selected,
+                "ranking": ranking,
+                "rag_doc_ids": rag,
+                "judgments": len(answers),
+                "unparseable": failed,
+            }
+        )
     return rows
 
 
@@ -237,7 +286,9 @@ def _read(method: str, answers: list[tuple[list[str], str]]) -> tuple[list[str],
             elif method in SELECTION_METHODS:
                 named.extend(docs[n - 1] for n in parse_selection(text, len(docs)))
             else:
-                named.extend(docs[n - 1] for n in complete_ranking(parse_ranking(text, len(docs)), len(docs)))
+                named.extend(
+                    docs[n - 1] for n in complete_ranking(parse_ranking(text, len(docs)), len(docs))
+                )
         except UnparseableOutputError:
             failed += 1
     return named, failed

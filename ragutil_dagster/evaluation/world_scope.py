@@ -26,6 +26,7 @@ from ragutil_dagster.embedded.setup import WORLD_ONLY_MODEL_NAMES, is_embedded_w
 from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.metrics import catalog
 
+
 def off_world_models(models: Iterable[str], dataset: DatasetConfig | None) -> list[str]:
     """The world-only models among ``models`` (model names as configured) when they are used on
     ``dataset`` and it is not their world; ``dataset`` None stands for data outside the config
@@ -52,7 +53,11 @@ def experiment_warnings(experiment: ExperimentConfig) -> list[str]:
         for generator in experiment.generators:
             off = off_world_models([generator.model, experiment.nli.model], dataset)
             if off:
-                warnings.append(off_world_warning(off, f"dataset {dataset.name!r} (generator {generator.name!r})"))
+                warnings.append(
+                    off_world_warning(
+                        off, f"dataset {dataset.name!r} (generator {generator.name!r})"
+                    )
+                )
     return warnings
 
 
@@ -66,16 +71,31 @@ def known_causes(experiment: ExperimentConfig, summary: pl.DataFrame) -> list[st
     ΔSePer_S of the embedded reader with more than one passage, a limitation of that reader."""
     label = catalog.metric("delta_seper_s").label
     notes = []
-    if experiment.sampling.adaptive and "sample_fraction" in summary.columns and summary["sample_fraction"].is_not_null().any():
+    if (
+        experiment.sampling.adaptive
+        and "sample_fraction" in summary.columns
+        and summary["sample_fraction"].is_not_null().any()
+    ):
         share = summary["sample_fraction"].drop_nulls()
-        drew = f"{share.min():.0%}" if share.min() == share.max() else f"{share.min():.0%}–{share.max():.0%}"
+        drew = (
+            f"{share.min():.0%}"
+            if share.min() == share.max()
+            else f"{share.min():.0%}–{share.max():.0%}"
+        )
         notes.append(f"{ADAPTIVE_BIAS_NOTE}; drawn here: {drew} of the fixed-N samples.")
     for generator in experiment.generators:
         if generator.model != READER_MODEL or "delta_seper_s" not in summary.columns:
             continue
-        ks = summary.filter(
-            (pl.col("generator") == generator.name) & (pl.col("k") > 1) & (pl.col("delta_seper_s") < 0)
-        )["k"].unique().sort().to_list()
+        ks = (
+            summary.filter(
+                (pl.col("generator") == generator.name)
+                & (pl.col("k") > 1)
+                & (pl.col("delta_seper_s") < 0)
+            )["k"]
+            .unique()
+            .sort()
+            .to_list()
+        )
         if ks:
             notes.append(
                 f"{label} < 0 at k = {', '.join(map(str, ks))} ({generator.name}): a limitation of the "

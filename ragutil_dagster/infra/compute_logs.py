@@ -21,7 +21,9 @@ class WorkerComputeLogManager(LocalComputeLogManager):
     """``LocalComputeLogManager`` under ``$RAGUTIL_WORKER_COMPUTE_LOGS`` when set, else ``base_dir``."""
 
     def __init__(self, base_dir: str, polling_timeout: float | None = None, inst_data=None):
-        super().__init__(os.environ.get(WORKER_LOGS_VARIABLE) or base_dir, polling_timeout, inst_data)
+        super().__init__(
+            os.environ.get(WORKER_LOGS_VARIABLE) or base_dir, polling_timeout, inst_data
+        )
 
     @classmethod
     def from_config_value(cls, inst_data, config_value) -> WorkerComputeLogManager:

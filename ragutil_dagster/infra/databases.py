@@ -14,9 +14,8 @@ database is reachable before Dagster or MLflow start retrying against it.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
-
 import os
+from typing import TYPE_CHECKING
 
 from ragutil_dagster.errors import DatabaseUnavailableError
 from ragutil_dagster.infra.files import embedded_tracking_uri, ragutil_home
@@ -88,7 +87,9 @@ def check_reachable(url: str, what: str, variable: str) -> None:
         with engine.connect():
             pass
     except sqlalchemy.exc.DBAPIError as err:
-        reason = str(err.orig).strip().splitlines()[0] if err.orig is not None else type(err).__name__
+        reason = (
+            str(err.orig).strip().splitlines()[0] if err.orig is not None else type(err).__name__
+        )
         raise DatabaseUnavailableError(
             f"cannot reach {what} at {redact_uri(url)} ({reason}); start the database or change "
             f"or unset {variable}"

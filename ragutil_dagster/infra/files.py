@@ -56,7 +56,9 @@ def cache_root() -> Path:
 
 def newest_mtime(directory: Path) -> float:
     """The latest modification time of ``directory`` and of everything under it."""
-    return max([directory.stat().st_mtime, *(path.stat().st_mtime for path in directory.rglob("*"))])
+    return max(
+        [directory.stat().st_mtime, *(path.stat().st_mtime for path in directory.rglob("*"))]
+    )
 
 
 def tree_size(directory: Path) -> int:
@@ -91,13 +93,16 @@ def storage_errors(target: str | Path) -> Iterator[None]:
     except OSError as err:
         if err.errno not in _STORAGE_ERRNOS or isinstance(err, ArtifactWriteError):
             raise
-        fix = ("free disk space there or point RAGUTIL_HOME (RAGUTIL_ARTIFACTS_URL) at a larger disk"
-               if err.errno in (errno.ENOSPC, errno.EDQUOT)
-               else "check the directory's permissions (the bucket's credentials) or point RAGUTIL_HOME "
-               "(RAGUTIL_ARTIFACTS_URL) elsewhere")
+        fix = (
+            "free disk space there or point RAGUTIL_HOME (RAGUTIL_ARTIFACTS_URL) at a larger disk"
+            if err.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "check the directory's permissions (the bucket's credentials) or point RAGUTIL_HOME "
+            "(RAGUTIL_ARTIFACTS_URL) elsewhere"
+        )
         raise ArtifactWriteError(
-            err.errno, f"cannot write {target}: {os.strerror(err.errno)} ({fix}); the previous "
-            "version, if any, is left intact"
+            err.errno,
+            f"cannot write {target}: {os.strerror(err.errno)} ({fix}); the previous "
+            "version, if any, is left intact",
         ) from err
 
 

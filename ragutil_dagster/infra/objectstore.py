@@ -184,17 +184,21 @@ class ObjectStore:
                 yield staging
             files = {
                 path.relative_to(staging).as_posix(): path.stat().st_size
-                for path in sorted(staging.rglob("*")) if path.is_file()
+                for path in sorted(staging.rglob("*"))
+                if path.is_file()
             }
             with storage_errors(self.display(name)), self._remote_errors(name):
                 if not self.local:
                     self.fs.put(
-                        [str(staging / file) for file in files], [posixpath.join(target, file) for file in files]
+                        [str(staging / file) for file in files],
+                        [posixpath.join(target, file) for file in files],
                     )
                 failpoint("publish")
                 previous = self.manifest(name)
                 manifest = {"format": _FORMAT, "object": object_name, "files": files}
-                self._write_single_object(self._path(name + MANIFEST_SUFFIX), json.dumps(manifest).encode())
+                self._write_single_object(
+                    self._path(name + MANIFEST_SUFFIX), json.dumps(manifest).encode()
+                )
         except BaseException:
             self._remove(target)
             raise
@@ -220,8 +224,9 @@ class ObjectStore:
             if self.local:
                 raise
             raise ArtifactWriteError(
-                errno.EACCES, f"cannot write {self.display(name)}: {err} (create the bucket, give these "
-                "credentials write access, or change RAGUTIL_ARTIFACTS_URL); nothing was published"
+                errno.EACCES,
+                f"cannot write {self.display(name)}: {err} (create the bucket, give these "
+                "credentials write access, or change RAGUTIL_ARTIFACTS_URL); nothing was published",
             ) from err
 
     def _write_single_object(self, path: str, data: bytes) -> None:
@@ -259,8 +264,10 @@ class ObjectStore:
             if path.endswith(MANIFEST_SUFFIX):
                 published = max(published or 0.0, written)
             found[parts[0]] = (size + int(info.get("size") or 0), max(modified, written), published)
-        return [Folder(name, self._path(parent, name), self._url(self._path(parent, name)), *figures)
-                for name, figures in sorted(found.items())]
+        return [
+            Folder(name, self._path(parent, name), self._url(self._path(parent, name)), *figures)
+            for name, figures in sorted(found.items())
+        ]
 
     def garbage(self, older_than: float, now: float) -> list[Garbage]:
         """Objects no manifest names — left by writers that died before publishing, or that lost a
@@ -269,12 +276,20 @@ class ObjectStore:
         being uploaded right now: it must exceed the longest upload."""
         root = self.root.rstrip("/")
         entries = self.fs.find(root, withdirs=True, detail=True)
-        manifests = sorted(path for path, info in entries.items()
-                           if info["type"] == "file" and path.endswith(MANIFEST_SUFFIX))
-        named = {path: json.loads(raw)["object"] for path, raw in (self.fs.cat(manifests) if manifests else {}).items()}
+        manifests = sorted(
+            path
+            for path, info in entries.items()
+            if info["type"] == "file" and path.endswith(MANIFEST_SUFFIX)
+        )
+        named = {
+            path: json.loads(raw)["object"]
+            for path, raw in (self.fs.cat(manifests) if manifests else {}).items()
+        }
         published = {posixpath.join(posixpath.dirname(path), key) for path, key in named.items()}
-        copies = {self._copy_name(posixpath.relpath(path[: -len(MANIFEST_SUFFIX)], root), key)
-                  for path, key in named.items()}
+        copies = {
+            self._copy_name(posixpath.relpath(path[: -len(MANIFEST_SUFFIX)], root), key)
+            for path, key in named.items()
+        }
         objects: dict[str, tuple[int, float]] = {}
         for path, info in entries.items():
             parts = posixpath.relpath(path, root).split("/")
@@ -283,24 +298,47 @@ class ObjectStore:
             # an object store's "directories" are prefixes): an object a writer left empty.
             if parts[0] in _FOREIGN_FOLDERS or (not is_file and info.get("mtime") is None):
                 continue
-            depth = next((i for i, part in enumerate(parts[:-1] if is_file else parts)
-                          if _OBJECT_KEY.fullmatch(part)), None)
+            depth = next(
+                (
+                    i
+                    for i, part in enumerate(parts[:-1] if is_file else parts)
+                    if _OBJECT_KEY.fullmatch(part)
+                ),
+                None,
+            )
             if depth is None:
                 continue
             key = posixpath.join(root, *parts[: depth + 1])
             size, modified = objects.get(key, (0, 0.0))
-            objects[key] = (size + (int(info.get("size") or 0) if is_file else 0), max(modified, _modified(info)))
+            objects[key] = (
+                size + (int(info.get("size") or 0) if is_file else 0),
+                max(modified, _modified(info)),
+            )
         found = [
-            Garbage(self._url(key), size, "unpublished object (its writer died or lost a race)", key, local=False)
+            Garbage(
+                self._url(key),
+                size,
+                "unpublished object (its writer died or lost a race)",
+                key,
+                local=False,
+            )
             for key, (size, modified) in sorted(objects.items())
             if key not in published and now - modified >= older_than
         ]
-        local = [(entry, "local copy of a replaced or removed object") for entry in _directories(self.cache_dir)
-                 if entry.name != _STAGING and entry.name not in copies]
-        local += [(entry, "staged files of a writer that died before uploading")
-                  for entry in _directories(self.cache_dir / _STAGING)]
-        return found + [Garbage(str(entry), tree_size(entry), reason, str(entry), local=True)
-                        for entry, reason in local if now - newest_mtime(entry) >= older_than]
+        local = [
+            (entry, "local copy of a replaced or removed object")
+            for entry in _directories(self.cache_dir)
+            if entry.name != _STAGING and entry.name not in copies
+        ]
+        local += [
+            (entry, "staged files of a writer that died before uploading")
+            for entry in _directories(self.cache_dir / _STAGING)
+        ]
+        return found + [
+            Garbage(str(entry), tree_size(entry), reason, str(entry), local=True)
+            for entry, reason in local
+            if now - newest_mtime(entry) >= older_than
+        ]
 
     def delete(self, garbage: Garbage) -> None:
         """Delete what :meth:`garbage` found."""
@@ -326,7 +364,9 @@ class ObjectStore:
 
         def use(manifest: dict) -> T:
             chosen = file or _only_file(manifest, self.display(name))
-            with self.fs.open(self._path(posixpath.dirname(name), manifest["object"], chosen), "rb") as handle:
+            with self.fs.open(
+                self._path(posixpath.dirname(name), manifest["object"], chosen), "rb"
+            ) as handle:
                 return reader(handle)
 
         return self._with_published(name, use)
@@ -349,7 +389,10 @@ class ObjectStore:
                     files = list(manifest["files"])
                     for file in files:
                         (staging / file).parent.mkdir(parents=True, exist_ok=True)
-                    self.fs.get([posixpath.join(source, f) for f in files], [str(staging / f) for f in files])
+                    self.fs.get(
+                        [posixpath.join(source, f) for f in files],
+                        [str(staging / f) for f in files],
+                    )
             return copy
 
         return self._with_published(name, use)

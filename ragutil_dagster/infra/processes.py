@@ -80,16 +80,23 @@ def background_server(
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-c", RESET_SIGNALS_AND_EXEC, *command],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env=dict(env) if env is not None else None, cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
         )
         try:
             deadline = time.monotonic() + timeout
             while not _ready(ready_url):
                 if process.poll() is not None:
-                    raise RuntimeError(f"{command[0]} exited with {process.returncode}: {log_path.read_text()[-3000:]}")
+                    raise RuntimeError(
+                        f"{command[0]} exited with {process.returncode}: {log_path.read_text()[-3000:]}"
+                    )
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{ready_url} not ready after {timeout:.0f} s: {log_path.read_text()[-3000:]}")
+                    raise TimeoutError(
+                        f"{ready_url} not ready after {timeout:.0f} s: {log_path.read_text()[-3000:]}"
+                    )
                 time.sleep(1)
             yield process
         finally:

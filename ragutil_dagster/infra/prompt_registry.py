@@ -41,7 +41,9 @@ def registry_not_found(err: Exception, *, alias: bool) -> bool:
     """Whether an MLflow registry error says the name or version does not exist (MLflow reports
     an unknown alias of a known name as an invalid parameter, not as a missing resource)."""
     code = getattr(err, "error_code", None)
-    return code == "RESOURCE_DOES_NOT_EXIST" or (alias and code == "INVALID_PARAMETER_VALUE" and "alias" in str(err))
+    return code == "RESOURCE_DOES_NOT_EXIST" or (
+        alias and code == "INVALID_PARAMETER_VALUE" and "alias" in str(err)
+    )
 
 
 def registered_template(uri: str, tracking_uri: str | None = None) -> RegisteredTemplate:
@@ -55,10 +57,14 @@ def registered_template(uri: str, tracking_uri: str | None = None) -> Registered
 
     match = _URI.match(uri)
     if match is None:
-        raise ModelRegistryError(f"prompt {uri!r}: expected prompts:/<name>/<version> or prompts:/<name>@<alias>")
+        raise ModelRegistryError(
+            f"prompt {uri!r}: expected prompts:/<name>/<version> or prompts:/<name>@<alias>"
+        )
     tracking_uri = tracking_uri or default_tracking_uri()
     # MLflow would retry an unreachable database with backoff for close to an hour.
-    check_reachable(tracking_uri, "the MLflow prompt registry's database", MLFLOW_TRACKING_URI_VARIABLE)
+    check_reachable(
+        tracking_uri, "the MLflow prompt registry's database", MLFLOW_TRACKING_URI_VARIABLE
+    )
     try:
         # No cache: an alias is asked anew each time, so a moved alias is seen at once.
         prompt = MlflowClient(tracking_uri=tracking_uri).load_prompt(uri, cache_ttl_seconds=0)
@@ -82,7 +88,9 @@ def registered_template(uri: str, tracking_uri: str | None = None) -> Registered
             "fills completion prompts: register the template as text (a generator's use_chat_template "
             "wraps it in the model's chat template)"
         )
-    return RegisteredTemplate(format_syntax(prompt.template, set(prompt.variables)), int(prompt.version))
+    return RegisteredTemplate(
+        format_syntax(prompt.template, set(prompt.variables)), int(prompt.version)
+    )
 
 
 def format_syntax(template: str, variables: set[str]) -> str:
@@ -90,7 +98,9 @@ def format_syntax(template: str, variables: set[str]) -> str:
     every other brace doubled."""
     if not variables:
         return template.replace("{", "{{").replace("}", "}}")
-    pattern = re.compile(r"\{\{\s*(" + "|".join(re.escape(v) for v in sorted(variables)) + r")\s*\}\}")
+    pattern = re.compile(
+        r"\{\{\s*(" + "|".join(re.escape(v) for v in sorted(variables)) + r")\s*\}\}"
+    )
     parts = pattern.split(template)
     # re.split with one group alternates text, variable, text, ...
     return "".join(

@@ -8,8 +8,9 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
-_SECRET_QUERY_KEYS = re.compile(r"token|secret|password|passwd|signature|sig|key|credential|auth",
-                                re.IGNORECASE)
+_SECRET_QUERY_KEYS = re.compile(
+    r"token|secret|password|passwd|signature|sig|key|credential|auth", re.IGNORECASE
+)
 _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 
@@ -26,7 +27,9 @@ def redact_uri(uri: str) -> str:
         netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
     pairs = parse_qsl(query, keep_blank_values=True)
     if any(_SECRET_QUERY_KEYS.search(k) for k, _ in pairs):
-        query = urlencode([(k, MASK if _SECRET_QUERY_KEYS.search(k) else v) for k, v in pairs], safe="*")
+        query = urlencode(
+            [(k, MASK if _SECRET_QUERY_KEYS.search(k) else v) for k, v in pairs], safe="*"
+        )
     if (netloc, query) == (parts.netloc, parts.query):
         return uri  # untouched, byte for byte (urlunsplit would normalise sqlite://// paths)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -51,7 +51,11 @@ def publish_directory(name: str, directory: Path) -> bool:
     if store is None:
         return False
     digest, record = _digest(directory), name + DIGEST_SUFFIX
-    if store.exists(name) and store.exists(record) and store.read(record, json.load) == {"digest": digest}:
+    if (
+        store.exists(name)
+        and store.exists(record)
+        and store.read(record, json.load) == {"digest": digest}
+    ):
         return False
     with store.publish(name) as staging:
         shutil.copytree(directory, staging, dirs_exist_ok=True)

@@ -46,7 +46,9 @@ class SerializedSqliteEventLogStorage(SqliteEventLogStorage):
             finally:
                 self._held.depth = depth
 
-    def claim_concurrency_slot(self, concurrency_key: str, run_id: str, step_key: str, priority: int | None = None):
+    def claim_concurrency_slot(
+        self, concurrency_key: str, run_id: str, step_key: str, priority: int | None = None
+    ):
         with self._slots_locked():
             return super().claim_concurrency_slot(concurrency_key, run_id, step_key, priority)
 

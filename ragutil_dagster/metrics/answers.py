@@ -155,7 +155,8 @@ def lexical_entailment(premises: Sequence[str], hypotheses: Sequence[str]) -> np
 # them alone ("after", "he") is compared by all its words (:func:`content_match`). Written out
 # rather than taken from a stop-word list, which also drops words that are answers ("fire",
 # "bill", "system", "one", "May", "US").
-_FUNCTION_WORDS = frozenset("""
+_FUNCTION_WORDS = frozenset(
+    """
 a an the this that these those there here its they them their theirs he him his she her hers we
 our ours you your yours me my mine whom whose which what when where why how whatever whoever
 of in on at by for from to into onto upon with without within about above below over under
@@ -163,7 +164,8 @@ between among through during before after since until till than as via per
 and or nor but so yet if then also too very just only
 is are was were be been being do does did done have has had having would shall should could
 answer answers question text passage document context says said say according called named
-""".split())
+""".split()
+)
 # Function words only in the form written here, answers in any other: lowercase "it" / "us" /
 # "who" against "IT", "US", "WHO"; lowercase modals against the month "May", the name "Will" or
 # "Can"; the pronoun "I" (a Roman numeral after a name is a number by then: "World War I" → 1).
@@ -175,11 +177,17 @@ _PRONOUN_I = "i"
 _AM = "am"
 _TITLES = frozenset({"mr", "mrs", "ms", "dr", "prof"})
 
-_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000,
-           "trillion": 1_000_000_000_000}
+_SCALES = {
+    "hundred": 100,
+    "thousand": 1_000,
+    "million": 1_000_000,
+    "billion": 1_000_000_000,
+    "trillion": 1_000_000_000_000,
+}
 _THOUSANDS = regex.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_DIGITS_AND_SCALE = regex.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*(" + "|".join(_SCALES) + r")\b",
-                                  regex.IGNORECASE)
+_DIGITS_AND_SCALE = regex.compile(
+    r"(?<![\d.])(\d+(?:\.\d+)?)\s*(" + "|".join(_SCALES) + r")\b", regex.IGNORECASE
+)
 _DIGIT_ORDINAL = regex.compile(r"\b(\d+)(?:st|nd|rd|th)\b", regex.IGNORECASE)
 _DECADE = regex.compile(r"\b(\d*0)['’]?s\b", regex.IGNORECASE)
 _DOTTED = regex.compile(r"(?<![\p{L}.])((?:\p{L}\.){2,})")
@@ -197,11 +205,13 @@ def _roman(match: regex.Match) -> str:
     numeral = match.group(1)
     if not numeral:
         return numeral
-    rest = match.string[match.end():]
+    rest = match.string[match.end() :]
     if numeral == "I" and rest.strip() and rest.lstrip()[0] not in ",.;:!?)":
         return numeral
     values = {"I": 1, "V": 5, "X": 10}
-    total = sum(-values[a] if values[a] < values[b] else values[a] for a, b in zip(numeral, numeral[1:]))
+    total = sum(
+        -values[a] if values[a] < values[b] else values[a] for a, b in zip(numeral, numeral[1:])
+    )
     return str(total + values[numeral[-1]])
 
 
@@ -274,15 +284,23 @@ def _countries() -> _Countries:
                 phrases[words].add(key)
         for spelling in spellings:
             short = regex.fullmatch(r"(?:.* of (?:the )?|Great )(\p{L}+)", spelling)
-            if short and any(d.strip().lower().startswith(short.group(1).lower()[:4]) for d in demonyms if d.strip()):
+            if short and any(
+                d.strip().lower().startswith(short.group(1).lower()[:4])
+                for d in demonyms
+                if d.strip()
+            ):
                 phrases[(short.group(1).lower(),)].add(key)
     stem = _stem()
     stems: dict[str, set[str]] = collections.defaultdict(set)
     for words, keys in phrases.items():
         if len(words) == 1:
             stems[stem(words[0])] |= keys
-    return _Countries({w: frozenset(k) for w, k in phrases.items()}, {s: frozenset(k) for s, k in stems.items()},
-                      {c: frozenset(k) for c, k in codes.items()}, max(map(len, phrases)))
+    return _Countries(
+        {w: frozenset(k) for w, k in phrases.items()},
+        {s: frozenset(k) for s, k in stems.items()},
+        {c: frozenset(k) for c, k in codes.items()},
+        max(map(len, phrases)),
+    )
 
 
 @dataclass(frozen=True)
@@ -300,7 +318,9 @@ def _units(text: str) -> tuple[_Unit, ...]:
     """The units of ``text`` in order (:class:`_Unit`), function words marked."""
     text = _fold(text)
     text = _DOTTED.sub(lambda m: m.group(1).replace(".", ""), text)
-    text = _CANNOT.sub(lambda m: {"can": "can", "won": "will", "shan": "shall"}[m.group(1).lower()] + " not", text)
+    text = _CANNOT.sub(
+        lambda m: {"can": "can", "won": "will", "shan": "shall"}[m.group(1).lower()] + " not", text
+    )
     text = _NOT.sub(" not", text)
     text = _CLITIC.sub("", text)
     tokens = _TOKEN.findall(numerals(text))
@@ -314,10 +334,16 @@ def _units(text: str) -> tuple[_Unit, ...]:
             units.append(_Unit(frozenset({f"number:{number}"}), "", False))
             i += 1
             continue
-        width = next((n for n in range(min(countries.longest, len(tokens) - i), 1, -1)
-                      if tuple(t.lower() for t in tokens[i:i + n]) in countries.phrases), 0)
+        width = next(
+            (
+                n
+                for n in range(min(countries.longest, len(tokens) - i), 1, -1)
+                if tuple(t.lower() for t in tokens[i : i + n]) in countries.phrases
+            ),
+            0,
+        )
         if width:
-            words = tuple(t.lower() for t in tokens[i:i + width])
+            words = tuple(t.lower() for t in tokens[i : i + width])
             units.append(_Unit(countries.phrases[words], " ".join(words), False))
             i += width
             continue
@@ -333,7 +359,9 @@ def _units(text: str) -> tuple[_Unit, ...]:
         )
         keys = {f"word:{stem(lower)}"}
         if not function:
-            keys |= countries.phrases.get((lower,), frozenset()) | countries.stems.get(stem(lower), frozenset())
+            keys |= countries.phrases.get((lower,), frozenset()) | countries.stems.get(
+                stem(lower), frozenset()
+            )
             if token.isupper() and len(token) > 1:
                 keys |= countries.codes.get(token, frozenset())
         units.append(_Unit(frozenset(keys), lower, function))
@@ -347,8 +375,12 @@ def answer_content(text: str, question: str = "") -> frozenset[str]:
     ("number:200" for "two hundred") — without what ``question`` holds: an answer that only
     restates its question carries none."""
     asked = {key for unit in _units(question) for key in unit.keys}
-    return frozenset(key for unit in _units(text) if not unit.function and not unit.keys & asked
-                     for key in unit.keys)
+    return frozenset(
+        key
+        for unit in _units(text)
+        if not unit.function and not unit.keys & asked
+        for key in unit.keys
+    )
 
 
 @dataclass(frozen=True)
@@ -371,14 +403,20 @@ def _acronym_of(words: Sequence[str], expansion: Sequence[str]) -> bool:
 def content_match(premise: str, hypothesis: str) -> ContentMatch:
     """:func:`shares_answer_content` with its reason (:class:`ContentMatch`)."""
     premise_answer, hypothesis_answer = _answer_parts(premise, hypothesis)
-    asked = {key for unit in _units(premise[: len(premise) - len(premise_answer)]) for key in unit.keys}
+    asked = {
+        key for unit in _units(premise[: len(premise) - len(premise_answer)]) for key in unit.keys
+    }
     premise_units, hypothesis_units = _units(premise_answer), _units(hypothesis_answer)
     # The content units without the question's; with them when an answer has no other (a gold
     # answer the question names); all words when an answer is function words alone ("after").
-    first, second = ([u for u in units if not u.function and not u.keys & asked]
-                     for units in (premise_units, hypothesis_units))
+    first, second = (
+        [u for u in units if not u.function and not u.keys & asked]
+        for units in (premise_units, hypothesis_units)
+    )
     if not first or not second:
-        first, second = ([u for u in units if not u.function] for units in (premise_units, hypothesis_units))
+        first, second = (
+            [u for u in units if not u.function] for units in (premise_units, hypothesis_units)
+        )
         if not first and not second:
             return ContentMatch(True, "no content either side")
     if not first or not second:
@@ -454,7 +492,9 @@ def rouge_l(prediction: str, golds: Golds) -> float:
     gold aliases: rouge-score's ``RougeScorer(["rougeL"])`` with its default tokenizer (lowercase,
     non-alphanumerics dropped) and no stemming."""
     aliases = gold_aliases(golds)
-    return float(max(_scorer("rouge_l").score(alias, prediction)["rougeL"].fmeasure for alias in aliases))
+    return float(
+        max(_scorer("rouge_l").score(alias, prediction)["rougeL"].fmeasure for alias in aliases)
+    )
 
 
 def bleu(prediction: str, golds: Golds) -> float:

@@ -76,7 +76,9 @@ def content_token_mask(
     """
     question_words = set(_words(question))
     if word_ids is None:
-        return np.array([_is_content_word(_clean_piece(t), question_words) for t in tokens], dtype=bool)
+        return np.array(
+            [_is_content_word(_clean_piece(t), question_words) for t in tokens], dtype=bool
+        )
     if len(word_ids) != len(tokens):
         raise ValueError(f"{len(tokens)} tokens but {len(word_ids)} word ids")
     word_text: dict[int, str] = {}
@@ -87,7 +89,9 @@ def content_token_mask(
     return np.array([w is not None and keep_word[w] for w in word_ids], dtype=bool)
 
 
-def mean_token_perplexity(token_logprobs: Sequence[float], keep: Sequence[bool] | None = None) -> float:
+def mean_token_perplexity(
+    token_logprobs: Sequence[float], keep: Sequence[bool] | None = None
+) -> float:
     """P_text = (1/N) Σ exp(−log p_i) over the kept tokens (ConSens §2)."""
     logprobs = np.asarray(token_logprobs, dtype=np.float64)
     mask = np.ones(logprobs.shape, dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
@@ -136,7 +140,9 @@ def _values(values: Sequence[float], what: str, bound: float = 1.0) -> np.ndarra
     two ConSens values: 2)."""
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1 or not array.size:
-        raise ValueError(f"{what}: expected a non-empty 1-d sequence of values, got shape {array.shape}")
+        raise ValueError(
+            f"{what}: expected a non-empty 1-d sequence of values, got shape {array.shape}"
+        )
     if not np.all(np.isfinite(array)) or np.any(np.abs(array) > bound):
         raise ValueError(f"{what}: values must be finite and within [-{bound:g}, {bound:g}]")
     return array
@@ -162,11 +168,16 @@ def _with_contrast(
 
 
 def _queries_with_contrast(
-    values: Sequence[Sequence[float]], relevant: Sequence[Sequence[bool]], what: str, bound: float = 1.0
+    values: Sequence[Sequence[float]],
+    relevant: Sequence[Sequence[bool]],
+    what: str,
+    bound: float = 1.0,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     if len(values) != len(relevant) or not len(relevant):
-        raise ValueError(f"{what}: expected the same positive number of queries of values and of labels, "
-                         f"got {len(values)} and {len(relevant)}")
+        raise ValueError(
+            f"{what}: expected the same positive number of queries of values and of labels, "
+            f"got {len(values)} and {len(relevant)}"
+        )
     return [
         _with_contrast(v, labels, f"{what}, query #{position}", bound)
         for position, (v, labels) in enumerate(zip(values, relevant))
@@ -198,7 +209,9 @@ def removal_lowest(consens_without: Sequence[float], relevant: Sequence[bool]) -
     return float(labels[values == values.min()].mean())
 
 
-def leave_one_out_auc(consens_without: Sequence[Sequence[float]], relevant: Sequence[Sequence[bool]]) -> float:
+def leave_one_out_auc(
+    consens_without: Sequence[Sequence[float]], relevant: Sequence[Sequence[bool]]
+) -> float:
     """Experiment 3's ROC AUC (§3.3, Fig. 3, Table 2: 0.88 with Llama 3.2 1B): how well ConSens
     tells the contexts that keep the relevant document from those that leave it out, over
     retrieval hits. Per query (ConSens(C \\ {d}) for each of its documents d, with their
@@ -214,7 +227,9 @@ def leave_one_out_auc(consens_without: Sequence[Sequence[float]], relevant: Sequ
     return float(roc_auc(kept, left_out))
 
 
-def attribution_auc(attributions: Sequence[Sequence[float]], relevant: Sequence[Sequence[bool]]) -> float:
+def attribution_auc(
+    attributions: Sequence[Sequence[float]], relevant: Sequence[Sequence[bool]]
+) -> float:
     """ROC AUC of the leave-one-out attribution a_d (:func:`leave_one_out_attribution`) at
     telling the relevant documents from the others, pooled over every document of the given
     queries: the share of (relevant, other) document pairs in which the relevant one has the

@@ -113,11 +113,16 @@ def erag_scores(
         raise ValueError("no eRAG measure requested")
     missing = [qid for qid in retrieved if qid not in labels]
     if missing:
-        raise KeyError(f"no eRAG labels for queries {missing[:5]}{' …' if len(missing) > 5 else ''}")
+        raise KeyError(
+            f"no eRAG labels for queries {missing[:5]}{' …' if len(missing) > 5 else ''}"
+        )
     query_labels = {qid: dict(labels[qid]) for qid in retrieved}
     binary = _is_binary(query_labels)
     if binary:
-        qrels = {qid: {doc: int(v) for doc, v in per_doc.items()} for qid, per_doc in query_labels.items()}
+        qrels = {
+            qid: {doc: int(v) for doc, v in per_doc.items()}
+            for qid, per_doc in query_labels.items()
+        }
         per_query, mean = ir_measures(ranks_to_run(retrieved), qrels, metrics)
         return ERAGScores(mean=mean, per_query=per_query, binary=True)
     per_query = {

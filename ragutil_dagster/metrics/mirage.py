@@ -145,7 +145,11 @@ def retriever_metrics(
     precision = hits / k
     recall = hits / len(positive_set)
     f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
-    ideal = np.ones(min(k, len(positive_set))) if ndcg == "standard" else mirage_ideal_relevance(relevance, k)
+    ideal = (
+        np.ones(min(k, len(positive_set)))
+        if ndcg == "standard"
+        else mirage_ideal_relevance(relevance, k)
+    )
     ideal_dcg = dcg(ideal)
     ndcg_value = dcg(relevance[:k]) / ideal_dcg if ideal_dcg > 0 else 0.0
     return RetrieverMetrics(precision=precision, recall=recall, f1=f1, ndcg=ndcg_value)
@@ -173,13 +177,16 @@ def oracle_passages(qrels: pl.DataFrame, queries: pl.DataFrame) -> pl.DataFrame:
     )
     table = queries.select("query_id", hops.alias("_hops")).join(best, on="query_id", how="left")
     excluded = (
-        pl.when(pl.col("_hops") > 1).then(pl.lit("multi_hop"))
-        .when(pl.col("doc_id").is_null()).then(pl.lit("no_positive"))
+        pl.when(pl.col("_hops") > 1)
+        .then(pl.lit("multi_hop"))
+        .when(pl.col("doc_id").is_null())
+        .then(pl.lit("no_positive"))
     )
     return (
         table.with_columns(excluded.alias("excluded"), pl.col("positives").fill_null(0))
         .with_columns(
-            pl.when(pl.col("excluded").is_null()).then(pl.col(c)).alias(c) for c in ("doc_id", "relevance")
+            pl.when(pl.col("excluded").is_null()).then(pl.col(c)).alias(c)
+            for c in ("doc_id", "relevance")
         )
         .select(list(ORACLE_SCHEMA))
         .cast(ORACLE_SCHEMA)  # type: ignore[arg-type]

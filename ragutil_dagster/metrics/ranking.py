@@ -25,7 +25,9 @@ _CUT = re.compile(r"^(?P<base>[A-Za-z_]+?)[._](?P<cut>\d+)$")
 def parse_measure(measure: str) -> tuple[str, str]:
     """Map a measure name to (pytrec_eval request, output key): ``ndcg_cut_10`` → (``ndcg_cut.10``, ``ndcg_cut_10``)."""
     match = _CUT.match(measure)
-    base, request = (match["base"], f"{match['base']}.{match['cut']}") if match else (measure, measure)
+    base, request = (
+        (match["base"], f"{match['base']}.{match['cut']}") if match else (measure, measure)
+    )
     if base not in pytrec_eval.supported_measures:
         raise ValueError(
             f"unknown IR measure {measure!r}: pytrec_eval supports "
@@ -104,7 +106,10 @@ def answer_hits_at_k(
             f"{len(ranked_texts)} ranked lists but {len(golds)} gold answer sets: they must pair up"
         )
     return np.array(
-        [any(has_answer(text, gold) for text in texts[:k]) for texts, gold in zip(ranked_texts, golds)],
+        [
+            any(has_answer(text, gold) for text in texts[:k])
+            for texts, gold in zip(ranked_texts, golds)
+        ],
         dtype=bool,
     )
 

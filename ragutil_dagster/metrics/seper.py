@@ -147,7 +147,9 @@ Label = Callable[[str, str], "int | None"]
 """NLI label of (premise, hypothesis), or None while the pair has not been judged."""
 
 
-def _greedy_clusters(texts: Sequence[str], label: Label, strict: bool, unjudged: set | None = None) -> np.ndarray | None:
+def _greedy_clusters(
+    texts: Sequence[str], label: Label, strict: bool, unjudged: set | None = None
+) -> np.ndarray | None:
     """The semantic-entropy code's greedy clustering (``get_semantic_ids``): each response not yet
     assigned opens a cluster and takes every later response equivalent to it.
 
@@ -213,7 +215,9 @@ def _prepare(item: SePerInput, position: int, length_norm: LengthNorm) -> _Prepa
     )
 
 
-def _unjudged_pairs(prepared: _Prepared, table: dict[tuple[str, str], np.ndarray], strict: bool) -> set[tuple[str, str]]:
+def _unjudged_pairs(
+    prepared: _Prepared, table: dict[tuple[str, str], np.ndarray], strict: bool
+) -> set[tuple[str, str]]:
     """The pairs ``prepared`` needs next that ``table`` lacks: every response both ways against
     every gold answer, and the clustering's pairs as far as the judged labels lead."""
     needed = {
@@ -233,7 +237,11 @@ def _unjudged_pairs(prepared: _Prepared, table: dict[tuple[str, str], np.ndarray
 
 
 def judge_pairs(
-    items: Sequence[SePerInput], entail: EntailFn, *, strict: bool = True, length_norm: LengthNorm = "mean"
+    items: Sequence[SePerInput],
+    entail: EntailFn,
+    *,
+    strict: bool = True,
+    length_norm: LengthNorm = "mean",
 ) -> dict[tuple[str, str], np.ndarray]:
     """Every (premise, hypothesis) pair :func:`seper_batch` reads for ``items``, judged by
     ``entail`` in rounds (one call per round for all items) → [contradiction, neutral, entailment]
@@ -242,7 +250,9 @@ def judge_pairs(
     return _judge(prepared, entail, strict)
 
 
-def _judge(prepared: Sequence[_Prepared], entail: EntailFn, strict: bool) -> dict[tuple[str, str], np.ndarray]:
+def _judge(
+    prepared: Sequence[_Prepared], entail: EntailFn, strict: bool
+) -> dict[tuple[str, str], np.ndarray]:
     table: dict[tuple[str, str], np.ndarray] = {}
     while True:
         pending: set[tuple[str, str]] = set()
@@ -254,7 +264,9 @@ def _judge(prepared: Sequence[_Prepared], entail: EntailFn, strict: bool) -> dic
         table.update(zip(ordered, _entail_pairs(entail, ordered)))
 
 
-def combine_gold_answers(match: np.ndarray, mass: np.ndarray, gold_reduce: GoldReduce) -> tuple[float, np.ndarray]:
+def combine_gold_answers(
+    match: np.ndarray, mass: np.ndarray, gold_reduce: GoldReduce
+) -> tuple[float, np.ndarray]:
     """SePer of one question (eqs. 9–10, Σ_u k(u, a*) p(u)) from ``match[u, g]`` — how far unit u
     matches gold answer g: the soft kernel's k_i for each response, the hard kernel's 0 / 1 for
     each cluster — and each unit's probability mass p(u).
@@ -296,7 +308,9 @@ def seper_standard_error(credits: Sequence[float], weights: Sequence[float]) -> 
     (the prior's)."""
     c, w = np.asarray(credits, dtype=np.float64), np.asarray(weights, dtype=np.float64)
     if c.shape != w.shape or c.size == 0:
-        raise ValueError(f"{c.size} credits for {w.size} weights; need one per sample, at least one")
+        raise ValueError(
+            f"{c.size} credits for {w.size} weights; need one per sample, at least one"
+        )
     if not np.isclose(w.sum(), 1.0) or np.any(w < 0):
         raise ValueError(f"weights must be non-negative and sum to 1 (sum {w.sum():.6g})")
     n = c.size
@@ -326,13 +340,28 @@ def _score(
     weights = prepared.weights
     if kernel == "soft":
         match = np.array(
-            [[max(probs(t, gold)[ENTAILMENT], probs(gold, t)[ENTAILMENT]) for gold in prepared.golds] for t in prepared.texts]
+            [
+                [
+                    max(probs(t, gold)[ENTAILMENT], probs(gold, t)[ENTAILMENT])
+                    for gold in prepared.golds
+                ]
+                for t in prepared.texts
+            ]
         )
         mass = weights
     else:
-        firsts = [prepared.texts[int(np.flatnonzero(cluster_ids == c)[0])] for c in range(int(cluster_ids.max()) + 1)]
+        firsts = [
+            prepared.texts[int(np.flatnonzero(cluster_ids == c)[0])]
+            for c in range(int(cluster_ids.max()) + 1)
+        ]
         match = np.array(
-            [[equivalent(label(first, gold), label(gold, first), False) for gold in prepared.golds] for first in firsts],
+            [
+                [
+                    equivalent(label(first, gold), label(gold, first), False)
+                    for gold in prepared.golds
+                ]
+                for first in firsts
+            ],
             dtype=np.float64,
         )
         mass = np.bincount(cluster_ids, weights=weights)
@@ -418,7 +447,12 @@ def seper(
     golds = (gold_answers,) if isinstance(gold_answers, str) else tuple(gold_answers)
     item = SePerInput(responses, token_logprobs, golds, question)
     return seper_batch(
-        [item], entail, kernel=kernel, gold_reduce=gold_reduce, strict=strict, length_norm=length_norm
+        [item],
+        entail,
+        kernel=kernel,
+        gold_reduce=gold_reduce,
+        strict=strict,
+        length_norm=length_norm,
     )[0]
 
 
@@ -438,7 +472,9 @@ CONTEXT_TOKENS_UNIT = 100
 """ΔSePer is reported per this many context tokens (:func:`delta_seper_per_context_tokens`)."""
 
 
-def delta_seper_per_context_tokens(delta: Sequence[float], context_tokens: Sequence[float]) -> float:
+def delta_seper_per_context_tokens(
+    delta: Sequence[float], context_tokens: Sequence[float]
+) -> float:
     """ΔSePer per 100 context tokens: 100 · mean ΔSePer / mean context tokens over the same
     questions — the utility the context adds per unit of its cost, by which SePer §5.4 (RQ3,
     Fig. 5b) weighs prompt compressors (ΔSePer kept against the prompt length saved). A ratio

@@ -96,13 +96,17 @@ def bootstrap_rank_correlations(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndar
     rank_x -= rank_x.mean(axis=1, keepdims=True)
     rank_y -= rank_y.mean(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rhos = (rank_x * rank_y).sum(axis=1) / np.sqrt((rank_x**2).sum(axis=1) * (rank_y**2).sum(axis=1))
+        rhos = (rank_x * rank_y).sum(axis=1) / np.sqrt(
+            (rank_x**2).sum(axis=1) * (rank_y**2).sum(axis=1)
+        )
     n = xs.shape[1]
     if n * (n - 1) // 2 > _PAIRWISE_LIMIT:
-        taus = np.array([
-            stats.kendalltau(x, y, variant="b").statistic if np.ptp(x) and np.ptp(y) else np.nan
-            for x, y in zip(xs, ys)
-        ])
+        taus = np.array(
+            [
+                stats.kendalltau(x, y, variant="b").statistic if np.ptp(x) and np.ptp(y) else np.nan
+                for x, y in zip(xs, ys)
+            ]
+        )
         return taus, np.where(np.isnan(taus), np.nan, rhos)
     first, second = np.triu_indices(n, 1)
     rows = max(1, 4_000_000 // max(first.size, 1))  # bound the pair arrays' memory
@@ -188,8 +192,12 @@ def bootstrap_mean_ci(
     if np.ptp(a) == 0:  # every resample has the same mean
         return Interval(float(a[0]), float(a[0]), float(a[0]), confidence)
     result = stats.bootstrap(
-        (a,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-        method=method, rng=np.random.default_rng(seed),
+        (a,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method=method,
+        rng=np.random.default_rng(seed),
     )
     ci = result.confidence_interval
     return Interval(float(a.mean()), float(ci.low), float(ci.high), confidence)
@@ -226,13 +234,20 @@ def paired_permutation_test(
         return np.mean(u - v, axis=axis)
 
     result = stats.permutation_test(
-        (a, b), mean_difference, permutation_type="samples", vectorized=True,
-        n_resamples=n_resamples, alternative="two-sided", rng=np.random.default_rng(seed),
+        (a, b),
+        mean_difference,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=n_resamples,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
     )
     return PermutationTest(mean_difference=float(np.mean(a - b)), pvalue=float(result.pvalue))
 
 
-def roc_auc(positives: Sequence[float], negatives: Sequence[float], axis: int = -1) -> np.ndarray | float:
+def roc_auc(
+    positives: Sequence[float], negatives: Sequence[float], axis: int = -1
+) -> np.ndarray | float:
     """ROC AUC of a score separating ``positives`` from ``negatives``: the share of (positive,
     negative) pairs the score orders correctly, ties counting half — the Mann–Whitney U of the
     positives over n₊·n₋ (scipy.stats.mannwhitneyu; vectorised along ``axis``)."""
@@ -285,19 +300,43 @@ def binary_validity(
     counts = {"n_positive": positives.size, "n_negative": negatives.size}
     if not positives.size or not negatives.size:
         missing = "" if not a.size else "positive " if not positives.size else "negative "
-        return BinaryValidity(None, None, None, 0, None, None, **counts, undefined=f"no {missing}passage")
+        return BinaryValidity(
+            None, None, None, 0, None, None, **counts, undefined=f"no {missing}passage"
+        )
     auc = float(roc_auc(positives, negatives))
     if np.ptp(a) == 0:  # every pair is a tie: AUC 1/2 in every resample, r undefined
-        return BinaryValidity(auc, auc, auc, 0, None, None, **counts, undefined="constant measure: every passage has the same value")
+        return BinaryValidity(
+            auc,
+            auc,
+            auc,
+            0,
+            None,
+            None,
+            **counts,
+            undefined="constant measure: every passage has the same value",
+        )
     correlation = stats.pointbiserialr(b, a)
     low = high = None
     resamples = 0
     if positives.size >= 2 and negatives.size >= 2:
         interval = stats.bootstrap(
-            (positives, negatives), roc_auc, vectorized=True, paired=False, confidence_level=confidence,
-            n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed),
+            (positives, negatives),
+            roc_auc,
+            vectorized=True,
+            paired=False,
+            confidence_level=confidence,
+            n_resamples=n_resamples,
+            method="percentile",
+            rng=np.random.default_rng(seed),
         ).confidence_interval
         low, high, resamples = float(interval.low), float(interval.high), n_resamples
     return BinaryValidity(
-        auc, low, high, resamples, float(correlation.statistic), float(correlation.pvalue), **counts, undefined=None,
+        auc,
+        low,
+        high,
+        resamples,
+        float(correlation.statistic),
+        float(correlation.pvalue),
+        **counts,
+        undefined=None,
     )

@@ -36,7 +36,9 @@ RANK_CUTOFF = 5
 def gold_utility(has_answer_without: bool, has_answer_with_each: Mapping[str, bool]) -> set[str]:
     """G_q (eqs. 1–2): the passages with which the LLM answers correctly when it does not
     without any passage. Empty for a known query."""
-    return {doc for doc, hit in has_answer_with_each.items() if bool(hit) > bool(has_answer_without)}
+    return {
+        doc for doc, hit in has_answer_with_each.items() if bool(hit) > bool(has_answer_without)
+    }
 
 
 def is_known(has_answer_without: bool) -> bool:
@@ -117,7 +119,9 @@ class GoldOverlap:
     n_passages_a: int
 
 
-def gold_overlap(gold_a: Mapping[str, Collection[str]], gold_b: Mapping[str, Collection[str]]) -> GoldOverlap:
+def gold_overlap(
+    gold_a: Mapping[str, Collection[str]], gold_b: Mapping[str, Collection[str]]
+) -> GoldOverlap:
     """:class:`GoldOverlap` of LLM a's gold sets against LLM b's, over the queries in both."""
     jaccards, shared = [], []
     only_a = passages_a = 0
@@ -231,11 +235,11 @@ def parse_selection(text: str, n_passages: int | None = None) -> list[int]:
     """
     plain = _undecorated(text)
     prefix = _SELECTION_PREFIX.search(plain)
-    body = plain[prefix.end():].lstrip() if prefix else plain
+    body = plain[prefix.end() :].lstrip() if prefix else plain
     listed = _SELECTION_LIST.match(body)
     if listed is None:
         raise UnparseableOutputError(f"no selection list like [[1],[3]] in {text!r}")
-    return _numbers(listed[0], body[listed.end():], n_passages, text)
+    return _numbers(listed[0], body[listed.end() :], n_passages, text)
 
 
 def parse_ranking(text: str, n_passages: int | None = None) -> list[int]:
@@ -249,11 +253,11 @@ def parse_ranking(text: str, n_passages: int | None = None) -> list[int]:
     """
     plain = _undecorated(text)
     prefix = _RANKING_PREFIX.match(plain)
-    body = plain[prefix.end():].lstrip() if prefix else plain
+    body = plain[prefix.end() :].lstrip() if prefix else plain
     chain = _RANKING_CHAIN.match(body)
     if chain is None:
         raise UnparseableOutputError(f"ranking is not of the form [2] > [1] > [3]: {text!r}")
-    return _numbers(chain[0], body[chain.end():], n_passages, text)
+    return _numbers(chain[0], body[chain.end() :], n_passages, text)
 
 
 def complete_ranking(order: Sequence[int], n_passages: int) -> list[int]:

@@ -61,12 +61,18 @@ class Backend:
     needs_local_copy: bool = True
 
 
-def _hf_generator(config: HFGeneratorConfig, local_copy: ModelRef, placement: Placement) -> Generator:
+def _hf_generator(
+    config: HFGeneratorConfig, local_copy: ModelRef, placement: Placement
+) -> Generator:
     from ragutil_dagster.models.hf_backend import HFGenerator
 
     return HFGenerator(
-        local_copy, device=placement.device, dtype=config.dtype, use_chat_template=config.use_chat_template,
-        trust_remote_code=config.trust_remote_code, max_batch_rows=placement.batch_rows,
+        local_copy,
+        device=placement.device,
+        dtype=config.dtype,
+        use_chat_template=config.use_chat_template,
+        trust_remote_code=config.trust_remote_code,
+        max_batch_rows=placement.batch_rows,
         show_progress=placement.show_progress,
     )
 
@@ -77,12 +83,17 @@ def _hf_scorer(generator: Any, placement: Placement) -> Any:
     return TokenScorer(generator.lm, show_progress=placement.show_progress)
 
 
-def _vllm_generator(config: VLLMGeneratorConfig, local_copy: ModelRef, placement: Placement) -> Generator:
+def _vllm_generator(
+    config: VLLMGeneratorConfig, local_copy: ModelRef, placement: Placement
+) -> Generator:
     from ragutil_dagster.models.vllm_backend import VLLMGenerator
 
     return VLLMGenerator(
-        local_copy, use_chat_template=config.use_chat_template, trust_remote_code=config.trust_remote_code,
-        show_progress=placement.show_progress, **config.engine.model_dump(),
+        local_copy,
+        use_chat_template=config.use_chat_template,
+        trust_remote_code=config.trust_remote_code,
+        show_progress=placement.show_progress,
+        **config.engine.model_dump(),
     )
 
 
@@ -92,20 +103,27 @@ def _vllm_scorer(generator: Any, _placement: Placement) -> Any:
     return VLLMTokenScorer(generator)
 
 
-def _openai_generator(config: OpenAIGeneratorConfig, local_copy: ModelRef | None, placement: Placement) -> Generator:
+def _openai_generator(
+    config: OpenAIGeneratorConfig, local_copy: ModelRef | None, placement: Placement
+) -> Generator:
     """The local copy of ``model``, when one resolves here, gives the tokenizer and the identity
     (else the servers are asked)."""
     from ragutil_dagster.models.openai_backend import OpenAIGenerator
 
     server = config.server
     return OpenAIGenerator(
-        server.base_url, server.served_model or config.model,
+        server.base_url,
+        server.served_model or config.model,
         identity=local_copy.identity if local_copy else None,
         tokenizer=str(local_copy.path) if local_copy else None,
-        use_chat_template=config.use_chat_template, api_key_env=server.api_key_env,
-        prompt_logprob_metrics=TOKEN_SCORED_METRICS, max_concurrency=server.max_concurrency,
-        timeout=server.timeout_seconds, max_retries=server.max_retries,
-        reprobe_seconds=server.reprobe_seconds, show_progress=placement.show_progress,
+        use_chat_template=config.use_chat_template,
+        api_key_env=server.api_key_env,
+        prompt_logprob_metrics=TOKEN_SCORED_METRICS,
+        max_concurrency=server.max_concurrency,
+        timeout=server.timeout_seconds,
+        max_retries=server.max_retries,
+        reprobe_seconds=server.reprobe_seconds,
+        show_progress=placement.show_progress,
     )
 
 
@@ -120,7 +138,13 @@ BACKENDS: dict[str, Backend] = {
     for backend in (
         Backend("hf", HFGeneratorConfig, _hf_generator, _hf_scorer),
         Backend("vllm", VLLMGeneratorConfig, _vllm_generator, _vllm_scorer),
-        Backend("openai", OpenAIGeneratorConfig, _openai_generator, _openai_scorer, needs_local_copy=False),
+        Backend(
+            "openai",
+            OpenAIGeneratorConfig,
+            _openai_generator,
+            _openai_scorer,
+            needs_local_copy=False,
+        ),
     )
 }
 

@@ -31,14 +31,19 @@ class BertScorer:
     references, as bert-score scores several), in batches of ``batch_size``."""
 
     def __init__(
-        self, model: str | ModelRef = DEFAULT_BERTSCORE_MODEL, layer: int | None = None,
-        device: str | None = None, batch_size: int = 64,
+        self,
+        model: str | ModelRef = DEFAULT_BERTSCORE_MODEL,
+        layer: int | None = None,
+        device: str | None = None,
+        batch_size: int = 64,
     ) -> None:
         self.ref = model if isinstance(model, ModelRef) else resolve(model)
         self.device = resolve_device(device)
         self.batch_size = batch_size
         try:
-            layers = json.loads((self.ref.path / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+            layers = json.loads((self.ref.path / "config.json").read_text(encoding="utf-8"))[
+                "num_hidden_layers"
+            ]
         except (OSError, ValueError, KeyError) as err:
             raise ModelUnavailableError(
                 f"model {self.ref.name} ({self.ref.path}) is not an encoder BERTScore can use: its config.json "
@@ -46,13 +51,19 @@ class BertScorer:
             ) from None
         self.layer = layers if layer is None else layer
         if not 1 <= self.layer <= layers:
-            raise ValueError(f"BERTScore layer {self.layer} is outside {self.ref.name}'s 1–{layers} layers")
+            raise ValueError(
+                f"BERTScore layer {self.layer} is outside {self.ref.name}'s 1–{layers} layers"
+            )
         from bert_score import BERTScorer as _BERTScorer
 
         try:
             self._scorer = _BERTScorer(
-                model_type=str(self.ref.path), num_layers=self.layer, batch_size=batch_size,
-                device=str(self.device), idf=False, rescale_with_baseline=False,
+                model_type=str(self.ref.path),
+                num_layers=self.layer,
+                batch_size=batch_size,
+                device=str(self.device),
+                idf=False,
+                rescale_with_baseline=False,
             )
         except Exception as err:  # noqa: BLE001 — any load failure is the model's
             raise ModelUnavailableError(

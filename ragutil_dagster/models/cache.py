@@ -25,18 +25,23 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from tqdm.auto import tqdm
 
-from ragutil_dagster.infra.databases import database_engine, is_database_uri
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.infra.databases import database_engine, is_database_uri
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root, canonical_json
 from ragutil_dagster.infra.locks import exclusive_file_lock
+from ragutil_dagster.infra.redaction import redact_uri
+from ragutil_dagster.infra.versions import library_versions
 from ragutil_dagster.models.generation import (
-    Generator, KeepGoing, Sample, checked_round_prompts, sample_rounds, still_drawing,
+    Generator,
+    KeepGoing,
+    Sample,
+    checked_round_prompts,
+    sample_rounds,
+    still_drawing,
 )
 from ragutil_dagster.models.inputs import check_texts
-from ragutil_dagster.infra.redaction import redact_uri
 from ragutil_dagster.sampling import SamplingParams
-from ragutil_dagster.infra.versions import library_versions
 
 __all__ = ["ENTRIES_TABLE", "CacheStats", "CachedGenerator", "GenerationCache"]
 
@@ -106,9 +111,11 @@ class GenerationCache:
         damaged: list[tuple[str, bytes]] = []
         with self.engine.connect() as db:
             for start in range(0, len(keys), _CHUNK):
-                chunk = keys[start:start + _CHUNK]
+                chunk = keys[start : start + _CHUNK]
                 for request, raw in db.execute(
-                    sa.select(_entries.c.request, _entries.c.entry).where(_entries.c.request.in_(chunk))
+                    sa.select(_entries.c.request, _entries.c.entry).where(
+                        _entries.c.request.in_(chunk)
+                    )
                 ):
                     samples = _parse_entry(raw, request, n)
                     if samples is None:
@@ -116,11 +123,18 @@ class GenerationCache:
                     else:
                         found[request] = samples
         if damaged:
-            log.warning("%d generation cache entries in %s are corrupt or partial; recomputing",
-                        len(damaged), redact_uri(self.url))
+            log.warning(
+                "%d generation cache entries in %s are corrupt or partial; recomputing",
+                len(damaged),
+                redact_uri(self.url),
+            )
             with self.engine.begin() as db:
                 for request, raw in damaged:
-                    db.execute(_entries.delete().where(_entries.c.request == request, _entries.c.entry == raw))
+                    db.execute(
+                        _entries.delete().where(
+                            _entries.c.request == request, _entries.c.entry == raw
+                        )
+                    )
         return found
 
     def put_many(self, entries: Mapping[str, Sequence[Sample]]) -> None:
@@ -128,7 +142,9 @@ class GenerationCache:
         worker's, which readers may already have used)."""
         # Rows go in key order: two workers inserting overlapping keys then take the unique
         # index's row locks in the same order, and PostgreSQL cannot deadlock them.
-        rows = [{"request": key, "entry": _entry_bytes(key, entries[key])} for key in sorted(entries)]
+        rows = [
+            {"request": key, "entry": _entry_bytes(key, entries[key])} for key in sorted(entries)
+        ]
         if not rows:
             return
         insert = _INSERTS[self.engine.dialect.name](_entries).on_conflict_do_nothing()
@@ -250,10 +266,14 @@ class CachedGenerator:
         # batch composition moves float results in the last bits, and scores stay bit-identical.
         distinct = sorted(dict(zip(keys, prompts)).items(), key=lambda kp: (len(kp[1]), kp[1]))
         size = self.checkpoint_prompts
-        checkpoints = [distinct[i:i + size] for i in range(0, len(distinct), size)]
+        checkpoints = [distinct[i : i + size] for i in range(0, len(distinct), size)]
         found: dict[str, list[Sample]] = {}
-        with tqdm(total=len(distinct), desc="sampling", unit="prompt",
-                  disable=not self.show_progress or not distinct) as bar:
+        with tqdm(
+            total=len(distinct),
+            desc="sampling",
+            unit="prompt",
+            disable=not self.show_progress or not distinct,
+        ) as bar:
             for checkpoint in checkpoints:
                 stored = self.cache.get_many([key for key, _ in checkpoint], params.n)
                 missing = {key for key, _ in checkpoint if key not in stored}
@@ -293,12 +313,18 @@ class CachedGenerator:
         ordered = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), prompts[i]))
         size = self.checkpoint_prompts
         drawn: list[list[list[Sample]]] = [[] for _ in prompts]
-        with tqdm(total=len(prompts), desc="sampling in rounds", unit="prompt",
-                  disable=not self.show_progress or not prompts) as bar:
+        with tqdm(
+            total=len(prompts),
+            desc="sampling in rounds",
+            unit="prompt",
+            disable=not self.show_progress or not prompts,
+        ) as bar:
             for start in range(0, len(ordered), size):
-                active, number = ordered[start:start + size], 0
+                active, number = ordered[start : start + size], 0
                 while active and number < len(rounds):
-                    keys = {i: GenerationCache.key(settings, prompts[i], rounds[number]) for i in active}
+                    keys = {
+                        i: GenerationCache.key(settings, prompts[i], rounds[number]) for i in active
+                    }
                     stored = self.cache.get_many(list(keys.values()), rounds[number].n)
                     if len(stored) < len(keys):
                         break
@@ -310,7 +336,7 @@ class CachedGenerator:
                         active = still_drawing(keep_going, active, drawn)
                 if active and number < len(rounds):
                     self._draw_rounds(prompts, active, rounds[number:], keep_going, drawn)
-                bar.update(len(ordered[start:start + size]))
+                bar.update(len(ordered[start : start + size]))
                 failpoint("sampling")
         return drawn
 
@@ -330,11 +356,16 @@ class CachedGenerator:
 
         def decide(positions: list[int], samples: list[list[Sample]]) -> list[bool]:
             chosen = [active[p] for p in positions]
-            return keep_going(chosen, [earlier[i] + got for i, got in zip(chosen, samples, strict=True)])
+            return keep_going(
+                chosen, [earlier[i] + got for i, got in zip(chosen, samples, strict=True)]
+            )
 
         fresh = sample_rounds(self.generator, [prompts[i] for i in active], rounds, decide)
         requests = [
-            [(GenerationCache.key(settings, prompts[i], params), got) for params, got in zip(rounds, per_round)]
+            [
+                (GenerationCache.key(settings, prompts[i], params), got)
+                for params, got in zip(rounds, per_round)
+            ]
             for i, per_round in zip(active, fresh, strict=True)
         ]
         self.cache.put_many({key: got for per_prompt in requests for key, got in per_prompt})

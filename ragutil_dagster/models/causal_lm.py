@@ -10,7 +10,11 @@ import torch
 
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.device import (
-    default_causal_lm_dtype, resolve_device, resolve_dtype, warm_up_on_cpu, warn_if_bf16_emulated,
+    default_causal_lm_dtype,
+    resolve_device,
+    resolve_dtype,
+    warm_up_on_cpu,
+    warn_if_bf16_emulated,
 )
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts
@@ -212,7 +216,10 @@ def right_pad(
 
 
 def _padded(
-    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device, left: bool,
+    sequences: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
+    left: bool,
     width: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     longest = max(len(s) for s in sequences)

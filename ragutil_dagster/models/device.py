@@ -10,8 +10,18 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "PLACEMENT_ENTRIES", "VLLMCPUPlacement", "available_memory_bytes", "cpu_has_native_bf16", "default_causal_lm_dtype", "default_nli_dtype",
-    "resolve_device", "resolve_dtype", "vllm_cpu_environment", "vllm_cpu_placement", "warm_up_on_cpu", "warn_if_bf16_emulated",
+    "PLACEMENT_ENTRIES",
+    "VLLMCPUPlacement",
+    "available_memory_bytes",
+    "cpu_has_native_bf16",
+    "default_causal_lm_dtype",
+    "default_nli_dtype",
+    "resolve_device",
+    "resolve_dtype",
+    "vllm_cpu_environment",
+    "vllm_cpu_placement",
+    "warm_up_on_cpu",
+    "warn_if_bf16_emulated",
 ]
 
 
@@ -75,7 +85,8 @@ def warn_if_bf16_emulated(dtype: torch.dtype, device: torch.device, what: str) -
             f"{what} runs in bfloat16 on a CPU without native bfloat16 (no AMX-BF16 or AVX512-BF16): "
             "torch emulates it, about a hundred times slower than float32. Set its dtype to auto "
             "(float32 on this CPU); see docs/performance.md.",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
 
 
@@ -116,7 +127,8 @@ class VLLMCPUPlacement:
         """The choices as text entries named :data:`PLACEMENT_ENTRIES` (Dagster metadata of the
         generation steps, MLflow params of the partition runs)."""
         values = (
-            f"{self.threads_bind} ({self.threads_source})", self.reserved_cpus,
+            f"{self.threads_bind} ({self.threads_source})",
+            self.reserved_cpus,
             f"{self.kv_cache_gib:.3f} ({self.kv_cache_source})",
         )
         return dict(zip(PLACEMENT_ENTRIES, values, strict=True))
@@ -177,7 +189,9 @@ def vllm_cpu_placement(
             "the engine's max_model_len or free memory"
         )
     wanted = min(one_sequence * VLLM_MAX_SEQS, KV_CACHE_SHARE_OF_AVAILABLE * available_bytes)
-    return VLLMCPUPlacement(threads, threads_source, reserved, max(wanted, one_sequence) / _GIB, "machine")
+    return VLLMCPUPlacement(
+        threads, threads_source, reserved, max(wanted, one_sequence) / _GIB, "machine"
+    )
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, *, default: torch.dtype) -> torch.dtype:
@@ -189,4 +203,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, *, default: torch.dtype) -> t
     named = getattr(torch, str(dtype).removeprefix("torch."), None)
     if isinstance(named, torch.dtype):
         return named
-    raise ValueError(f"unknown dtype {dtype!r}: use e.g. 'auto', 'float32', 'bfloat16' or 'float16'")
+    raise ValueError(
+        f"unknown dtype {dtype!r}: use e.g. 'auto', 'float32', 'bfloat16' or 'float16'"
+    )

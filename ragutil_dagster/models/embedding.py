@@ -74,7 +74,11 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         self.ref, self.device, self._model = load_sentence_transformers(
-            SentenceTransformer, model, revision, device, trust_remote_code,
+            SentenceTransformer,
+            model,
+            revision,
+            device,
+            trust_remote_code,
             "a sentence-transformers encoder",
         )
         if max_seq_length is not None:

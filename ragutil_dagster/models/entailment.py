@@ -27,6 +27,7 @@ from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.infra.files import cache_root
 from ragutil_dagster.infra.locks import exclusive_file_lock
+from ragutil_dagster.metrics.answers import lexical_entailment, shares_answer_content
 from ragutil_dagster.models.device import (
     default_nli_dtype,
     resolve_device,
@@ -36,11 +37,15 @@ from ragutil_dagster.models.device import (
 )
 from ragutil_dagster.models.identity import ModelRef, error_summary
 from ragutil_dagster.models.inputs import check_texts, length_batches
-from ragutil_dagster.metrics.answers import lexical_entailment, shares_answer_content
 from ragutil_dagster.models.resolver import LEXICAL_NLI_IDENTITY, resolve
 
 __all__ = [
-    "NLI_LABELS", "ContentCheckedJudge", "Entailment", "EntailmentStats", "LexicalJudge", "NLICache",
+    "NLI_LABELS",
+    "ContentCheckedJudge",
+    "Entailment",
+    "EntailmentStats",
+    "LexicalJudge",
+    "NLICache",
     "nli_label_order",
 ]
 
@@ -89,7 +94,9 @@ class EntailmentStats:
     unique_pairs: int = 0  # distinct pairs among them (per call, summed)
     cache_hits: int = 0  # distinct pairs found in the on-disk cache
     computed: int = 0  # distinct pairs run through the model
-    content_rejected: int = 0  # pairs the content check decided without the judge (ContentCheckedJudge)
+    content_rejected: int = (
+        0  # pairs the content check decided without the judge (ContentCheckedJudge)
+    )
 
 
 class NLICache:
@@ -104,7 +111,11 @@ class NLICache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Switching a fresh file to WAL needs an exclusive lock that SQLite does not wait for
         # ("database is locked" when processes start together): set up one process at a time.
-        with exclusive_file_lock(self.path.with_name(self.path.name + ".lock")), closing(self._connect()) as db, db:
+        with (
+            exclusive_file_lock(self.path.with_name(self.path.name + ".lock")),
+            closing(self._connect()) as db,
+            db,
+        ):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS nli (model TEXT NOT NULL, pair TEXT NOT NULL, "
@@ -185,7 +196,9 @@ class ContentCheckedJudge:
         judged = [row for row, passes in enumerate(shared) if passes]
         probs = np.tile(NEUTRAL, (len(premises), 1))
         if judged:
-            probs[judged] = self.judge([premises[row] for row in judged], [hypotheses[row] for row in judged])
+            probs[judged] = self.judge(
+                [premises[row] for row in judged], [hypotheses[row] for row in judged]
+            )
         self.stats.content_rejected += len(premises) - len(judged)
         return probs
 
@@ -307,9 +320,7 @@ class Entailment:
         and ``max_batch_tokens`` padded tokens: short pairs go many to a batch, long ones few,
         and no batch pads a short pair to a long one's width.
         """
-        encoded = self.tokenizer(
-            premises, hypotheses, truncation=True, max_length=self.max_length
-        )
+        encoded = self.tokenizer(premises, hypotheses, truncation=True, max_length=self.max_length)
         lengths = [len(ids) for ids in encoded["input_ids"]]
         out = np.empty((len(premises), 3), dtype=np.float64)
         batches = length_batches(lengths, self.batch_size, self.max_batch_tokens)
@@ -341,7 +352,8 @@ class Entailment:
                 raise
             warnings.warn(
                 f"NLI model {self.ref.name}: torch.compile failed ({error_summary(err)}); running it eagerly",
-                RuntimeWarning, stacklevel=2,
+                RuntimeWarning,
+                stacklevel=2,
             )
             self.model = self.eager_model
             return self.model(**batch).logits

@@ -23,7 +23,6 @@ from typing import Literal, Protocol, runtime_checkable
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.sampling import SamplingParams, check_rounds
 
-
 __all__ = [
     "FinishReason",
     "Generator",
@@ -111,7 +110,10 @@ class RoundSampler(Protocol):
 
 
 def sample_rounds(
-    generator: Generator, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+    generator: Generator,
+    prompts: Sequence[str],
+    rounds: Sequence[SamplingParams],
+    keep_going: KeepGoing,
 ) -> list[list[list[Sample]]]:
     """Each of the distinct ``prompts`` sampled in ``rounds`` (:func:`~ragutil_dagster.sampling.check_rounds`):
     every prompt draws the first round, and the next while ``keep_going`` says so. Returns per
@@ -130,13 +132,18 @@ def checked_round_prompts(prompts: Sequence[str], rounds: Sequence[SamplingParam
     seen: dict[str, int] = {}
     for i, prompt in enumerate(prompts):
         if prompt in seen:
-            raise ValueError(f"prompts[{i}] repeats prompts[{seen[prompt]}]; rounds are drawn per distinct prompt")
+            raise ValueError(
+                f"prompts[{i}] repeats prompts[{seen[prompt]}]; rounds are drawn per distinct prompt"
+            )
         seen[prompt] = i
     return prompts
 
 
 def sample_rounds_by_calls(
-    generator: Generator, prompts: Sequence[str], rounds: Sequence[SamplingParams], keep_going: KeepGoing
+    generator: Generator,
+    prompts: Sequence[str],
+    rounds: Sequence[SamplingParams],
+    keep_going: KeepGoing,
 ) -> list[list[list[Sample]]]:
     """:func:`sample_rounds` with one ``generator.sample`` call per round over the prompts still
     drawing (a backend with a prefix cache, as vLLM's, does not prefill them again)."""
@@ -144,7 +151,9 @@ def sample_rounds_by_calls(
     drawn: list[list[list[Sample]]] = [[] for _ in prompts]
     active = list(range(len(prompts)))
     for number, params in enumerate(rounds):
-        for i, samples in zip(active, generator.sample([prompts[i] for i in active], params), strict=True):
+        for i, samples in zip(
+            active, generator.sample([prompts[i] for i in active], params), strict=True
+        ):
             drawn[i].append(samples)
         if number == len(rounds) - 1:
             break
@@ -154,7 +163,9 @@ def sample_rounds_by_calls(
     return drawn
 
 
-def still_drawing(keep_going: KeepGoing, active: list[int], drawn: list[list[list[Sample]]]) -> list[int]:
+def still_drawing(
+    keep_going: KeepGoing, active: list[int], drawn: list[list[list[Sample]]]
+) -> list[int]:
     """The prompts of ``active`` (indices) that draw another round: ``keep_going`` asked with every
     sample each has drawn so far (``drawn[i]``: prompt i's rounds)."""
     going = keep_going(active, [[s for got in drawn[i] for s in got] for i in active])

@@ -111,7 +111,9 @@ def package_gguf(package: str) -> Path:
         )
     spec = importlib.util.find_spec(package)
     if spec is None:
-        raise ModelUnavailableError(f"package:{package}: package {package!r} is not installed; {hint}")
+        raise ModelUnavailableError(
+            f"package:{package}: package {package!r} is not installed; {hint}"
+        )
     folders = list(spec.submodule_search_locations or [])
     if not folders:
         raise ModelUnavailableError(

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 import torch
 from tqdm.auto import tqdm
 
-from ragutil_dagster.models.causal_lm import CausalLM, LoadOptions, left_pad, load_causal_lm, right_pad
+from ragutil_dagster.models.causal_lm import (
+    CausalLM,
+    LoadOptions,
+    left_pad,
+    load_causal_lm,
+    right_pad,
+)
 from ragutil_dagster.models.generation import (
     KeepGoing,
     Sample,
@@ -42,7 +48,6 @@ from ragutil_dagster.models.shared_prefix import (
     width_runs,
 )
 from ragutil_dagster.sampling import SamplingParams
-
 
 __all__ = ["HFGenerator", "KeptPrefill"]
 
@@ -80,7 +85,9 @@ def _sample_tokens(
     """
     if params.temperature == 0:
         tokens = logits.argmax(dim=-1)
-        return tokens, logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return tokens, logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+            logits, dim=-1
+        )
     # log w = (logit − max) / T: the raw log-probability is T · log w − log Σ exp(logit − max).
     weights = logits.sub_(logits.amax(dim=-1, keepdim=True))
     if params.temperature != 1:
@@ -93,7 +100,9 @@ def _sample_tokens(
     normaliser = terms.sum(dim=-1, dtype=torch.float64)
     if 0 < params.top_k < weights.shape[-1]:
         # in place: a token top-k drops is never drawn, so the drawn token's weight is kept
-        weights.masked_fill_(weights < torch.topk(weights, params.top_k, dim=-1).values[:, -1:], 0.0)
+        weights.masked_fill_(
+            weights < torch.topk(weights, params.top_k, dim=-1).values[:, -1:], 0.0
+        )
     tokens = _inverse_cdf(weights, params.top_p, uniforms)
     log_weights = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).double().log()
     return tokens, (params.temperature * log_weights - normaliser.log()).float()
@@ -109,12 +118,16 @@ def _inverse_cdf(weights: torch.Tensor, top_p: float, uniforms: torch.Tensor) ->
     the token within that block. Two short cumulative sums instead of one over the vocabulary;
     a zero-weight token or block is never picked."""
     if top_p < 1:
-        total = weights.sum(dim=-1, keepdim=True, dtype=torch.float64).float()  # float64: as in _sample_tokens
+        total = weights.sum(
+            dim=-1, keepdim=True, dtype=torch.float64
+        ).float()  # float64: as in _sample_tokens
         probs, order = torch.sort(weights / total, dim=-1, descending=True, stable=True)
         before = torch.cumsum(probs, dim=-1) - probs
         drop = before >= top_p
         drop[:, 0] = False
-        return order.gather(-1, _inverse_cdf(probs.masked_fill(drop, 0.0), 1.0, uniforms).unsqueeze(-1)).squeeze(-1)
+        return order.gather(
+            -1, _inverse_cdf(probs.masked_fill(drop, 0.0), 1.0, uniforms).unsqueeze(-1)
+        ).squeeze(-1)
     rows, vocab = weights.shape
     blocks = -(-vocab // CDF_BLOCK)
     if vocab % CDF_BLOCK:
@@ -124,7 +137,9 @@ def _inverse_cdf(weights: torch.Tensor, top_p: float, uniforms: torch.Tensor) ->
     target = (uniforms * block_cdf[:, -1]).unsqueeze(-1)
     block = _search(block_cdf, target)
     start = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp_(min=0)), 0.0)
-    within = by_block.gather(1, block.unsqueeze(-1).expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(dim=-1)
+    within = (
+        by_block.gather(1, block.unsqueeze(-1).expand(rows, 1, CDF_BLOCK)).squeeze(1).cumsum(dim=-1)
+    )
     return (block * CDF_BLOCK + _search(within, target - start)).squeeze(-1)
 
 
@@ -155,19 +170,30 @@ class KeptPrefill:
         width = max(padded_width(p.layers[0][0].shape[-2]) for p in kept)
 
         def padded(states: list[torch.Tensor]) -> torch.Tensor:
-            return torch.stack([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2])) for t in states])
+            return torch.stack(
+                [torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2])) for t in states]
+            )
 
         layers = [
             (padded([p.layers[i][0] for p in kept]), padded([p.layers[i][1] for p in kept]))
             for i in range(len(kept[0].layers))
         ]
         device = kept[0].logits.device
-        mask = torch.stack([
-            torch.nn.functional.pad(torch.ones(p.layers[0][0].shape[-2], dtype=torch.long, device=device),
-                                    (0, width - p.layers[0][0].shape[-2]))
-            for p in kept
-        ])
-        return layers, torch.stack([p.logits for p in kept]), mask, torch.stack([p.last_position for p in kept])
+        mask = torch.stack(
+            [
+                torch.nn.functional.pad(
+                    torch.ones(p.layers[0][0].shape[-2], dtype=torch.long, device=device),
+                    (0, width - p.layers[0][0].shape[-2]),
+                )
+                for p in kept
+            ]
+        )
+        return (
+            layers,
+            torch.stack([p.logits for p in kept]),
+            mask,
+            torch.stack([p.last_position for p in kept]),
+        )
 
 
 class HFGenerator:
@@ -280,10 +306,19 @@ class HFGenerator:
         lengths = [len(ids) for ids in encoded]
         drawn: list[list[list[Sample]]] = [[] for _ in prompts]
         with tqdm(
-            total=len(prompts), desc="sampling in rounds", unit="prompt", disable=not self.show_progress
+            total=len(prompts),
+            desc="sampling in rounds",
+            unit="prompt",
+            disable=not self.show_progress,
         ) as bar:
             for wave in length_batches(lengths, len(prompts), self.max_kept_prefix_tokens):
-                kept = dict(zip(wave, self._kept_prefills([encoded[i] for i in wave], rounds[0].n), strict=True))
+                kept = dict(
+                    zip(
+                        wave,
+                        self._kept_prefills([encoded[i] for i in wave], rounds[0].n),
+                        strict=True,
+                    )
+                )
                 active = wave
                 for number, params in enumerate(rounds):
                     groups = length_batches(
@@ -294,7 +329,9 @@ class HFGenerator:
                     for group in groups:
                         members = [active[g] for g in group]
                         samples = self._decode_group(
-                            [prompts[m] for m in members], [encoded[m] for m in members], params,
+                            [prompts[m] for m in members],
+                            [encoded[m] for m in members],
+                            params,
                             *KeptPrefill.join([kept[m] for m in members]),
                         )
                         for m, got in zip(members, samples, strict=True):
@@ -385,7 +422,9 @@ class HFGenerator:
         done = torch.zeros(rows, dtype=torch.bool, device=lm.device)
         cut_texts: dict[int, str] = {}
         slots = torch.arange(rows, device=lm.device)
-        attention = switched_attention(lm.model, SHARED_PREFIX_ATTENTION) if shared else nullcontext()
+        attention = (
+            switched_attention(lm.model, SHARED_PREFIX_ATTENTION) if shared else nullcontext()
+        )
         with attention:
             for step in range(steps):
                 tokens, chosen = _sample_tokens(logits, params, uniforms[slots, step])
@@ -396,7 +435,9 @@ class HFGenerator:
                 lengths[live] += 1
                 finished = torch.isin(tokens[live_in_batch], eos)
                 if params.stop:
-                    finished |= self._stopped(live, finished, token_ids, step, params.stop, cut_texts)
+                    finished |= self._stopped(
+                        live, finished, token_ids, step, params.stop, cut_texts
+                    )
                 done[live[finished]] = True
                 if step == steps - 1 or bool(done.all()):
                     break
@@ -413,7 +454,11 @@ class HFGenerator:
                     next_pos, tokens, slots = next_pos[keep], tokens[keep], slots[keep]
                     if not shared:
                         mask = mask[keep]
-                inputs = {"shared_prefix": prefix} if shared else {"attention_mask": mask[:, : width + step + 1]}
+                inputs = (
+                    {"shared_prefix": prefix}
+                    if shared
+                    else {"attention_mask": mask[:, : width + step + 1]}
+                )
                 out = lm.model(
                     input_ids=tokens.unsqueeze(-1),
                     position_ids=next_pos.unsqueeze(-1),
@@ -432,12 +477,18 @@ class HFGenerator:
         from transformers.cache_utils import DynamicLayer
 
         return self.lm.model._can_set_attn_implementation() and all(
-            type(layer) is DynamicLayer for layer in DynamicCache(config=self.lm.model.config).layers
+            type(layer) is DynamicLayer
+            for layer in DynamicCache(config=self.lm.model.config).layers
         )
 
     def _prefill(
         self, encoded: list[list[int]]
-    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]] | DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[
+        list[tuple[torch.Tensor, torch.Tensor]] | DynamicCache,
+        torch.Tensor,
+        torch.Tensor,
+        torch.Tensor,
+    ]:
         """The prompts' keys and values, last logits, attention mask and last positions.
 
         Prompts of a group can differ in length several-fold (a closed-book question beside a
@@ -459,19 +510,35 @@ class HFGenerator:
         if not self._shares_prefix():
             ids, mask, positions = left_pad(encoded, lm.pad_id, lm.device)
             cache = DynamicCache(config=config)
-            out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                           past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = lm.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
             return cache, out.logits[:, -1, :], mask, positions[:, -1]
         lengths = [len(ids) for ids in encoded]
         last_positions = torch.as_tensor(lengths, device=lm.device) - 1
         caches, logits, masks = [], [], []
         with switched_attention(lm.model, MASKED_SDPA):
-            for start, end, bucket_width in width_runs([padded_width(length) for length in lengths]):
-                ids, mask, positions = right_pad(encoded[start:end], lm.pad_id, lm.device, bucket_width)
+            for start, end, bucket_width in width_runs(
+                [padded_width(length) for length in lengths]
+            ):
+                ids, mask, positions = right_pad(
+                    encoded[start:end], lm.pad_id, lm.device, bucket_width
+                )
                 cache = DynamicCache(config=config)
                 with _head_at(lm.model, last_positions[start:end]):
-                    out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                   past_key_values=cache, use_cache=True, logits_to_keep=0)
+                    out = lm.model(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        position_ids=positions,
+                        past_key_values=cache,
+                        use_cache=True,
+                        logits_to_keep=0,
+                    )
                 caches.append(cache)
                 logits.append(out.logits[:, -1, :])
                 masks.append(mask)
@@ -484,7 +551,10 @@ class HFGenerator:
             )
 
         layers = [
-            (joined([c.layers[i].keys for c in caches]), joined([c.layers[i].values for c in caches]))
+            (
+                joined([c.layers[i].keys for c in caches]),
+                joined([c.layers[i].values for c in caches]),
+            )
             for i in range(len(caches[0].layers))
         ]
         mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
@@ -557,7 +627,9 @@ class HFGenerator:
         draws = []
         for prompt in prompts:
             for j in range(params.n):
-                gen = torch.Generator().manual_seed(row_seed(params.seed, prompt, params.first_index + j))
+                gen = torch.Generator().manual_seed(
+                    row_seed(params.seed, prompt, params.first_index + j)
+                )
                 draws.append(torch.rand(params.max_new_tokens, generator=gen))
         return torch.stack(draws)
 

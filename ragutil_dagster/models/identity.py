@@ -188,14 +188,20 @@ def _require_tokenizer(name: str, directory: Path) -> None:
 
 def _unavailable_message(name: str, revision: str | None, offline: bool, err: Exception) -> str:
     """The one error a user sees for a missing hub model: what failed and how to provide it."""
-    from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
+    from huggingface_hub.errors import (
+        HFValidationError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+    )
 
     wanted = name if revision is None else f"{name} (revision {revision})"
     if isinstance(err, HFValidationError):
         why = f"it is not a valid hub id ({error_summary(err)})"
     elif offline and isinstance(err, IncompleteSnapshotError):
-        why = ("the hub is disabled (HF_HUB_OFFLINE=1) and its snapshot in the local Hugging Face cache "
-               f"is incomplete ({error_summary(err)})")
+        why = (
+            "the hub is disabled (HF_HUB_OFFLINE=1) and its snapshot in the local Hugging Face cache "
+            f"is incomplete ({error_summary(err)})"
+        )
     elif offline and isinstance(err, LocalEntryNotFoundError):
         why = "the hub is disabled (HF_HUB_OFFLINE=1) and it is not in the local Hugging Face cache"
     else:

@@ -18,9 +18,7 @@ def check_texts(texts: Sequence[str], what: str = "texts") -> list[str]:
     return out
 
 
-def length_batches(
-    lengths: Sequence[int], max_rows: int, max_tokens: int
-) -> list[list[int]]:
+def length_batches(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[list[int]]:
     """Indices of ``lengths`` sorted by length and cut into consecutive batches of at most
     ``max_rows`` rows and ``max_tokens`` padded tokens (rows × the batch's longest length; a
     single row longer than the budget is a batch of its own). Sorting keeps similar lengths

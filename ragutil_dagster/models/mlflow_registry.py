@@ -60,7 +60,8 @@ def registered_model_dir(uri: str, home: Path, tracking_uri: str) -> str:
         staging = target.with_name(f".{target.name}.partial")
         staging.mkdir(parents=True, exist_ok=True)
         mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{name}/{version.version}", dst_path=str(staging),
+            artifact_uri=f"models:/{name}/{version.version}",
+            dst_path=str(staging),
             tracking_uri=tracking_uri,
         )
         (staging / ".complete").write_text(str(version.version))

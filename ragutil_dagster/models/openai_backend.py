@@ -54,7 +54,12 @@ from ragutil_dagster.errors import (
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.inputs import check_texts
-from ragutil_dagster.models.openai_client import Answer, CompletionsClient, find_served_model, map_concurrently
+from ragutil_dagster.models.openai_client import (
+    Answer,
+    CompletionsClient,
+    find_served_model,
+    map_concurrently,
+)
 from ragutil_dagster.models.resolver import resolve
 from ragutil_dagster.models.token_scoring import EngineTokenScorer, same_length
 from ragutil_dagster.sampling import SamplingParams
@@ -424,9 +429,7 @@ def _ids_and_logprobs(choice: dict, what: str, server: str) -> tuple[list[int], 
     try:
         ids = [int(t.removeprefix(_TOKEN_ID_PREFIX)) for t in tokens]
     except ValueError:
-        raise ServerResponseError(
-            f"{what}: {server} sent a malformed token id"
-        ) from None
+        raise ServerResponseError(f"{what}: {server} sent a malformed token id") from None
     return ids, values
 
 
@@ -503,4 +506,3 @@ class OpenAITokenScorer(EngineTokenScorer):
     def passage_attention(self, *_args: object, **_kwargs: object) -> list[np.ndarray]:
         """Attention utility is not available through a server (see ``attention_unavailable``)."""
         raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
-

@@ -41,6 +41,7 @@ R = TypeVar("R")
 # this time is not ready for sampling requests either.
 _PROBE_TIMEOUT = 10.0
 
+
 class _RetryableError(Exception):
     """One failed attempt worth retrying on another replica. ``replica_down``: the replica itself
     failed (connection error, timeout, 5xx), not merely busy (429)."""
@@ -147,7 +148,11 @@ class CompletionsClient:
         with self._lock:
             return [
                 ReplicaStatus(
-                    r.shown, r.down_until is None, r.outstanding, r.answered, r.failed,
+                    r.shown,
+                    r.down_until is None,
+                    r.outstanding,
+                    r.answered,
+                    r.failed,
                     r.last_failure,
                 )
                 for r in self._replicas
@@ -198,7 +203,11 @@ class CompletionsClient:
                     waits += 1
                     log.warning(
                         "%s: no healthy replica left to try; attempt %d of %d on %s in %.1f s",
-                        what, attempts + 1, self.max_retries + 1, replica.shown, delay,
+                        what,
+                        attempts + 1,
+                        self.max_retries + 1,
+                        replica.shown,
+                        delay,
                     )
                     time.sleep(delay)
                 tried.add(index)
@@ -223,7 +232,8 @@ class CompletionsClient:
                 now = time.monotonic()
                 due = next(
                     (
-                        r for r in self._replicas
+                        r
+                        for r in self._replicas
                         if r.down_until is not None and r.down_until <= now and not r.probing
                     ),
                     None,
@@ -231,9 +241,16 @@ class CompletionsClient:
                 if due is None:
                     healthy = [i for i, r in enumerate(self._replicas) if r.down_until is None]
                     fresh = [i for i in healthy if i not in tried]
-                    pool = fresh or healthy or [
-                        min(range(len(self._replicas)), key=lambda i: self._replicas[i].down_until)
-                    ]
+                    pool = (
+                        fresh
+                        or healthy
+                        or [
+                            min(
+                                range(len(self._replicas)),
+                                key=lambda i: self._replicas[i].down_until,
+                            )
+                        ]
+                    )
                     turn, count = next(self._turns), len(self._replicas)
                     index = min(
                         pool, key=lambda i: (self._replicas[i].outstanding, (i - turn) % count)
@@ -286,7 +303,9 @@ class CompletionsClient:
         if newly_down:
             log.warning(
                 "replica %s failed (%s): left out of the rotation, re-probed in %.0f s",
-                replica.shown, self.mask(failure), self.reprobe_seconds,
+                replica.shown,
+                self.mask(failure),
+                self.reprobe_seconds,
             )
 
     def _unavailable(
@@ -298,7 +317,9 @@ class CompletionsClient:
                 f"{r.shown}: {failures.get(i) or r.last_failure or 'not tried'}"
                 for i, r in enumerate(self._replicas)
             )
-        whom = "the server" if len(self._replicas) == 1 else f"any of {len(self._replicas)} replicas"
+        whom = (
+            "the server" if len(self._replicas) == 1 else f"any of {len(self._replicas)} replicas"
+        )
         return ServerUnavailableError(
             self.mask(
                 f"{what}: no answer from {whom} after {attempts} "

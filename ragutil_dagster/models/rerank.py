@@ -44,7 +44,12 @@ class CrossEncoderReranker:
         from sentence_transformers import CrossEncoder
 
         self.ref, self.device, self._model = load_sentence_transformers(
-            CrossEncoder, model, revision, device, trust_remote_code, "a cross-encoder",
+            CrossEncoder,
+            model,
+            revision,
+            device,
+            trust_remote_code,
+            "a cross-encoder",
             max_length=max_length,
         )
         if self._model.num_labels != 1:

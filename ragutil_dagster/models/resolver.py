@@ -56,7 +56,8 @@ def resolve(name: str, revision: str | None = None, *, tracking_uri: str | None 
     if name == LEXICAL_NLI:
         raise ModelUnavailableError(
             f"{LEXICAL_NLI!r} is the lexical answer judge, not a model with files: it can only be "
-            "the NLI (nli: {model: lexical})")
+            "the NLI (nli: {model: lexical})"
+        )
     location = model_location(name, tracking_uri=tracking_uri)
     ref = resolve_model(location, revision)
     from ragutil_dagster.models.gguf import RECORD_NAME, conversion_record

@@ -39,8 +39,13 @@ from dataclasses import dataclass
 import torch
 
 __all__ = [
-    "MASKED_SDPA", "SHARED_PREFIX_ATTENTION", "SharedPrefix", "padded_width", "shared_prefix_attention",
-    "switched_attention", "width_runs",
+    "MASKED_SDPA",
+    "SHARED_PREFIX_ATTENTION",
+    "SharedPrefix",
+    "padded_width",
+    "shared_prefix_attention",
+    "switched_attention",
+    "width_runs",
 ]
 
 SHARED_PREFIX_ATTENTION = "ragutil_shared_prefix"
@@ -109,7 +114,9 @@ class SharedPrefix:
     def select(self, prompts: torch.Tensor) -> SharedPrefix:
         """Only the prompts at indices ``prompts`` (finished prompts leave the batch)."""
         return SharedPrefix(
-            [(k[prompts], v[prompts]) for k, v in self.layers], self.bias[prompts], self.n,
+            [(k[prompts], v[prompts]) for k, v in self.layers],
+            self.bias[prompts],
+            self.n,
             tuple(self.widths[i] for i in prompts.tolist()),
         )
 
@@ -153,13 +160,20 @@ def shared_prefix_attention(
     # Each run of prompts of one padded width in a call of its own, at that width: a prompt's
     # keys are then reduced on the same shapes whatever group it is decoded in.
     parts = [
-        _prefix_attention(per_prompt[start:end], prefix_keys[start:end, :, :width],
-                          prefix_values[start:end, :, :width], shared_prefix.bias[start:end, ..., :width], scale)
+        _prefix_attention(
+            per_prompt[start:end],
+            prefix_keys[start:end, :, :width],
+            prefix_values[start:end, :, :width],
+            shared_prefix.bias[start:end, ..., :width],
+            scale,
+        )
         for start, end, width in shared_prefix.runs
     ]
     prefix_out = torch.cat([out for out, _ in parts]) if len(parts) > 1 else parts[0][0]
     prefix_lse = torch.cat([lse for _, lse in parts]) if len(parts) > 1 else parts[0][1]
-    own_scores = per_row.float() @ key.float().transpose(-1, -2) * scale  # [rows, kv, group, generated]
+    own_scores = (
+        per_row.float() @ key.float().transpose(-1, -2) * scale
+    )  # [rows, kv, group, generated]
     own_scores = own_scores.view(prompts, n, kv_heads, group, generated).transpose(1, 2)
     own_scores = own_scores.reshape(prompts, kv_heads, n * group, generated)
     # One softmax over the prompt's positions and the row's own: each part weighted by its share
@@ -169,7 +183,9 @@ def shared_prefix_attention(
     # batch puts it; rounded from float64 to float32 the two agree.
     own_scores = own_scores.double()
     total = torch.logaddexp(prefix_lse.double(), torch.logsumexp(own_scores, dim=-1))
-    out = prefix_out.float() * torch.exp(prefix_lse - total).float().unsqueeze(-1)  # [prompts, kv, n * group, head_dim]
+    out = prefix_out.float() * torch.exp(prefix_lse - total).float().unsqueeze(
+        -1
+    )  # [prompts, kv, n * group, head_dim]
     out = out.view(prompts, kv_heads, n, group, head_dim).transpose(1, 2)
     own_probs = torch.exp(own_scores - total.unsqueeze(-1)).float()
     own_probs = own_probs.reshape(prompts, kv_heads, n, group, generated).transpose(1, 2)
@@ -179,7 +195,11 @@ def shared_prefix_attention(
 
 
 def _prefix_attention(
-    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, scale: float
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    bias: torch.Tensor,
+    scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``queries`` ``[prompts, kv_heads, q, head_dim]`` over their prompt's ``keys``
     and ``values`` alone: its output ``[prompts, kv_heads, q, head_dim]`` and the log-sum-exp of

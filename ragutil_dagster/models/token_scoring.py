@@ -180,7 +180,10 @@ class TokenScorer:
             todo, [len(encoded[i][0]) + len(cont_ids[i]) for i in range(len(prompts))]
         )
         # Attention weights exist only in the eager implementation.
-        with switched_attention(self.lm.model, "eager"), _LastLayerAttention(self.lm.model) as probe:
+        with (
+            switched_attention(self.lm.model, "eager"),
+            _LastLayerAttention(self.lm.model) as probe,
+        ):
             for batch in tqdm(
                 batches,
                 desc="attention",
@@ -310,7 +313,10 @@ class EngineTokenScorer(ABC):
     ) -> list[ScoredContinuation]:
         """Log-probs of each continuation's tokens after its prompt (pairs in order)."""
         return score_text_pairs(
-            prompts, continuations, self.generator.tokenizer, self.generator.encode_prompts,
+            prompts,
+            continuations,
+            self.generator.tokenizer,
+            self.generator.encode_prompts,
             self.score_ids,
         )
 

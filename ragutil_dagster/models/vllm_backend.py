@@ -56,7 +56,11 @@ from ragutil_dagster.errors import CapabilityMissingError
 from ragutil_dagster.infra.engine_output import engine_output
 from ragutil_dagster.models.causal_lm import encode_prompts
 from ragutil_dagster.models.device import (
-    VLLMCPUPlacement, available_memory_bytes, default_causal_lm_dtype, resolve_dtype, vllm_cpu_placement,
+    VLLMCPUPlacement,
+    available_memory_bytes,
+    default_causal_lm_dtype,
+    resolve_dtype,
+    vllm_cpu_placement,
     warn_if_bf16_emulated,
 )
 from ragutil_dagster.models.generation import Generator, Sample, row_seed
@@ -225,7 +229,9 @@ def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:
     the model's shape and this machine's free memory (:func:`~ragutil_dagster.models.device.vllm_cpu_placement`)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(settings.model_path, trust_remote_code=settings.trust_remote_code)
+    config = AutoConfig.from_pretrained(
+        settings.model_path, trust_remote_code=settings.trust_remote_code
+    )
     text = config.get_text_config()
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
@@ -237,7 +243,8 @@ def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:
         return vllm_cpu_placement(
             kv_cache_gib=settings.kv_cache_space_gib,
             kv_bytes_per_token=2 * text.num_hidden_layers * kv_heads * head_dim * element_bytes,
-            max_model_len=max_model_len, available_bytes=available_memory_bytes(),
+            max_model_len=max_model_len,
+            available_bytes=available_memory_bytes(),
         )
     except ValueError as err:
         raise ValueError(f"vLLM engine for {settings.model_path}: {err}") from None
@@ -486,7 +493,9 @@ class VLLMTokenScorer(EngineTokenScorer):
         if not todo:
             return results
         sequences = [list(prompt_ids[i]) + list(continuation_ids[i]) for i in todo]
-        forced = VLLMSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        forced = VLLMSamplingParams(
+            max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
+        )
         outputs = self.generator.engine.generate(
             [TokensPrompt(prompt_token_ids=seq) for seq in sequences],
             sampling_params=forced,
@@ -512,4 +521,3 @@ def _continuation_logprobs(
         [prompt_logprobs[t][sequence[t]].logprob for t in range(start, len(sequence))],
         dtype=np.float32,
     )
-

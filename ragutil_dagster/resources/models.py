@@ -61,13 +61,17 @@ class ModelLoader(ConfigurableResource):
         from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 
         # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
-        backend = self._backend(spec, show_progress=self.show_progress and not self.generation_cache)
+        backend = self._backend(
+            spec, show_progress=self.show_progress and not self.generation_cache
+        )
         if not self.generation_cache:
             return backend
         return _memo(
             ("cached", id(backend), self.generation_cache, self.checkpoint_prompts),
             lambda: CachedGenerator(
-                backend, GenerationCache(self.generation_cache), self.checkpoint_prompts,
+                backend,
+                GenerationCache(self.generation_cache),
+                self.checkpoint_prompts,
                 show_progress=self.show_progress,
             ),
         )
@@ -91,8 +95,13 @@ class ModelLoader(ConfigurableResource):
         """A token scorer on the generator's own weights and prompt formatting, as its backend
         builds it (models/backends.py) — never a second copy of the model beside an engine."""
         backend, _ = registered(spec)
-        generator = self._backend(spec, show_progress=self.show_progress and not self.generation_cache)
-        return _memo(("scorer", id(generator)), lambda: backend.scorer(generator, self._placement(self.show_progress)))
+        generator = self._backend(
+            spec, show_progress=self.show_progress and not self.generation_cache
+        )
+        return _memo(
+            ("scorer", id(generator)),
+            lambda: backend.scorer(generator, self._placement(self.show_progress)),
+        )
 
     def entailment(self, spec: NliConfig):
         """The configured answer judge: the NLI model (or the lexical judge), behind the content
@@ -114,8 +123,12 @@ class ModelLoader(ConfigurableResource):
         return _memo(
             ("nli", ref.identity, str(ref.path), self.device, spec.dtype, cache),
             lambda: Entailment(
-                ref, device=self._device(), dtype=spec.dtype, cache=Path(cache) if cache else False,
-                trust_remote_code=spec.trust_remote_code, show_progress=self.show_progress,
+                ref,
+                device=self._device(),
+                dtype=spec.dtype,
+                cache=Path(cache) if cache else False,
+                trust_remote_code=spec.trust_remote_code,
+                show_progress=self.show_progress,
             ),
         )
 

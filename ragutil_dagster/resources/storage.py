@@ -70,7 +70,9 @@ class ArtifactStore(ConfigurableResource):
         """The object store's name of an asset's artifact: ``<asset>/<partition>/<file>``."""
         return "/".join([asset, *([_safe(partition)] if partition else []), file])
 
-    def write_table(self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table") -> str:
+    def write_table(
+        self, asset: str, partition: str | None, frame: pl.DataFrame, name: str = "table"
+    ) -> str:
         """Publish ``frame`` as ``<name>.parquet``; returns where it landed."""
         file = f"{name}.parquet"
         store = self._objects
@@ -117,7 +119,9 @@ class ArtifactStore(ConfigurableResource):
         artifact = self.artifact_name(asset, partition, f"{name}.json")
         store = self._objects
         if not store.exists(artifact):
-            raise FileNotFoundError(f"{asset}[{partition}] has no '{name}' record at {store.display(artifact)}")
+            raise FileNotFoundError(
+                f"{asset}[{partition}] has no '{name}' record at {store.display(artifact)}"
+            )
         return store.read(artifact, json.load)
 
     @contextmanager
@@ -158,11 +162,19 @@ class ArtifactStore(ConfigurableResource):
         now = time.time() if now is None else now
         found = self._objects.garbage(older_than, now)
         for partition in sorted(self._scratch_root.glob("*/*")):
-            versions = sorted((newest_mtime(entry), entry) for entry in partition.iterdir() if entry.is_dir())
+            versions = sorted(
+                (newest_mtime(entry), entry) for entry in partition.iterdir() if entry.is_dir()
+            )
             found += [
-                Garbage(str(version), tree_size(version), "superseded working files (a newer version is beside them)",
-                        str(version), local=True)
-                for modified, version in versions[:-1] if now - modified >= older_than
+                Garbage(
+                    str(version),
+                    tree_size(version),
+                    "superseded working files (a newer version is beside them)",
+                    str(version),
+                    local=True,
+                )
+                for modified, version in versions[:-1]
+                if now - modified >= older_than
             ]
         return found
 

@@ -37,6 +37,7 @@ def _bm25s() -> Any:
 
     return bm25s
 
+
 FORMAT_VERSION = 1
 
 
@@ -132,7 +133,10 @@ class BM25Retriever:
 
     @classmethod
     def load(
-        cls, directory: str | Path, corpus: pl.DataFrame | Mapping[str, Any] | None = None, mmap: bool = False
+        cls,
+        directory: str | Path,
+        corpus: pl.DataFrame | Mapping[str, Any] | None = None,
+        mmap: bool = False,
     ) -> BM25Retriever:
         """Load a saved index. With ``corpus`` (the table, or its record), check it is the corpus
         the index was built from (:func:`~ragutil_dagster.retrieval.io.check_corpus`).
@@ -149,7 +153,11 @@ class BM25Retriever:
                 f"{directory}: ids.parquet has {len(ids)} ids, manifest says {manifest['size']}"
             )
         model = _bm25s().BM25.load(
-            str(directory / "bm25s"), mmap=mmap, allow_pickle=False, show_progress=False, verbosity=0
+            str(directory / "bm25s"),
+            mmap=mmap,
+            allow_pickle=False,
+            show_progress=False,
+            verbosity=0,
         )
         # bm25s's saved parameters do not include the backend; restore the numba one.
         model.backend = "numba"

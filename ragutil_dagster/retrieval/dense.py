@@ -132,7 +132,9 @@ def embed_rows(
     blocks = range(0, passages.height, config.block_size)
     for start in tqdm(blocks, desc=label, unit="block", disable=len(blocks) < 2):
         block = passages.slice(start, config.block_size)
-        texts = [config.passage_prefix + text for text in indexed_texts(block, config.include_title)]
+        texts = [
+            config.passage_prefix + text for text in indexed_texts(block, config.include_title)
+        ]
         write(first_row + start, _vectors(encoder.encode(texts), encoder.dim))
 
 
@@ -181,15 +183,21 @@ def npy_row_writer(path: str | Path, shape: tuple[int, int]) -> Iterator[RowWrit
     sends exactly the bytes it is given."""
     mapped = np.load(path, mmap_mode="r", allow_pickle=False)  # reads the header only
     if mapped.dtype != np.float32 or mapped.shape != tuple(shape) or not mapped.flags.c_contiguous:
-        raise IndexFormatError(f"{path}: holds {mapped.dtype} {mapped.shape}, expected float32 {tuple(shape)}")
+        raise IndexFormatError(
+            f"{path}: holds {mapped.dtype} {mapped.shape}, expected float32 {tuple(shape)}"
+        )
     offset, row_bytes = mapped.offset, shape[1] * 4
     del mapped
     descriptor = os.open(path, os.O_WRONLY)
 
     def write(first_row: int, vectors: np.ndarray) -> None:
         if first_row < 0 or first_row + len(vectors) > shape[0]:
-            raise IndexError(f"rows {first_row}..{first_row + len(vectors)} outside the {shape[0]} rows of {path}")
-        data = memoryview(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1).view(np.uint8))
+            raise IndexError(
+                f"rows {first_row}..{first_row + len(vectors)} outside the {shape[0]} rows of {path}"
+            )
+        data = memoryview(
+            np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1).view(np.uint8)
+        )
         position = offset + first_row * row_bytes
         while data:  # pwrite may write less than asked
             written = os.pwrite(descriptor, data, position)
@@ -350,7 +358,12 @@ class DenseRetriever:
         config = config or DenseConfig()
         embeddings = embed_corpus(corpus, encoder, config, embeddings_path)
         return cls.from_embeddings(
-            corpus["id"], embeddings, encoder.identity, fingerprint or corpus_fingerprint(corpus), config, encoder
+            corpus["id"],
+            embeddings,
+            encoder.identity,
+            fingerprint or corpus_fingerprint(corpus),
+            config,
+            encoder,
         )
 
     @classmethod
@@ -368,14 +381,18 @@ class DenseRetriever:
         config = config or DenseConfig()
         if embeddings.ndim != 2 or embeddings.shape[0] != len(ids):
             raise ValueError(f"embeddings of shape {embeddings.shape} do not match {len(ids)} ids")
-        index = build_faiss_index(embeddings, config.index, config.block_size, config.device, gpus=config.gpus)
+        index = build_faiss_index(
+            embeddings, config.index, config.block_size, config.device, gpus=config.gpus
+        )
         return cls(ids, embeddings, index, encoder, encoder_identity, config, fingerprint)
 
     def with_index(self, spec: FaissIndexSpec) -> DenseRetriever:
         """The same passages under another FAISS index type, built from the stored embeddings
         (no re-embedding)."""
         config = replace(self.config, index=spec)
-        index = build_faiss_index(self.embeddings, spec, config.block_size, config.device, gpus=config.gpus)
+        index = build_faiss_index(
+            self.embeddings, spec, config.block_size, config.device, gpus=config.gpus
+        )
         return DenseRetriever(
             self.ids,
             self.embeddings,
@@ -515,7 +532,11 @@ class DenseRetriever:
             **{**stored, "index": FaissIndexSpec(**stored["index"]), "device": device, "gpus": gpus}
         )
         _check_gpus(config.index, device, gpus)
-        index = _across_gpus(index, config.index, gpus) if gpus != "one" else _to_device(index, config.index, device)
+        index = (
+            _across_gpus(index, config.index, gpus)
+            if gpus != "one"
+            else _to_device(index, config.index, device)
+        )
         _set_search_parameters(index, config.index)
         return cls(
             ids,

@@ -31,7 +31,13 @@ import polars as pl
 from ragutil_dagster.config import embedding_partition_key, embedding_shard_name
 from ragutil_dagster.errors import IncompleteEmbeddingsError, IndexFormatError, IndexMismatchError
 from ragutil_dagster.infra.files import create_once, stable_hash, write_text_atomic
-from ragutil_dagster.retrieval.dense import DenseConfig, TextEncoder, allocate_npy, embed_rows, npy_row_writer
+from ragutil_dagster.retrieval.dense import (
+    DenseConfig,
+    TextEncoder,
+    allocate_npy,
+    embed_rows,
+    npy_row_writer,
+)
 
 FORMAT_VERSION = 1
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -62,14 +68,26 @@ class ShardedEmbeddings:
 
     @classmethod
     def under(
-        cls, root: str | Path, name: str, fingerprint: str, rows: int, encoder_identity: str,
-        config: DenseConfig, shards: int,
+        cls,
+        root: str | Path,
+        name: str,
+        fingerprint: str,
+        rows: int,
+        encoder_identity: str,
+        config: DenseConfig,
+        shards: int,
     ) -> ShardedEmbeddings:
         """The embeddings of this corpus, encoder and passage text settings under ``root``."""
-        version = stable_hash({
-            "format": FORMAT_VERSION, "corpus_fingerprint": fingerprint, "encoder_identity": encoder_identity,
-            "include_title": config.include_title, "passage_prefix": config.passage_prefix,
-        }, 16)
+        version = stable_hash(
+            {
+                "format": FORMAT_VERSION,
+                "corpus_fingerprint": fingerprint,
+                "encoder_identity": encoder_identity,
+                "include_title": config.include_title,
+                "passage_prefix": config.passage_prefix,
+            },
+            16,
+        )
         return cls(Path(root) / version, name, fingerprint, rows, encoder_identity, shards)
 
     @property
@@ -85,15 +103,21 @@ class ShardedEmbeddings:
     def _expected_record(self, shard: int) -> dict:
         rows = self.rows_of(shard)
         return {
-            "format": FORMAT_VERSION, "shard": shard, "shards": self.shards, "rows": [rows.start, rows.stop],
-            "corpus_fingerprint": self.fingerprint, "encoder_identity": self.encoder_identity,
+            "format": FORMAT_VERSION,
+            "shard": shard,
+            "shards": self.shards,
+            "rows": [rows.start, rows.stop],
+            "corpus_fingerprint": self.fingerprint,
+            "encoder_identity": self.encoder_identity,
         }
 
     def rows_of(self, shard: int) -> range:
         """The corpus rows shard ``shard`` embeds."""
         return shard_rows(shard, self.shards, self.rows)
 
-    def fill(self, shard: int, passages: pl.DataFrame, encoder: TextEncoder, config: DenseConfig) -> range:
+    def fill(
+        self, shard: int, passages: pl.DataFrame, encoder: TextEncoder, config: DenseConfig
+    ) -> range:
         """Embed ``passages`` — the corpus's rows :meth:`rows_of` ``shard``, all a shard step needs
         to read — into the shared file (allocating it when this shard comes first), then record the
         shard done; returns its rows. Shards may run in any order, at the same time, in processes on
@@ -105,16 +129,27 @@ class ShardedEmbeddings:
                 f"of a corpus of {self.rows}"
             )
         if encoder.identity != self.encoder_identity:
-            raise IndexMismatchError(f"{self.shard_name(shard)}: given encoder {encoder.identity}, "
-                                     f"expected {self.encoder_identity}")
+            raise IndexMismatchError(
+                f"{self.shard_name(shard)}: given encoder {encoder.identity}, "
+                f"expected {self.encoder_identity}"
+            )
         record = self._record_path(shard)
         # Its rows are about to be rewritten: the shard is not done until its new record is written.
         record.unlink(missing_ok=True)
         shape = (self.rows, encoder.dim)
         create_once(self.path, lambda temporary: allocate_npy(temporary, shape))
         with npy_row_writer(self.path, shape) as write:
-            embed_rows(passages, encoder, config, rows.start, write, label=f"embed {self.shard_name(shard)}")
-        write_text_atomic(record, json.dumps({**self._expected_record(shard), "dim": encoder.dim}, indent=2))
+            embed_rows(
+                passages,
+                encoder,
+                config,
+                rows.start,
+                write,
+                label=f"embed {self.shard_name(shard)}",
+            )
+        write_text_atomic(
+            record, json.dumps({**self._expected_record(shard), "dim": encoder.dim}, indent=2)
+        )
         return rows
 
     def is_recorded(self, shard: int) -> bool:
@@ -123,14 +158,16 @@ class ShardedEmbeddings:
             recorded = json.loads(self._record_path(shard).read_text())
         except FileNotFoundError:
             return False
-        return all(recorded.get(key) == value for key, value in self._expected_record(shard).items())
+        return all(
+            recorded.get(key) == value for key, value in self._expected_record(shard).items()
+        )
 
     def export_shard(self, shard: int, directory: Path) -> None:
         """Copy shard ``shard``'s rows (``rows.npy``) and record into ``directory``: for index steps
         on machines that do not mount this file (:meth:`import_shard`)."""
         rows = self.rows_of(shard)
         embeddings = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        np.save(directory / SHARD_ROWS_FILE, embeddings[rows.start:rows.stop])
+        np.save(directory / SHARD_ROWS_FILE, embeddings[rows.start : rows.stop])
         (directory / SHARD_RECORD_FILE).write_bytes(self._record_path(shard).read_bytes())
 
     def import_shard(self, shard: int, directory: Path) -> bool:
@@ -160,20 +197,28 @@ class ShardedEmbeddings:
                 missing.append(self.shard_name(shard))
                 continue
             expected = self._expected_record(shard)
-            differing = [f"{key} {recorded.get(key)!r}, expected {value!r}"
-                         for key, value in expected.items() if recorded.get(key) != value]
+            differing = [
+                f"{key} {recorded.get(key)!r}, expected {value!r}"
+                for key, value in expected.items()
+                if recorded.get(key) != value
+            ]
             if differing:
                 mismatched.append(f"{self.shard_name(shard)} ({'; '.join(differing)})")
             dims.add(recorded.get("dim"))
         problems = ([f"not embedded: {', '.join(missing)}"] if missing else []) + (
-            [f"embedded for other inputs: {', '.join(mismatched)}"] if mismatched else [])
+            [f"embedded for other inputs: {', '.join(mismatched)}"] if mismatched else []
+        )
         if problems:
             raise IncompleteEmbeddingsError(
                 f"the passage embeddings at {self.directory} are incomplete — {' — '.join(problems)}; "
                 "materialise passage_embeddings for those partitions"
             )
         embeddings = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        if embeddings.dtype != np.float32 or embeddings.shape[0] != self.rows or dims != {embeddings.shape[1]}:
+        if (
+            embeddings.dtype != np.float32
+            or embeddings.shape[0] != self.rows
+            or dims != {embeddings.shape[1]}
+        ):
             raise IndexFormatError(
                 f"{self.path}: holds {embeddings.dtype} {embeddings.shape}, but its shards recorded "
                 f"{self.rows} rows of dimension {sorted(dims, key=str)}"

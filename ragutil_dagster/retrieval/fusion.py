@@ -65,5 +65,8 @@ class HybridSearcher:
 
     def search(self, queries: pl.DataFrame, k: int = 10, name: str = "hybrid") -> pl.DataFrame:
         depth = max(self.depth, k)
-        runs = [searcher.search(queries, k=depth, name=f"{name}:{n}") for n, searcher in enumerate(self.searchers)]
+        runs = [
+            searcher.search(queries, k=depth, name=f"{name}:{n}")
+            for n, searcher in enumerate(self.searchers)
+        ]
         return reciprocal_rank_fusion(runs, k=self.rrf_k, top=k, name=name)

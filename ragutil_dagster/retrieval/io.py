@@ -47,7 +47,9 @@ def read_manifest(directory: str | Path, kind: str, format_version: int) -> dict
     return manifest
 
 
-def check_corpus(manifest: dict[str, Any], corpus: pl.DataFrame | Mapping[str, Any], directory: Path) -> None:
+def check_corpus(
+    manifest: dict[str, Any], corpus: pl.DataFrame | Mapping[str, Any], directory: Path
+) -> None:
     """Raise :class:`IndexMismatchError` unless ``corpus`` is the one the index was built from.
 
     ``corpus`` is the passage table, hashed here, or its record (``data.corpus.corpus_record``:

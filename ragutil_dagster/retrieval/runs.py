@@ -207,18 +207,24 @@ def mirage_retrieval(run: pl.DataFrame, qrels: pl.DataFrame, k: int) -> pl.DataF
     for (retriever,), part in run.group_by("retriever", maintain_order=True):
         ranked = _ranked_lists(part)
         scores = [
-            (retriever_metrics(ranked.get(qid, []), set(docs), k),
-             retriever_metrics(ranked.get(qid, []), set(docs), k, ndcg="mirage").ndcg)
+            (
+                retriever_metrics(ranked.get(qid, []), set(docs), k),
+                retriever_metrics(ranked.get(qid, []), set(docs), k, ndcg="mirage").ndcg,
+            )
             for qid, docs in positives.items()
         ]
-        rows.append({
-            "retriever": retriever, "k": k, "queries": len(scores),
-            "precision": float(np.mean([s.precision for s, _ in scores])),
-            "recall": float(np.mean([s.recall for s, _ in scores])),
-            "f1": float(np.mean([s.f1 for s, _ in scores])),
-            "ndcg": float(np.mean([s.ndcg for s, _ in scores])),
-            "ndcg_retrieved": float(np.mean([ndcg for _, ndcg in scores])),
-        })
+        rows.append(
+            {
+                "retriever": retriever,
+                "k": k,
+                "queries": len(scores),
+                "precision": float(np.mean([s.precision for s, _ in scores])),
+                "recall": float(np.mean([s.recall for s, _ in scores])),
+                "f1": float(np.mean([s.f1 for s, _ in scores])),
+                "ndcg": float(np.mean([s.ndcg for s, _ in scores])),
+                "ndcg_retrieved": float(np.mean([ndcg for _, ndcg in scores])),
+            }
+        )
     return pl.DataFrame(rows, schema=MIRAGE_RETRIEVAL_SCHEMA)
 
 
@@ -287,7 +293,9 @@ def write_trec(run: pl.DataFrame, path: str | Path, tag: str | None = None) -> N
 def read_trec(path: str | Path) -> pl.DataFrame:
     """Read a TREC run file into a run table (the tag becomes ``retriever``), its ranks as written."""
     rows = read_trec_rows(Path(path))
-    return validate_run(rows.select("query_id", "rank", "doc_id", "score", pl.col("tag").alias("retriever")))
+    return validate_run(
+        rows.select("query_id", "rank", "doc_id", "score", pl.col("tag").alias("retriever"))
+    )
 
 
 def passages_to_documents(run: pl.DataFrame, passages: pl.DataFrame) -> pl.DataFrame:

@@ -113,7 +113,11 @@ def _acquire(engine: sa.Engine, key: str, holder: str, stale_after: float) -> No
             with engine.begin() as db:
                 taken = db.execute(
                     _claims.update()
-                    .where(_claims.c.claim_key == key, _claims.c.holder == row.holder, _claims.c.beat == row.beat)
+                    .where(
+                        _claims.c.claim_key == key,
+                        _claims.c.holder == row.holder,
+                        _claims.c.beat == row.beat,
+                    )
                     .values(holder=holder, beat=0)
                 ).rowcount
             if taken:
@@ -154,4 +158,6 @@ def claim(url: str, key: str, stale_after: float = STALE_SECONDS) -> Iterator[No
         stop.set()
         beating.join()
         with engine.begin() as db:
-            db.execute(_claims.delete().where(_claims.c.claim_key == key, _claims.c.holder == holder))
+            db.execute(
+                _claims.delete().where(_claims.c.claim_key == key, _claims.c.holder == holder)
+            )

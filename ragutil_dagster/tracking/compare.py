@@ -73,7 +73,16 @@ class PartitionScores:
         setting or a later round is a row of its own in every by-retriever table and paired with
         its one-round retriever in the paired tests."""
         setting = self.setting
-        return "+".join([setting.retriever, *(name for name in (setting.reranker, setting.compressor, setting.round_name) if name)])
+        return "+".join(
+            [
+                setting.retriever,
+                *(
+                    name
+                    for name in (setting.reranker, setting.compressor, setting.round_name)
+                    if name
+                ),
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -139,10 +148,15 @@ def mirage_table(long: pl.DataFrame) -> pl.DataFrame:
     each with the questions it counts, and the questions with an oracle (n)."""
     present = {c: label for c, label in MIRAGE_COLUMNS.items() if c in long.columns}
     counts = [
-        pl.col(f"count_{c}").cast(pl.Int64).alias(f"{label} count") for c, label in present.items()
+        pl.col(f"count_{c}").cast(pl.Int64).alias(f"{label} count")
+        for c, label in present.items()
         if f"count_{c}" in long.columns
     ]
-    total = [pl.col(f"n_{c}").cast(pl.Int64).alias("n") for c in list(present)[:1] if f"n_{c}" in long.columns]
+    total = [
+        pl.col(f"n_{c}").cast(pl.Int64).alias("n")
+        for c in list(present)[:1]
+        if f"n_{c}" in long.columns
+    ]
     return long.select(
         "dataset",
         "k",
@@ -172,7 +186,9 @@ def mirage_retrieval_table(long: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     return (
         long.select(
-            "dataset", "retriever", "k",
+            "dataset",
+            "retriever",
+            "k",
             *[(pl.col(f"mirage_retriever_{n}_at_k") * 100).alias(n) for n in present],
             pl.col(f"n_mirage_retriever_{present[0]}_at_k").cast(pl.Int64).alias("n"),
         )
@@ -196,25 +212,45 @@ def best_settings(long: pl.DataFrame) -> pl.DataFrame:
             if scored.is_empty() or scored[column].min() == scored[column].max():
                 continue
             best = scored.sort(column, descending=entry.higher_is_better).row(0, named=True)
-            rows.append({
-                "dataset": dataset, "generator": generator, "metric": entry.label,
-                "better": "higher" if entry.higher_is_better else "lower", "retriever": best["retriever"],
-                "k": best["k"], "value": best[column], "settings": scored.height, "paper": entry.paper,
-            })
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "generator": generator,
+                    "metric": entry.label,
+                    "better": "higher" if entry.higher_is_better else "lower",
+                    "retriever": best["retriever"],
+                    "k": best["k"],
+                    "value": best[column],
+                    "settings": scored.height,
+                    "paper": entry.paper,
+                }
+            )
     schema = {
-        "dataset": pl.String, "generator": pl.String, "metric": pl.String, "better": pl.String,
-        "retriever": pl.String, "k": pl.Int64, "value": pl.Float64, "settings": pl.Int64, "paper": pl.String,
+        "dataset": pl.String,
+        "generator": pl.String,
+        "metric": pl.String,
+        "better": pl.String,
+        "retriever": pl.String,
+        "k": pl.Int64,
+        "value": pl.Float64,
+        "settings": pl.Int64,
+        "paper": pl.String,
     }
-    return pl.DataFrame(rows, schema=schema, orient="row").sort("dataset", "generator", maintain_order=True)
+    return pl.DataFrame(rows, schema=schema, orient="row").sort(
+        "dataset", "generator", maintain_order=True
+    )
 
 
 def _labelled_correlations(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     """Every partition's eRAG Table 1 rows with its dataset, retriever and generator."""
     tables = [
         p.correlations.with_columns(
-            dataset=pl.lit(p.setting.dataset), retriever=pl.lit(p.retriever_label), generator=pl.lit(p.generator)
+            dataset=pl.lit(p.setting.dataset),
+            retriever=pl.lit(p.retriever_label),
+            generator=pl.lit(p.generator),
         )
-        for p in partitions if p.correlations is not None
+        for p in partitions
+        if p.correlations is not None
     ]
     return pl.concat(tables) if tables else pl.DataFrame()
 
@@ -223,10 +259,13 @@ def _labelled_validity(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     """Every partition's validity rows with its dataset, retriever, k and generator."""
     tables = [
         p.validity.with_columns(
-            dataset=pl.lit(p.setting.dataset), retriever=pl.lit(p.retriever_label), k=pl.lit(p.setting.k),
+            dataset=pl.lit(p.setting.dataset),
+            retriever=pl.lit(p.retriever_label),
+            k=pl.lit(p.setting.k),
             generator=pl.lit(p.generator),
         )
-        for p in partitions if p.validity is not None
+        for p in partitions
+        if p.validity is not None
     ]
     return pl.concat(tables) if tables else pl.DataFrame()
 
@@ -236,14 +275,21 @@ def erag_table(correlations: pl.DataFrame) -> pl.DataFrame:
     ρ with the rag condition's EM, bootstrap 95% intervals and n."""
     if correlations.is_empty():
         return correlations
-    parts = correlations.partition_by(["dataset", "retriever", "k", "generator"], as_dict=True, maintain_order=True)
-    return pl.concat([
-        table_one(part).select(
-            pl.lit(key[0]).alias("dataset"), pl.lit(key[1]).alias("retriever"), pl.lit(key[2]).alias("k"),
-            pl.lit(key[3]).alias("generator"), pl.all(),
-        )
-        for key, part in sorted(parts.items())
-    ])
+    parts = correlations.partition_by(
+        ["dataset", "retriever", "k", "generator"], as_dict=True, maintain_order=True
+    )
+    return pl.concat(
+        [
+            table_one(part).select(
+                pl.lit(key[0]).alias("dataset"),
+                pl.lit(key[1]).alias("retriever"),
+                pl.lit(key[2]).alias("k"),
+                pl.lit(key[3]).alias("generator"),
+                pl.all(),
+            )
+            for key, part in sorted(parts.items())
+        ]
+    )
 
 
 def delta_seper_intervals(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.DataFrame:
@@ -326,7 +372,11 @@ def paired_retriever_tests(
                     "ci_low": interval.low,
                     "ci_high": interval.high,
                     "p_value": test.pvalue,
-                    "better": a.retriever_label if a_ahead else b.retriever_label if b_ahead else None,
+                    "better": a.retriever_label
+                    if a_ahead
+                    else b.retriever_label
+                    if b_ahead
+                    else None,
                 }
             )
     schema = {
@@ -357,25 +407,48 @@ def multistep_table(partitions: Iterable[PartitionScores], seed: int = 0) -> pl.
     for p in partitions:
         s = p.setting
         if s.compressor is None:
-            chains.setdefault((s.dataset, s.retriever, s.k, s.reranker, p.generator), {})[s.step or 1] = p
+            chains.setdefault((s.dataset, s.retriever, s.k, s.reranker, p.generator), {})[
+                s.step or 1
+            ] = p
     tables = []
     for (dataset, retriever, k, reranker, generator), rounds in sorted(chains.items(), key=str):
         scored = list(itertools.takewhile(lambda step: step in rounds, itertools.count(1)))
         if len(scored) < 2:
             continue
         per_round = [rounds[step].per_query for step in scored]
-        kinds = sorted(set().union(*(t["type"].drop_nulls().unique() for t in per_round))) if "type" in per_round[0].columns else []
+        kinds = (
+            sorted(set().union(*(t["type"].drop_nulls().unique() for t in per_round)))
+            if "type" in per_round[0].columns
+            else []
+        )
         for questions in ["all", *kinds]:
-            chosen = per_round if questions == "all" else [t.filter(pl.col("type") == questions) for t in per_round]
-            tables.append(round_gains(chosen, seed).select(
-                pl.lit(dataset).alias("dataset"), pl.lit("+".join([retriever, *([reranker] if reranker else [])])).alias("retriever"),
-                pl.lit(k, pl.Int64).alias("k"), pl.lit(generator).alias("generator"), pl.lit(questions).alias("questions"), pl.all(),
-            ))
+            chosen = (
+                per_round
+                if questions == "all"
+                else [t.filter(pl.col("type") == questions) for t in per_round]
+            )
+            tables.append(
+                round_gains(chosen, seed).select(
+                    pl.lit(dataset).alias("dataset"),
+                    pl.lit("+".join([retriever, *([reranker] if reranker else [])])).alias(
+                        "retriever"
+                    ),
+                    pl.lit(k, pl.Int64).alias("k"),
+                    pl.lit(generator).alias("generator"),
+                    pl.lit(questions).alias("questions"),
+                    pl.all(),
+                )
+            )
     return pl.concat(tables) if tables else pl.DataFrame()
 
 
 def _setting_columns(p: PartitionScores) -> dict[str, object]:
-    return {"dataset": p.setting.dataset, "retriever": p.retriever_label, "k": p.setting.k, "generator": p.generator}
+    return {
+        "dataset": p.setting.dataset,
+        "retriever": p.retriever_label,
+        "k": p.setting.k,
+        "generator": p.generator,
+    }
 
 
 def utility_table_one(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
@@ -394,7 +467,9 @@ def utility_table_one(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
         rows.append(row)
     if not rows:
         return pl.DataFrame()
-    return pl.DataFrame(rows, infer_schema_length=None).sort("dataset", "retriever", "k", "generator")
+    return pl.DataFrame(rows, infer_schema_length=None).sort(
+        "dataset", "retriever", "k", "generator"
+    )
 
 
 def utility_overlap(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
@@ -402,9 +477,14 @@ def utility_overlap(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     passages, the share of each one's gold passages useless to the other)."""
     frames = [
         p.overlap.select(*(pl.lit(v).alias(k) for k, v in _setting_columns(p).items()), pl.all())
-        for p in partitions if p.overlap is not None and not p.overlap.is_empty()
+        for p in partitions
+        if p.overlap is not None and not p.overlap.is_empty()
     ]
-    return pl.concat(frames).sort("dataset", "retriever", "k", "generator", "other") if frames else pl.DataFrame()
+    return (
+        pl.concat(frames).sort("dataset", "retriever", "k", "generator", "other")
+        if frames
+        else pl.DataFrame()
+    )
 
 
 def prompt_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
@@ -412,16 +492,21 @@ def prompt_table(partitions: Iterable[PartitionScores]) -> pl.DataFrame:
     row per distinct set — two rows for a generator mean its runs differ in their prompts."""
     rows = {
         (p.generator, *(p.prompts.get(name, "") for name in PROMPT_COLUMNS)): None
-        for p in partitions if p.prompts
+        for p in partitions
+        if p.prompts
     }
     return pl.DataFrame(
-        list(rows), schema={"generator": pl.String, **dict.fromkeys(PROMPT_COLUMNS.values(), pl.String)}, orient="row",
+        list(rows),
+        schema={"generator": pl.String, **dict.fromkeys(PROMPT_COLUMNS.values(), pl.String)},
+        orient="row",
     ).sort("generator", maintain_order=True)
 
 
 PROMPT_COLUMNS = {
-    "prompt_closed_book": "closed_book", "prompt_with_context": "with_context",
-    "prompt_other_roles": "other roles", "prompt_template_hash": "template hash",
+    "prompt_closed_book": "closed_book",
+    "prompt_with_context": "with_context",
+    "prompt_other_roles": "other roles",
+    "prompt_template_hash": "template hash",
 }
 
 
@@ -500,7 +585,10 @@ def build_comparison(partitions: list[PartitionScores], seed: int = 0) -> Compar
         )
     prompts = prompt_table(partitions)
     if not prompts.is_empty():
-        tables["prompts"], titles["prompts"] = prompts, "The prompt templates each generator's runs used"
+        tables["prompts"], titles["prompts"] = (
+            prompts,
+            "The prompt templates each generator's runs used",
+        )
     tables["runs"], titles["runs"] = long, "Every run's summary"
     return Comparison(tables, titles)
 

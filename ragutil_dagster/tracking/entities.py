@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,7 +58,10 @@ def table_digest(table: pl.DataFrame) -> str:
 
 
 def partition_datasets(
-    tracked: PartitionRun, queries: pl.DataFrame, corpus: Mapping[str, object], contexts: pl.DataFrame
+    tracked: PartitionRun,
+    queries: pl.DataFrame,
+    corpus: Mapping[str, object],
+    contexts: pl.DataFrame,
 ) -> PartitionDatasets:
     """The queries with answers and the corpus of the dataset (source: its folder, name with its
     split), and the contexts the setting retrieved for the queries. The corpus comes as its
@@ -80,16 +83,30 @@ def partition_datasets(
     # of them, its profile counting its passages, its digest the fingerprint (its identity).
     described = entity(
         pl.DataFrame(schema={name: pl.String() for name in corpus["columns"]}),  # type: ignore[union-attr]
-        f"{spec.name}/corpus", str(corpus["fingerprint"]).removeprefix("sha256:")[:DIGEST_LENGTH],
+        f"{spec.name}/corpus",
+        str(corpus["fingerprint"]).removeprefix("sha256:")[:DIGEST_LENGTH],
     )
     corpus_entity = Dataset(
-        described.name, described.digest, described.source_type, described.source, described.schema,
-        json.dumps({"num_rows": corpus["rows"], "num_elements": int(corpus["rows"]) * len(corpus["columns"])}),  # type: ignore[arg-type]
+        described.name,
+        described.digest,
+        described.source_type,
+        described.source,
+        described.schema,
+        json.dumps(
+            {
+                "num_rows": corpus["rows"],
+                "num_elements": int(corpus["rows"]) * len(corpus["columns"]),
+            }
+        ),  # type: ignore[arg-type]
     )
     return PartitionDatasets(
-        queries=entity(queries, f"{spec.name}/{spec.split}/queries", table_digest(queries), targets="answers"),
+        queries=entity(
+            queries, f"{spec.name}/{spec.split}/queries", table_digest(queries), targets="answers"
+        ),
         corpus=corpus_entity,
-        contexts=entity(contexts, f"{tracked.setting.key}/{spec.split}/contexts", table_digest(contexts)),
+        contexts=entity(
+            contexts, f"{tracked.setting.key}/{spec.split}/contexts", table_digest(contexts)
+        ),
     )
 
 
@@ -143,18 +160,24 @@ def partition_models(tracked: PartitionRun) -> list[ModelSpec]:
     experiment, identities = tracked.experiment, tracked.identities
     generator = experiment.generator(tracked.generator)
     models = [
-        ModelSpec("generator", generator.name, generator.model, generator.revision, identities.generator),
+        ModelSpec(
+            "generator", generator.name, generator.model, generator.revision, identities.generator
+        ),
         ModelSpec("nli", "nli", experiment.nli.model, experiment.nli.revision, identities.nli),
     ]
     retriever = experiment.retriever(tracked.setting.retriever)
     if retriever.model and identities.embedder:
         models.append(
-            ModelSpec("embedder", retriever.name, retriever.model, retriever.revision, identities.embedder)
+            ModelSpec(
+                "embedder", retriever.name, retriever.model, retriever.revision, identities.embedder
+            )
         )
     if tracked.setting.reranker and identities.reranker:
         reranker = experiment.reranker
         models.append(
-            ModelSpec("reranker", reranker.name, reranker.model, reranker.revision, identities.reranker)
+            ModelSpec(
+                "reranker", reranker.name, reranker.model, reranker.revision, identities.reranker
+            )
         )
     return models
 
@@ -162,7 +185,9 @@ def partition_models(tracked: PartitionRun) -> list[ModelSpec]:
 def find_logged_model(client: MlflowClient, experiment_id: str, key: str):
     """The oldest live LoggedModel tagged with ``key``, or ``None``."""
     found = client.search_logged_models(
-        [experiment_id], filter_string=f"tags.`{MODEL_KEY_TAG}` = '{key}'", max_results=1,
+        [experiment_id],
+        filter_string=f"tags.`{MODEL_KEY_TAG}` = '{key}'",
+        max_results=1,
         order_by=[{"field_name": "creation_timestamp", "ascending": True}],
     )
     return found[0] if found else None
@@ -226,7 +251,7 @@ def link_partition(
     # The store keys a model input by (run, model): logging it again adds nothing.
     run.client.log_inputs(run.run_id, models=[LoggedModelInput(i) for i in ids.values()])
     return dataclasses.replace(
-        run, model_id=ids["generator"],
+        run,
+        model_id=ids["generator"],
         dataset=(datasets.contexts.name, datasets.contexts.digest),
     )
-

@@ -31,20 +31,29 @@ def prompt_template_hash(prompts: PromptConfig) -> str:
     """Hash of the texts (not only the names) of a generator's templates: closed book, with
     context, and every other role set away from its built-in default. A built-in is keyed by its
     name, a user's template by role and source (two inline templates share the source)."""
-    roles = [*GENERATION_ROLES, *(role for role in prompts.labels() if role not in GENERATION_ROLES)]
+    roles = [
+        *GENERATION_ROLES,
+        *(role for role in prompts.labels() if role not in GENERATION_ROLES),
+    ]
     templates = {role: prompts.template(role) for role in roles}
-    return stable_hash({t.source if t.builtin else f"{role}:{t.source}": t.text for role, t in templates.items()}, 16)
+    return stable_hash(
+        {t.source if t.builtin else f"{role}:{t.source}": t.text for role, t in templates.items()},
+        16,
+    )
 
 
 def prompt_params(prompts: PromptConfig) -> dict[str, str]:
     """What MLflow shows of a generator's templates: the closed-book and with-context templates'
     labels (a built-in's name, ``inline``, ``file:…``, ``prompts:/…``), every other role set away
     from its default, and the hash of their texts."""
-    others = {role: label for role, label in prompts.labels().items() if role not in GENERATION_ROLES}
+    others = {
+        role: label for role, label in prompts.labels().items() if role not in GENERATION_ROLES
+    }
     return {
         "prompt_closed_book": prompts.closed_book.label,
         "prompt_with_context": prompts.with_context.label,
-        "prompt_other_roles": ", ".join(f"{role}={label}" for role, label in others.items()) or "none",
+        "prompt_other_roles": ", ".join(f"{role}={label}" for role, label in others.items())
+        or "none",
         "prompt_template_hash": prompt_template_hash(prompts),
     }
 
@@ -145,11 +154,15 @@ class PartitionRun:
             "compression": compressor.key if compressor else "none",
             "compression_method": compressor.method if compressor else "none",
             "compression_budget": compressor.budget if compressor else "none",
-            "compression_embedder": compressor.ranking_embedder if compressor and compressor.method == "extractive" else "none",
+            "compression_embedder": compressor.ranking_embedder
+            if compressor and compressor.method == "extractive"
+            else "none",
             "multistep_round": self.setting.step or 1,
             "query_writer": experiment.query_writer().name if self.setting.step else "none",
             "query_writer_identity": self.identities.query_writer or "none",
-            "multistep_max_passages": (experiment.multistep.max_passages or "none") if self.setting.step else "none",
+            "multistep_max_passages": (experiment.multistep.max_passages or "none")
+            if self.setting.step
+            else "none",
             "n": sampling.n,
             "adaptive": "none" if sampling.adaptive is None else sampling.adaptive.key,
             "temperature": sampling.temperature,

@@ -30,19 +30,37 @@ SUMMARY_ARTIFACT = "summary.json"
 CORRELATIONS_ARTIFACT = "retrieval_correlations.parquet"
 VALIDITY_ARTIFACT = "validity.parquet"  # the validity step's table (evaluation/validity.py)
 VALIDITY_PASSAGES_ARTIFACT = "validity_passages.parquet"
-TRANSFER_ARTIFACT = "utility_transfer.parquet"  # LLM-specific utility's Table 1 (evaluation/transfer.py)
+TRANSFER_ARTIFACT = (
+    "utility_transfer.parquet"  # LLM-specific utility's Table 1 (evaluation/transfer.py)
+)
 OVERLAP_ARTIFACT = "utility_overlap.parquet"  # ... and the overlap of gold-utility sets
 
 CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 
 UPSTREAM_FIGURES = {
-    "closed_book_generations": ("sampling_seconds", "tokens_generated", "samples_drawn", "sample_fraction"),
-    "generations": ("sampling_seconds", "tokens_generated", "compression_seconds", "samples_drawn", "sample_fraction"),
+    "closed_book_generations": (
+        "sampling_seconds",
+        "tokens_generated",
+        "samples_drawn",
+        "sample_fraction",
+    ),
+    "generations": (
+        "sampling_seconds",
+        "tokens_generated",
+        "compression_seconds",
+        "samples_drawn",
+        "sample_fraction",
+    ),
     "consens": ("signals_seconds",),
     "utility_generations": ("sampling_seconds", "tokens_generated"),
-    "entailment_clusters": ("nli_seconds", "nli_pairs", "nli_pairs_without_dedup", "nli_pairs_computed",
-                            "nli_pairs_content_rejected"),
+    "entailment_clusters": (
+        "nli_seconds",
+        "nli_pairs",
+        "nli_pairs_without_dedup",
+        "nli_pairs_computed",
+        "nli_pairs_content_rejected",
+    ),
 }
 """Cost figures the upstream assets report in their Dagster metadata, logged per run."""
 GENERATOR_DTYPE = "generator_dtype"
@@ -88,30 +106,45 @@ def partition_identities(
         reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
         generator_dtype=recorded_text(instance, "generations", partition, GENERATOR_DTYPE),
         nli_dtype=recorded_text(instance, "nli_probabilities", partition, NLI_DTYPE),
-        run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION) if retriever.kind == "run" else None,
-        query_writer=(recorded_text(instance, "retrieval_run", setting.key, QUERY_WRITER_IDENTITY)
-                      if setting.step is not None else None),
+        run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION)
+        if retriever.kind == "run"
+        else None,
+        query_writer=(
+            recorded_text(instance, "retrieval_run", setting.key, QUERY_WRITER_IDENTITY)
+            if setting.step is not None
+            else None
+        ),
     )
 
 
-def recorded_text(instance: dg.DagsterInstance, asset: str, partition: str, name: str) -> str | None:
+def recorded_text(
+    instance: dg.DagsterInstance, asset: str, partition: str, name: str
+) -> str | None:
     """The text metadata entry ``name`` of the latest materialisation of ``asset``'s ``partition``."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1,
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]),
+        limit=1,
     ).records
     entry = records[0].asset_materialization.metadata.get(name) if records else None
     return entry.value if isinstance(entry, dg.TextMetadataValue) else None
 
 
-def engine_placement_tags(instance: dg.DagsterInstance, generations_partition: str) -> dict[str, str]:
+def engine_placement_tags(
+    instance: dg.DagsterInstance, generations_partition: str
+) -> dict[str, str]:
     """How the generations step's vLLM CPU engine was placed (threads, reserved cores, KV cache;
     models/device.PLACEMENT_ENTRIES) as the step recorded it, as run tags ``ragutil.<entry>``:
     tags, not params, since a retry on another machine may place it differently."""
-    recorded = {name: recorded_text(instance, "generations", generations_partition, name) for name in PLACEMENT_ENTRIES}
+    recorded = {
+        name: recorded_text(instance, "generations", generations_partition, name)
+        for name in PLACEMENT_ENTRIES
+    }
     return {f"ragutil.{name}": value for name, value in recorded.items() if value is not None}
 
 
-def off_world_tags(experiment: ExperimentConfig, setting: Setting, generator: str) -> dict[str, str]:
+def off_world_tags(
+    experiment: ExperimentConfig, setting: Setting, generator: str
+) -> dict[str, str]:
     """The tag warning that the partition's generator or NLI learnt only the synthetic world and
     its dataset is not that world (no tag otherwise)."""
     models = [experiment.generator(generator).model, experiment.nli.model]
@@ -218,7 +251,9 @@ def log_partition(
     return metrics
 
 
-def log_step_tables(run: TrackedRun, metrics: dict[str, float], tables: Mapping[str, pl.DataFrame]) -> dict[str, float]:
+def log_step_tables(
+    run: TrackedRun, metrics: dict[str, float], tables: Mapping[str, pl.DataFrame]
+) -> dict[str, float]:
     """Log a step's figures after ``metric_scores`` to the partition's run, and its tables (artifact
     file name → table) under ``scores/``; return the metrics."""
     run.log_metrics(metrics)
@@ -229,6 +264,12 @@ def log_step_tables(run: TrackedRun, metrics: dict[str, float], tables: Mapping[
     return metrics
 
 
-def log_validity(run: TrackedRun, validity: pl.DataFrame, passages: pl.DataFrame) -> dict[str, float]:
+def log_validity(
+    run: TrackedRun, validity: pl.DataFrame, passages: pl.DataFrame
+) -> dict[str, float]:
     """Log the validity step's figures (``validity_metrics``), table and per-passage scores."""
-    return log_step_tables(run, validity_metrics(validity), {VALIDITY_ARTIFACT: validity, VALIDITY_PASSAGES_ARTIFACT: passages})
+    return log_step_tables(
+        run,
+        validity_metrics(validity),
+        {VALIDITY_ARTIFACT: validity, VALIDITY_PASSAGES_ARTIFACT: passages},
+    )

@@ -107,28 +107,40 @@ def delta_seper_heatmap(table: pl.DataFrame, path: Path, column: str = "delta_se
         figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3), squeeze=False)
         for ax, (dataset, generator) in zip(axes[0], panels):
             part = table.filter((pl.col("dataset") == dataset) & (pl.col("generator") == generator))
-            if "compression" in part.columns:  # a compressed setting is a row of its own: bm25+truncate-64
-                part = part.with_columns(pl.when(pl.col("compression") != "")
-                                         .then(pl.format("{}+{}", "retriever", "compression"))
-                                         .otherwise(pl.col("retriever")).alias("retriever"))
+            if (
+                "compression" in part.columns
+            ):  # a compressed setting is a row of its own: bm25+truncate-64
+                part = part.with_columns(
+                    pl.when(pl.col("compression") != "")
+                    .then(pl.format("{}+{}", "retriever", "compression"))
+                    .otherwise(pl.col("retriever"))
+                    .alias("retriever")
+                )
             if "multistep_round" in part.columns:  # so is a later multi-step round: bm25+step-2
-                part = part.with_columns(pl.when(pl.col("multistep_round") > 1)
-                                         .then(pl.format("{}+step-{}", "retriever", "multistep_round"))
-                                         .otherwise(pl.col("retriever")).alias("retriever"))
+                part = part.with_columns(
+                    pl.when(pl.col("multistep_round") > 1)
+                    .then(pl.format("{}+step-{}", "retriever", "multistep_round"))
+                    .otherwise(pl.col("retriever"))
+                    .alias("retriever")
+                )
             retrievers = part["retriever"].unique(maintain_order=True).to_list()
             ks = sorted(part["k"].unique().to_list())
             grid = np.full((len(retrievers), len(ks)), np.nan)
             for retriever, k, value in part.select("retriever", "k", column).iter_rows():
                 if value is not None:
                     grid[retrievers.index(retriever), ks.index(k)] = value
-            image = ax.imshow(grid, cmap="viridis" if higher_is_better else "viridis_r", aspect="auto")
+            image = ax.imshow(
+                grid, cmap="viridis" if higher_is_better else "viridis_r", aspect="auto"
+            )
             ax.set_xticks(range(len(ks)), [f"k={k}" for k in ks])
             ax.set_yticks(range(len(retrievers)), retrievers)
             for (i, j), value in np.ndenumerate(grid):
                 if np.isfinite(value):
                     ax.text(j, i, f"{value:.3f}", ha="center", va="center", color="white")
             ax.set_title(f"{column} — {dataset} / {generator}")
-            figure.colorbar(image, ax=ax, label=f"{'higher' if higher_is_better else 'lower'} is better")
+            figure.colorbar(
+                image, ax=ax, label=f"{'higher' if higher_is_better else 'lower'} is better"
+            )
         return figure
 
     return _save(path, draw)

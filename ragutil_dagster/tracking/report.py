@@ -64,17 +64,26 @@ def _finished_partition_runs(tracking: MlflowTracking, experiment_id: str) -> It
             return
 
 
-def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, directory: Path) -> PartitionScores:
+def _run_scores(
+    tracking: MlflowTracking, experiment: ExperimentConfig, run, directory: Path
+) -> PartitionScores:
     """A partition run's summary, per-query table, eRAG Table 1, validity table and LLM-specific
     utility Table 1 / overlap, read from its artifacts (``scores/``; a run logged before a table
     existed, or without validity, has none of it)."""
     client = tracking.client()
-    summary = client.download_artifacts(run.info.run_id, f"scores/{SUMMARY_ARTIFACT}", str(directory))
-    table = client.download_artifacts(run.info.run_id, f"scores/{PER_QUERY_ARTIFACT}", str(directory))
+    summary = client.download_artifacts(
+        run.info.run_id, f"scores/{SUMMARY_ARTIFACT}", str(directory)
+    )
+    table = client.download_artifacts(
+        run.info.run_id, f"scores/{PER_QUERY_ARTIFACT}", str(directory)
+    )
     logged = {Path(f.path).name for f in client.list_artifacts(run.info.run_id, "scores")}
     correlations, validity, transfer, overlap = (
-        pl.read_parquet(client.download_artifacts(run.info.run_id, f"scores/{name}", str(directory)))
-        if name in logged else None
+        pl.read_parquet(
+            client.download_artifacts(run.info.run_id, f"scores/{name}", str(directory))
+        )
+        if name in logged
+        else None
         for name in (CORRELATIONS_ARTIFACT, VALIDITY_ARTIFACT, TRANSFER_ARTIFACT, OVERLAP_ARTIFACT)
     )
     return PartitionScores(
@@ -91,7 +100,9 @@ def _run_scores(tracking: MlflowTracking, experiment: ExperimentConfig, run, dir
     )
 
 
-def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> list[PartitionScores]:
+def partition_scores(
+    tracking: MlflowTracking, experiment: ExperimentConfig
+) -> list[PartitionScores]:
     """Every scored setting × generator of ``experiment`` as MLflow holds it: per partition the
     latest FINISHED run that read this config's slice for it (``partition_config_fingerprint``;
     a re-used run ends anew, so a partition scored again with earlier weights counts as current),
@@ -103,8 +114,11 @@ def partition_scores(tracking: MlflowTracking, experiment: ExperimentConfig) -> 
         if mlflow_experiment is None:
             continue
         slices = {
-            partition_run_name(setting.key, generator.name): partition_config_fingerprint(experiment, setting.key, generator.name)
-            for setting in experiment.settings() if setting.dataset == dataset.name
+            partition_run_name(setting.key, generator.name): partition_config_fingerprint(
+                experiment, setting.key, generator.name
+            )
+            for setting in experiment.settings()
+            if setting.dataset == dataset.name
             for generator in experiment.generators
         }
         latest: dict[str, object] = {}
@@ -127,7 +141,9 @@ COMPARISON = "comparison"
 FINGERPRINT_CHARACTERS = 12
 
 
-def report_artifact(experiment: ExperimentConfig, dataset: str | None = None) -> tuple[str, str, str]:
+def report_artifact(
+    experiment: ExperimentConfig, dataset: str | None = None
+) -> tuple[str, str, str]:
     """The artifact store's asset, partition and name of ``experiment``'s summary, or with
     ``dataset`` of that dataset's comparison: ``reports/<name>-<fingerprint>/summary`` and
     ``reports/<name>-<fingerprint>/<dataset>/comparison`` (:data:`FINGERPRINT_CHARACTERS` of
@@ -150,16 +166,26 @@ def superseded_reports(store: ArtifactStore, older_than: float, now: float) -> l
         # Skipped: a folder with nothing published (a dead writer's objects: the store's own sweep
         # finds them), or no experiment's (a dataset's comparison as ragutil wrote it before
         # 2026-12-02, reports/<dataset>/comparison, is left where it is).
-        if (folder.published is not None and re.fullmatch(SLUG, name)
-                and re.fullmatch(f"[0-9a-f]{{{FINGERPRINT_CHARACTERS}}}", fingerprint)):
+        if (
+            folder.published is not None
+            and re.fullmatch(SLUG, name)
+            and re.fullmatch(f"[0-9a-f]{{{FINGERPRINT_CHARACTERS}}}", fingerprint)
+        ):
             by_experiment.setdefault(name, []).append(folder)
     found = []
     for name, folders in sorted(by_experiment.items()):
         *older, latest = sorted(folders, key=lambda folder: folder.published)
         found += [
-            Garbage(folder.location, folder.size, f"superseded reports (experiment {name!r} has newer "
-                    f"ones, of another config: {latest.name})", folder.path, local=False)
-            for folder in older if now - folder.modified >= older_than
+            Garbage(
+                folder.location,
+                folder.size,
+                f"superseded reports (experiment {name!r} has newer "
+                f"ones, of another config: {latest.name})",
+                folder.path,
+                local=False,
+            )
+            for folder in older
+            if now - folder.modified >= older_than
         ]
     return found
 
@@ -231,5 +257,8 @@ def compare_runs(
                 params,
                 tags or {},
             )
-        comparisons[dataset], directories[dataset] = comparison, store.location(*report_artifact(experiment, dataset))
+        comparisons[dataset], directories[dataset] = (
+            comparison,
+            store.location(*report_artifact(experiment, dataset)),
+        )
     return ComparisonOutcome(comparisons, directories, runs, partitions)

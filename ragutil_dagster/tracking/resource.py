@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING
 
 from dagster import ConfigurableResource
 
-from ragutil_dagster.infra.databases import MLFLOW_TRACKING_URI_VARIABLE, check_reachable, is_database_uri
+from ragutil_dagster.infra.databases import (
+    MLFLOW_TRACKING_URI_VARIABLE,
+    check_reachable,
+    is_database_uri,
+)
 from ragutil_dagster.infra.files import embedded_tracking_uri
 from ragutil_dagster.infra.locks import exclusive_file_lock
 from ragutil_dagster.infra.objectstore import mlflow_artifact_root
@@ -169,7 +173,9 @@ class MlflowTracking(ConfigurableResource):
         if is_database_uri(self.uri):
             folder = name.replace("/", "_")
             remote = mlflow_artifact_root(self.artifacts_url)
-            location = f"{remote}/{folder}" if remote else (self._home() / "mlruns" / folder).as_uri()
+            location = (
+                f"{remote}/{folder}" if remote else (self._home() / "mlruns" / folder).as_uri()
+            )
         try:
             return client.create_experiment(name, artifact_location=location)
         except MlflowException:
@@ -218,7 +224,11 @@ class MlflowTracking(ConfigurableResource):
                 run_id = existing.info.run_id
                 client.update_run(run_id, status=RUNNING)
             tracked = TrackedRun(
-                client, experiment_id, run_id, self.run_url(experiment_id, run_id), existing is not None
+                client,
+                experiment_id,
+                run_id,
+                self.run_url(experiment_id, run_id),
+                existing is not None,
             )
             status = FAILED
             try:

@@ -25,16 +25,19 @@ KEY, CLOSED_KEY = f"reader|{SETTING}", "world|reader"
 def adaptive_run(run_shipped_reader):
     return run_shipped_reader(
         "adaptive-home",
-        sampling={"n": N_MAX, "max_new_tokens": 6,
-                  "adaptive": ADAPTIVE.model_dump()},
+        sampling={"n": N_MAX, "max_new_tokens": 6, "adaptive": ADAPTIVE.model_dump()},
         utility={"candidates": 1, "methods": []},
     )
 
 
 def test_every_prompt_stopped_where_the_rule_says(adaptive_run) -> None:
     store, _ = adaptive_run
-    samples = pl.concat([store.read_table("closed_book_generations", CLOSED_KEY),
-                         store.read_table("generations", KEY)]).filter(pl.col("decoding") == "sample")
+    samples = pl.concat(
+        [
+            store.read_table("closed_book_generations", CLOSED_KEY),
+            store.read_table("generations", KEY),
+        ]
+    ).filter(pl.col("decoding") == "sample")
     queries = store.read_table("setting_queries", SETTING)
     entail = table_entail(store.read_table("nli_probabilities", KEY))
     drawn = samples.group_by("query_id", "condition", "doc_id").len()
@@ -47,8 +50,12 @@ def test_every_prompt_stopped_where_the_rule_says(adaptive_run) -> None:
         if n < N_MAX:  # stopped: precise enough at n
             assert final[group] <= target, group
         if n > FIRST:  # went on: not precise enough one round before
-            before = samples.filter((pl.col("query_id") == qid) & (pl.col("condition") == condition)
-                                    & pl.col("doc_id").eq_missing(doc_id) & (pl.col("sample_index") < n - SIZE))
+            before = samples.filter(
+                (pl.col("query_id") == qid)
+                & (pl.col("condition") == condition)
+                & pl.col("doc_id").eq_missing(doc_id)
+                & (pl.col("sample_index") < n - SIZE)
+            )
             assert seper_standard_errors(before, queries, entail)[group] > target, group
     assert store.read_table("metric_scores", KEY).height > 0
 
@@ -58,7 +65,9 @@ def test_samples_drawn_reach_the_metadata_and_mlflow_figures(adaptive_run) -> No
     for asset, key in (("closed_book_generations", CLOSED_KEY), ("generations", KEY)):
         rows = store.read_table(asset, key).filter(pl.col("decoding") == "sample")
         prompts = rows.select("query_id", "condition", "doc_id").unique().height
-        metadata = instance.get_latest_materialization_event(dg.AssetKey(asset)).asset_materialization.metadata
+        metadata = instance.get_latest_materialization_event(
+            dg.AssetKey(asset)
+        ).asset_materialization.metadata
         assert metadata["samples_drawn"].value == rows.height
         assert metadata["sample_fraction"].value == pytest.approx(rows.height / (prompts * N_MAX))
         figures = upstream_figures(instance, {asset: key})
@@ -82,10 +91,16 @@ def test_adaptive_numbers_carry_their_cost_everywhere(adaptive_run) -> None:
     from mlflow import MlflowClient
 
     store, instance = adaptive_run
-    metadata = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
+    metadata = instance.get_latest_materialization_event(
+        dg.AssetKey("generations")
+    ).asset_materialization.metadata
     assert metadata["adaptive_sampling"].value == ADAPTIVE_BIAS_NOTE
-    samples = pl.concat([store.read_table("closed_book_generations", CLOSED_KEY),
-                         store.read_table("generations", KEY)]).filter(pl.col("decoding") == "sample")
+    samples = pl.concat(
+        [
+            store.read_table("closed_book_generations", CLOSED_KEY),
+            store.read_table("generations", KEY),
+        ]
+    ).filter(pl.col("decoding") == "sample")
     groups = samples.select("query_id", "condition", "doc_id").unique().height
     share = store.read_json("metric_scores", KEY, "summary")["sample_fraction"]
     assert share == pytest.approx(samples.height / (groups * N_MAX)) and share < 1
@@ -95,4 +110,7 @@ def test_adaptive_numbers_carry_their_cost_everywhere(adaptive_run) -> None:
     assert run.data.tags["adaptive_sampling"] == ADAPTIVE_BIAS_NOTE
     (summary,) = [p for p in Path(store.home).rglob("summary.md") if "reports" in p.parts]
     text = summary.read_text()
-    assert "| sample_fraction |" in text and f"Note: {ADAPTIVE_BIAS_NOTE}; drawn here: {share:.0%}" in text
+    assert (
+        "| sample_fraction |" in text
+        and f"Note: {ADAPTIVE_BIAS_NOTE}; drawn here: {share:.0%}" in text
+    )

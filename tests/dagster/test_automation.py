@@ -33,7 +33,9 @@ def requested(result: dg.SensorResult) -> set[tuple[tuple[str, ...], str]]:
     }
 
 
-def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_tiny_config, tmp_path) -> None:
+def test_changing_one_generator_requests_only_its_partitions(
+    tiny_world, make_tiny_config, tmp_path
+) -> None:
     _, world, models = tiny_world
     second = tmp_path / "lm1"
     shutil.copytree(models.causal_lm, second)
@@ -51,14 +53,26 @@ def test_changing_one_generator_requests_only_its_partitions(tiny_world, make_ti
     perturb_weights(second)
     changed = sensor(dg.build_sensor_context(cursor=first.cursor))
     scoring = (
-        "candidate_scores", "consens", "document_scores", "entailment_clusters", "generations", "group_scores",
-        "metric_scores", "nli_probabilities", "retrieval_correlations", "utility_generations", "utility_judgments",
-        "utility_signals", "utility_transfer",
+        "candidate_scores",
+        "consens",
+        "document_scores",
+        "entailment_clusters",
+        "generations",
+        "group_scores",
+        "metric_scores",
+        "nli_probabilities",
+        "retrieval_correlations",
+        "utility_generations",
+        "utility_judgments",
+        "utility_signals",
+        "utility_transfer",
     )
     # lm0's transfer step answers with lm1's gold-utility passages, which may change with lm1.
     assert requested(changed) == {(("closed_book_generations",), "world|lm1")} | {
         (scoring, f"lm1|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
-    } | {(("utility_transfer",), f"lm0|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)}
+    } | {
+        (("utility_transfer",), f"lm0|world__{r}__k{k}") for r in ("bm25", "dense") for k in (1, 2)
+    }
     after = sensor(dg.build_sensor_context(cursor=changed.cursor))
     assert not after.run_requests
 
@@ -86,37 +100,60 @@ def test_moving_a_prompt_alias_requests_the_partitions_of_the_generators_using_i
     moved = sensor(dg.build_sensor_context(cursor=first.cursor))
     assert (("closed_book_generations",), "world|lm1") in requested(moved)
     # Of lm0, only the transfer step, which reads lm1's gold-utility passages.
-    assert {names for names, key in requested(moved) if key.startswith("lm0")} == {("utility_transfer",)}
+    assert {names for names, key in requested(moved) if key.startswith("lm0")} == {
+        ("utility_transfer",)
+    }
     assert (("closed_book_generations",), "world|lm0") not in requested(moved)
 
 
 def test_changed_nli_or_embedder_requests_their_downstream(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
-    nli = {(tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
-           for r in affected_runs(["nli"], assets)}
+    nli = {
+        (tuple(sorted(k.to_user_string() for k in r.asset_selection)), r.partition_key)
+        for r in affected_runs(["nli"], assets)
+    }
     nli_steps = (
-        "candidate_scores", "document_scores", "entailment_clusters", "group_scores", "metric_scores",
-        "nli_probabilities", "retrieval_correlations", "utility_transfer",
+        "candidate_scores",
+        "document_scores",
+        "entailment_clusters",
+        "group_scores",
+        "metric_scores",
+        "nli_probabilities",
+        "retrieval_correlations",
+        "utility_transfer",
     )
     assert nli == {(nli_steps, str(k)) for k in parts.setting_generator.get_partition_keys()}
-    dense = {(tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
-             for r in affected_runs(["retriever:dense"], assets)}
+    dense = {
+        (tuple(k.to_user_string() for k in r.asset_selection), r.partition_key)
+        for r in affected_runs(["retriever:dense"], assets)
+    }
     assert (("index",), "world__dense") in dense
     assert (("passage_embeddings",), "world__dense__shard-1-of-1") in dense
-    retrieval = tuple(sorted(("retrieval_run", "setting_queries", "retrieved_passages", "utility_candidates")))
-    assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {"world__dense__k1", "world__dense__k2"}
+    retrieval = tuple(
+        sorted(("retrieval_run", "setting_queries", "retrieved_passages", "utility_candidates"))
+    )
+    assert {key for (assets, key) in dense if tuple(sorted(assets)) == retrieval} == {
+        "world__dense__k1",
+        "world__dense__k2",
+    }
     assert not any("bm25" in key for _, key in dense)
     assert set(model_inventory(tiny_experiment)) == {"generator:lm0", "nli", "retriever:dense"}
 
 
-def test_a_changed_embedder_requests_the_hybrids_fusing_its_retriever(tiny_world, make_tiny_config) -> None:
+def test_a_changed_embedder_requests_the_hybrids_fusing_its_retriever(
+    tiny_world, make_tiny_config
+) -> None:
     _, world, models = tiny_world
     config = make_tiny_config(models, world)
     config["retrievers"].append({"name": "hybrid", "kind": "hybrid", "fuse": ["bm25", "dense"]})
     experiment = parse_config(config)
     _, assets = build_assets(experiment)
-    retrieval = {key for r in affected_runs(["retriever:dense"], assets)
-                 if "retrieval_run" in {k.to_user_string() for k in r.asset_selection} for key in [r.partition_key]}
+    retrieval = {
+        key
+        for r in affected_runs(["retriever:dense"], assets)
+        if "retrieval_run" in {k.to_user_string() for k in r.asset_selection}
+        for key in [r.partition_key]
+    }
     assert retrieval == {f"world__{r}__k{k}" for r in ("dense", "hybrid") for k in (1, 2)}
 
 

@@ -46,15 +46,24 @@ from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 
 HOOKS = Path(__file__).parent / "celery_worker_hooks"
 PARTITION = "reader|world__bm25__k1"
-SCORE_TABLES = [("metric_scores", "table.parquet"), ("metric_scores", "summary.json"),
-                ("document_scores", "table.parquet"), ("generations", "table.parquet")]
+SCORE_TABLES = [
+    ("metric_scores", "table.parquet"),
+    ("metric_scores", "summary.json"),
+    ("document_scores", "table.parquet"),
+    ("generations", "table.parquet"),
+]
 
 
 def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """``command`` in a session of its own with SIGINT / SIGTERM reset (they arrive ignored here)."""
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-c", RESET_SIGNALS_AND_EXEC, *command], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-c", RESET_SIGNALS_AND_EXEC, *command],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -75,16 +84,35 @@ class Redis:
 
     def _start(self) -> subprocess.Popen:
         server = shutil.which("redis-server")
-        assert server, "redis-server is not installed: run install.sh (apt-get install redis-server)"
-        process = _start([server, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                          "--appendonly", "no", "--dir", str(self.directory)], self.directory / "redis.log", dict(os.environ))
+        assert server, (
+            "redis-server is not installed: run install.sh (apt-get install redis-server)"
+        )
+        process = _start(
+            [
+                server,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            self.directory / "redis.log",
+            dict(os.environ),
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
                 redis.Redis(port=self.port, socket_connect_timeout=1).ping()
                 return process
             except redis.ConnectionError:
-                assert process.poll() is None and time.monotonic() < deadline, (self.directory / "redis.log").read_text()
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    self.directory / "redis.log"
+                ).read_text()
                 time.sleep(0.1)
 
     def restart(self) -> None:
@@ -105,9 +133,15 @@ def config(tiny_world, make_tiny_config, tmp_path_factory) -> Path:
     compared to the bit, see docs/reliability.md "Determinism") and the world NLI."""
     _, world, models = tiny_world
     spec = make_tiny_config(models, world)
-    spec.update({"retrievers": spec["retrievers"][:1], "k": [1],
-                 "generators": [{"name": "reader", "model": "embedded:reader", "dtype": "float32"}],
-                 "nli": {"model": "embedded:world-nli"}, "utility": {"candidates": 2, "methods": []}})
+    spec.update(
+        {
+            "retrievers": spec["retrievers"][:1],
+            "k": [1],
+            "generators": [{"name": "reader", "model": "embedded:reader", "dtype": "float32"}],
+            "nli": {"model": "embedded:world-nli"},
+            "utility": {"candidates": 2, "methods": []},
+        }
+    )
     spec["datasets"][0]["max_queries"] = 3
     path = tmp_path_factory.mktemp("celery-config") / "tiny.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -120,22 +154,31 @@ class Cluster:
     def __init__(self, name: str, root: Path, postgres, s3_server, broker: Redis) -> None:
         self.root, self.broker, self.postgres, self.name = root, broker, postgres, name
         self.url = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}/artifacts"
-        base = {k: v for k, v in os.environ.items()
-                if k not in (FAILPOINT, DAGSTER_HOME_VARIABLE, "RAGUTIL_HOME", "RAGUTIL_SCRATCH_DIR")}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in (FAILPOINT, DAGSTER_HOME_VARIABLE, "RAGUTIL_HOME", "RAGUTIL_SCRATCH_DIR")
+        }
         self.env = {
-            **base, **s3_server.environment(), ARTIFACTS_URL_VARIABLE: self.url,
+            **base,
+            **s3_server.environment(),
+            ARTIFACTS_URL_VARIABLE: self.url,
             DAGSTER_POSTGRES_URL_VARIABLE: postgres.create_database(f"{name}_dagster"),
             MLFLOW_TRACKING_URI_VARIABLE: postgres.create_database(f"{name}_mlflow"),
             GENERATION_CACHE_URL_VARIABLE: postgres.create_database(f"{name}_cache"),
             "RAGUTIL_CELERY_BROKER": broker.url,
-            "PYTHONPATH": os.pathsep.join([str(HOOKS), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(HOOKS), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
         }
         self.workers: dict[str, subprocess.Popen] = {}
 
     def home(self, name: str) -> Path:
         return self.root / name / "home"
 
-    def start_workers(self, *names: str, wipe: bool = False, failpoint: str | None = None) -> list[subprocess.Popen]:
+    def start_workers(
+        self, *names: str, wipe: bool = False, failpoint: str | None = None
+    ) -> list[subprocess.Popen]:
         """Workers ``<name>@<host>``, each with an empty home and scratch directory of its own
         (``wipe``: deleted before every step; ``failpoint``: ``$RAGUTIL_FAILPOINT``), started
         together; returned once each log says it is ready."""
@@ -148,24 +191,51 @@ class Cluster:
             if failpoint:
                 env[FAILPOINT] = failpoint
             logs.append(self.root / name / "worker.log")
-            command = [sys.executable, "-m", "celery", "-A", "ragutil_dagster.celery_executor", "worker",
-                       "--concurrency", "1", "--loglevel", "INFO", "-n", f"{name}@%h", "--without-gossip",
-                       "--without-mingle", *(["--include", "wipe_home"] if wipe else [])]
+            command = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "ragutil_dagster.celery_executor",
+                "worker",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                *(["--include", "wipe_home"] if wipe else []),
+            ]
             self.workers[name] = _start(command, logs[-1], env)
         deadline = time.monotonic() + 120
         for name, log in zip(names, logs):
             while not (log.exists() and " ready." in log.read_text()):
-                assert self.workers[name].poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                assert self.workers[name].poll() is None and time.monotonic() < deadline, (
+                    log.read_text()[-3000:]
+                )
                 time.sleep(0.2)
         return [self.workers[name] for name in names]
 
     def run(self, config: Path, *extra: str, wait: bool = True):
         """``ragutil run --executor celery`` from a launcher home of this deployment."""
-        command = [sys.executable, "-m", "ragutil_dagster.cli", "run", str(config), "--quiet",
-                   "--executor", "celery", *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "ragutil_dagster.cli",
+            "run",
+            str(config),
+            "--quiet",
+            "--executor",
+            "celery",
+            *extra,
+        ]
         env = {**self.env, "RAGUTIL_HOME": str(self.root / "launcher")}
         if not wait:
-            return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            return subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
     def query(self, store: str, sql: str) -> list[tuple]:
@@ -173,8 +243,11 @@ class Cluster:
 
     def engine_messages(self) -> list[tuple[str, str]]:
         """(step, event JSON) of every engine event of the Dagster instance, in order."""
-        return self.query("dagster", "SELECT step_key, event FROM event_logs WHERE "
-                          "dagster_event_type = 'ENGINE_EVENT' ORDER BY id")
+        return self.query(
+            "dagster",
+            "SELECT step_key, event FROM event_logs WHERE "
+            "dagster_event_type = 'ENGINE_EVENT' ORDER BY id",
+        )
 
     def stop(self) -> None:
         for process in self.workers.values():
@@ -185,8 +258,11 @@ def _scores(store: ArtifactStore) -> dict[str, object]:
     out: dict[str, object] = {}
     for asset, file in SCORE_TABLES:
         name = file.split(".")[0]
-        out[f"{asset}/{file}"] = (store.read_table(asset, PARTITION, name) if file.endswith(".parquet")
-                                  else store.read_json(asset, PARTITION, name))
+        out[f"{asset}/{file}"] = (
+            store.read_table(asset, PARTITION, name)
+            if file.endswith(".parquet")
+            else store.read_json(asset, PARTITION, name)
+        )
     return out
 
 
@@ -230,8 +306,14 @@ def in_process(config, tmp_path_factory):
 
     home = tmp_path_factory.mktemp("in-process")
     with pytest.MonkeyPatch.context() as environment:
-        for name in (FAILPOINT, DAGSTER_HOME_VARIABLE, MLFLOW_TRACKING_URI_VARIABLE, ARTIFACTS_URL_VARIABLE,
-                     DAGSTER_POSTGRES_URL_VARIABLE, GENERATION_CACHE_URL_VARIABLE):
+        for name in (
+            FAILPOINT,
+            DAGSTER_HOME_VARIABLE,
+            MLFLOW_TRACKING_URI_VARIABLE,
+            ARTIFACTS_URL_VARIABLE,
+            DAGSTER_POSTGRES_URL_VARIABLE,
+            GENERATION_CACHE_URL_VARIABLE,
+        ):
             environment.delenv(name, raising=False)
         environment.setenv("RAGUTIL_HOME", str(home))
         assert main(["run", str(config), "--quiet"]) == 0
@@ -286,7 +368,9 @@ def test_a_celery_run_through_faults_gives_the_in_process_scores_runs_and_lineag
     assert out.count("published for every worker") == 1  # the launcher's embedded build, once
     [error] = [line for line in err.splitlines() if line.startswith("ragutil run: error: ")]
     assert "Traceback" not in err and f"Celery broker at {redis_server.url} " in error, err
-    assert "once the broker is up, run the same command again to resume (Dagster run " in error, error
+    assert "once the broker is up, run the same command again to resume (Dagster run " in error, (
+        error
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "published" not in resumed.stdout
 
@@ -298,10 +382,15 @@ def test_a_celery_run_through_faults_gives_the_in_process_scores_runs_and_lineag
     assert len(ran) >= 2 and "w1@" in ran[0] and "w2@" in ran[1], ran
     # Only the run the broker's restart stopped failed, and it left no pool slot taken.
     assert cluster.query("dagster", "SELECT count(*) FROM runs WHERE status = 'FAILURE'") == [(1,)]
-    assert cluster.query("dagster", "SELECT count(*) FROM concurrency_slots WHERE run_id IS NOT NULL") == [(0,)]
+    assert cluster.query(
+        "dagster", "SELECT count(*) FROM concurrency_slots WHERE run_id IS NOT NULL"
+    ) == [(0,)]
     # The workers installed, trained and converted nothing, and kept their step logs at home.
     for worker in ("w1", "w2"):
-        assert not (cluster.home(worker) / "embedded").exists() and not (cluster.home(worker) / "models").exists()
+        assert (
+            not (cluster.home(worker) / "embedded").exists()
+            and not (cluster.home(worker) / "models").exists()
+        )
     assert list((cluster.home("w2") / "dagster" / "storage").rglob("*.complete"))
     assert not list((tmp_path / "launcher" / "dagster").rglob("*.complete"))  # no step ran there
 
@@ -321,7 +410,9 @@ def test_a_celery_run_through_faults_gives_the_in_process_scores_runs_and_lineag
     assert set(partitions) == set(expected_partitions) and corpus == expected_corpus
 
 
-def test_no_shared_stores_or_no_broker_is_one_line(config, redis_server, postgres, s3_server, tmp_path) -> None:
+def test_no_shared_stores_or_no_broker_is_one_line(
+    config, redis_server, postgres, s3_server, tmp_path
+) -> None:
     cluster = Cluster("setup", tmp_path, postgres, s3_server, redis_server)
     cluster.env.pop(ARTIFACTS_URL_VARIABLE)
     done = cluster.run(config)
@@ -329,22 +420,31 @@ def test_no_shared_stores_or_no_broker_is_one_line(config, redis_server, postgre
     assert done.stderr.strip() == (
         "ragutil run: error: the Celery executor's workers share no disk with this machine: set "
         f"{ARTIFACTS_URL_VARIABLE} (the Dagster instance on PostgreSQL, MLflow on a database or server, the "
-        "artifacts on an object store; docs/scale.md), for the workers too"), done.stderr
+        "artifacts on an object store; docs/scale.md), for the workers too"
+    ), done.stderr
 
     cluster = Cluster("nobroker", tmp_path / "nobroker", postgres, s3_server, redis_server)
     cluster.env["RAGUTIL_CELERY_BROKER"] = f"redis://127.0.0.1:{free_port()}/0"
     done = cluster.run(config)
     assert done.returncode == 2
     error = done.stderr.strip()
-    assert error.startswith("ragutil run: error: cannot reach the Celery broker at redis://127.0.0.1:") and \
-        error.endswith("; start it or change RAGUTIL_CELERY_BROKER") and "\n" not in error, error
+    assert (
+        error.startswith("ragutil run: error: cannot reach the Celery broker at redis://127.0.0.1:")
+        and error.endswith("; start it or change RAGUTIL_CELERY_BROKER")
+        and "\n" not in error
+    ), error
 
 
-def test_ragutil_executor_celery_gives_the_definitions_the_celery_executor(tiny_experiment, tmp_path) -> None:
+def test_ragutil_executor_celery_gives_the_definitions_the_celery_executor(
+    tiny_experiment, tmp_path
+) -> None:
     from ragutil_dagster.celery_executor import celery_executor
     from ragutil_dagster.definitions import build_definitions
 
-    assert build_definitions(tiny_experiment, str(tmp_path), executor_name="celery").executor is celery_executor
+    assert (
+        build_definitions(tiny_experiment, str(tmp_path), executor_name="celery").executor
+        is celery_executor
+    )
 
 
 class _FailingResult:
@@ -368,24 +468,39 @@ def _watched(failure: Exception):
     return WatchedStep(lambda: _FailingResult(failure), None, broker, plan_context, "generations")
 
 
-@pytest.mark.parametrize("failure", [
-    redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused."),
-    redis.exceptions.TimeoutError("Timeout reading from socket"),
-], ids=["refused", "timeout"])
-def test_an_unreachable_result_backend_is_reported_as_lost_with_its_cause(failure: Exception) -> None:
+@pytest.mark.parametrize(
+    "failure",
+    [
+        redis.exceptions.ConnectionError(
+            "Error 111 connecting to 127.0.0.1:6379. Connection refused."
+        ),
+        redis.exceptions.TimeoutError("Timeout reading from socket"),
+    ],
+    ids=["refused", "timeout"],
+)
+def test_an_unreachable_result_backend_is_reported_as_lost_with_its_cause(
+    failure: Exception,
+) -> None:
     from ragutil_dagster.errors import BrokerUnavailableError
 
-    with pytest.raises(BrokerUnavailableError, match=r"lost the Celery result backend at .* during Dagster run run-1 "
-                       rf"\({type(failure).__name__}: ") as err:
+    with pytest.raises(
+        BrokerUnavailableError,
+        match=r"lost the Celery result backend at .* during Dagster run run-1 "
+        rf"\({type(failure).__name__}: ",
+    ) as err:
         _watched(failure).ready()
     assert err.value.__cause__ is failure
 
 
-@pytest.mark.parametrize("failure", [
-    RuntimeError("a bug in the loop"),
-    KeyError("status"),
-    PermissionError(13, "Permission denied", "/home/dagster/storage"),
-], ids=["bug", "key-error", "storage-permission"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("a bug in the loop"),
+        KeyError("status"),
+        PermissionError(13, "Permission denied", "/home/dagster/storage"),
+    ],
+    ids=["bug", "key-error", "storage-permission"],
+)
 def test_another_failure_while_polling_a_step_is_reported_as_itself(failure: Exception) -> None:
     with pytest.raises(type(failure)) as err:
         _watched(failure).ready()

@@ -26,17 +26,32 @@ from ragutil_dagster.tracking.keys import KIND_TAG, RUN_KEY_TAG
 # (point, pass), in the order the pipeline reaches them: each pass is counted from the start of
 # the run that resumes the previous kill, and chosen so the kill lands after some work of the same
 # kind has completed — e.g. the fourth Parquet table, the second checkpoint of sampling.
-KILLS = [("parquet_write", 4), ("publish", 6), ("sampling", 2), ("nli", 1), ("scoring", 2), ("mlflow", 1)]
+KILLS = [
+    ("parquet_write", 4),
+    ("publish", 6),
+    ("sampling", 2),
+    ("nli", 1),
+    ("scoring", 2),
+    ("mlflow", 1),
+]
 
 
-def run_pipeline(config: Path, home: Path, failpoint: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in (ENV, "MLFLOW_TRACKING_URI", "DAGSTER_HOME")}
+def run_pipeline(
+    config: Path, home: Path, failpoint: str | None = None
+) -> subprocess.CompletedProcess:
+    env = {
+        k: v for k, v in os.environ.items() if k not in (ENV, "MLFLOW_TRACKING_URI", "DAGSTER_HOME")
+    }
     env["RAGUTIL_HOME"] = str(home)
     if failpoint:
         env[ENV] = failpoint
     return subprocess.run(
         [sys.executable, "-m", "ragutil_dagster.cli", "run", str(config), "--quiet"],
-        check=False, env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -101,7 +116,11 @@ def test_runs_killed_at_every_point_resume_to_identical_scores_and_no_duplicate_
     home = tmp_path / "home"
     for point, nth in KILLS:
         killed = run_pipeline(config, home, f"{point}:{nth}")
-        assert killed.returncode == -signal.SIGKILL, (point, killed.returncode, killed.stderr[-3000:])
+        assert killed.returncode == -signal.SIGKILL, (
+            point,
+            killed.returncode,
+            killed.stderr[-3000:],
+        )
 
     resumed = run_pipeline(config, home)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

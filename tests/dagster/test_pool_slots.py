@@ -20,7 +20,11 @@ CLAIMANTS = 8
 def _claim(instance_ref, run_id: str, barrier, claims) -> None:
     with dg.DagsterInstance.from_ref(instance_ref) as instance:
         barrier.wait()
-        claims.put(instance.event_log_storage.claim_concurrency_slot(GPU_POOL, run_id, "generations").is_claimed)
+        claims.put(
+            instance.event_log_storage.claim_concurrency_slot(
+                GPU_POOL, run_id, "generations"
+            ).is_claimed
+        )
 
 
 def _claimed_together(instance: dg.DagsterInstance) -> int:
@@ -28,8 +32,10 @@ def _claimed_together(instance: dg.DagsterInstance) -> int:
     instance.event_log_storage.set_concurrency_slots(GPU_POOL, 1)
     context = multiprocessing.get_context("fork")
     barrier, claims = context.Barrier(CLAIMANTS), context.Queue()
-    processes = [context.Process(target=_claim, args=(instance.get_ref(), f"run-{i}", barrier, claims))
-                 for i in range(CLAIMANTS)]
+    processes = [
+        context.Process(target=_claim, args=(instance.get_ref(), f"run-{i}", barrier, claims))
+        for i in range(CLAIMANTS)
+    ]
     for process in processes:
         process.start()
     for process in processes:

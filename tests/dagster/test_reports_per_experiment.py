@@ -39,7 +39,12 @@ def write_config(tiny_world, make_tiny_config, tmp_path):
 
     def write(name: str, k: int) -> Path:
         spec = make_tiny_config(models, world)
-        spec.update(name=name, retrievers=spec["retrievers"][:1], k=[k], utility={"candidates": 2, "methods": []})
+        spec.update(
+            name=name,
+            retrievers=spec["retrievers"][:1],
+            k=[k],
+            utility={"candidates": 2, "methods": []},
+        )
         spec["datasets"][0]["max_queries"] = 3
         path = tmp_path / f"{name}-k{k}.yaml"
         path.write_text(yaml.safe_dump(spec))
@@ -61,7 +66,9 @@ def compared(folder: Path) -> list[tuple]:
     return sorted(pl.read_csv(folder / "runs.csv").select("retriever", "k").iter_rows())
 
 
-def test_a_second_experiment_over_the_same_dataset_leaves_the_first_reports(home, write_config, capsys) -> None:
+def test_a_second_experiment_over_the_same_dataset_leaves_the_first_reports(
+    home, write_config, capsys
+) -> None:
     first, second = write_config("tiny", 1), write_config("other", 2)
     shown = run(first, capsys)
     summary = (shown / "summary.csv").read_text()
@@ -76,7 +83,9 @@ def test_a_second_experiment_over_the_same_dataset_leaves_the_first_reports(home
     assert compared(store.local_files(*report_artifact(experiment, "world"))) == [("bm25", 1)]
     # The second experiment's reports hold its own rows only, in its own folder.
     other = load_config(second)
-    assert pl.read_csv(store.local_files(*report_artifact(other)) / "summary.csv")["k"].to_list() == [2]
+    assert pl.read_csv(store.local_files(*report_artifact(other)) / "summary.csv")[
+        "k"
+    ].to_list() == [2]
     assert compared(store.local_files(*report_artifact(other, "world"))) == [("bm25", 2)]
     assert report_artifact(other)[1] != report_artifact(experiment)[1]
     # Two names: neither supersedes the other.
@@ -96,7 +105,9 @@ def test_a_rerun_replaces_its_own_reports_whole(home, write_config, capsys, monk
 
     with monkeypatch.context() as patch:
         patch.setattr("ragutil_dagster.assets.reports.delta_seper_heatmap", broken_heatmap)
-        assert main(["run", str(config), "--quiet", "--force"]) == 1  # ragutil's failure, not the user's
+        assert (
+            main(["run", str(config), "--quiet", "--force"]) == 1
+        )  # ragutil's failure, not the user's
     assert "reports failed: RuntimeError: injected: the plot failed" in capsys.readouterr().err
     assert {name: (shown / name).read_bytes() for name in SUMMARY_FILES} == before
 
@@ -110,6 +121,7 @@ def test_a_rerun_replaces_its_own_reports_whole(home, write_config, capsys, monk
     # One published summary and one world comparison in the experiment's folder, nothing else left.
     root = home / "artifacts" / reports / folder
     assert sorted(p.name for p in root.iterdir()) == sorted(
-        [f"summary{MANIFEST_SUFFIX}", replaced.name, "world"])
+        [f"summary{MANIFEST_SUFFIX}", replaced.name, "world"]
+    )
     assert len([p for p in (root / "world").iterdir() if p.is_dir()]) == 1
     assert compared(store.local_files(*report_artifact(experiment, "world"))) == [("bm25", 1)]

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 import torch
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
@@ -41,9 +40,14 @@ def test_store_round_trip_and_missing_tables(tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path))
     frame = pl.DataFrame({"a": [1, 2]})
     path = Path(store.write_table("metric_scores", "lm|world__bm25__k1", frame))
-    assert path.parent.parent == tmp_path / "artifacts" / "metric_scores" / "lm__gen__world__bm25__k1"
+    assert (
+        path.parent.parent == tmp_path / "artifacts" / "metric_scores" / "lm__gen__world__bm25__k1"
+    )
     assert store.read_table("metric_scores", "lm|world__bm25__k1").equals(frame)
-    assert sorted(p.name for p in path.parent.parent.iterdir()) == [path.parent.name, "table.parquet.manifest.json"]
+    assert sorted(p.name for p in path.parent.parent.iterdir()) == [
+        path.parent.name,
+        "table.parquet.manifest.json",
+    ]
     with pytest.raises(FileNotFoundError, match="materialise queries first"):
         store.read_table("queries", "world")
 
@@ -52,7 +56,11 @@ def test_generator_sits_behind_the_generation_cache(tiny_world, tmp_path) -> Non
     _, _, models = tiny_world
     loader = ModelLoader(show_progress=False, generation_cache=str(tmp_path / "generations"))
     generator = loader.generator(GeneratorConfig(name="lm", model=str(models.causal_lm)))
-    first = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
-    again = generator.sample(["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1))
+    first = generator.sample(
+        ["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1)
+    )
+    again = generator.sample(
+        ["Question: who?\nAnswer:"], SamplingParams(n=2, max_new_tokens=3, seed=1)
+    )
     assert (generator.stats.misses, generator.stats.hits) == (1, 1)
     assert [s.text for s in first[0]] == [s.text for s in again[0]]

@@ -34,10 +34,28 @@ from ragutil_dagster.tracking.resource import MLFLOW_UI_URL_VARIABLE
 from ..conftest import skip_or_fail
 
 NODES = [
-    "queries", "corpus", "index", "retrieval_run", "utility_candidates", "setting_queries", "retrieved_passages",
-    "closed_book_generations", "generations", "consens", "utility_generations", "utility_judgments",
-    "utility_signals", "entailment_clusters", "nli_probabilities", "metric_scores", "document_scores",
-    "candidate_scores", "group_scores", "retrieval_correlations", "utility_transfer", "reports",
+    "queries",
+    "corpus",
+    "index",
+    "retrieval_run",
+    "utility_candidates",
+    "setting_queries",
+    "retrieved_passages",
+    "closed_book_generations",
+    "generations",
+    "consens",
+    "utility_generations",
+    "utility_judgments",
+    "utility_signals",
+    "entailment_clusters",
+    "nli_probabilities",
+    "metric_scores",
+    "document_scores",
+    "candidate_scores",
+    "group_scores",
+    "retrieval_correlations",
+    "utility_transfer",
+    "reports",
 ]
 ARTIFACTS = Path("/tmp/ragutil-test-ui")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -45,7 +63,8 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 def graphql(port: int, query: str) -> dict:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -87,13 +106,30 @@ def ui(tiny_world, make_tiny_config, tmp_path_factory):
         patch.setenv(MLFLOW_UI_URL_VARIABLE, f"http://127.0.0.1:{mlflow_port}")
         instance = dagster_instance(root / "home")
         parts, _ = build_assets(experiment)
-        materialize_all(build_definitions(experiment, str(root / "home")), experiment, parts, instance, progress=False)
+        materialize_all(
+            build_definitions(experiment, str(root / "home")),
+            experiment,
+            parts,
+            instance,
+            progress=False,
+        )
         instance.dispose()
 
-    command = [sys.executable, "-m", "ragutil_dagster.cli", "ui", str(config_path),
-               "--port", str(dagster_port), "--mlflow-port", str(mlflow_port)]
+    command = [
+        sys.executable,
+        "-m",
+        "ragutil_dagster.cli",
+        "ui",
+        str(config_path),
+        "--port",
+        str(dagster_port),
+        "--mlflow-port",
+        str(mlflow_port),
+    ]
     log = root / "ragutil-ui.log"
-    with background_server(command, f"http://127.0.0.1:{dagster_port}/server_info", log, env=env, cwd=root, timeout=300):
+    with background_server(
+        command, f"http://127.0.0.1:{dagster_port}/server_info", log, env=env, cwd=root, timeout=300
+    ):
         # The webserver answers before the code location has loaded; wait for the assets.
         deadline = time.monotonic() + 180
         while not graphql(dagster_port, "{ assetNodes { id } }")["assetNodes"]:
@@ -128,7 +164,9 @@ def test_graphql_lists_assets_and_partitions(ui) -> None:
         '{ assetNodeOrError(assetKey: {path: ["metric_scores"]}) { ... on AssetNode { '
         "partitionKeysByDimension { name partitionKeys } } } }",
     )
-    dimensions = {d["name"]: d["partitionKeys"] for d in data["assetNodeOrError"]["partitionKeysByDimension"]}
+    dimensions = {
+        d["name"]: d["partitionKeys"] for d in data["assetNodeOrError"]["partitionKeysByDimension"]
+    }
     assert dimensions == {"generator": ["lm0"], "setting": ["world__bm25__k1"]}
 
 
@@ -165,9 +203,17 @@ def chromium_page(executable: str):
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=executable, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"],
+            executable_path=executable,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-quic",
+            ],
         )
         try:
             yield browser.new_page(viewport={"width": 1600, "height": 1000})

@@ -26,26 +26,43 @@ from ragutil_dagster.tracking.report import report_artifact
 QUERIES, N = 8, 3  # the world's first 8 questions: single-hop, 3 about facts the reader knows
 
 
-def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_does(tmp_path) -> None:
+def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_does(
+    tmp_path,
+) -> None:
     world = write_world(make_world(SHIPPED_SEED, SHIPPED_SIZE), tmp_path / "world")
-    experiment = parse_config({
-        "name": "validity", "seed": 0, "bootstrap_resamples": 200,
-        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": QUERIES}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-        "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
-        "nli": {"model": str(SHIPPED_DIR / layout.WORLD_NLI)},
-        "sampling": {"n": N, "max_new_tokens": 6},
-        "utility": {"candidates": 1, "methods": []},
-        "validity": {},
-    })
+    experiment = parse_config(
+        {
+            "name": "validity",
+            "seed": 0,
+            "bootstrap_resamples": 200,
+            "datasets": [
+                {"name": "world", "format": "synthetic", "path": str(world), "max_queries": QUERIES}
+            ],
+            "retrievers": [{"name": "bm25", "kind": "bm25"}],
+            "k": [1],
+            "generators": [{"name": "reader", "model": str(SHIPPED_DIR / layout.READER)}],
+            "nli": {"model": str(SHIPPED_DIR / layout.WORLD_NLI)},
+            "sampling": {"n": N, "max_new_tokens": 6},
+            "utility": {"candidates": 1, "methods": []},
+            "validity": {},
+        }
+    )
     home = tmp_path / "home"
     defs = build_definitions(experiment, str(home))
     graph = defs.resolve_asset_graph()
-    parents = {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
+    parents = {
+        k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+        for k in graph.get_all_asset_keys()
+    }
     assert parents["validity_passages"] == {"queries", "corpus", "index"}
     assert parents["validity"] == {
-        "generations", "closed_book_generations", "group_scores", "metric_scores", "setting_queries",
-        "retrieved_passages", "model/generator",
+        "generations",
+        "closed_book_generations",
+        "group_scores",
+        "metric_scores",
+        "setting_queries",
+        "retrieved_passages",
+        "model/generator",
     }
     assert "validity_passages" in parents["setting_queries"] and "validity" in parents["reports"]
     parts, _ = build_assets(experiment)
@@ -62,7 +79,11 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
 
     # One positive, one hard and one random negative per (single-hop) question; no negative is
     # judged for its question or holds a gold answer; the hard one is the best-ranked such BM25 passage.
-    assert judged.group_by("kind").len().sort("kind").rows() == [("hard", QUERIES), ("positive", QUERIES), ("random", QUERIES)]
+    assert judged.group_by("kind").len().sort("kind").rows() == [
+        ("hard", QUERIES),
+        ("positive", QUERIES),
+        ("random", QUERIES),
+    ]
     golds = dict(queries.select("query_id", "answers").iter_rows())
     texts = dict(corpus.select("id", "text").iter_rows())
     judgments = set(qrels.select("query_id", "doc_id").iter_rows())
@@ -70,10 +91,17 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     for qid, doc in negatives.select("query_id", "doc_id").iter_rows():
         assert (qid, doc) not in judgments and not has_answer(texts[doc], golds[qid])
     index = BM25Retriever.load(store.local_files("index", "world__bm25", "index"))
-    ranking = index.search(queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text")), k=HARD_NEGATIVE_DEPTH)
-    for qid, doc in judged.filter(pl.col("kind") == "hard").select("query_id", "doc_id").iter_rows():
+    ranking = index.search(
+        queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text")),
+        k=HARD_NEGATIVE_DEPTH,
+    )
+    for qid, doc in (
+        judged.filter(pl.col("kind") == "hard").select("query_id", "doc_id").iter_rows()
+    ):
         ranked = ranking.filter(pl.col("query_id") == qid).sort("rank")["doc_id"].to_list()
-        eligible = [d for d in ranked if (qid, d) not in judgments and not has_answer(texts[d], golds[qid])]
+        eligible = [
+            d for d in ranked if (qid, d) not in judgments and not has_answer(texts[d], golds[qid])
+        ]
         assert doc == eligible[0]
 
     # Each validity passage was sampled alone like a per_doc passage: N samples and the greedy answer.
@@ -84,9 +112,20 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     cell = {(r["measure"], r["subset"], r["negatives"]): r for r in validity.iter_rows(named=True)}
     passages = store.read_table("validity", key, "passages")
     answered = set(passages.filter(pl.col("answered_closed_book"))["query_id"])
-    assert set(queries.filter(pl.col("known"))["query_id"]) <= answered  # the reader knows these facts
-    for measure in ("delta_seper_s", "delta_em", "delta_rouge_l", "delta_bleu", "delta_bertscore", "delta_perplexity",
-                    "consens", "erag_label", "likelihood"):
+    assert (
+        set(queries.filter(pl.col("known"))["query_id"]) <= answered
+    )  # the reader knows these facts
+    for measure in (
+        "delta_seper_s",
+        "delta_em",
+        "delta_rouge_l",
+        "delta_bleu",
+        "delta_bertscore",
+        "delta_perplexity",
+        "consens",
+        "erag_label",
+        "likelihood",
+    ):
         split = [cell[(measure, subset, "all")]["n"] for subset in ("unanswered", "answered")]
         assert sum(split) == judged.height, measure
         assert cell[(measure, "unanswered", "all")]["n"] == 3 * (QUERIES - len(answered))
@@ -94,7 +133,11 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     # questions the reader cannot answer closed book it orders every pair as the label does, and
     # ΔSePer follows it; on the known facts the positives have no utility (SePer's Property 2).
     truth = cell[("true_utility", "unanswered", "all")]
-    assert (truth["auc"], truth["r_pb"], truth["n_negative"]) == (1.0, pytest.approx(1.0), truth["n_positive"])
+    assert (truth["auc"], truth["r_pb"], truth["n_negative"]) == (
+        1.0,
+        pytest.approx(1.0),
+        truth["n_positive"],
+    )
     assert cell[("true_utility", "answered", "all")]["undefined"].startswith("constant measure")
     assert cell[("delta_seper_s", "unanswered", "all")]["auc"] > 0.8
     assert cell[("delta_seper_s", "unanswered", "hard")]["auc"] > 0.8
@@ -106,11 +149,25 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
     samples = pl.concat([closed, generations]).filter(pl.col("decoding") == "sample")
     positive = passages.filter(pl.col("label") == 1).row(0, named=True)
     mean_rouge = {
-        condition: float(pl.Series([rouge_l(t, golds[positive["query_id"]]) for t in part["text"]]).mean())
+        condition: float(
+            pl.Series([rouge_l(t, golds[positive["query_id"]]) for t in part["text"]]).mean()
+        )
         for condition, part in (
-            ("closed", samples.filter((pl.col("query_id") == positive["query_id"]) & (pl.col("condition") == "closed_book"))),
-            ("alone", samples.filter((pl.col("doc_id") == positive["doc_id"]) & (pl.col("condition") == "validity")
-                                     & (pl.col("query_id") == positive["query_id"]))),
+            (
+                "closed",
+                samples.filter(
+                    (pl.col("query_id") == positive["query_id"])
+                    & (pl.col("condition") == "closed_book")
+                ),
+            ),
+            (
+                "alone",
+                samples.filter(
+                    (pl.col("doc_id") == positive["doc_id"])
+                    & (pl.col("condition") == "validity")
+                    & (pl.col("query_id") == positive["query_id"])
+                ),
+            ),
         )
     }
     assert positive["delta_rouge_l"] == pytest.approx(mean_rouge["alone"] - mean_rouge["closed"])
@@ -119,11 +176,22 @@ def test_validity_runs_in_the_graph_and_ranks_the_worlds_passages_as_the_truth_d
 
     # The same figures in the Dagster metadata and the partition's MLflow run, and across runs in the reports.
     event = instance.get_latest_materialization_event(dg.AssetKey("validity")).asset_materialization
-    assert event.metadata["auc/true_utility"].value == 1.0 and "ΔSePer_S" in event.metadata["table_2"].value
+    assert (
+        event.metadata["auc/true_utility"].value == 1.0
+        and "ΔSePer_S" in event.metadata["table_2"].value
+    )
     record = store.read_json("metric_scores", key, "mlflow")
     run = MlflowTracking(home=str(home)).client().get_run(record["run_id"])
     assert run.data.metrics["validity_auc_true_utility"] == 1.0
-    assert run.data.metrics["validity_auc_delta_seper_s"] == cell[("delta_seper_s", "unanswered", "all")]["auc"]
-    assert run.data.metrics["validity_n_delta_seper_s_answered"] == cell[("delta_seper_s", "answered", "all")]["n"]
-    across = pl.read_csv(store.local_files(*report_artifact(experiment, "world")) / "validity_r.csv")
+    assert (
+        run.data.metrics["validity_auc_delta_seper_s"]
+        == cell[("delta_seper_s", "unanswered", "all")]["auc"]
+    )
+    assert (
+        run.data.metrics["validity_n_delta_seper_s_answered"]
+        == cell[("delta_seper_s", "answered", "all")]["n"]
+    )
+    across = pl.read_csv(
+        store.local_files(*report_artifact(experiment, "world")) / "validity_r.csv"
+    )
     assert dict(across.iter_rows())["ground truth"] == pytest.approx(1.0)

@@ -21,14 +21,23 @@ from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 
-SQUAD_RECORDS = Path(__file__).resolve().parents[2].parent / "shared/data/squad/beir/records_200.jsonl"
+SQUAD_RECORDS = (
+    Path(__file__).resolve().parents[2].parent / "shared/data/squad/beir/records_200.jsonl"
+)
 
 
 def _engine_config(vllm_engine) -> dict:
     """The EngineConfig fields of the shared test engine."""
     settings = asdict(vllm_engine.engine_settings)
-    keys = ("dtype", "max_model_len", "gpu_memory_utilization", "tensor_parallel_size",
-            "enable_prefix_caching", "kv_cache_space_gib", "enforce_eager")
+    keys = (
+        "dtype",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "enable_prefix_caching",
+        "kv_cache_space_gib",
+        "enforce_eager",
+    )
     return {key: settings[key] for key in keys}
 
 
@@ -38,13 +47,20 @@ def vllm_config(tiny_world, vllm_engine, smollm2_dir) -> dict:
     return {
         "name": "vllm-real",
         "seed": 0,
-        "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 3}],
+        "datasets": [
+            {"name": "world", "format": "synthetic", "path": str(world), "max_queries": 3}
+        ],
         "retrievers": [{"name": "bm25", "kind": "bm25"}],
         "k": [2],
-        "generators": [{
-            "name": "smollm2", "model": str(smollm2_dir), "backend": "vllm",
-            "use_chat_template": True, "engine": _engine_config(vllm_engine),
-        }],
+        "generators": [
+            {
+                "name": "smollm2",
+                "model": str(smollm2_dir),
+                "backend": "vllm",
+                "use_chat_template": True,
+                "engine": _engine_config(vllm_engine),
+            }
+        ],
         "nli": {"model": str(models.nli)},
         "sampling": {"n": 3, "max_new_tokens": 12},
         "utility": {"candidates": 4, "methods": list(VERBALIZED_METHODS)},
@@ -88,18 +104,37 @@ def score_squad_records(
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
     path = tmp_path / "experiment.yaml"
     # Scoring one's own records reads no dataset: the config's dataset path need not exist.
-    path.write_text(yaml.safe_dump({
-        **config, "datasets": datasets or [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **config,
+                "datasets": datasets
+                or [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+            }
+        )
+    )
     records = tmp_path / "records.jsonl"
     with SQUAD_RECORDS.open(encoding="utf-8") as source:
         records.write_text("".join(next(source) for _ in range(2)), encoding="utf-8")
     out = tmp_path / "scores.jsonl"
-    status = main(["score", str(records), "--config", str(path), "--generator", generator,
-                   "--out", str(out), "--quiet"])
+    status = main(
+        [
+            "score",
+            str(records),
+            "--config",
+            str(path),
+            "--generator",
+            generator,
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     scored = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [row["id"] for row in scored] == [json.loads(line)["id"] for line in records.read_text().splitlines()]
+    assert [row["id"] for row in scored] == [
+        json.loads(line)["id"] for line in records.read_text().splitlines()
+    ]
     for row in scored:
         assert -1 <= row["delta_seper_s"] <= 1
         assert row["consens"] is None or -1 <= row["consens"] <= 1
@@ -115,7 +150,9 @@ def test_ragutil_score_runs_on_an_openai_compatible_server(
 ) -> None:
     # The session's `vllm serve` of SmolLM2; the local copy gives the tokenizer and the identity.
     generator = {
-        "name": "served", "model": str(vllm_server.model_dir), "backend": "openai",
+        "name": "served",
+        "model": str(vllm_server.model_dir),
+        "backend": "openai",
         "use_chat_template": True,
         "server": {"base_url": vllm_server.base_url, "served_model": vllm_server.model},
     }
@@ -128,7 +165,9 @@ def test_ragutil_score_runs_on_an_openai_compatible_server(
 def test_ragutil_score_serves_the_squad_example_where_its_dataset_is_absent(
     vllm_config, tmp_path, monkeypatch, capsys
 ) -> None:
-    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples/squad.yaml").read_text())
+    example = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "examples/squad.yaml").read_text()
+    )
     # The session's SmolLM2 copy and engine settings (no second engine) and the tiny NLI (the
     # answer NLI would train for ~4 min); the example's dataset, reader and sampling as they are.
     session = vllm_config["generators"][0]
@@ -136,8 +175,13 @@ def test_ragutil_score_serves_the_squad_example_where_its_dataset_is_absent(
     smollm2.update(model=session["model"], engine=session["engine"])
     example["nli"] = vllm_config["nli"]
     monkeypatch.chdir(tmp_path)  # the example's relative SQuAD path leads nowhere from here
-    assert example["datasets"][0]["format"] == "squad" and not Path(example["datasets"][0]["path"]).exists()
-    scored = score_squad_records(example, "smollm2", tmp_path, monkeypatch, capsys, datasets=example["datasets"])
+    assert (
+        example["datasets"][0]["format"] == "squad"
+        and not Path(example["datasets"][0]["path"]).exists()
+    )
+    scored = score_squad_records(
+        example, "smollm2", tmp_path, monkeypatch, capsys, datasets=example["datasets"]
+    )
     assert all(len(row["per_context"]) == 2 for row in scored)
     # Only what scoring uses was built: no synthetic world for the example's other generator.
     assert not (tmp_path / "home" / "embedded" / "build.json").exists()
@@ -152,22 +196,48 @@ def test_ragutil_score_shows_none_of_vllms_own_output(vllm_config, tmp_path) -> 
 
     home = tmp_path / "home"
     path = tmp_path / "experiment.yaml"
-    path.write_text(yaml.safe_dump({
-        **vllm_config, "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **vllm_config,
+                "datasets": [{"name": "mine", "format": "beir", "path": str(tmp_path / "none")}],
+            }
+        )
+    )
     records = tmp_path / "records.jsonl"
     with SQUAD_RECORDS.open(encoding="utf-8") as source:
         records.write_text(next(source), encoding="utf-8")
     out = tmp_path / "scores.jsonl"
     shown = subprocess.run(
-        [sys.executable, "-m", "ragutil_dagster.cli", "score", str(records), "--config", str(path),
-         "--out", str(out), "--quiet"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "RAGUTIL_HOME": str(home)},
+        [
+            sys.executable,
+            "-m",
+            "ragutil_dagster.cli",
+            "score",
+            str(records),
+            "--config",
+            str(path),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "RAGUTIL_HOME": str(home)},
     )
     assert shown.returncode == 0, shown.stderr
     assert len(out.read_text().splitlines()) == 1
     terminal = shown.stdout + shown.stderr
-    for engine_line in ("Triton", "NUMA", "Loading safetensors", "INFO", "WARNING", "FutureWarning", "it/s]"):
+    for engine_line in (
+        "Triton",
+        "NUMA",
+        "Loading safetensors",
+        "INFO",
+        "WARNING",
+        "FutureWarning",
+        "it/s]",
+    ):
         assert engine_line not in terminal, terminal
     (log,) = (home / "logs").glob("vllm-engine-*.log")
     assert "safetensors" in log.read_text(errors="replace")  # vLLM did print: into the log

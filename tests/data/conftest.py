@@ -11,5 +11,6 @@ from ragutil_dagster.embedded.training import TrainedWorld, train_all
 def ci_trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedWorld:
     """World + reader + world NLI of size ``ci``, seed 0 (about two minutes on two CPU cores);
     the answer NLI is not the world's and is tested in tests/models."""
-    return train_all(tmp_path_factory.mktemp("ci_world"), size="ci", seed=0, progress=False,
-                     answer_nli_size=None)
+    return train_all(
+        tmp_path_factory.mktemp("ci_world"), size="ci", seed=0, progress=False, answer_nli_size=None
+    )

@@ -20,16 +20,21 @@ def world() -> World:
 
 
 def _data(world: World, **options) -> ReaderData:
-    return ReaderData(world, lambda draw: make_reading_world(world, "ci", draw),
-                      random.Random("reader-data-test"), **options)
+    return ReaderData(
+        world,
+        lambda draw: make_reading_world(world, "ci", draw),
+        random.Random("reader-data-test"),
+        **options,
+    )
 
 
 def test_no_example_reveals_an_unknown_fact(world: World) -> None:
     """Unknown facts must reach the reader only through a test-time context: no training example,
     in any stream, names an unknown person or quotes an unknown entity's passage."""
     data = _data(world, curriculum_shares=CURRICULUM, answer_shares=MIXED)
-    examples = (data.gold_alone(300) + data.with_context(1500) + data.questions(600)
-                + data.facts(300))
+    examples = (
+        data.gold_alone(300) + data.with_context(1500) + data.questions(600) + data.facts(300)
+    )
     known = {e.id for e in world.entities if e.known}
     unknown_people = [e.name for e in world.entities if e.kind == "person" and not e.known]
     unknown_passages = [p.text for p in world.passages if p.entity_id not in known]
@@ -40,8 +45,9 @@ def test_no_example_reveals_an_unknown_fact(world: World) -> None:
 
 
 @pytest.mark.parametrize(("stream", "shares"), [("curriculum", CURRICULUM), ("mixed", MIXED)])
-def test_each_phase_draws_its_own_attribute_shares(world: World, stream: str,
-                                                   shares: tuple[tuple[str, float], ...]) -> None:
+def test_each_phase_draws_its_own_attribute_shares(
+    world: World, stream: str, shares: tuple[tuple[str, float], ...]
+) -> None:
     data = _data(world, curriculum_shares=CURRICULUM, answer_shares=MIXED)
     data._examples_left = 10**6  # one reading world throughout
     natural = Counter(q.attribute for q in data.single)
@@ -51,7 +57,9 @@ def test_each_phase_draws_its_own_attribute_shares(world: World, stream: str,
         drawn = Counter(data._single_question(data.answer_shares).attribute for _ in range(4000))
     listed = dict(shares)
     for attribute, count in natural.items():
-        expected = listed.get(attribute, 0.0) + (1 - sum(listed.values())) * count / sum(natural.values())
+        expected = listed.get(attribute, 0.0) + (1 - sum(listed.values())) * count / sum(
+            natural.values()
+        )
         assert drawn[attribute] / 4000 == pytest.approx(expected, abs=0.03), attribute
 
 

@@ -13,7 +13,12 @@ import pytest
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.embedded import layout, shipped
 from ragutil_dagster.embedded.setup import ensure_embedded_models
-from ragutil_dagster.embedded.training import FINGERPRINT_KEY, fingerprint, nli_accuracy, reader_quality
+from ragutil_dagster.embedded.training import (
+    FINGERPRINT_KEY,
+    fingerprint,
+    nli_accuracy,
+    reader_quality,
+)
 from ragutil_dagster.embedded.world import make_world
 
 # What the default-size reader must do (greedy has_answer): keep its known facts, not guess the
@@ -39,7 +44,9 @@ def record() -> dict:
 
 @pytest.fixture(scope="module")
 def quality(record: dict) -> dict[str, dict[str, float]]:
-    return reader_quality(shipped.SHIPPED_DIR / layout.READER, make_world(record["seed"], record["size"]))
+    return reader_quality(
+        shipped.SHIPPED_DIR / layout.READER, make_world(record["seed"], record["size"])
+    )
 
 
 def test_shipped_models_belong_to_the_current_world_and_tokenizer(record: dict) -> None:
@@ -64,7 +71,9 @@ def test_shipped_quality_is_what_the_training_measured(record: dict, quality: di
 
 
 def test_shipped_world_nli_separates_answers(record: dict) -> None:
-    accuracy = nli_accuracy(shipped.SHIPPED_DIR / layout.WORLD_NLI, make_world(record["seed"], record["size"]))
+    accuracy = nli_accuracy(
+        shipped.SHIPPED_DIR / layout.WORLD_NLI, make_world(record["seed"], record["size"])
+    )
     assert accuracy >= 0.95
 
 
@@ -78,9 +87,13 @@ def test_install_writes_the_world_and_the_models(tmp_path: Path, record: dict) -
     assert (tmp_path / layout.WORLD / "corpus.jsonl").stat().st_size > 0
     for name in shipped.SHIPPED_MODELS:
         assert (tmp_path / name / "model.safetensors").read_bytes() == (
-            shipped.SHIPPED_DIR / name / "model.safetensors").read_bytes()
+            shipped.SHIPPED_DIR / name / "model.safetensors"
+        ).read_bytes()
     installed = json.loads((tmp_path / layout.BUILD_RECORD).read_text())
-    assert installed["installed_from"] == "package" and installed[FINGERPRINT_KEY] == record[FINGERPRINT_KEY]
+    assert (
+        installed["installed_from"] == "package"
+        and installed[FINGERPRINT_KEY] == record[FINGERPRINT_KEY]
+    )
     assert not list(tmp_path.glob(".*"))
 
 
@@ -103,8 +116,11 @@ def test_install_refuses_models_of_another_world(tmp_path: Path, foreign_shipmen
 
 
 def test_run_trains_when_the_shipped_models_do_not_fit(
-        tmp_path: Path, foreign_shipment: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    foreign_shipment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """`ragutil run` says why it trains, and trains the world models only (the demo does not
     use the answer NLI)."""
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
@@ -115,10 +131,16 @@ def test_run_trains_when_the_shipped_models_do_not_fit(
         raise SystemExit("training stops here")
 
     monkeypatch.setattr("ragutil_dagster.embedded.training.train_all", train_all)
-    demo = parse_config({"name": "demo", "datasets": [{"name": "world", "format": "synthetic"}],
-                         "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
-                         "generators": [{"name": "reader", "model": "embedded:reader"}],
-                         "nli": {"model": "embedded:world-nli"}})
+    demo = parse_config(
+        {
+            "name": "demo",
+            "datasets": [{"name": "world", "format": "synthetic"}],
+            "retrievers": [{"name": "bm25", "kind": "bm25"}],
+            "k": [1],
+            "generators": [{"name": "reader", "model": "embedded:reader"}],
+            "nli": {"model": "embedded:world-nli"},
+        }
+    )
     with pytest.raises(SystemExit):
         ensure_embedded_models(demo, progress=False)
     out = capsys.readouterr().out
@@ -132,5 +154,7 @@ def test_a_new_prompt_template_does_not_retrain_the_world(monkeypatch) -> None:
     from ragutil_dagster.embedded.training import fingerprint
 
     before = fingerprint("ci", 0)
-    monkeypatch.setitem(prompts.PROMPTS, "judge_something", "Judge this unusual wording: {question}")
+    monkeypatch.setitem(
+        prompts.PROMPTS, "judge_something", "Judge this unusual wording: {question}"
+    )
     assert fingerprint("ci", 0) == before

@@ -116,7 +116,9 @@ def test_reading_world_is_disjoint_but_shares_value_pools(world: World) -> None:
     assert types["two_hop"] > 0 and types["single_hop"] > len(world.questions)
 
 
-def test_written_files_follow_beir_and_document_ground_truth(ci_world: World, tmp_path: Path) -> None:
+def test_written_files_follow_beir_and_document_ground_truth(
+    ci_world: World, tmp_path: Path
+) -> None:
     out = write_world(ci_world, tmp_path / "w")
     corpus = _read_jsonl(out / "corpus.jsonl")
     queries = _read_jsonl(out / "queries.jsonl")

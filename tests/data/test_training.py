@@ -80,17 +80,27 @@ def test_nli_separates_aliases_values_and_attributes(ci_trained: TrainedWorld) -
 
 
 def test_project_backends_load_the_models_and_seper_separates_known_facts(
-        ci_trained: TrainedWorld) -> None:
+    ci_trained: TrainedWorld,
+) -> None:
     """HFGenerator + Entailment + metrics.seper on the trained pair: closed-book SePer is high
     on known facts and low on unknown ones (the reader's knowledge split, seen by SePer)."""
     world = make_world(0, "ci")
     questions = [q for q in world.questions if q.type == "single_hop"][:60]
     generator = HFGenerator(str(ci_trained.reader_dir), device="cpu", show_progress=False)
-    entail = Entailment(str(ci_trained.world_nli_dir), device="cpu", cache=False, show_progress=False)
-    samples = generator.sample([prompts.closed_book(q.text) for q in questions], SamplingParams(n=10, temperature=1.0, max_new_tokens=6))
-    results = seper_batch([SePerInput([s.text for s in ss], [s.token_logprobs for s in ss],
-                                      q.answers, q.text) for q, ss in zip(questions, samples)],
-                          entail)
+    entail = Entailment(
+        str(ci_trained.world_nli_dir), device="cpu", cache=False, show_progress=False
+    )
+    samples = generator.sample(
+        [prompts.closed_book(q.text) for q in questions],
+        SamplingParams(n=10, temperature=1.0, max_new_tokens=6),
+    )
+    results = seper_batch(
+        [
+            SePerInput([s.text for s in ss], [s.token_logprobs for s in ss], q.answers, q.text)
+            for q, ss in zip(questions, samples)
+        ],
+        entail,
+    )
     known = [r.score for q, r in zip(questions, results) if q.known]
     unknown = [r.score for q, r in zip(questions, results) if not q.known]
     assert len(known) >= 10 and len(unknown) >= 10
@@ -103,10 +113,13 @@ def test_same_seed_same_reader_weights(tmp_path: Path) -> None:
     reading = make_reading_world(world, "ci")
     tokenizer = build_tokenizer([world, reading])
     # Two curriculum steps, then the mixed streams: both paths of the training loop run.
-    config = dataclasses.replace(CONFIGS["ci"], reader_steps=6, memory_batch=8, reading_batch=4,
-                                 gold_alone_steps=2)
-    runs = [train_reader(world, tokenizer, tmp_path / f"r{i}", config, seed=5, progress=False)
-            for i in range(2)]
+    config = dataclasses.replace(
+        CONFIGS["ci"], reader_steps=6, memory_batch=8, reading_batch=4, gold_alone_steps=2
+    )
+    runs = [
+        train_reader(world, tokenizer, tmp_path / f"r{i}", config, seed=5, progress=False)
+        for i in range(2)
+    ]
     other = train_reader(world, tokenizer, tmp_path / "other", config, seed=6, progress=False)
     a, b, c = (load_file(str(d / "model.safetensors")) for d in (*runs, other))
     assert a.keys() == b.keys()

@@ -8,11 +8,17 @@ from collections.abc import Sequence
 import polars as pl
 import pytest
 
-from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.assets.generations import sample_count_check
+from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.evaluation.sampling import (
-    continues, off_schedule_groups, round_sizes, sample_prompts, sample_prompts_adaptive, sample_schedule,
-    samples_drawn, sampling_mismatch,
+    continues,
+    off_schedule_groups,
+    round_sizes,
+    sample_prompts,
+    sample_prompts_adaptive,
+    sample_schedule,
+    samples_drawn,
+    sampling_mismatch,
 )
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.sampling import SamplingParams
@@ -36,24 +42,40 @@ class RecordingGenerator:
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         self.calls.append((list(prompts), params))
         # sample i of a prompt's stream, as a backend seeding samples by (seed, prompt, i) draws it
-        return [[Sample(f"{p}@{params.seed}#{params.first_index + i}", (1,), (-0.5,), "stop", 1)
-                 for i in range(params.n)] for p in prompts]
+        return [
+            [
+                Sample(f"{p}@{params.seed}#{params.first_index + i}", (1,), (-0.5,), "stop", 1)
+                for i in range(params.n)
+            ]
+            for p in prompts
+        ]
 
 
 def prompt_table(*rows: tuple[str, str, str | None, str]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema={"query_id": pl.String, "condition": pl.String, "doc_id": pl.String,
-                                      "prompt": pl.String}, orient="row")
+    return pl.DataFrame(
+        rows,
+        schema={
+            "query_id": pl.String,
+            "condition": pl.String,
+            "doc_id": pl.String,
+            "prompt": pl.String,
+        },
+        orient="row",
+    )
 
 
-@pytest.mark.parametrize(("se", "condition", "drawn", "expected"), [
-    (0.30, "rag", 4, True),           # imprecise, below N_max: another round
-    (0.22, "rag", 4, False),          # at the target: precise enough (the rule is SE > target)
-    (0.10, "per_doc", 4, False),
-    (0.40, "rag", 10, False),         # N_max reached whatever the SE
-    (0.122, "rag", 4, False),         # four agreeing samples with context stop ...
-    (0.122, "closed_book", 4, True),  # ... the closed-book prompt's go on: its target is half
-    (0.11, "closed_book", 6, False),
-])
+@pytest.mark.parametrize(
+    ("se", "condition", "drawn", "expected"),
+    [
+        (0.30, "rag", 4, True),  # imprecise, below N_max: another round
+        (0.22, "rag", 4, False),  # at the target: precise enough (the rule is SE > target)
+        (0.10, "per_doc", 4, False),
+        (0.40, "rag", 10, False),  # N_max reached whatever the SE
+        (0.122, "rag", 4, False),  # four agreeing samples with context stop ...
+        (0.122, "closed_book", 4, True),  # ... the closed-book prompt's go on: its target is half
+        (0.11, "closed_book", 6, False),
+    ],
+)
 def test_stop_rule(se: float, condition: str, drawn: int, expected: bool) -> None:
     assert continues(se, condition, drawn, 10, DEFAULTS) is expected
 
@@ -66,21 +88,30 @@ def test_the_closed_book_target_is_half_unless_set() -> None:
     assert explicit.key == "first_round=4,round_size=2,target_se=0.3,closed_book_target_se=0.2"
 
 
-@pytest.mark.parametrize(("n_max", "first", "size", "expected"), [
-    (10, 4, 2, [4, 2, 2, 2]),
-    (9, 4, 2, [4, 2, 2, 1]),   # the last round reaches N_max exactly
-    (4, 4, 2, [4]),
-    (20, 5, 5, [5, 5, 5, 5]),
-])
+@pytest.mark.parametrize(
+    ("n_max", "first", "size", "expected"),
+    [
+        (10, 4, 2, [4, 2, 2, 2]),
+        (9, 4, 2, [4, 2, 2, 1]),  # the last round reaches N_max exactly
+        (4, 4, 2, [4]),
+        (20, 5, 5, [5, 5, 5, 5]),
+    ],
+)
 def test_round_sizes_reach_n_max(n_max: int, first: int, size: int, expected: list[int]) -> None:
-    assert round_sizes(n_max, AdaptiveSamplingConfig(first_round=first, round_size=size)) == expected
+    assert (
+        round_sizes(n_max, AdaptiveSamplingConfig(first_round=first, round_size=size)) == expected
+    )
 
 
 def test_prompts_stop_when_precise_and_shared_prompts_follow_every_group() -> None:
     """q1's prompt is shared by rag and per_doc (k = 1): it goes on while either group is
     imprecise; q2 is precise after the first round; q3 never is and reaches N_max."""
-    prompts = prompt_table(("q1", "rag", None, "P1"), ("q1", "per_doc", "d1", "P1"),
-                           ("q2", "rag", None, "P2"), ("q3", "rag", None, "P3"))
+    prompts = prompt_table(
+        ("q1", "rag", None, "P1"),
+        ("q1", "per_doc", "d1", "P1"),
+        ("q2", "rag", None, "P2"),
+        ("q3", "rag", None, "P3"),
+    )
     sampling = SamplingConfig(n=10, adaptive={}, labels="most_likely")
     seen: list[int] = []
 
@@ -98,8 +129,13 @@ def test_prompts_stop_when_precise_and_shared_prompts_follow_every_group() -> No
     drawn = {(q, c): n for q, c, n in rows.group_by("query_id", "condition").len().iter_rows()}
     assert drawn == {("q1", "rag"): 6, ("q1", "per_doc"): 6, ("q2", "rag"): 4, ("q3", "rag"): 10}
     # Every round continues the streams of the experiment's seed where the last one stopped.
-    assert [(call, params.n, params.seed, params.first_index) for call, params in generator.calls] == [
-        (["P1", "P2", "P3"], 4, 7, 0), (["P1", "P3"], 2, 7, 4), (["P3"], 2, 7, 6), (["P3"], 2, 7, 8),
+    assert [
+        (call, params.n, params.seed, params.first_index) for call, params in generator.calls
+    ] == [
+        (["P1", "P2", "P3"], 4, 7, 0),
+        (["P1", "P3"], 2, 7, 4),
+        (["P3"], 2, 7, 6),
+        (["P3"], 2, 7, 8),
     ]
     q3 = rows.filter(pl.col("query_id") == "q3").sort("sample_index")
     assert q3["sample_index"].to_list() == list(range(10)) and set(rows["seed"]) == {7}
@@ -113,13 +149,27 @@ def test_adaptive_samples_are_the_start_of_a_fixed_n_draw_and_closed_book_compar
     sample i by (seed, prompt, i)); adaptive rows pass the ΔSePer comparability check."""
     prompts = prompt_table(("q1", "closed_book", None, "C1"))
     fixed = sample_prompts(prompts, RecordingGenerator(), "g", SamplingConfig(n=10), 3)
-    adaptive = sample_prompts_adaptive(prompts, RecordingGenerator(), "g", SamplingConfig(n=10, adaptive={}), 3,
-                                       lambda rows: {("q1", "closed_book", None): 0.0})
-    assert adaptive.filter(pl.col("decoding") == "sample")["text"].to_list() == fixed["text"].to_list()[:4]
+    adaptive = sample_prompts_adaptive(
+        prompts,
+        RecordingGenerator(),
+        "g",
+        SamplingConfig(n=10, adaptive={}),
+        3,
+        lambda rows: {("q1", "closed_book", None): 0.0},
+    )
+    assert (
+        adaptive.filter(pl.col("decoding") == "sample")["text"].to_list()
+        == fixed["text"].to_list()[:4]
+    )
     assert adaptive.filter(pl.col("decoding") == "greedy").height == 1
     assert sampling_mismatch(fixed, adaptive) is None
     table = samples_drawn(adaptive, 10).row(0, named=True)
-    assert table == {"condition": "closed_book", "prompts": 1, "samples_drawn": 4, "sample_fraction": 0.4}
+    assert table == {
+        "condition": "closed_book",
+        "prompts": 1,
+        "samples_drawn": 4,
+        "sample_fraction": 0.4,
+    }
 
 
 def test_first_round_above_n_is_a_config_error() -> None:
@@ -135,15 +185,23 @@ def test_sample_schedule_is_n_or_the_end_of_a_round() -> None:
 def adaptive_rows(labels: str) -> tuple[pl.DataFrame, pl.DataFrame, SamplingConfig]:
     """Prompts, their adaptive rows and the sampling: q1 stops after the first round (4 samples),
     q2 after the second (6), q3 reaches N = 10."""
-    prompts = prompt_table(("q1", "rag", None, "P1"), ("q2", "per_doc", "d2", "P2"), ("q3", "rag", None, "P3"))
+    prompts = prompt_table(
+        ("q1", "rag", None, "P1"), ("q2", "per_doc", "d2", "P2"), ("q3", "rag", None, "P3")
+    )
     sampling = SamplingConfig(n=10, adaptive={}, labels=labels)
 
     def standard_errors(rows: pl.DataFrame) -> dict[tuple, float]:
         stops_at = {"q1": 4, "q2": 6, "q3": 11}
-        return {(q, c, d): 0.0 if n >= stops_at[q] else 1.0
-                for q, c, d, n in rows.group_by("query_id", "condition", "doc_id").len().iter_rows()}
+        return {
+            (q, c, d): 0.0 if n >= stops_at[q] else 1.0
+            for q, c, d, n in rows.group_by("query_id", "condition", "doc_id").len().iter_rows()
+        }
 
-    return prompts, sample_prompts_adaptive(prompts, RecordingGenerator(), "g", sampling, 0, standard_errors), sampling
+    return (
+        prompts,
+        sample_prompts_adaptive(prompts, RecordingGenerator(), "g", sampling, 0, standard_errors),
+        sampling,
+    )
 
 
 @pytest.mark.parametrize("labels", ["greedy", "most_likely"])
@@ -155,21 +213,39 @@ def test_the_sample_count_check_passes_on_rows_that_follow_the_rounds(labels: st
     assert sample_count_check(prompts, rows, sampling).passed
 
 
-@pytest.mark.parametrize(("labels", "broken", "expected"), [
-    # one sample of q2 lost: 5 is no round's end (under most_likely labels the old check compared
-    # the row count with itself and passed)
-    ("most_likely", lambda rows: rows.filter(~((pl.col("query_id") == "q2") & (pl.col("sample_index") == 5))),
-     [("q2", "per_doc", "d2", 5, 0, True)]),
-    # q3 drew one round too many: 12 > N
-    ("most_likely", lambda rows: pl.concat([rows, rows.filter((pl.col("query_id") == "q3")
-                                                              & (pl.col("sample_index") < 2))]),
-     [("q3", "rag", None, 12, 0, True)]),
-    # q1's greedy answer missing, and rows of a group no prompt asked for
-    ("greedy", lambda rows: pl.concat([
-        rows.filter(~((pl.col("query_id") == "q1") & (pl.col("decoding") == "greedy"))),
-        rows.filter(pl.col("query_id") == "q3").with_columns(query_id=pl.lit("q9")),
-    ]), [("q1", "rag", None, 4, 0, True), ("q9", "rag", None, 10, 1, False)]),
-])
+@pytest.mark.parametrize(
+    ("labels", "broken", "expected"),
+    [
+        # one sample of q2 lost: 5 is no round's end (under most_likely labels the old check compared
+        # the row count with itself and passed)
+        (
+            "most_likely",
+            lambda rows: rows.filter(
+                ~((pl.col("query_id") == "q2") & (pl.col("sample_index") == 5))
+            ),
+            [("q2", "per_doc", "d2", 5, 0, True)],
+        ),
+        # q3 drew one round too many: 12 > N
+        (
+            "most_likely",
+            lambda rows: pl.concat(
+                [rows, rows.filter((pl.col("query_id") == "q3") & (pl.col("sample_index") < 2))]
+            ),
+            [("q3", "rag", None, 12, 0, True)],
+        ),
+        # q1's greedy answer missing, and rows of a group no prompt asked for
+        (
+            "greedy",
+            lambda rows: pl.concat(
+                [
+                    rows.filter(~((pl.col("query_id") == "q1") & (pl.col("decoding") == "greedy"))),
+                    rows.filter(pl.col("query_id") == "q3").with_columns(query_id=pl.lit("q9")),
+                ]
+            ),
+            [("q1", "rag", None, 4, 0, True), ("q9", "rag", None, 10, 1, False)],
+        ),
+    ],
+)
 def test_the_sample_count_check_fails_on_a_count_off_the_rounds(labels, broken, expected) -> None:
     prompts, rows, sampling = adaptive_rows(labels)
     rows = broken(rows)

@@ -50,7 +50,9 @@ def test_truncate_keeps_the_longest_prefix_of_whole_words_within_the_budget(budg
     flat = " ".join(text for _, text in CONTEXT).split()
     assert words(kept) == min(budget, len(flat))
     assert " ".join(text for _, text in kept).split() == flat[:budget]
-    assert [doc for doc, _ in kept] == [doc for doc, _ in CONTEXT][:len(kept)]  # rank order, a prefix
+    assert [doc for doc, _ in kept] == [doc for doc, _ in CONTEXT][
+        : len(kept)
+    ]  # rank order, a prefix
 
 
 def test_a_context_within_the_budget_is_left_as_it_is() -> None:
@@ -64,10 +66,17 @@ def test_extract_adds_the_most_similar_sentences_that_fit_and_keeps_their_order(
     similarity = [0.9, 0.1, 0.3, 0.2, 0.8, 0.5]
     kept = extract(CONTEXT, similarity, 12, words)
     # Best first: 0 (6), 4 (9), 5 (12); then nothing else fits.
-    assert kept == [("d1", "Paris is the capital of France."), ("d2", "Gustave Eiffel did."), ("d3", "France borders Spain")]
+    assert kept == [
+        ("d1", "Paris is the capital of France."),
+        ("d2", "Gustave Eiffel did."),
+        ("d3", "France borders Spain"),
+    ]
     assert words(kept) <= 12
     # A sentence too long for what is left is skipped, a shorter less similar one still added.
-    assert extract(CONTEXT, similarity, 10, words) == [("d1", "Paris is the capital of France."), ("d2", "Gustave Eiffel did.")]
+    assert extract(CONTEXT, similarity, 10, words) == [
+        ("d1", "Paris is the capital of France."),
+        ("d2", "Gustave Eiffel did."),
+    ]
     # No whole sentence fits: the most similar one, truncated to the budget.
     assert extract(CONTEXT, similarity, 2, words) == [("d1", "Paris is")]
     # Ties go to the earlier sentence.
@@ -97,11 +106,25 @@ def test_compress_contexts_respects_the_budget_and_is_deterministic(method: str)
 
     def generate(prompts, params):
         summaries.append((list(prompts), params))
-        return [[SimpleNamespace(text=" Gustave Eiffel designed the tower, built in 1889 in Paris.")] for _ in prompts]
+        return [
+            [SimpleNamespace(text=" Gustave Eiffel designed the tower, built in 1889 in Paris.")]
+            for _ in prompts
+        ]
 
     compressor = CompressorConfig(method=method, budget=10)
-    run = [compress_contexts(questions, contexts, compressor, whitespace_token_count, "with_context",
-                             unit_vectors, generate, seed=3) for _ in range(2)]
+    run = [
+        compress_contexts(
+            questions,
+            contexts,
+            compressor,
+            whitespace_token_count,
+            "with_context",
+            unit_vectors,
+            generate,
+            seed=3,
+        )
+        for _ in range(2)
+    ]
     table = run[0]
     assert run[0].equals(run[1])
     assert table["query_id"].to_list() == ["q1", "q2"]
@@ -109,10 +132,24 @@ def test_compress_contexts_respects_the_budget_and_is_deterministic(method: str)
     assert table["context_tokens_before"].to_list() == [words(CONTEXT) + 6, words(CONTEXT[:1]) + 2]
     if method == "abstractive":
         prompts, params = summaries[0]
-        assert prompts == [summary_prompt(questions["q1"], CONTEXT), summary_prompt(questions["q2"], CONTEXT[:1])]
-        assert (params.n, params.temperature, params.max_new_tokens, params.stop, params.seed) == (1, 0.0, 10, (), 3)
-        assert table["doc_ids"].to_list() == [["d1", "d2", "d3"], ["d1"]]  # a summary draws on every passage
-        assert table["passages"].to_list()[0] == ["Gustave Eiffel designed the tower, built in 1889"]
+        assert prompts == [
+            summary_prompt(questions["q1"], CONTEXT),
+            summary_prompt(questions["q2"], CONTEXT[:1]),
+        ]
+        assert (params.n, params.temperature, params.max_new_tokens, params.stop, params.seed) == (
+            1,
+            0.0,
+            10,
+            (),
+            3,
+        )
+        assert table["doc_ids"].to_list() == [
+            ["d1", "d2", "d3"],
+            ["d1"],
+        ]  # a summary draws on every passage
+        assert table["passages"].to_list()[0] == [
+            "Gustave Eiffel designed the tower, built in 1889"
+        ]
     if method == "extractive":  # the most similar sentence first: "Doc 1:" + 7 words; no other fits
         assert table["passages"].to_list()[0] == ["The Eiffel Tower was built in 1889!"]
         assert table["doc_ids"].to_list()[0] == ["d2"]
@@ -121,10 +158,15 @@ def test_compress_contexts_respects_the_budget_and_is_deterministic(method: str)
 
 
 def test_without_a_compressor_the_context_is_shown_as_retrieved() -> None:
-    table = compress_contexts({"q": "Where?"}, {"q": CONTEXT}, None, whitespace_token_count, "with_context")
+    table = compress_contexts(
+        {"q": "Where?"}, {"q": CONTEXT}, None, whitespace_token_count, "with_context"
+    )
     assert table.row(0, named=True) == {
-        "query_id": "q", "doc_ids": ["d1", "d2", "d3"], "passages": [text for _, text in CONTEXT],
-        "context_tokens_before": words(CONTEXT) + 6, "context_tokens_after": words(CONTEXT) + 6,
+        "query_id": "q",
+        "doc_ids": ["d1", "d2", "d3"],
+        "passages": [text for _, text in CONTEXT],
+        "context_tokens_before": words(CONTEXT) + 6,
+        "context_tokens_after": words(CONTEXT) + 6,
     }
 
 
@@ -159,18 +201,30 @@ def test_context_tokens_are_the_generators_own_when_it_counts() -> None:
 
 @pytest.mark.parametrize("status", [404, 405, 501])
 def test_context_tokens_fall_back_to_words_where_the_server_has_no_tokenize(status: int) -> None:
-    refusal = ServerResponseError(f"counting: http://127.0.0.1:1/tokenize refused the request with HTTP {status}",
-                                  status=status)
+    refusal = ServerResponseError(
+        f"counting: http://127.0.0.1:1/tokenize refused the request with HTTP {status}",
+        status=status,
+    )
     count, unit = context_token_count(Refusing(refusal))
     assert (count(["a b c"]), unit) == ([3], "whitespace words")
 
 
-@pytest.mark.parametrize("failure", [
-    ServerResponseError("http://127.0.0.1:1/tokenize refused the request with HTTP 401: bad key", status=401),
-    ServerResponseError("http://127.0.0.1:1/tokenize refused the request with HTTP 400: no prompt", status=400),
-    ServerResponseError("http://127.0.0.1:1/tokenize gave no token `count`"),
-    ServerUnavailableError("counting: no answer from the server after 3 attempts (HTTP 503 overloaded)"),
-], ids=["unauthorised", "bad-request", "no-count", "server-down"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ServerResponseError(
+            "http://127.0.0.1:1/tokenize refused the request with HTTP 401: bad key", status=401
+        ),
+        ServerResponseError(
+            "http://127.0.0.1:1/tokenize refused the request with HTTP 400: no prompt", status=400
+        ),
+        ServerResponseError("http://127.0.0.1:1/tokenize gave no token `count`"),
+        ServerUnavailableError(
+            "counting: no answer from the server after 3 attempts (HTTP 503 overloaded)"
+        ),
+    ],
+    ids=["unauthorised", "bad-request", "no-count", "server-down"],
+)
 def test_any_other_failure_to_count_context_tokens_is_raised(failure: Exception) -> None:
     with pytest.raises(type(failure)) as err:
         context_token_count(Refusing(failure))

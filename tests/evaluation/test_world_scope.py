@@ -23,8 +23,12 @@ def home(tmp_path, monkeypatch):
 
 def test_only_the_embedded_world_is_the_world(home, tmp_path) -> None:
     assert is_embedded_world(DatasetConfig(name="world", format="synthetic"))
-    assert is_embedded_world(DatasetConfig(name="w", format="synthetic", path=str(home / "embedded" / "world")))
-    assert not is_embedded_world(DatasetConfig(name="other", format="synthetic", path=str(tmp_path / "w2")))
+    assert is_embedded_world(
+        DatasetConfig(name="w", format="synthetic", path=str(home / "embedded" / "world"))
+    )
+    assert not is_embedded_world(
+        DatasetConfig(name="other", format="synthetic", path=str(tmp_path / "w2"))
+    )
     assert not is_embedded_world(DatasetConfig(name="squad", format="beir", path=str(tmp_path)))
     assert not is_embedded_world(None)
 
@@ -40,8 +44,14 @@ def test_world_only_models_are_flagged_off_their_world(home, tmp_path) -> None:
 
 
 def _config(dataset: dict, generator: str = "embedded:reader", nli: str = "embedded:nli") -> dict:
-    return {"name": "x", "datasets": [dataset], "retrievers": [{"name": "bm25", "kind": "bm25"}],
-            "k": [1], "generators": [{"name": "g", "model": generator}], "nli": {"model": nli}}
+    return {
+        "name": "x",
+        "datasets": [dataset],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}],
+        "k": [1],
+        "generators": [{"name": "g", "model": generator}],
+        "nli": {"model": nli},
+    }
 
 
 def test_cli_warns_on_standard_error(home, tmp_path, capsys) -> None:
@@ -53,7 +63,11 @@ def test_cli_warns_on_standard_error(home, tmp_path, capsys) -> None:
     print_world_warnings(on)
     assert capsys.readouterr().err == ""
     warning = records_warning(on, on.generators[0], "mine.jsonl")
-    assert warning is not None and "embedded:reader, embedded:world-nli" in warning and "mine.jsonl" in warning
+    assert (
+        warning is not None
+        and "embedded:reader, embedded:world-nli" in warning
+        and "mine.jsonl" in warning
+    )
     real = parse_config(_config({"name": "world", "format": "synthetic"}, generator="org/lm"))
     assert records_warning(real, real.generators[0], "mine.jsonl") is None
 
@@ -85,8 +99,12 @@ def test_dagster_metadata_and_mlflow_tag_carry_the_warning(
         warning = event.asset_materialization.metadata["off_world_warning"].value
         assert "embedded:reader" in warning and "dataset 'world'" in warning, asset
     client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
-    runs = [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])
-            if run.data.tags.get("ragutil.kind") == "partition"]
+    runs = [
+        run
+        for e in client.search_experiments()
+        for run in client.search_runs([e.experiment_id])
+        if run.data.tags.get("ragutil.kind") == "partition"
+    ]
     assert runs and all("embedded:reader" in run.data.tags[OFF_WORLD_TAG] for run in runs)
 
 
@@ -95,16 +113,29 @@ def test_the_readers_negative_delta_seper_with_several_passages_is_explained_onc
 
     from ragutil_dagster.evaluation.world_scope import READER_LIMIT_DOCS, known_causes
 
-    experiment = parse_config({
-        "name": "demo", "datasets": [{"name": "world", "format": "synthetic"}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}, {"name": "dense", "kind": "dense", "model": "m"}],
-        "k": [1, 5], "nli": {"model": "embedded:world-nli"},
-        "generators": [{"name": "reader", "model": "embedded:reader"}, {"name": "lm", "model": "other"}],
-    })
-    summary = pl.DataFrame({
-        "generator": ["reader", "reader", "reader", "lm"], "k": [1, 5, 5, 5],
-        "delta_seper_s": [-0.1, -0.3, -0.4, -0.2],
-    })
+    experiment = parse_config(
+        {
+            "name": "demo",
+            "datasets": [{"name": "world", "format": "synthetic"}],
+            "retrievers": [
+                {"name": "bm25", "kind": "bm25"},
+                {"name": "dense", "kind": "dense", "model": "m"},
+            ],
+            "k": [1, 5],
+            "nli": {"model": "embedded:world-nli"},
+            "generators": [
+                {"name": "reader", "model": "embedded:reader"},
+                {"name": "lm", "model": "other"},
+            ],
+        }
+    )
+    summary = pl.DataFrame(
+        {
+            "generator": ["reader", "reader", "reader", "lm"],
+            "k": [1, 5, 5, 5],
+            "delta_seper_s": [-0.1, -0.3, -0.4, -0.2],
+        }
+    )
     assert known_causes(experiment, summary) == [
         f"ΔSePer_S < 0 at k = 5 (reader): a limitation of the embedded reader, which fails to pick "
         f"the right passage among several ({READER_LIMIT_DOCS})."
@@ -119,12 +150,23 @@ def test_adaptive_sampling_is_noted_with_the_share_it_drew() -> None:
     from ragutil_dagster.evaluation.world_scope import known_causes
 
     spec = {
-        "name": "adaptive", "datasets": [{"name": "world", "format": "synthetic"}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1], "nli": {"model": "embedded:world-nli"},
+        "name": "adaptive",
+        "datasets": [{"name": "world", "format": "synthetic"}],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}],
+        "k": [1],
+        "nli": {"model": "embedded:world-nli"},
         "generators": [{"name": "lm", "model": "other"}],
     }
-    summary = pl.DataFrame({"generator": ["lm", "lm"], "k": [1, 1], "delta_seper_s": [0.1, 0.2],
-                            "sample_fraction": [0.42, 0.5]})
+    summary = pl.DataFrame(
+        {
+            "generator": ["lm", "lm"],
+            "k": [1, 1],
+            "delta_seper_s": [0.1, 0.2],
+            "sample_fraction": [0.42, 0.5],
+        }
+    )
     assert known_causes(parse_config(spec), summary) == []  # fixed N: nothing to say
     adaptive = parse_config({**spec, "sampling": {"adaptive": {}}})
-    assert known_causes(adaptive, summary) == [f"{ADAPTIVE_BIAS_NOTE}; drawn here: 42%–50% of the fixed-N samples."]
+    assert known_causes(adaptive, summary) == [
+        f"{ADAPTIVE_BIAS_NOTE}; drawn here: 42%–50% of the fixed-N samples."
+    ]

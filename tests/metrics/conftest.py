@@ -21,18 +21,25 @@ class MeaningNLI:
 
     def __init__(self, meaning: Mapping[str, str] | None = None, question: str | None = None):
         self.meaning = dict(meaning or {})
-        self.prefix = "" if question is None else (question if question.endswith("?") else question + "?") + " "
+        self.prefix = (
+            ""
+            if question is None
+            else (question if question.endswith("?") else question + "?") + " "
+        )
         self.calls: list[list[tuple[str, str]]] = []
 
     def _meaning(self, text: str) -> str:
         assert text.startswith(self.prefix), f"NLI input {text!r} lacks the question prefix"
-        text = text[len(self.prefix):]
+        text = text[len(self.prefix) :]
         return self.meaning.get(text, text)
 
     def __call__(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
         self.calls.append(list(zip(premises, hypotheses)))
         return np.array(
-            [ENTAIL if self._meaning(p) == self._meaning(h) else CONTRADICT for p, h in zip(premises, hypotheses)]
+            [
+                ENTAIL if self._meaning(p) == self._meaning(h) else CONTRADICT
+                for p, h in zip(premises, hypotheses)
+            ]
         ).reshape(len(premises), 3)
 
     @property

@@ -6,11 +6,11 @@ import pytest
 
 from ragutil_dagster.errors import EmptyGoldAnswerError
 from ragutil_dagster.metrics.answers import (
+    content_match,
     dpr_tokens,
     exact_match,
     f1,
     has_answer,
-    content_match,
     loose_match,
     normalize_answer,
     numerals,
@@ -97,7 +97,9 @@ CONTENT_PAIRS = [
 
 
 @pytest.mark.parametrize(("question", "gold", "other", "passes", "reason"), CONTENT_PAIRS)
-def test_the_content_check_on_issue_52s_pairs_both_ways(question, gold, other, passes, reason) -> None:
+def test_the_content_check_on_issue_52s_pairs_both_ways(
+    question, gold, other, passes, reason
+) -> None:
     a, b = nli_text(gold, question), nli_text(other, question)
     assert shares_answer_content(a, b) is passes
     assert shares_answer_content(b, a) is passes

@@ -32,7 +32,11 @@ def logprobs(perplexities):
 
 def test_table1_content_words_are_the_three_underlined() -> None:
     mask = content_token_mask(ANSWER_WORDS, QUESTION)
-    assert [w for w, keep in zip(ANSWER_WORDS, mask) if keep] == ["biochemist", "computational", "biologist"]
+    assert [w for w, keep in zip(ANSWER_WORDS, mask) if keep] == [
+        "biochemist",
+        "computational",
+        "biologist",
+    ]
 
 
 def test_table1_scores() -> None:
@@ -49,14 +53,18 @@ def test_mask_selects_tokens_before_averaging() -> None:
     full_empty = logprobs([1.0] * 4 + EMPTY[:1] + [1.0] + EMPTY[1:] + [1.0])
     full_ctx = logprobs([1.0] * 4 + [263.73, 1.0, 293.92, 1.72, 1.0])
     keep = content_token_mask(ANSWER_WORDS, QUESTION)
-    assert consens(full_empty, full_ctx, keep) == pytest.approx(consens(logprobs(EMPTY), logprobs(CONTEXTS[next(iter(CONTEXTS))])))
+    assert consens(full_empty, full_ctx, keep) == pytest.approx(
+        consens(logprobs(EMPTY), logprobs(CONTEXTS[next(iter(CONTEXTS))]))
+    )
 
 
 def test_subword_tokens_are_kept_or_dropped_by_word() -> None:
     tokens = ["<s>", "ĠDavid", "ĠBak", "er", "Ġis", "Ġa", "Ġbio", "chem", "ist", "."]
     word_ids = [None, 0, 1, 1, 2, 3, 4, 4, 4, 5]
     mask = content_token_mask(tokens, QUESTION, word_ids)
-    np.testing.assert_array_equal(mask, [False, False, False, False, False, False, True, True, True, False])
+    np.testing.assert_array_equal(
+        mask, [False, False, False, False, False, False, True, True, True, False]
+    )
 
 
 def test_sigmoid_form_matches_definition() -> None:
@@ -81,7 +89,9 @@ SCIENTIST, COLORLESS, FOOTBALLER = CONTEXTS.values()
 
 def test_leaving_out_the_relevant_document_drops_consens_the_most() -> None:
     full = consens(logprobs(EMPTY), logprobs(SCIENTIST))
-    without = [consens(logprobs(EMPTY), logprobs(ppl)) for ppl in (FOOTBALLER, SCIENTIST, SCIENTIST)]
+    without = [
+        consens(logprobs(EMPTY), logprobs(ppl)) for ppl in (FOOTBALLER, SCIENTIST, SCIENTIST)
+    ]
     attribution = leave_one_out_attribution(full, without)
     # a_d = ConSens(C) − ConSens(C \ {d}): 0.91 − (−0.92) for the scientist, nothing for the others.
     assert attribution[0] == pytest.approx(full - without[0]) and round(attribution[0], 2) == 1.83

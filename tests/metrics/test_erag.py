@@ -22,7 +22,9 @@ RETRIEVED = {"q1": ["d1", "d2", "d3"], "q2": ["d4", "d5", "d6"], "q3": ["d7", "d
 
 def test_labels_apply_the_downstream_metric_to_each_documents_own_output() -> None:
     outputs = {"q1": {"d1": "Paris", "d2": "the city of Paris", "d3": "Rome"}}
-    assert erag_labels(outputs, {"q1": ["Paris"]}, exact_match) == {"q1": {"d1": 1.0, "d2": 0.0, "d3": 0.0}}
+    assert erag_labels(outputs, {"q1": ["Paris"]}, exact_match) == {
+        "q1": {"d1": 1.0, "d2": 0.0, "d3": 0.0}
+    }
     labels = erag_labels(outputs, {"q1": ["Paris"]}, f1)
     assert labels["q1"]["d2"] == pytest.approx(0.5)
 
@@ -39,7 +41,13 @@ def test_token_f1_labels_are_graded_and_aggregate_by_p_and_hit_only() -> None:
     labels = erag_labels(outputs, {"q1": ["Paris"]}, DOWNSTREAM_METRICS["token_f1"])
     assert labels == {"q1": {"d1": pytest.approx(2 / 3), "d2": 0.0}}
     assert erag_measure_names("token_f1", 2) == ["P_2", "success_2"]
-    assert erag_measure_names("exact_match", 2) == ["P_2", "success_2", "map", "recip_rank", "ndcg_cut_2"]
+    assert erag_measure_names("exact_match", 2) == [
+        "P_2",
+        "success_2",
+        "map",
+        "recip_rank",
+        "ndcg_cut_2",
+    ]
     assert erag_measure_names("has_answer", 2) == erag_measure_names("exact_match", 2)
     scores = erag_scores({"q1": ["d1", "d2"]}, labels, erag_measure_names("token_f1", 2))
     assert scores.mean == {"P_2": pytest.approx(1 / 3), "success_2": pytest.approx(2 / 3)}
@@ -51,18 +59,35 @@ def test_labels_outside_unit_interval_are_rejected() -> None:
 
 
 def test_binary_labels_use_trec_measures_and_zero_queries_count() -> None:
-    labels = {"q1": {"d1": 0, "d2": 1, "d3": 0}, "q2": {"d4": 1, "d5": 1, "d6": 0}, "q3": {"d7": 0, "d8": 0, "d9": 0}}
-    scores = erag_scores(RETRIEVED, labels, ["P_2", "recip_rank", "success_1", "map", "recall_1", "ndcg_cut_3"])
+    labels = {
+        "q1": {"d1": 0, "d2": 1, "d3": 0},
+        "q2": {"d4": 1, "d5": 1, "d6": 0},
+        "q3": {"d7": 0, "d8": 0, "d9": 0},
+    }
+    scores = erag_scores(
+        RETRIEVED, labels, ["P_2", "recip_rank", "success_1", "map", "recall_1", "ndcg_cut_3"]
+    )
     assert scores.binary
     assert scores.per_query["q1"]["recip_rank"] == pytest.approx(0.5)
-    assert scores.per_query["q3"] == {"P_2": 0, "recip_rank": 0, "success_1": 0, "map": 0, "recall_1": 0, "ndcg_cut_3": 0}
+    assert scores.per_query["q3"] == {
+        "P_2": 0,
+        "recip_rank": 0,
+        "success_1": 0,
+        "map": 0,
+        "recall_1": 0,
+        "ndcg_cut_3": 0,
+    }
     assert scores.mean["P_2"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
     assert scores.mean["success_1"] == pytest.approx(1 / 3)
     assert scores.mean["recall_1"] == pytest.approx((0 + 0.5 + 0) / 3)
 
 
 def test_non_binary_labels_precision_is_mean_and_success_is_max() -> None:
-    labels = {"q1": {"d1": 0.5, "d2": 1.0, "d3": 0.0}, "q2": {"d4": 0.2, "d5": 0.0, "d6": 0.9}, "q3": {}}
+    labels = {
+        "q1": {"d1": 0.5, "d2": 1.0, "d3": 0.0},
+        "q2": {"d4": 0.2, "d5": 0.0, "d6": 0.9},
+        "q3": {},
+    }
     scores = erag_scores(RETRIEVED, labels, ["P_2", "success_2", "success_3", "P"])
     assert not scores.binary
     assert scores.per_query["q1"]["P_2"] == pytest.approx(0.75)
@@ -94,7 +119,9 @@ def test_binary_labels_equal_pytrec_eval(lists) -> None:
     measures = ["P_3", "recall_3", "map", "recip_rank", "ndcg_cut_3", "success_1"]
     scores = erag_scores(retrieved, labels, measures)
     run = {q: {d: float(len(ds) - r) for r, d in enumerate(ds)} for q, ds in retrieved.items()}
-    reference = pytrec_eval.RelevanceEvaluator(labels, {"P.3", "recall.3", "map", "recip_rank", "ndcg_cut.3", "success.1"}).evaluate(run)
+    reference = pytrec_eval.RelevanceEvaluator(
+        labels, {"P.3", "recall.3", "map", "recip_rank", "ndcg_cut.3", "success.1"}
+    ).evaluate(run)
     for q in retrieved:
         for m in measures:
             assert scores.per_query[q][m] == pytest.approx(reference.get(q, {}).get(m, 0.0))

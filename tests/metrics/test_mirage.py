@@ -2,11 +2,10 @@
 
 import math
 
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import polars as pl
 
 from ragutil_dagster.metrics.mirage import adaptability, oracle_passages, retriever_metrics
 
@@ -57,7 +56,9 @@ def test_mirage_ndcg_takes_the_ideal_from_the_top_five_retrieved() -> None:
     # With a third positive in the pool that was not retrieved, the standard ideal grows.
     standard = retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="standard")
     assert standard.ndcg == pytest.approx((1 / 1.5849625) / (1 + 1 / 1.5849625 + 0.5), abs=1e-6)
-    assert retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="mirage").ndcg == pytest.approx(mirage.ndcg)
+    assert retriever_metrics(ranked, {"p1", "p2", "p3"}, k=3, ndcg="mirage").ndcg == pytest.approx(
+        mirage.ndcg
+    )
 
 
 def discount(rank: int) -> float:
@@ -68,18 +69,27 @@ def discount(rank: int) -> float:
 TEN = ["n1", "p1", "n2", "n3", "p2", "n4", "p3", "p4", "n5", "n6"]
 
 
-@pytest.mark.parametrize(("k", "expected"), [
-    (1, 0.0),
-    # MIRAGE's code scores k = 1, 3, 5 within its top-5 list: the ideal holds its 2 positives.
-    (3, discount(2) / (discount(1) + discount(2))),
-    (5, (discount(2) + discount(5)) / (discount(1) + discount(2))),
-    # k = 10 needs a top-10 list (top_k: 10), whose 4 positives make the ideal.
-    (10, sum(map(discount, (2, 5, 7, 8))) / sum(map(discount, (1, 2, 3, 4)))),
-])
-def test_mirage_ndcg_at_every_k_as_mirage_code_scores_its_retrieved_list(k: int, expected: float) -> None:
+@pytest.mark.parametrize(
+    ("k", "expected"),
+    [
+        (1, 0.0),
+        # MIRAGE's code scores k = 1, 3, 5 within its top-5 list: the ideal holds its 2 positives.
+        (3, discount(2) / (discount(1) + discount(2))),
+        (5, (discount(2) + discount(5)) / (discount(1) + discount(2))),
+        # k = 10 needs a top-10 list (top_k: 10), whose 4 positives make the ideal.
+        (10, sum(map(discount, (2, 5, 7, 8))) / sum(map(discount, (1, 2, 3, 4)))),
+    ],
+)
+def test_mirage_ndcg_at_every_k_as_mirage_code_scores_its_retrieved_list(
+    k: int, expected: float
+) -> None:
     # The deeper positives p3, p4 (ranks 7, 8) do not enter the ideal below k = 7.
-    assert retriever_metrics(TEN, {"p1", "p2", "p3", "p4"}, k, ndcg="mirage").ndcg == pytest.approx(expected)
-    assert retriever_metrics(TEN[:max(k, 5)], {"p1", "p2", "p3", "p4"}, k, ndcg="mirage").ndcg == pytest.approx(expected)
+    assert retriever_metrics(TEN, {"p1", "p2", "p3", "p4"}, k, ndcg="mirage").ndcg == pytest.approx(
+        expected
+    )
+    assert retriever_metrics(
+        TEN[: max(k, 5)], {"p1", "p2", "p3", "p4"}, k, ndcg="mirage"
+    ).ndcg == pytest.approx(expected)
 
 
 def test_mirage_ndcg_at_one_is_the_first_label() -> None:
@@ -101,18 +111,26 @@ def test_counts_are_the_numerators_of_eqs_2_to_5() -> None:
         mixed=[True, False, True, True, False],
     )
     counts = result.counts()
-    assert counts == {"noise_vulnerability": 1, "context_acceptability": 2,
-                      "context_insensitivity": 1, "context_misinterpretation": 1}
-    assert all(counts[name] / result.n == pytest.approx(rate) for name, rate in result.as_dict().items())
+    assert counts == {
+        "noise_vulnerability": 1,
+        "context_acceptability": 2,
+        "context_insensitivity": 1,
+        "context_misinterpretation": 1,
+    }
+    assert all(
+        counts[name] / result.n == pytest.approx(rate) for name, rate in result.as_dict().items()
+    )
 
 
 def test_oracle_is_one_relevant_chunk_of_a_single_hop_question() -> None:
     queries = pl.DataFrame({"query_id": ["a", "b", "c", "d"], "n_hops": [1, 2, 1, 1]})
-    qrels = pl.DataFrame({
-        "query_id": ["a", "a", "a", "b", "c"],
-        "doc_id": ["z", "y", "x", "b1", "c1"],
-        "relevance": [2, 2, 1, 1, 0],
-    })
+    qrels = pl.DataFrame(
+        {
+            "query_id": ["a", "a", "a", "b", "c"],
+            "doc_id": ["z", "y", "x", "b1", "c1"],
+            "relevance": [2, 2, 1, 1, 0],
+        }
+    )
     oracle = oracle_passages(qrels, queries)
     assert oracle.rows() == [
         ("a", "y", 2, 3, None),  # highest grade, then the smallest doc id

@@ -25,5 +25,9 @@ def test_every_public_function_cites_its_source() -> None:
         module = importlib.import_module(f"ragutil_dagster.metrics.{name}")
         assert module.__doc__, f"{name} has no module docstring"
         for attr, value in vars(module).items():
-            if inspect.isfunction(value) and not attr.startswith("_") and value.__module__ == module.__name__:
+            if (
+                inspect.isfunction(value)
+                and not attr.startswith("_")
+                and value.__module__ == module.__name__
+            ):
                 assert value.__doc__, f"{name}.{attr} has no docstring"

@@ -2,7 +2,13 @@
 
 import pytest
 
-from ragutil_dagster.metrics.ranking import answer_recall_at_k, dcg, graded_ndcg, ir_measures, ranks_to_run
+from ragutil_dagster.metrics.ranking import (
+    answer_recall_at_k,
+    dcg,
+    graded_ndcg,
+    ir_measures,
+    ranks_to_run,
+)
 
 
 def test_ir_measures_counts_unretrieved_queries_as_zero() -> None:

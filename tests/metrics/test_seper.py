@@ -33,9 +33,15 @@ def test_table6_single_doc_case(kernel: str) -> None:
     q = "Who sings does he love me with reba?"
     nli = MeaningNLI(question=q)
     gold = ["Linda Davis"]
-    closed = seper(counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
-    irrelevant = seper(counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
-    positive = seper(counts(Linda_Davis=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel)
+    closed = seper(
+        counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel
+    )
+    irrelevant = seper(
+        counts(Reba_McEntire=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel
+    )
+    positive = seper(
+        counts(Linda_Davis=10), equal_logprobs(10), gold, nli, question=q, kernel=kernel
+    )
     assert delta_seper(irrelevant, closed) == 0.0
     assert delta_seper(positive, closed) == pytest.approx(1.0)
 
@@ -88,7 +94,10 @@ def test_question_prefix_and_pair_deduplication() -> None:
     # hold every pair the clustering reads. The reference loop would ask for N·(N−1) = 20
     # response pairs and 2·N = 10 gold pairs.
     assert len(sent) == 5
-    assert all(p.startswith("Where was Ada born? ") and h.startswith("Where was Ada born? ") for p, h in sent)
+    assert all(
+        p.startswith("Where was Ada born? ") and h.startswith("Where was Ada born? ")
+        for p, h in sent
+    )
     assert result.score == pytest.approx(0.8)
     np.testing.assert_array_equal(result.cluster_ids, [0, 0, 0, 1, 0])
 
@@ -118,7 +127,9 @@ def test_batch_makes_one_call_for_many_questions() -> None:
     # Pairs among {Yes, No} are shared by all three questions: 2 ordered pairs + 2 self pairs.
     assert nli.pairs_sent == 4
     assert [r.score for r in results] == pytest.approx([0.6, 0.1, 1.0])
-    singles = [seper(i.responses, i.token_logprobs, i.gold_answers, MeaningNLI()).score for i in items]
+    singles = [
+        seper(i.responses, i.token_logprobs, i.gold_answers, MeaningNLI()).score for i in items
+    ]
     assert singles == pytest.approx([r.score for r in results])
 
 
@@ -155,7 +166,12 @@ def test_hard_kernel_counts_whole_clusters_by_their_first_member() -> None:
     }
 
     def nli(premises, hypotheses):
-        return np.array([ENTAIL if p == h else table.get((p, h), CONTRADICT) for p, h in zip(premises, hypotheses)])
+        return np.array(
+            [
+                ENTAIL if p == h else table.get((p, h), CONTRADICT)
+                for p, h in zip(premises, hypotheses)
+            ]
+        )
 
     responses = ["Paris, France", "capital of France", "Rome", "capital of France"]
     result = seper(responses, equal_logprobs(4), "Paris", nli, kernel="hard")
@@ -172,7 +188,10 @@ def test_greedy_clustering_reassigns_like_the_reference_loop() -> None:
 
     def nli(premises, hypotheses):
         return np.array(
-            [ENTAIL if p == h or frozenset({p, h}) in equivalent else CONTRADICT for p, h in zip(premises, hypotheses)]
+            [
+                ENTAIL if p == h or frozenset({p, h}) in equivalent else CONTRADICT
+                for p, h in zip(premises, hypotheses)
+            ]
         )
 
     result = seper(["A", "C", "B"], equal_logprobs(3), "A", nli)
@@ -185,7 +204,10 @@ def test_greedy_clustering_reassigns_like_the_reference_loop() -> None:
 def test_strict_and_loose_clustering_differ_on_one_way_entailment() -> None:
     def nli(premises, hypotheses):
         return np.array(
-            [ENTAIL if p == h else (ENTAIL if (p, h) == ("X", "Y") else NEUTRAL) for p, h in zip(premises, hypotheses)]
+            [
+                ENTAIL if p == h else (ENTAIL if (p, h) == ("X", "Y") else NEUTRAL)
+                for p, h in zip(premises, hypotheses)
+            ]
         )
 
     strict = seper(["X", "Y"], equal_logprobs(2), "X", nli, strict=True)
@@ -221,11 +243,19 @@ def test_hard_kernel_counts_a_cluster_matching_any_gold_alias_once() -> None:
     np.testing.assert_array_equal(hard.cluster_ids, [0] * 5 + [1] * 5)
     np.testing.assert_allclose(hard.per_gold, [0.5, 0.5])
     assert hard.score == pytest.approx(1.0)
-    assert seper(responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="max").score == pytest.approx(0.5)
-    assert seper(responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="mean").score == pytest.approx(0.5)
+    assert seper(
+        responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="max"
+    ).score == pytest.approx(0.5)
+    assert seper(
+        responses, equal_logprobs(10), golds, nli, kernel="hard", gold_reduce="mean"
+    ).score == pytest.approx(0.5)
     # The soft kernel of the authors' code keeps the best answer's score; "any" is its union.
-    assert seper(responses, equal_logprobs(10), golds, nli, kernel="soft").score == pytest.approx(0.5)
-    assert seper(responses, equal_logprobs(10), golds, nli, kernel="soft", gold_reduce="any").score == pytest.approx(1.0)
+    assert seper(responses, equal_logprobs(10), golds, nli, kernel="soft").score == pytest.approx(
+        0.5
+    )
+    assert seper(
+        responses, equal_logprobs(10), golds, nli, kernel="soft", gold_reduce="any"
+    ).score == pytest.approx(1.0)
 
 
 def test_semantic_entropy_of_weights_by_cluster() -> None:
@@ -247,7 +277,12 @@ def test_semantic_entropy_of_weights_by_cluster() -> None:
     ],
 )
 def test_bad_input_names_the_problem(kwargs: dict, message: str) -> None:
-    args = {"responses": ["a"], "token_logprobs": [[-1.0]], "gold_answers": ["a"], "entail": MeaningNLI()}
+    args = {
+        "responses": ["a"],
+        "token_logprobs": [[-1.0]],
+        "gold_answers": ["a"],
+        "entail": MeaningNLI(),
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         seper(**args)
@@ -314,7 +349,11 @@ def reference_clusters(texts: list[str], label, strict: bool) -> list[int]:
         ids[i] = next_id
         for j in range(i + 1, len(texts)):
             forward, backward = label(first, texts[j]), label(texts[j], first)
-            if (forward == backward == 2) if strict else (0 not in (forward, backward) and (forward, backward) != (1, 1)):
+            if (
+                (forward == backward == 2)
+                if strict
+                else (0 not in (forward, backward) and (forward, backward) != (1, 1))
+            ):
                 ids[j] = next_id
         next_id += 1
     return ids
@@ -323,7 +362,11 @@ def reference_clusters(texts: list[str], label, strict: bool) -> list[int]:
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.sampled_from("ABCD"), min_size=1, max_size=10),
-    st.dictionaries(st.tuples(st.sampled_from("ABCD"), st.sampled_from("ABCD")), st.sampled_from([0, 1, 2]), min_size=4),
+    st.dictionaries(
+        st.tuples(st.sampled_from("ABCD"), st.sampled_from("ABCD")),
+        st.sampled_from([0, 1, 2]),
+        min_size=4,
+    ),
     st.booleans(),
 )
 def test_judged_pairs_give_the_reference_loops_clusters(responses, labels, strict) -> None:
@@ -335,7 +378,9 @@ def test_judged_pairs_give_the_reference_loops_clusters(responses, labels, stric
         return labels.get((premise, hypothesis), 2 if premise == hypothesis else 0)
 
     def nli(premises, hypotheses):
-        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(
+            len(premises), 3
+        )
 
     result = seper(responses, equal_logprobs(len(responses)), "A", nli, strict=strict)
     reference = reference_clusters(responses, label, strict)
@@ -373,7 +418,9 @@ def authors_hard_seper(responses: list[str], golds: list[str], weights: np.ndarr
     return total
 
 
-def authors_soft_seper(responses: list[str], golds: list[str], weights: np.ndarray, entail) -> float:
+def authors_soft_seper(
+    responses: list[str], golds: list[str], weights: np.ndarray, entail
+) -> float:
     """The authors' soft kernel as their code intends it: per gold answer Σ_i w_i ·
     max(P(r_i ⇒ a), P(a ⇒ r_i)), the best answer's sum kept."""
 
@@ -384,15 +431,24 @@ def authors_soft_seper(responses: list[str], golds: list[str], weights: np.ndarr
 
 
 arbitrary_labels = st.dictionaries(
-    st.tuples(st.sampled_from("ABCDE"), st.sampled_from("ABCDE")), st.sampled_from([0, 1, 2]), min_size=4
+    st.tuples(st.sampled_from("ABCDE"), st.sampled_from("ABCDE")),
+    st.sampled_from([0, 1, 2]),
+    min_size=4,
 )
 gold_lists = st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=3, unique=True)
 mean_logprob_lists = st.lists(st.floats(-6, 0), min_size=1, max_size=10)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from("ABCD"), min_size=1, max_size=10), gold_lists, arbitrary_labels, mean_logprob_lists)
-def test_default_kernels_equal_the_authors_code_with_several_gold_answers(responses, golds, labels, means) -> None:
+@given(
+    st.lists(st.sampled_from("ABCD"), min_size=1, max_size=10),
+    gold_lists,
+    arbitrary_labels,
+    mean_logprob_lists,
+)
+def test_default_kernels_equal_the_authors_code_with_several_gold_answers(
+    responses, golds, labels, means
+) -> None:
     """Whatever the NLI says (one-way, neutral, non-transitive) and however many gold answers:
     the defaults give the authors' SePer_H (union over answers) and SePer_S (best answer)."""
     rows = (CONTRADICT, NEUTRAL, ENTAIL)
@@ -403,14 +459,20 @@ def test_default_kernels_equal_the_authors_code_with_several_gold_answers(respon
         return labels.get((premise, hypothesis), 2 if premise == hypothesis else 0)
 
     def nli(premises, hypotheses):
-        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(len(premises), 3)
+        return np.array([rows[label(p, h)] for p, h in zip(premises, hypotheses)]).reshape(
+            len(premises), 3
+        )
 
     weights = softmax_weights(means)
     logprobs = [[m] for m in means]
     hard = seper(responses, logprobs, golds, nli, kernel="hard")
-    assert hard.score == pytest.approx(authors_hard_seper(responses, golds, weights, label), abs=1e-12)
+    assert hard.score == pytest.approx(
+        authors_hard_seper(responses, golds, weights, label), abs=1e-12
+    )
     soft = seper(responses, logprobs, golds, soft_nli, kernel="soft")
-    assert soft.score == pytest.approx(authors_soft_seper(responses, golds, weights, soft_nli), abs=1e-12)
+    assert soft.score == pytest.approx(
+        authors_soft_seper(responses, golds, weights, soft_nli), abs=1e-12
+    )
 
 
 @settings(max_examples=100, deadline=None)
@@ -419,19 +481,25 @@ def test_union_bounds_the_best_answer_which_bounds_the_mean(data, golds, kernel)
     """Σ_u p(u) max_g ≥ max_g Σ_u p(u) ≥ mean_g Σ_u p(u); one gold answer makes them equal."""
     responses = [r for r, _ in data]
     logprobs = [lp for _, lp in data]
-    by = {rule: seper(responses, logprobs, golds, soft_nli, kernel=kernel, gold_reduce=rule).score
-          for rule in ("any", "max", "mean")}
+    by = {
+        rule: seper(responses, logprobs, golds, soft_nli, kernel=kernel, gold_reduce=rule).score
+        for rule in ("any", "max", "mean")
+    }
     assert by["any"] >= by["max"] - 1e-12 and by["max"] >= by["mean"] - 1e-12
     if len(golds) == 1:
         assert by["any"] == pytest.approx(by["max"]) and by["max"] == pytest.approx(by["mean"])
 
 
 @settings(max_examples=60, deadline=None)
-@given(samples, gold_lists, st.sampled_from(["soft", "hard"]), st.sampled_from(["any", "max", "mean"]))
+@given(
+    samples, gold_lists, st.sampled_from(["soft", "hard"]), st.sampled_from(["any", "max", "mean"])
+)
 def test_score_is_the_weighted_sum_of_the_samples_credits(data, golds, kernel, rule) -> None:
     """SePerResult.credits: each sample's kernel value after the gold rule, Σ w_i c_i = score."""
     responses = [r for r, _ in data]
-    result = seper(responses, [lp for _, lp in data], golds, soft_nli, kernel=kernel, gold_reduce=rule)
+    result = seper(
+        responses, [lp for _, lp in data], golds, soft_nli, kernel=kernel, gold_reduce=rule
+    )
     assert result.weights @ result.credits == pytest.approx(result.score, abs=1e-12)
     assert result.credits.shape == (len(responses),)
 
@@ -440,7 +508,9 @@ def test_standard_error_of_split_samples_is_the_delta_method() -> None:
     """Equal weights: N / (N − 1) · Σ w² (c − S)² is the sample variance over N, S(1 − S)·N/(N−1)/N."""
     credits, weights = [1.0] * 5 + [0.0] * 5, [0.1] * 10
     assert seper_standard_error(credits, weights) == pytest.approx(math.sqrt(0.25 * 10 / 9 / 10))
-    assert seper_standard_error([1, 1, 0, 0], [0.25] * 4) == pytest.approx(math.sqrt(0.25 * 4 / 3 / 4))
+    assert seper_standard_error([1, 1, 0, 0], [0.25] * 4) == pytest.approx(
+        math.sqrt(0.25 * 4 / 3 / 4)
+    )
 
 
 def test_agreeing_samples_keep_the_jeffreys_floor() -> None:
@@ -460,11 +530,14 @@ def test_uneven_weights_count_fewer_effective_samples() -> None:
     assert skewed > even
 
 
-@pytest.mark.parametrize(("credits", "weights", "message"), [
-    ([1.0, 0.0], [0.5], "2 credits for 1 weights"),
-    ([], [], "0 credits"),
-    ([1.0, 0.0], [0.7, 0.7], "sum to 1"),
-])
+@pytest.mark.parametrize(
+    ("credits", "weights", "message"),
+    [
+        ([1.0, 0.0], [0.5], "2 credits for 1 weights"),
+        ([], [], "0 credits"),
+        ([1.0, 0.0], [0.7, 0.7], "sum to 1"),
+    ],
+)
 def test_standard_error_rejects_mismatched_input(credits, weights, message) -> None:
     with pytest.raises(ValueError, match=message):
         seper_standard_error(credits, weights)

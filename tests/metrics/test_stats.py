@@ -34,7 +34,9 @@ def test_pearson_rejects_constant_input() -> None:
 def test_rank_correlations_with_ties() -> None:
     x = [1, 2, 2, 3, 4]
     y = [1, 3, 2, 2, 5]
-    assert kendall_tau_b(x, y).statistic == pytest.approx(sps.kendalltau(x, y, variant="b").statistic)
+    assert kendall_tau_b(x, y).statistic == pytest.approx(
+        sps.kendalltau(x, y, variant="b").statistic
+    )
     assert spearman(x, y).statistic == pytest.approx(sps.spearmanr(x, y).statistic)
 
 
@@ -69,7 +71,11 @@ def test_constant_values_give_a_degenerate_interval() -> None:
 
 def test_rank_correlation_of_a_perfect_and_a_reversed_order() -> None:
     perfect = rank_correlation([1, 2, 3, 4, 5], [10, 20, 30, 40, 50], n_resamples=200)
-    assert (perfect.tau, perfect.rho, perfect.undefined) == (pytest.approx(1.0), pytest.approx(1.0), None)
+    assert (perfect.tau, perfect.rho, perfect.undefined) == (
+        pytest.approx(1.0),
+        pytest.approx(1.0),
+        None,
+    )
     # Every resample of a monotone pair is monotone (or constant, and skipped).
     assert perfect.tau_low == pytest.approx(1.0) and perfect.rho_high == pytest.approx(1.0)
     reversed_ = rank_correlation([1, 2, 3, 4, 5], [5, 4, 3, 2, 1], n_resamples=200)

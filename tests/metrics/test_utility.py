@@ -81,12 +81,18 @@ def test_parse_selection_tolerates_format_variants(text, expected) -> None:
     assert parse_selection(text, n_passages=5) == expected
 
 
-@pytest.mark.parametrize("text", [
-    "I pick 1 and 3", "My selection: passage one", "My selection:[[1],[9]]", "",
-    "Passages [1] and [3] are useful",  # no list where the judgment should be
-    "My selection:[[1]]. Passage [3] also helps.",  # another passage after the list: ambiguous
-    "My selection:[[i],[j],...].",  # the template echoed back
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I pick 1 and 3",
+        "My selection: passage one",
+        "My selection:[[1],[9]]",
+        "",
+        "Passages [1] and [3] are useful",  # no list where the judgment should be
+        "My selection:[[1]]. Passage [3] also helps.",  # another passage after the list: ambiguous
+        "My selection:[[i],[j],...].",  # the template echoed back
+    ],
+)
 def test_parse_selection_reports_unparseable_output(text) -> None:
     with pytest.raises(UnparseableOutputError):
         parse_selection(text, n_passages=5)
@@ -95,8 +101,12 @@ def test_parse_selection_reports_unparseable_output(text) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[2] > [1] > [3]", [2, 1, 3]), ("[2]>[1]>[3].", [2, 1, 3]), (" [ 4 ] >  [1] ", [4, 1]),
-        ("[1] > [2] > [1]", [1, 2]), ("Ranking: [3] > [1]", [3, 1]), ("`[2] > [3]`\nThe rest do not help.", [2, 3]),
+        ("[2] > [1] > [3]", [2, 1, 3]),
+        ("[2]>[1]>[3].", [2, 1, 3]),
+        (" [ 4 ] >  [1] ", [4, 1]),
+        ("[1] > [2] > [1]", [1, 2]),
+        ("Ranking: [3] > [1]", [3, 1]),
+        ("`[2] > [3]`\nThe rest do not help.", [2, 3]),
         ("[3]", [3]),
     ],
 )
@@ -104,7 +114,9 @@ def test_parse_ranking(text, expected) -> None:
     assert parse_ranking(text, n_passages=4) == expected
 
 
-@pytest.mark.parametrize("text", ["2 > 1 > 3", "[2] then [1]", "", "[0] > [1]", "[i]>[j]>...", "[1] > [2], [3]"])
+@pytest.mark.parametrize(
+    "text", ["2 > 1 > 3", "[2] then [1]", "", "[0] > [1]", "[i]>[j]>...", "[1] > [2], [3]"]
+)
 def test_parse_ranking_reports_unparseable_output(text) -> None:
     with pytest.raises(UnparseableOutputError):
         parse_ranking(text, n_passages=3)
@@ -113,16 +125,23 @@ def test_parse_ranking_reports_unparseable_output(text) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("Utility judgment: Yes.", True), ("Utility judgment: No.", False), ("utility judgement:no", False),
-        ("**Utility judgment:** YES", True), ("'Utility judgment: No.'", False), ("Yes", True),
-        ("No, it only names the city.", False), ("The passage is new to me. Utility judgment: Yes.", True),
+        ("Utility judgment: Yes.", True),
+        ("Utility judgment: No.", False),
+        ("utility judgement:no", False),
+        ("**Utility judgment:** YES", True),
+        ("'Utility judgment: No.'", False),
+        ("Yes", True),
+        ("No, it only names the city.", False),
+        ("The passage is new to me. Utility judgment: Yes.", True),
     ],
 )
 def test_parse_pointwise(text, expected) -> None:
     assert parse_pointwise(text) is expected
 
 
-@pytest.mark.parametrize("text", ["Utility judgment: Yes/No.", "", "Maybe", "The passage is useful.", "Yesterday"])
+@pytest.mark.parametrize(
+    "text", ["Utility judgment: Yes/No.", "", "Maybe", "The passage is useful.", "Yesterday"]
+)
 def test_parse_pointwise_reports_unparseable_output(text) -> None:
     with pytest.raises(UnparseableOutputError):
         parse_pointwise(text)
@@ -159,7 +178,16 @@ def test_the_papers_set_and_rank_metrics_on_a_hand_made_example() -> None:
     # Ranking: q1 puts d3 first and d12 seventh; q2 puts d7 second. NDCG@5 and Recall@5 over the
     # candidates: d12 beyond the cut-off counts as missed.
     ranked = {
-        "q1": ["d3", "d1", "d2", "d4", "d5", "d6", "d12", *[d for d in docs if d not in {"d1", "d2", "d3", "d4", "d5", "d6", "d12"}]],
+        "q1": [
+            "d3",
+            "d1",
+            "d2",
+            "d4",
+            "d5",
+            "d6",
+            "d12",
+            *[d for d in docs if d not in {"d1", "d2", "d3", "d4", "d5", "d6", "d12"}],
+        ],
         "q2": ["d1", "d7", *[d for d in docs if d not in {"d1", "d7"}]],
         "q3": docs,
     }
@@ -187,4 +215,8 @@ def test_gold_overlap_of_two_llms() -> None:
 
 def test_gold_overlap_without_any_gold_passage_is_undefined() -> None:
     overlap = gold_overlap({"q1": set()}, {"q1": set()})
-    assert overlap.n_queries == 0 and math.isnan(overlap.jaccard) and math.isnan(overlap.useful_only_to_a)
+    assert (
+        overlap.n_queries == 0
+        and math.isnan(overlap.jaccard)
+        and math.isnan(overlap.useful_only_to_a)
+    )

@@ -43,7 +43,9 @@ def _surface(text: str) -> str:
 
 
 @pytest.mark.parametrize("answer_type", [t.name for t in TYPES])
-def test_identical_pairs_differ_only_on_the_surface_and_other_values_differ(answer_type: str) -> None:
+def test_identical_pairs_differ_only_on_the_surface_and_other_values_differ(
+    answer_type: str,
+) -> None:
     rng = random.Random(answer_type)
     for _ in range(50):
         identical = answer_pair(rng, "identical", answer_type)
@@ -69,8 +71,10 @@ def test_sentence_pairs_contain_the_bare_answer_and_prefix_the_question() -> Non
 def tiny_nli(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two tiny trainings (3 steps of 4 pairs) with the same seed."""
     root = tmp_path_factory.mktemp("answer-nli")
-    return (train_answer_nli(root / "a", size="tiny", progress=False),
-            train_answer_nli(root / "b", size="tiny", progress=False))
+    return (
+        train_answer_nli(root / "a", size="tiny", progress=False),
+        train_answer_nli(root / "b", size="tiny", progress=False),
+    )
 
 
 def test_training_is_deterministic(tiny_nli: tuple[Path, Path]) -> None:
@@ -82,12 +86,20 @@ def test_training_is_deterministic(tiny_nli: tuple[Path, Path]) -> None:
     assert not (first[f"bert.{moved}"] == base[moved]).all(), "training changed nothing"
 
 
-def test_trained_model_loads_through_entailment_with_three_labels(tiny_nli: tuple[Path, Path]) -> None:
+def test_trained_model_loads_through_entailment_with_three_labels(
+    tiny_nli: tuple[Path, Path],
+) -> None:
     model_dir = tiny_nli[0]
     assert is_trained(model_dir)
     entail = Entailment(str(model_dir), device="cpu", cache=False, show_progress=False)
-    assert sorted(entail.model.config.id2label.values()) == ["contradiction", "entailment", "neutral"]
-    probs = entail(["Where was he born? Paris", "When? 1887"], ["Where was he born? Lyon", "When? in 1887"])
+    assert sorted(entail.model.config.id2label.values()) == [
+        "contradiction",
+        "entailment",
+        "neutral",
+    ]
+    probs = entail(
+        ["Where was he born? Paris", "When? 1887"], ["Where was he born? Lyon", "When? in 1887"]
+    )
     assert probs.shape == (2, 3)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
 
@@ -148,8 +160,11 @@ def test_rambling_and_gibberish_non_answers_appear() -> None:
     from ragutil_dagster.embedded.answer_pairs import RAMBLE_SENTENCES, TYPES, non_answer
 
     rng = random.Random(8)
-    ramble_openings = {sentence.split("{")[0].split()[0] for sentence in RAMBLE_SENTENCES
-                       if not sentence.startswith("{")}
+    ramble_openings = {
+        sentence.split("{")[0].split()[0]
+        for sentence in RAMBLE_SENTENCES
+        if not sentence.startswith("{")
+    }
     texts = []
     for _ in range(400):
         kind = TYPES[rng.randrange(len(TYPES))]
@@ -179,8 +194,11 @@ def test_talk_about_the_answer_or_the_document_is_a_non_answer() -> None:
 
     meta = []
     for answer, text in _written_for_drawn_answers(non_answer, 600, seed=11):
-        if (any(text.endswith(p) for p in META_PREDICATES) or text.startswith("Doc ")
-                or text.rstrip(".:").endswith(("answer", "response", "reply", "summary"))):
+        if (
+            any(text.endswith(p) for p in META_PREDICATES)
+            or text.startswith("Doc ")
+            or text.rstrip(".:").endswith(("answer", "response", "reply", "summary"))
+        ):
             meta.append((text, answer))
     assert len(meta) > 30
     assert any(text.startswith("Doc ") for text, _ in meta)

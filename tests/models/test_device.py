@@ -75,7 +75,9 @@ def test_length_batches_sort_and_respect_both_budgets() -> None:
         ({}, torch.float32, False),
     ],
 )
-def test_bfloat16_on_a_cpu_that_emulates_it_is_warned_about(monkeypatch, flags, dtype, warned) -> None:
+def test_bfloat16_on_a_cpu_that_emulates_it_is_warned_about(
+    monkeypatch, flags, dtype, warned
+) -> None:
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -91,7 +93,9 @@ def test_vllm_gets_every_core_of_a_small_machine(monkeypatch) -> None:
     assert device.vllm_cpu_environment({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
     # the user's binding wins; a large machine keeps vLLM's own (a core for its scheduler)
     assert device.vllm_cpu_environment({"VLLM_CPU_OMP_THREADS_BIND": "0-3"}) == {}
-    monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: set(range(device.SMALL_MACHINE_CPUS + 1)))
+    monkeypatch.setattr(
+        device.os, "sched_getaffinity", lambda pid: set(range(device.SMALL_MACHINE_CPUS + 1))
+    )
     assert device.vllm_cpu_environment({}) == {}
 
 
@@ -100,25 +104,50 @@ GIB = 1 << 30
 
 def test_the_kv_cache_is_sized_from_the_model_and_the_free_memory(monkeypatch) -> None:
     monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {0, 1})
-    per_token, length = 46_080, 2048  # SmolLM2-135M in float32: 2 × 30 layers × 3 KV heads × 64 × 4 bytes
-    place = partial(device.vllm_cpu_placement, kv_bytes_per_token=per_token, max_model_len=length, environ={})
+    per_token, length = (
+        46_080,
+        2048,
+    )  # SmolLM2-135M in float32: 2 × 30 layers × 3 KV heads × 64 × 4 bytes
+    place = partial(
+        device.vllm_cpu_placement, kv_bytes_per_token=per_token, max_model_len=length, environ={}
+    )
     # a large machine: a quarter of the free memory, below the default batch's full need
     roomy = place(kv_cache_gib=None, available_bytes=20 * GIB)
     assert roomy.kv_cache_gib == pytest.approx(5.0) and roomy.kv_cache_source == "machine"
     assert roomy.environment() == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
     assert roomy.metadata() == {
-        "vllm_cpu_threads_bind": "0,1 (machine)", "vllm_cpu_reserved_cpus": "0", "vllm_kv_cache_gib": "5.000 (machine)",
+        "vllm_cpu_threads_bind": "0,1 (machine)",
+        "vllm_cpu_reserved_cpus": "0",
+        "vllm_kv_cache_gib": "5.000 (machine)",
     }
     # a short context: what 256 full-length sequences can fill, no more
-    short = device.vllm_cpu_placement(kv_cache_gib=None, kv_bytes_per_token=per_token, max_model_len=64,
-                                      available_bytes=20 * GIB, environ={})
+    short = device.vllm_cpu_placement(
+        kv_cache_gib=None,
+        kv_bytes_per_token=per_token,
+        max_model_len=64,
+        available_bytes=20 * GIB,
+        environ={},
+    )
     assert short.kv_cache_gib * GIB == pytest.approx(per_token * 64 * device.VLLM_MAX_SEQS)
     # a crowded machine: at least one full-length sequence; none at all is a clear error
-    assert place(kv_cache_gib=None, available_bytes=per_token * length + 1).kv_cache_gib * GIB == per_token * length
+    assert (
+        place(kv_cache_gib=None, available_bytes=per_token * length + 1).kv_cache_gib * GIB
+        == per_token * length
+    )
     with pytest.raises(ValueError, match="max_model_len = 2048 tokens needs 0.09 GiB"):
         place(kv_cache_gib=None, available_bytes=per_token * length - 1)
     # the configured size and the user's own binding win
-    mine = device.vllm_cpu_placement(kv_cache_gib=1.5, kv_bytes_per_token=per_token, max_model_len=length,
-                                     available_bytes=GIB, environ={"VLLM_CPU_OMP_THREADS_BIND": "1"})
-    assert (mine.kv_cache_gib, mine.kv_cache_source, mine.threads_bind, mine.threads_source) == (1.5, "config", "1", "environment")
+    mine = device.vllm_cpu_placement(
+        kv_cache_gib=1.5,
+        kv_bytes_per_token=per_token,
+        max_model_len=length,
+        available_bytes=GIB,
+        environ={"VLLM_CPU_OMP_THREADS_BIND": "1"},
+    )
+    assert (mine.kv_cache_gib, mine.kv_cache_source, mine.threads_bind, mine.threads_source) == (
+        1.5,
+        "config",
+        "1",
+        "environment",
+    )
     assert mine.environment() == {}

@@ -61,7 +61,11 @@ def test_duplicates_computed_once_and_cache_reused(
     np.testing.assert_array_equal(first[0], first[2])
     # A new instance (say, another process) on the same cache file runs no pair through the model.
     again = Entailment(
-        str(tiny_models.nli), device="cpu", dtype="float32", cache=nli.cache.path, show_progress=False
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        cache=nli.cache.path,
+        show_progress=False,
     )
     monkeypatch.setattr(again, "_predict", lambda *_: pytest.fail("cached pairs were recomputed"))
     np.testing.assert_array_equal(again(PREMISES[::-1], HYPOTHESES[::-1]), first[::-1])
@@ -137,16 +141,44 @@ def test_length_batches_do_not_change_probabilities(tiny_models, tmp_path: Path)
     premises = [f"{'the cat sat on the mat ' * k}and slept" for k in (1, 12, 2, 30, 1, 7)]
     hypotheses = ["an animal slept", "a cat", "nothing happened", "the mat sat", "x", "slept"]
     batched = Entailment(
-        str(tiny_models.nli), device="cpu", dtype="float32", batch_size=4, max_batch_tokens=256, cache=False,
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        batch_size=4,
+        max_batch_tokens=256,
+        cache=False,
         show_progress=False,
     )
-    alone = Entailment(str(tiny_models.nli), device="cpu", dtype="float32", batch_size=1, cache=False, show_progress=False)
-    np.testing.assert_allclose(batched(premises, hypotheses), alone(premises, hypotheses), atol=1e-5)
+    alone = Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        batch_size=1,
+        cache=False,
+        show_progress=False,
+    )
+    np.testing.assert_allclose(
+        batched(premises, hypotheses), alone(premises, hypotheses), atol=1e-5
+    )
 
 
 def test_a_large_call_on_cpu_compiles_the_model_and_keeps_its_probabilities(tiny_models) -> None:
-    eager = Entailment(str(tiny_models.nli), device="cpu", dtype="float32", cache=False, show_progress=False, compile_min_pairs=None)
-    compiled = Entailment(str(tiny_models.nli), device="cpu", dtype="float32", cache=False, show_progress=False, compile_min_pairs=3)
+    eager = Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        cache=False,
+        show_progress=False,
+        compile_min_pairs=None,
+    )
+    compiled = Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        cache=False,
+        show_progress=False,
+        compile_min_pairs=3,
+    )
     few = compiled(PREMISES[:2], HYPOTHESES[:2])
     assert compiled.model is compiled.eager_model  # below the threshold: eager
     got = compiled(PREMISES, HYPOTHESES)
@@ -155,28 +187,51 @@ def test_a_large_call_on_cpu_compiles_the_model_and_keeps_its_probabilities(tiny
     np.testing.assert_allclose(few, got[:2], atol=1e-5)
 
 
-def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(tiny_models, monkeypatch) -> None:
+def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(
+    tiny_models, monkeypatch
+) -> None:
     def broken(model, **_):
         def run(**batch):
             raise RuntimeError("no C++ compiler")
+
         return run
 
     monkeypatch.setattr(torch, "compile", broken)
-    nli = Entailment(str(tiny_models.nli), device="cpu", dtype="float32", cache=False, show_progress=False, compile_min_pairs=1)
-    with pytest.warns(RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler.*running it eagerly"):
+    nli = Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        cache=False,
+        show_progress=False,
+        compile_min_pairs=1,
+    )
+    with pytest.warns(
+        RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler.*running it eagerly"
+    ):
         got = nli(PREMISES, HYPOTHESES)
     assert nli.model is nli.eager_model
-    reference = Entailment(str(tiny_models.nli), device="cpu", dtype="float32", cache=False, show_progress=False, compile_min_pairs=None)
+    reference = Entailment(
+        str(tiny_models.nli),
+        device="cpu",
+        dtype="float32",
+        cache=False,
+        show_progress=False,
+        compile_min_pairs=None,
+    )
     np.testing.assert_allclose(got, reference(PREMISES, HYPOTHESES), atol=1e-6)
 
 
 @pytest.mark.parametrize("flags", [{"amx_bf16": True}, {}])
 @pytest.mark.parametrize("dtype", [None, "bfloat16"])
-def test_the_cpu_default_is_float32_and_each_dtype_compiles_where_it_pays(tiny_models, monkeypatch, flags, dtype) -> None:
+def test_the_cpu_default_is_float32_and_each_dtype_compiles_where_it_pays(
+    tiny_models, monkeypatch, flags, dtype
+) -> None:
     from ragutil_dagster.models.entailment import COMPILE_MIN_PAIRS
 
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
-    nli = Entailment(str(tiny_models.nli), device="cpu", dtype=dtype, cache=False, show_progress=False)
+    nli = Entailment(
+        str(tiny_models.nli), device="cpu", dtype=dtype, cache=False, show_progress=False
+    )
     expected = torch.bfloat16 if dtype else torch.float32
     assert nli.dtype == expected and next(nli.model.parameters()).dtype == expected
     assert nli.cache_key.endswith(f"dtype={str(expected).removeprefix('torch.')}")
@@ -190,6 +245,12 @@ def test_loading_on_cpu_runs_one_discarded_pass_first(tiny_models, monkeypatch) 
     from ragutil_dagster.models import entailment
 
     passes = []
-    monkeypatch.setattr(entailment, "warm_up_on_cpu", lambda model, device: passes.append((type(model), device.type)))
+    monkeypatch.setattr(
+        entailment,
+        "warm_up_on_cpu",
+        lambda model, device: passes.append((type(model), device.type)),
+    )
     Entailment(str(tiny_models.nli), device="cpu", cache=False, show_progress=False)
-    assert passes == [(AutoModelForSequenceClassification.from_pretrained(tiny_models.nli).__class__, "cpu")]
+    assert passes == [
+        (AutoModelForSequenceClassification.from_pretrained(tiny_models.nli).__class__, "cpu")
+    ]

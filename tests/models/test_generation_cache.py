@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from ragutil_dagster.models.cache import ENTRIES_TABLE, SQLITE_FILE, CachedGenerator, GenerationCache
+from ragutil_dagster.models.cache import (
+    ENTRIES_TABLE,
+    SQLITE_FILE,
+    CachedGenerator,
+    GenerationCache,
+)
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.sampling import SamplingParams
@@ -100,12 +105,17 @@ def _key(cached: CachedGenerator, prompt: str, **params) -> str:
 def _stored(cache: GenerationCache, key: str) -> bytes:
     """The raw stored entry of ``key`` (compressed canonical JSON), as the database holds it."""
     with cache.engine.connect() as db:
-        return db.execute(sa.text(f"SELECT entry FROM {ENTRIES_TABLE} WHERE request = :k"), {"k": key}).scalar_one()
+        return db.execute(
+            sa.text(f"SELECT entry FROM {ENTRIES_TABLE} WHERE request = :k"), {"k": key}
+        ).scalar_one()
 
 
 def _overwrite(cache: GenerationCache, key: str, raw: bytes) -> None:
     with cache.engine.begin() as db:
-        db.execute(sa.text(f"UPDATE {ENTRIES_TABLE} SET entry = :e WHERE request = :k"), {"e": raw, "k": key})
+        db.execute(
+            sa.text(f"UPDATE {ENTRIES_TABLE} SET entry = :e WHERE request = :k"),
+            {"e": raw, "k": key},
+        )
 
 
 @pytest.mark.parametrize("damage", ["truncate", "tamper", "drop_sample", "not_json", "empty"])
@@ -167,7 +177,9 @@ def test_a_crash_mid_call_keeps_the_finished_checkpoints(hf: HFGenerator, tmp_pa
     got = resumed.sample(prompts, SamplingParams(n=2, max_new_tokens=4, seed=3))
     assert resumed.generator.calls == [prompts[6:]]  # only what was missing
     # Bit-identical to an uninterrupted run: the same checkpoints, batched with the same mates.
-    fresh = CachedGenerator(CountingGenerator(hf), GenerationCache(tmp_path / "other"), checkpoint_prompts=3)
+    fresh = CachedGenerator(
+        CountingGenerator(hf), GenerationCache(tmp_path / "other"), checkpoint_prompts=3
+    )
     assert got == fresh.sample(prompts, SamplingParams(n=2, max_new_tokens=4, seed=3))
 
 
@@ -223,7 +235,9 @@ print("|".join(per[0].text for per in got))
 def shared_location(request, tmp_path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "shared")
-    return request.getfixturevalue("postgres").create_database(f"cache_{tmp_path.name[-20:].lower()}")
+    return request.getfixturevalue("postgres").create_database(
+        f"cache_{tmp_path.name[-20:].lower()}"
+    )
 
 
 @pytest.mark.slow
@@ -236,8 +250,12 @@ def test_concurrent_workers_share_one_entry_per_request(shared_location: str) ->
 
     start = time.time() + 6  # after every worker has imported and opened the store
     workers = [
-        subprocess.Popen([sys.executable, "-c", WORKER, shared_location, f"w{i}", str(start)],
-                         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, shared_location, f"w{i}", str(start)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[2],
+        )
         for i in range(2)
     ]
     outputs = [worker.communicate(timeout=120)[0].strip() for worker in workers]
@@ -245,7 +263,10 @@ def test_concurrent_workers_share_one_entry_per_request(shared_location: str) ->
     assert len(set(outputs)) == 1, "workers returned different samples for one request"
     cache = GenerationCache(shared_location)
     assert len(cache) == 40
-    keys = [GenerationCache.key({"identity": "fake"}, f"prompt {i}", SamplingParams(n=2, seed=1)) for i in range(40)]
+    keys = [
+        GenerationCache.key({"identity": "fake"}, f"prompt {i}", SamplingParams(n=2, seed=1))
+        for i in range(40)
+    ]
     stored = cache.get_many(keys, 2)
     assert "|".join(stored[key][0].text for key in keys) == outputs[0]
 
@@ -266,7 +287,9 @@ for batch in range(15):
 
 
 @pytest.mark.slow
-def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_location: str) -> None:
+def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(
+    shared_location: str,
+) -> None:
     """Callers hand ``put_many`` their entries in any order (a set's order differs between
     processes); two writers of the same keys, one ascending and one descending, both commit."""
     import subprocess
@@ -275,8 +298,12 @@ def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_lo
 
     start = time.time() + 6
     writers = [
-        subprocess.Popen([sys.executable, "-c", OPPOSITE_ORDER_WRITER, shared_location, order, str(start)],
-                         stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+        subprocess.Popen(
+            [sys.executable, "-c", OPPOSITE_ORDER_WRITER, shared_location, order, str(start)],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).parents[2],
+        )
         for order in ("ascending", "descending")
     ]
     errors = [writer.communicate(timeout=120)[1] for writer in writers]
@@ -284,7 +311,10 @@ def test_writers_of_overlapping_keys_in_opposite_orders_never_deadlock(shared_lo
     assert len(GenerationCache(shared_location)) == 15 * 300
 
 
-ROUNDS = [SamplingParams(n=3, max_new_tokens=6, seed=1), SamplingParams(n=2, max_new_tokens=6, seed=1, first_index=3)]
+ROUNDS = [
+    SamplingParams(n=3, max_new_tokens=6, seed=1),
+    SamplingParams(n=2, max_new_tokens=6, seed=1, first_index=3),
+]
 
 
 def test_rounds_are_requests_of_their_own(cached: CachedGenerator, hf: HFGenerator) -> None:

@@ -52,16 +52,27 @@ CONTRACT_BACKENDS = [
 # may run in TF32.
 VLLM_LOGPROB_TOLERANCE = 2e-4 if not torch.cuda.is_available() else 1e-3
 LOGPROB_TOLERANCE = {
-    "hf": 1e-4, "hf-cuda": 1e-3, TOY.name: 1e-4, "vllm": VLLM_LOGPROB_TOLERANCE,
+    "hf": 1e-4,
+    "hf-cuda": 1e-3,
+    TOY.name: 1e-4,
+    "vllm": VLLM_LOGPROB_TOLERANCE,
     "openai": VLLM_LOGPROB_TOLERANCE,
-    "hf-gemma": 1e-4, "vllm-gemma": VLLM_LOGPROB_TOLERANCE, "openai-gemma": VLLM_LOGPROB_TOLERANCE,
+    "hf-gemma": 1e-4,
+    "vllm-gemma": VLLM_LOGPROB_TOLERANCE,
+    "openai-gemma": VLLM_LOGPROB_TOLERANCE,
 }
 # Largest log-prob difference between two draws of the same samples (same seed, other
 # batch-mates): none in one process; a server batches concurrent requests as they arrive, and
 # batch shapes move float results in the last bits.
 REPEAT_TOLERANCE = {
-    "hf": 1e-5, "hf-cuda": 1e-5, TOY.name: 1e-5, "vllm": 1e-5, "openai": 1e-4,
-    "hf-gemma": 1e-5, "vllm-gemma": 1e-5, "openai-gemma": 1e-4,
+    "hf": 1e-5,
+    "hf-cuda": 1e-5,
+    TOY.name: 1e-5,
+    "vllm": 1e-5,
+    "openai": 1e-4,
+    "hf-gemma": 1e-5,
+    "vllm-gemma": 1e-5,
+    "openai-gemma": 1e-4,
 }
 
 
@@ -83,18 +94,31 @@ def backend(request: pytest.FixtureRequest, tiny_models) -> tuple[str, Generator
     generator config; float32 everywhere, so log-probs can be compared with the CPU float32
     teacher-forced pass."""
     name = request.param
-    if name in ("vllm", "vllm-gemma"):  # the model's session engine, exactly as the loader builds it
-        generator = request.getfixturevalue("vllm_engine" if name == "vllm" else "gemma_vllm_engine")
+    if name in (
+        "vllm",
+        "vllm-gemma",
+    ):  # the model's session engine, exactly as the loader builds it
+        generator = request.getfixturevalue(
+            "vllm_engine" if name == "vllm" else "gemma_vllm_engine"
+        )
         return name, generator, str(generator.ref.path)
     loader = ModelLoader(device="cuda" if name == "hf-cuda" else "cpu", show_progress=False)
     if name in ("openai", "openai-gemma"):
         server = request.getfixturevalue("vllm_server" if name == "openai" else "gemma_server")
-        spec = _spec("openai", str(server.model_dir), server={"base_url": server.base_url, "served_model": server.model},
-                     use_chat_template=False)
+        spec = _spec(
+            "openai",
+            str(server.model_dir),
+            server={"base_url": server.base_url, "served_model": server.model},
+            use_chat_template=False,
+        )
         return name, loader.generator(spec), str(server.model_dir)
     if name == "hf-gemma":  # a base model: prompts as they are, after the <bos> its tokenizer adds
         path = str(request.getfixturevalue("gemma_dir"))
-        return name, loader.generator(_spec("hf", path, dtype="float32", use_chat_template=False)), path
+        return (
+            name,
+            loader.generator(_spec("hf", path, dtype="float32", use_chat_template=False)),
+            path,
+        )
     path = str(tiny_models.causal_lm)
     if name == TOY.name:
         request.getfixturevalue("registered_toy")
@@ -112,9 +136,13 @@ def _ids(samples):
     return [[s.token_ids for s in per_prompt] for per_prompt in samples]
 
 
-def _assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]], tolerance: float) -> None:
+def _assert_same_samples(
+    got: list[list[Sample]], expected: list[list[Sample]], tolerance: float
+) -> None:
     """Same tokens, text, finish and prompt length; log-probs equal up to ``tolerance``."""
-    fields = lambda samples: [[(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in samples]
+    fields = lambda samples: [
+        [(s.text, s.token_ids, s.finish_reason, s.prompt_tokens) for s in per] for per in samples
+    ]
     assert fields(got) == fields(expected)
     for g, e in zip(got, expected, strict=True):
         for a, b in zip(g, e, strict=True):
@@ -124,7 +152,9 @@ def _assert_same_samples(got: list[list[Sample]], expected: list[list[Sample]], 
 def test_is_a_generator(backend) -> None:
     _, gen, _ = backend
     assert isinstance(gen, Generator)
-    assert gen.settings["identity"] == gen.identity and gen.identity.startswith(("sha256:", "gguf:"))
+    assert gen.settings["identity"] == gen.identity and gen.identity.startswith(
+        ("sha256:", "gguf:")
+    )
 
 
 def test_shape_and_fields(backend) -> None:
@@ -154,7 +184,9 @@ def test_same_seed_same_samples(backend) -> None:
 
 def test_logprobs_equal_teacher_forced_pass(backend, scorer: TokenScorer) -> None:
     name, gen, _ = backend
-    out = gen.sample(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9))
+    out = gen.sample(
+        PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=3, temperature=0.8, top_p=0.9)
+    )
     prompt_ids = scorer.lm.encode_prompts(PROMPTS)
     pairs = [(prompt_ids[i], s) for i, per in enumerate(out) for s in per]
     forced = scorer.score_ids([p for p, _ in pairs], [s.token_ids for _, s in pairs])
@@ -184,7 +216,9 @@ def test_stop_strings_are_honoured(backend) -> None:
 def test_samples_do_not_depend_on_batch_mates(backend) -> None:
     name, gen, _ = backend
     alone = gen.sample([PROMPTS[2]], SamplingParams(n=3, max_new_tokens=8, seed=5))
-    crowd = gen.sample([PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5))
+    crowd = gen.sample(
+        [PROMPTS[0], PROMPTS[2], PROMPTS[1] * 3], SamplingParams(n=3, max_new_tokens=8, seed=5)
+    )
     _assert_same_samples(crowd[1:2], alone, REPEAT_TOLERANCE[name])
 
 
@@ -194,7 +228,9 @@ def test_a_request_from_first_index_continues_the_stream(backend) -> None:
     whole = gen.sample(PROMPTS[:2], SamplingParams(n=5, max_new_tokens=8, seed=13))
     start = gen.sample(PROMPTS[:2], SamplingParams(n=2, max_new_tokens=8, seed=13))
     rest = gen.sample(PROMPTS[:2], SamplingParams(n=3, max_new_tokens=8, seed=13, first_index=2))
-    _assert_same_samples([a + b for a, b in zip(start, rest, strict=True)], whole, REPEAT_TOLERANCE[name])
+    _assert_same_samples(
+        [a + b for a, b in zip(start, rest, strict=True)], whole, REPEAT_TOLERANCE[name]
+    )
 
 
 def test_top_k_one_is_greedy_with_raw_logprobs(backend) -> None:
@@ -218,7 +254,9 @@ def test_the_registry_names_its_backends_and_their_keys(tiny_models) -> None:
     assert isinstance(loader.generator(_spec("hf", path)), HFGenerator)
     with pytest.raises(ConfigError, match="unknown backend 'tgi'; choose one of hf, vllm, openai"):
         loader.generator(_spec("tgi", path))
-    with pytest.raises(ConfigError, match=r"dtype: not a key of backend vllm \(its own keys: engine\)"):
+    with pytest.raises(
+        ConfigError, match=r"dtype: not a key of backend vllm \(its own keys: engine\)"
+    ):
         loader.generator(_spec("vllm", path, dtype="float32"))
     with pytest.raises(ConfigError, match="generator 'contract': dtype: Input should be 'auto'"):
         loader.generator(_spec("hf", path, dtype="float33"))
@@ -237,5 +275,7 @@ def test_a_registered_backend_runs_in_the_pipeline_resources(registered_toy, tin
     generator = loader.generator(spec)
     assert generator.settings["backend"] == registered_toy.name and generator.prompts_per_call == 1
     assert loader.scorer(spec).lm is generator.inner.lm
-    with pytest.raises(ConfigError, match=r"prompts_per_call: Input should be greater than or equal to 1"):
+    with pytest.raises(
+        ConfigError, match=r"prompts_per_call: Input should be greater than or equal to 1"
+    ):
         loader.generator(_spec(registered_toy.name, str(tiny_models.causal_lm), prompts_per_call=0))

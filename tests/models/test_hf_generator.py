@@ -20,7 +20,9 @@ PROMPT = "Question: where is Mount Everest? Answer:"
 def gen(tiny_models) -> HFGenerator:
     # float32: the sampler is checked against logits computed alone, where bfloat16 ties would
     # reorder the top-k.
-    return HFGenerator(str(tiny_models.causal_lm), device="cpu", dtype="float32", show_progress=False)
+    return HFGenerator(
+        str(tiny_models.causal_lm), device="cpu", dtype="float32", show_progress=False
+    )
 
 
 def _next_token_probs(gen: HFGenerator, prompt: str) -> torch.Tensor:
@@ -35,9 +37,9 @@ def test_first_token_frequencies_follow_the_filtered_distribution(gen: HFGenerat
     temperature, top_k, n = 0.7, 5, 3000
     gen.max_batch_rows = n
     try:
-        samples = gen.sample([PROMPT], SamplingParams(n=n, max_new_tokens=1, temperature=temperature, top_k=top_k))[
-            0
-        ]
+        samples = gen.sample(
+            [PROMPT], SamplingParams(n=n, max_new_tokens=1, temperature=temperature, top_k=top_k)
+        )[0]
     finally:
         gen.max_batch_rows = 64
     kept = torch.topk(logits, top_k).indices
@@ -60,7 +62,10 @@ def test_top_p_keeps_to_the_nucleus(gen: HFGenerator) -> None:
     top_p = 0.5
     size = int((torch.cumsum(probs, 0) - probs < top_p).sum())
     nucleus = {int(t) for t in order[:size]}
-    drawn = {s.token_ids[0] for s in gen.sample([PROMPT], SamplingParams(n=64, max_new_tokens=1, top_p=top_p))[0]}
+    drawn = {
+        s.token_ids[0]
+        for s in gen.sample([PROMPT], SamplingParams(n=64, max_new_tokens=1, top_p=top_p))[0]
+    }
     assert drawn <= nucleus
     assert len(drawn) > 1 or size == 1
 
@@ -77,7 +82,9 @@ def test_grouping_does_not_change_results(gen: HFGenerator, tiny_models) -> None
     prompts = [PROMPT, "The Eiffel Tower is", "Water boils at", "Shakespeare wrote"]
     big = gen.sample(prompts, SamplingParams(n=3, max_new_tokens=6, seed=2))
     small = HFGenerator(gen.lm, max_batch_rows=3, max_prefill_tokens=16, show_progress=False)
-    for a, b in zip(big, small.sample(prompts, SamplingParams(n=3, max_new_tokens=6, seed=2)), strict=True):
+    for a, b in zip(
+        big, small.sample(prompts, SamplingParams(n=3, max_new_tokens=6, seed=2)), strict=True
+    ):
         assert [s.token_ids for s in a] == [s.token_ids for s in b]
 
 
@@ -85,9 +92,9 @@ def test_eos_ends_a_sample_and_is_scored(gen: HFGenerator) -> None:
     free = gen.sample([PROMPT], SamplingParams(n=1, max_new_tokens=12, seed=6))[0][0]
     eos = free.token_ids[3]  # pretend the 4th sampled token is end-of-sequence
     lm = dataclasses.replace(gen.lm, eos_ids=frozenset({eos}))
-    ended = HFGenerator(lm, show_progress=False).sample([PROMPT], SamplingParams(n=1, max_new_tokens=12, seed=6))[
-        0
-    ][0]
+    ended = HFGenerator(lm, show_progress=False).sample(
+        [PROMPT], SamplingParams(n=1, max_new_tokens=12, seed=6)
+    )[0][0]
     first = free.token_ids.index(eos)
     assert ended.finish_reason == "stop"
     assert ended.token_ids == free.token_ids[: first + 1]
@@ -100,7 +107,9 @@ def test_chat_template_formats_prompts(tiny_models) -> None:
     )
     text = chat.format_prompt("hi")
     assert text == "<|system|>Be brief.\n<|user|>hi\n<|assistant|>"
-    sample = HFGenerator(chat, show_progress=False).sample(["hi"], SamplingParams(n=1, max_new_tokens=2))[0][0]
+    sample = HFGenerator(chat, show_progress=False).sample(
+        ["hi"], SamplingParams(n=1, max_new_tokens=2)
+    )[0][0]
     assert sample.prompt_tokens == len(chat.tokenizer(text, add_special_tokens=False)["input_ids"])
     assert HFGenerator(chat).settings["chat_template"] is True
 
@@ -162,8 +171,18 @@ def test_padded_width_depends_on_the_length_alone_and_bounds_the_padding() -> No
         width = padded_width(length)
         assert length <= width and width % 16 == 0
         assert width - length < 16 or width <= 1.125 * length
-    assert [padded_width(n) for n in (1, 16, 17, 128, 129, 505, 513)] == [16, 16, 32, 128, 144, 512, 576]
-    ids, mask, positions = right_pad([[5, 6, 7], [8]], pad_id=0, device=torch.device("cpu"), width=4)
+    assert [padded_width(n) for n in (1, 16, 17, 128, 129, 505, 513)] == [
+        16,
+        16,
+        32,
+        128,
+        144,
+        512,
+        576,
+    ]
+    ids, mask, positions = right_pad(
+        [[5, 6, 7], [8]], pad_id=0, device=torch.device("cpu"), width=4
+    )
     assert ids.tolist() == [[5, 6, 7, 0], [8, 0, 0, 0]] and mask.sum(-1).tolist() == [3, 1]
     assert positions[:, 0].tolist() == [0, 0]
     with pytest.raises(ValueError, match="width of 2"):
@@ -178,8 +197,18 @@ def test_a_sample_does_not_depend_on_its_batch_mates_in_bfloat16(tiny_models) ->
     from ragutil_dagster.models.generation import sample_rounds
     from ragutil_dagster.models.shared_prefix import padded_width
 
-    gen = HFGenerator(str(tiny_models.causal_lm), device="cpu", dtype="bfloat16", show_progress=False)
-    prompts = ["hi", PROMPT, PROMPT * 4, "The capital of France is", PROMPT * 9, "Once upon a time", PROMPT * 2]
+    gen = HFGenerator(
+        str(tiny_models.causal_lm), device="cpu", dtype="bfloat16", show_progress=False
+    )
+    prompts = [
+        "hi",
+        PROMPT,
+        PROMPT * 4,
+        "The capital of France is",
+        PROMPT * 9,
+        "Once upon a time",
+        PROMPT * 2,
+    ]
     params = SamplingParams(n=4, max_new_tokens=12, seed=3, stop=("\n",))
     positions: list[int] = []
 
@@ -195,18 +224,28 @@ def test_a_sample_does_not_depend_on_its_batch_mates_in_bfloat16(tiny_models) ->
         handle.remove()
     assert sum(positions) == sum(padded_width(len(ids)) for ids in gen.lm.encode_prompts(prompts))
     alone = [gen.sample([prompt], params)[0] for prompt in prompts]
-    small_groups = HFGenerator(gen.lm, max_batch_rows=8, show_progress=False).sample(prompts, params)
-    rounds = [dataclasses.replace(params, n=2), dataclasses.replace(params, n=1, first_index=2),
-              dataclasses.replace(params, n=1, first_index=3)]
-    in_rounds = [[s for got in drawn for s in got]
-                 for drawn in sample_rounds(gen, prompts, rounds, lambda indices, _: [True] * len(indices))]
+    small_groups = HFGenerator(gen.lm, max_batch_rows=8, show_progress=False).sample(
+        prompts, params
+    )
+    rounds = [
+        dataclasses.replace(params, n=2),
+        dataclasses.replace(params, n=1, first_index=2),
+        dataclasses.replace(params, n=1, first_index=3),
+    ]
+    in_rounds = [
+        [s for got in drawn for s in got]
+        for drawn in sample_rounds(gen, prompts, rounds, lambda indices, _: [True] * len(indices))
+    ]
     for other in (alone, small_groups, in_rounds):
         for a_row, b_row in zip(together, other, strict=True):
-            assert [(s.token_ids, s.token_logprobs, s.text) for s in a_row] == \
-                [(s.token_ids, s.token_logprobs, s.text) for s in b_row]
+            assert [(s.token_ids, s.token_logprobs, s.text) for s in a_row] == [
+                (s.token_ids, s.token_logprobs, s.text) for s in b_row
+            ]
 
 
-def test_shared_prefix_decoding_equals_decoding_copied_caches(gen: HFGenerator, monkeypatch) -> None:
+def test_shared_prefix_decoding_equals_decoding_copied_caches(
+    gen: HFGenerator, monkeypatch
+) -> None:
     """The prompts' cache kept once per prompt (grouped-query attention over it, finished prompts
     leaving the batch) gives the samples of the cache copied n times, and the model's attention
     implementation is restored afterwards."""
@@ -242,7 +281,9 @@ def test_no_prompts_encode_to_no_ids(gen: HFGenerator) -> None:
     assert gen.lm.encode_prompts([]) == []  # the fast tokenizer itself fails on an empty batch
 
 
-def test_rounds_prefill_each_prompt_once_and_continue_the_fixed_draw(gen: HFGenerator, monkeypatch) -> None:
+def test_rounds_prefill_each_prompt_once_and_continue_the_fixed_draw(
+    gen: HFGenerator, monkeypatch
+) -> None:
     """Adaptive rounds keep every prompt's prefill between rounds — in waves when the kept tokens
     would exceed ``max_kept_prefix_tokens`` — and a prompt's samples are the first of a fixed-N
     draw; a model decoded without a shared prefix draws the same rounds by calls."""
@@ -273,7 +314,9 @@ def test_rounds_prefill_each_prompt_once_and_continue_the_fixed_draw(gen: HFGene
         assert sum(prefilled) == len(prompts) and len(asked) == 2
         prefilled.clear()
         asked.clear()
-        monkeypatch.setattr(gen, "max_kept_prefix_tokens", 2 * len(gen.lm.encode_prompts([PROMPT * 4])[0]))
+        monkeypatch.setattr(
+            gen, "max_kept_prefix_tokens", 2 * len(gen.lm.encode_prompts([PROMPT * 4])[0])
+        )
         in_waves = sample_rounds(gen, prompts, rounds, keep_going)
         assert sum(prefilled) == len(prompts) and len(asked) > 2  # asked once per wave and round
         prefilled.clear()
@@ -287,5 +330,9 @@ def test_rounds_prefill_each_prompt_once_and_continue_the_fixed_draw(gen: HFGene
         for result in (kept, in_waves, by_calls):
             samples = [s for got in result[i] for s in got]
             assert [s.token_ids for s in samples] == [s.token_ids for s in expected[:drawn]]
-            np.testing.assert_allclose([lp for s in samples for lp in s.token_logprobs],
-                                       [lp for s in expected[:drawn] for lp in s.token_logprobs], atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                [lp for s in samples for lp in s.token_logprobs],
+                [lp for s in expected[:drawn] for lp in s.token_logprobs],
+                atol=1e-5,
+                rtol=0,
+            )

@@ -88,17 +88,23 @@ def test_offline_unknown_hub_id_fails_fast_with_instructions(
 
 def test_an_invalid_hub_id_is_named_invalid_not_uncached(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelUnavailableError, match=r"it is not a valid hub id \(Cannot have -- or \.\.") as err:
+    with pytest.raises(
+        ModelUnavailableError, match=r"it is not a valid hub id \(Cannot have -- or \.\."
+    ) as err:
         resolve_model("ragutil-test/bad..id")
     assert type(err.value.__cause__).__name__ == "HFValidationError"
 
 
 @pytest.mark.parametrize("offline", ["1", "0"], ids=["offline", "online"])
-@pytest.mark.parametrize("failure", [
-    PermissionError(13, "Permission denied", "/root/.cache/huggingface/hub/models--org--tiny"),
-    OSError(28, "No space left on device"),
-    ValueError("a bug in the download"),
-], ids=["permission", "disk-full", "value-error"])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        PermissionError(13, "Permission denied", "/root/.cache/huggingface/hub/models--org--tiny"),
+        OSError(28, "No space left on device"),
+        ValueError("a bug in the download"),
+    ],
+    ids=["permission", "disk-full", "value-error"],
+)
 def test_a_cache_or_disk_failure_is_raised_as_itself_not_as_a_missing_model(
     monkeypatch: pytest.MonkeyPatch, offline: str, failure: Exception
 ) -> None:

@@ -39,11 +39,11 @@ from ragutil_dagster.errors import (
     ServerUnavailableError,
     UserError,
 )
+from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.openai_backend import OpenAIGenerator, OpenAITokenScorer
 from ragutil_dagster.models.token_scoring import TokenScorer
-from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.sampling import SamplingParams
 
 from .test_generation_contract import LOGPROB_TOLERANCE as BACKEND_LOGPROB_TOLERANCE
@@ -222,8 +222,18 @@ def second_replica(vllm_server, smollm2_server_launcher, tmp_path_factory):
 FLEET_QUESTIONS = [
     f"In one sentence, what is {thing}?"
     for thing in (
-        "a river", "a volcano", "a library", "a comet", "a violin", "a glacier",
-        "a lighthouse", "a desert", "an orchestra", "a bridge", "a forest", "a harbour",
+        "a river",
+        "a volcano",
+        "a library",
+        "a comet",
+        "a violin",
+        "a glacier",
+        "a lighthouse",
+        "a desert",
+        "an orchestra",
+        "a bridge",
+        "a forest",
+        "a harbour",
     )
 ]
 
@@ -235,8 +245,13 @@ def test_a_fleet_survives_a_replica_killed_mid_sampling(vllm_server, second_repl
     samples of a one-server run of the same seeded requests."""
     second, process = second_replica
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=24, stop=(), seed=13)
-    options = {"tokenizer": str(vllm_server.model_dir), "use_chat_template": True,
-               "show_progress": False, "max_retries": 2, "retry_backoff": 0.01}
+    options = {
+        "tokenizer": str(vllm_server.model_dir),
+        "use_chat_template": True,
+        "show_progress": False,
+        "max_retries": 2,
+        "retry_backoff": 0.01,
+    }
     fleet = OpenAIGenerator(
         [vllm_server.base_url, second.base_url], vllm_server.model, max_concurrency=2, **options
     )
@@ -607,7 +622,10 @@ def test_a_replica_down_at_start_is_left_out_then_rejoins() -> None:
 def test_a_replica_dying_mid_run_changes_no_sample() -> None:
     """One replica answers its probe and three prompts, then drops the next connection and
     refuses all later ones: the run ends on the other replica with a one-replica run's samples."""
-    dying, survivor = Scripted(lambda k, body: seeded(k, body) if k <= 3 else None), Scripted(seeded)
+    dying, survivor = (
+        Scripted(lambda k, body: seeded(k, body) if k <= 3 else None),
+        Scripted(seeded),
+    )
     with fake_server(survivor.respond) as a:
         reference = fake_generator(a).sample(FLEET_PROMPTS, FLEET_PARAMS)
         before = len(survivor.seen)
@@ -704,6 +722,7 @@ def test_a_replica_configured_otherwise_is_refused_at_start() -> None:
 def _tokenize_answering(status: int, answer: bytes, calls: list[dict]) -> Responder:
     """A fake server whose ``/tokenize`` answers ``status`` and ``answer`` (each request kept in
     ``calls``); completions are well formed."""
+
     def respond(_method: str, path: str, body: dict, _headers: dict) -> tuple[int, bytes]:
         if path == "/v1/models":
             return 200, json.dumps(MODELS_ANSWER).encode()
@@ -711,15 +730,27 @@ def _tokenize_answering(status: int, answer: bytes, calls: list[dict]) -> Respon
             calls.append(body)
             return status, answer
         return ok(0, body)
+
     return respond
 
 
-@pytest.mark.parametrize(("status", "answer", "unit"), [
-    (200, b'{"count": 4, "max_model_len": 64}', "generator tokens"),
-    (404, b'{"detail": "Not Found"}', "whitespace words"),  # no such route (vLLM-style FastAPI, llama.cpp)
-    (405, b'{"detail": "Method Not Allowed"}', "whitespace words"),
-    (501, b'{"error": "Unsupported method (POST)"}', "whitespace words"),  # answered once, not retried
-])
+@pytest.mark.parametrize(
+    ("status", "answer", "unit"),
+    [
+        (200, b'{"count": 4, "max_model_len": 64}', "generator tokens"),
+        (
+            404,
+            b'{"detail": "Not Found"}',
+            "whitespace words",
+        ),  # no such route (vLLM-style FastAPI, llama.cpp)
+        (405, b'{"detail": "Method Not Allowed"}', "whitespace words"),
+        (
+            501,
+            b'{"error": "Unsupported method (POST)"}',
+            "whitespace words",
+        ),  # answered once, not retried
+    ],
+)
 def test_context_tokens_are_counted_by_tokenize_or_in_words_where_the_server_has_none(
     status: int, answer: bytes, unit: str
 ) -> None:
@@ -731,11 +762,16 @@ def test_context_tokens_are_counted_by_tokenize_or_in_words_where_the_server_has
     assert calls == [{"model": "fake", "prompt": "Question:"}]
 
 
-@pytest.mark.parametrize(("status", "raised", "match"), [
-    (401, ServerResponseError, r"/tokenize refused the request with HTTP 401"),
-    (503, ServerUnavailableError, r"no answer from the server after 3 attempts .*HTTP 503"),
-])
-def test_a_tokenize_refused_or_down_is_the_error_not_a_switch_to_words(status, raised, match) -> None:
+@pytest.mark.parametrize(
+    ("status", "raised", "match"),
+    [
+        (401, ServerResponseError, r"/tokenize refused the request with HTTP 401"),
+        (503, ServerUnavailableError, r"no answer from the server after 3 attempts .*HTTP 503"),
+    ],
+)
+def test_a_tokenize_refused_or_down_is_the_error_not_a_switch_to_words(
+    status, raised, match
+) -> None:
     from ragutil_dagster.evaluation.compression import context_token_count
 
     with fake_server(_tokenize_answering(status, b'{"error": "no"}', [])) as url:

@@ -7,7 +7,9 @@ from ragutil_dagster.models.gguf import conversion_record, package_gguf
 from ragutil_dagster.models.resolver import model_location, resolve
 
 
-def test_a_package_gguf_and_its_file_resolve_to_one_conversion(smollm2_dir, tmp_path, monkeypatch) -> None:
+def test_a_package_gguf_and_its_file_resolve_to_one_conversion(
+    smollm2_dir, tmp_path, monkeypatch
+) -> None:
     # The session's conversion stands in for $RAGUTIL_HOME/models/gguf (converting is slow).
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "gguf").symlink_to(smollm2_dir.parent, target_is_directory=True)
@@ -45,5 +47,13 @@ def test_gemma_resolves_from_its_chunks_to_a_base_model_with_bos(gemma_dir) -> N
     assert not getattr(generator.lm.tokenizer, "chat_template", None)
     answer = generator.sample([prompt], SamplingParams(n=1, max_new_tokens=4, temperature=0.0))
     assert answer[0][0].text.startswith(" Paris")
-    with pytest.raises(ValueError, match="has no chat template, but the configuration asks to use one"):
-        HFGenerator(str(gemma_dir), device="cpu", dtype="float32", use_chat_template=True, show_progress=False)
+    with pytest.raises(
+        ValueError, match="has no chat template, but the configuration asks to use one"
+    ):
+        HFGenerator(
+            str(gemma_dir),
+            device="cpu",
+            dtype="float32",
+            use_chat_template=True,
+            show_progress=False,
+        )

@@ -48,7 +48,9 @@ SCORING_TOLERANCE = 2e-4
 def _long_prompts(count: int) -> list[str]:
     """Prompts of ~250 tokens each, distinct: the load that crashed the CPU engine when seeded
     requests met chunked prefill (issue 15)."""
-    return [f"Passage {i}: {PARAGRAPH * 2}\nQuestion {i}: who was Rollo? Answer:" for i in range(count)]
+    return [
+        f"Passage {i}: {PARAGRAPH * 2}\nQuestion {i}: who was Rollo? Answer:" for i in range(count)
+    ]
 
 
 def _same_engine_generator(generator: VLLMGenerator, **keys: object) -> VLLMGenerator:
@@ -56,22 +58,38 @@ def _same_engine_generator(generator: VLLMGenerator, **keys: object) -> VLLMGene
     the way an experiment config builds one: by the backend registry from a generator config."""
     settings = asdict(generator.engine_settings)
     engine = {key: settings[key] for key in EngineConfig.model_fields}
-    spec = GeneratorConfig(name="same-engine", model=str(generator.ref.path), backend="vllm", engine=engine, **keys)
+    spec = GeneratorConfig(
+        name="same-engine", model=str(generator.ref.path), backend="vllm", engine=engine, **keys
+    )
     return build_generator(spec, Placement(device=None, batch_rows=1, show_progress=False))
 
 
 def test_engine_arguments_from_settings() -> None:
     settings = EngineSettings(
-        model_path="/models/m", dtype="bfloat16", max_model_len=512, kv_cache_space_gib=1.5,
-        tensor_parallel_size=2, enable_prefix_caching=False, enforce_eager=True,
+        model_path="/models/m",
+        dtype="bfloat16",
+        max_model_len=512,
+        kv_cache_space_gib=1.5,
+        tensor_parallel_size=2,
+        enable_prefix_caching=False,
+        enforce_eager=True,
         extra=(("swap_space", 0),),
     )
     on_cpu = engine_arguments(settings, on_cpu=True)
     assert on_cpu == {
-        "model": "/models/m", "tokenizer": "/models/m", "dtype": "bfloat16", "max_model_len": 512,
-        "gpu_memory_utilization": 0.85, "tensor_parallel_size": 2, "enable_prefix_caching": False,
-        "enforce_eager": True, "trust_remote_code": False, "logprobs_mode": "raw_logprobs",
-        "kv_cache_memory_bytes": 3 << 29, "enable_chunked_prefill": False, "swap_space": 0,
+        "model": "/models/m",
+        "tokenizer": "/models/m",
+        "dtype": "bfloat16",
+        "max_model_len": 512,
+        "gpu_memory_utilization": 0.85,
+        "tensor_parallel_size": 2,
+        "enable_prefix_caching": False,
+        "enforce_eager": True,
+        "trust_remote_code": False,
+        "logprobs_mode": "raw_logprobs",
+        "kv_cache_memory_bytes": 3 << 29,
+        "enable_chunked_prefill": False,
+        "swap_space": 0,
     }
     # On a GPU, seeded requests work with chunked prefill: vLLM's default unless configured.
     on_gpu = engine_arguments(settings, on_cpu=False)
@@ -91,7 +109,9 @@ def test_engine_arguments_from_settings() -> None:
         ({}, "float16", "float16", False),
     ],
 )
-def test_engine_dtype_on_a_cpu_follows_the_causal_lm_rule(monkeypatch, flags, configured, expected, warned) -> None:
+def test_engine_dtype_on_a_cpu_follows_the_causal_lm_rule(
+    monkeypatch, flags, configured, expected, warned
+) -> None:
     import torch
 
     require_vllm()
@@ -116,8 +136,9 @@ def test_generators_with_the_same_settings_share_one_engine(vllm_engine: VLLMGen
 def _assert_same_samples(left: list[list], right: list[list]) -> None:
     """The same token ids and texts; log-probs equal up to the last float bits, which move when
     the engine's steps batch the requests differently (it did once on a loaded machine: 8.6e-6)."""
-    assert [[(s.token_ids, s.text, s.finish_reason) for s in per] for per in left] == \
-        [[(s.token_ids, s.text, s.finish_reason) for s in per] for per in right]
+    assert [[(s.token_ids, s.text, s.finish_reason) for s in per] for per in left] == [
+        [(s.token_ids, s.text, s.finish_reason) for s in per] for per in right
+    ]
     for left_per, right_per in zip(left, right):
         for a, b in zip(left_per, right_per):
             np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, rtol=0, atol=1e-4)
@@ -156,26 +177,44 @@ def test_prompt_beyond_the_context_is_refused(vllm_engine: VLLMGenerator) -> Non
 
 def _registry_scorer(generator: VLLMGenerator) -> VLLMTokenScorer:
     """The token scorer the model loader resource builds: the vllm backend's, on the engine."""
-    return BACKENDS["vllm"].scorer(generator, Placement(device=None, batch_rows=1, show_progress=False))
+    return BACKENDS["vllm"].scorer(
+        generator, Placement(device=None, batch_rows=1, show_progress=False)
+    )
 
 
 @pytest.mark.parametrize(
-    "engine", ["vllm_engine", pytest.param("gemma_vllm_engine", marks=pytest.mark.gemma_vllm)],
+    "engine",
+    ["vllm_engine", pytest.param("gemma_vllm_engine", marks=pytest.mark.gemma_vllm)],
     ids=["smollm2", "gemma"],
 )
 @pytest.mark.slow
-def test_token_scorer_matches_the_teacher_forced_pass(engine: str, request: pytest.FixtureRequest) -> None:
+def test_token_scorer_matches_the_teacher_forced_pass(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
     vllm_engine: VLLMGenerator = request.getfixturevalue(engine)
-    hf_scorer = TokenScorer(str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False)
+    hf_scorer = TokenScorer(
+        str(vllm_engine.ref.path), device="cpu", dtype="float32", show_progress=False
+    )
     scorer = _registry_scorer(vllm_engine)
     assert isinstance(scorer, VLLMTokenScorer) and scorer.identity == hf_scorer.identity
     prompts = [*PROMPTS, _long_prompts(1)[0]]
-    answers = ["William Shakespeare.", " Egypt and Sudan", " red, green and blue", " a Viking leader"]
+    answers = [
+        "William Shakespeare.",
+        " Egypt and Sudan",
+        " red, green and blue",
+        " a Viking leader",
+    ]
     ours, reference = scorer.score(prompts, answers), hf_scorer.score(prompts, answers)
     for mine, theirs in zip(ours, reference, strict=True):
-        assert (mine.token_ids, mine.tokens, mine.word_ids) == (theirs.token_ids, theirs.tokens, theirs.word_ids)
+        assert (mine.token_ids, mine.tokens, mine.word_ids) == (
+            theirs.token_ids,
+            theirs.tokens,
+            theirs.word_ids,
+        )
         assert mine.prompt_tokens == theirs.prompt_tokens
-        np.testing.assert_allclose(mine.token_logprobs, theirs.token_logprobs, atol=SCORING_TOLERANCE, rtol=0)
+        np.testing.assert_allclose(
+            mine.token_logprobs, theirs.token_logprobs, atol=SCORING_TOLERANCE, rtol=0
+        )
     prompt_ids = vllm_engine.encode_prompts(PROMPTS[:2])
     empty = scorer.score_ids(prompt_ids, [[], ours[1].token_ids])
     assert empty[0].shape == (0,) and empty[0].dtype == np.float32
@@ -184,6 +223,8 @@ def test_token_scorer_matches_the_teacher_forced_pass(engine: str, request: pyte
 
 def test_attention_utility_is_refused_not_faked(vllm_engine: VLLMGenerator) -> None:
     scorer = _registry_scorer(vllm_engine)
-    assert scorer.supports_attention is False and "attention weights" in scorer.attention_unavailable
+    assert (
+        scorer.supports_attention is False and "attention weights" in scorer.attention_unavailable
+    )
     with pytest.raises(UserError, match="attention_utility: .*vLLM engine does not expose"):
         scorer.passage_attention([PROMPTS[0]], ["x"], [[(0, 8)]])

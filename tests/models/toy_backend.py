@@ -28,8 +28,12 @@ class ToyGeneratorConfig(GeneratorConfig):
 class ToyGenerator:
     backend = "toy"
 
-    def __init__(self, config: ToyGeneratorConfig, local_copy: ModelRef, placement: Placement) -> None:
-        self.inner = HFGenerator(local_copy, device=placement.device, dtype="float32", show_progress=False)
+    def __init__(
+        self, config: ToyGeneratorConfig, local_copy: ModelRef, placement: Placement
+    ) -> None:
+        self.inner = HFGenerator(
+            local_copy, device=placement.device, dtype="float32", show_progress=False
+        )
         self.prompts_per_call = config.prompts_per_call
 
     @property
@@ -49,7 +53,11 @@ class ToyGenerator:
 
     def sample(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Sample]]:
         step = self.prompts_per_call
-        return [per for start in range(0, len(prompts), step) for per in self.inner.sample(prompts[start : start + step], params)]
+        return [
+            per
+            for start in range(0, len(prompts), step)
+            for per in self.inner.sample(prompts[start : start + step], params)
+        ]
 
 
 def toy_scorer(generator: ToyGenerator, placement: Placement) -> TokenScorer:

@@ -22,8 +22,8 @@ from ragutil_dagster.evaluation.conditions import (
 )
 from ragutil_dagster.evaluation.sampling import generation_issues
 from ragutil_dagster.evaluation.signals import passage_spans
-from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.infra.redaction import redact, redact_uri
+from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.sampling import SamplingParams
 
@@ -40,9 +40,15 @@ def docs(*texts: str) -> list[tuple[str, str, str]]:
 
 
 def test_a_prompt_that_fits_is_left_alone() -> None:
-    fitted = fit_context_prompt("q", "Who?", docs("a b c", "d e"), TEMPLATE, PromptBudget(100, words))
+    fitted = fit_context_prompt(
+        "q", "Who?", docs("a b c", "d e"), TEMPLATE, PromptBudget(100, words)
+    )
     assert fitted.prompt == templates.with_context("Who?", [("", "a b c"), ("", "d e")], TEMPLATE)
-    assert (fitted.doc_ids, fitted.passages_dropped, fitted.last_passage_chars) == (["d0", "d1"], 0, None)
+    assert (fitted.doc_ids, fitted.passages_dropped, fitted.last_passage_chars) == (
+        ["d0", "d1"],
+        0,
+        None,
+    )
 
 
 def test_passages_are_dropped_from_the_end_first() -> None:
@@ -67,7 +73,9 @@ def test_the_last_passage_is_cut_after_the_most_whole_words_that_fit() -> None:
 
 def test_a_question_longer_than_the_budget_is_an_error_naming_the_query() -> None:
     question = "why " * 50
-    with pytest.raises(PromptTooLongError, match=r"query 'q7'.*no room for any passage.*budget of 20"):
+    with pytest.raises(
+        PromptTooLongError, match=r"query 'q7'.*no room for any passage.*budget of 20"
+    ):
         fit_context_prompt("q7", question, docs("a"), TEMPLATE, PromptBudget(20, words))
     queries = pl.DataFrame({"query_id": ["q7"], "question": [question]})
     with pytest.raises(PromptTooLongError, match="'q7'"):
@@ -86,7 +94,9 @@ def test_a_10_mb_passage_is_cut_to_the_real_generators_context(tiny_world) -> No
     qrels = pl.DataFrame(schema={"query_id": pl.String, "doc_id": pl.String, "relevance": pl.Int32})
     table = context_prompts(queries, corpus, run, qrels, PromptConfig(), budget)
     rag = table.filter(pl.col("condition") == "rag").row(0, named=True)
-    assert rag["doc_ids"] == ["big"] and rag["passages_dropped"] == 1 and rag["last_passage_chars"] > 0
+    assert (
+        rag["doc_ids"] == ["big"] and rag["passages_dropped"] == 1 and rag["last_passage_chars"] > 0
+    )
     lengths = generator.count_prompt_tokens(table["prompt"].to_list())
     assert max(lengths) <= budget.max_tokens
     samples = generator.sample(table["prompt"].to_list(), SamplingParams(n=1, max_new_tokens=8))
@@ -94,20 +104,30 @@ def test_a_10_mb_passage_is_cut_to_the_real_generators_context(tiny_world) -> No
 
 
 def test_empty_and_non_finite_generations_are_reported_per_query() -> None:
-    rows = pl.DataFrame({
-        "query_id": ["a", "a", "b", "b", "c"],
-        "condition": ["rag", "rag", "closed_book", "closed_book", "rag"],
-        "text": ["Paris", "  ", "x", "y", "z"],
-        "token_logprobs": [[-0.1], [], [math.nan, -1.0], [-0.2], [-math.inf]],
-    })
+    rows = pl.DataFrame(
+        {
+            "query_id": ["a", "a", "b", "b", "c"],
+            "condition": ["rag", "rag", "closed_book", "closed_book", "rag"],
+            "text": ["Paris", "  ", "x", "y", "z"],
+            "token_logprobs": [[-0.1], [], [math.nan, -1.0], [-0.2], [-math.inf]],
+        }
+    )
     issues = generation_issues(rows)
-    assert issues.rows() == [("a", "rag", 1, 0, 2), ("b", "closed_book", 0, 1, 2), ("c", "rag", 0, 1, 1)]
+    assert issues.rows() == [
+        ("a", "rag", 1, 0, 2),
+        ("b", "closed_book", 0, 1, 2),
+        ("c", "rag", 0, 1, 1),
+    ]
     assert generation_issues(rows.filter(pl.col("query_id") == "zzz")).height == 0
 
 
 @pytest.mark.parametrize(
     ("code", "advice"),
-    [(errno.ENOSPC, "free disk space"), (errno.EACCES, "permissions"), (errno.EROFS, "permissions")],
+    [
+        (errno.ENOSPC, "free disk space"),
+        (errno.EACCES, "permissions"),
+        (errno.EROFS, "permissions"),
+    ],
 )
 def test_storage_failures_name_the_file_and_leave_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, advice: str
@@ -120,12 +140,16 @@ def test_storage_failures_name_the_file_and_leave_nothing_behind(
         raise OSError(code, "injected")
 
     monkeypatch.setattr(pl.DataFrame, "write_parquet", failing_write)
-    with pytest.raises(ArtifactWriteError, match=rf"cannot write .*scores/p/table.parquet.*{advice}"):
+    with pytest.raises(
+        ArtifactWriteError, match=rf"cannot write .*scores/p/table.parquet.*{advice}"
+    ):
         store.write_table("scores", "p", pl.DataFrame({"x": [2]}))
     monkeypatch.undo()
     assert store.read_table("scores", "p")["x"].to_list() == [1]  # the previous version survives
     published = Path(store.location("scores", "p", "table.parquet"))
-    assert sorted(published.parent.iterdir()) == sorted([published, published.parent / "table.parquet.manifest.json"])
+    assert sorted(published.parent.iterdir()) == sorted(
+        [published, published.parent / "table.parquet.manifest.json"]
+    )
 
 
 def test_credentials_are_masked_in_uris_and_free_text() -> None:
@@ -141,7 +165,9 @@ def test_credentials_are_masked_in_uris_and_free_text() -> None:
 def test_mlflow_params_and_display_uri_carry_no_password(tmp_path: Path) -> None:
     from ragutil_dagster.tracking import MlflowTracking
 
-    tracking = MlflowTracking(home=str(tmp_path), tracking_uri="https://alice:hunter2@mlflow.internal")
+    tracking = MlflowTracking(
+        home=str(tmp_path), tracking_uri="https://alice:hunter2@mlflow.internal"
+    )
     assert "hunter2" not in tracking.display_uri and "hunter2" in tracking.uri
     assert "hunter2" not in tracking.run_url("1", "abc")
     local = MlflowTracking(home=str(tmp_path))
@@ -160,15 +186,25 @@ class _Error:
 
 def test_a_failed_step_names_the_user_error_under_dagsters_wrapping() -> None:
     inner = _Error("CorpusValidationError", "corpus.jsonl:3: field 'text': empty text\n")
-    wrapped = _Error("DagsterExecutionStepExecutionError", "Error occurred while executing op", inner)
+    wrapped = _Error(
+        "DagsterExecutionStepExecutionError", "Error occurred while executing op", inner
+    )
     err = StepFailedError("corpus[world]", "run-1", wrapped)
     assert err.user_error and err.cause_type == "CorpusValidationError"
-    assert str(err).startswith("corpus[world] failed: CorpusValidationError: corpus.jsonl:3: field 'text'")
-    bug = StepFailedError("metric_scores[x]", "run-2", _Error("Wrapper", "w", _Error("ZeroDivisionError", "division by zero")))
+    assert str(err).startswith(
+        "corpus[world] failed: CorpusValidationError: corpus.jsonl:3: field 'text'"
+    )
+    bug = StepFailedError(
+        "metric_scores[x]",
+        "run-2",
+        _Error("Wrapper", "w", _Error("ZeroDivisionError", "division by zero")),
+    )
     assert not bug.user_error and "ZeroDivisionError: division by zero" in str(bug)
 
 
-def test_ragutil_run_reports_a_bad_corpus_in_one_line(tiny_world, make_tiny_config, tmp_path, monkeypatch) -> None:
+def test_ragutil_run_reports_a_bad_corpus_in_one_line(
+    tiny_world, make_tiny_config, tmp_path, monkeypatch
+) -> None:
     import contextlib
     import io
     import shutil
@@ -192,6 +228,8 @@ def test_ragutil_run_reports_a_bad_corpus_in_one_line(tiny_world, make_tiny_conf
         status = main(["run", str(config), "--quiet"])
     message = err.getvalue()
     assert status == 2, message
-    assert message.startswith("ragutil run: error: queries+corpus[world] failed: CorpusValidationError: ")
+    assert message.startswith(
+        "ragutil run: error: queries+corpus[world] failed: CorpusValidationError: "
+    )
     assert "corpus.jsonl:2: invalid JSON" in message and message.count("\n") == 1
     assert not (tmp_path / "home" / "artifacts" / "corpus").exists()

@@ -28,12 +28,24 @@ while not Path(go).exists():
     time.sleep(0.01)
 if action == "fill":
     corpus_path, root, shard, shards, block_size = arguments
-    corpus, encoder, config = pl.read_parquet(corpus_path), HashEncoder(), DenseConfig(block_size=int(block_size))
+    corpus, encoder, config = (
+        pl.read_parquet(corpus_path),
+        HashEncoder(),
+        DenseConfig(block_size=int(block_size)),
+    )
     embeddings = ShardedEmbeddings.under(
-        root, "world__hash", corpus_fingerprint(corpus), corpus.height, encoder.identity, config, int(shards)
+        root,
+        "world__hash",
+        corpus_fingerprint(corpus),
+        corpus.height,
+        encoder.identity,
+        config,
+        int(shards),
     )
     shard_range = embeddings.rows_of(int(shard))
-    rows = embeddings.fill(int(shard), corpus.slice(shard_range.start, len(shard_range)), encoder, config)
+    rows = embeddings.fill(
+        int(shard), corpus.slice(shard_range.start, len(shard_range)), encoder, config
+    )
     print(json.dumps({"rows": [rows.start, rows.stop]}))
 else:
     (target,) = arguments

@@ -152,7 +152,9 @@ def test_embeddings_stream_to_a_memory_mapped_file(world, hash_encoder, tmp_path
 @pytest.mark.parametrize(
     "spec", [FaissIndexSpec(), FaissIndexSpec(kind="ivfpq", nlist=16, nprobe=16, pq_m=8)]
 )
-def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, gpus: str, tmp_path: Path) -> None:
+def test_gpu_index_matches_cpu(
+    random_index, spec: FaissIndexSpec, gpus: str, tmp_path: Path
+) -> None:
     """GPU 0 alone, or replicas / shards over every GPU (one GPU is enough to run them)."""
     if not gpu_available():
         pytest.skip("needs faiss with GPU support and a CUDA device")
@@ -167,7 +169,9 @@ def test_gpu_index_matches_cpu(random_index, spec: FaissIndexSpec, gpus: str, tm
     assert _overlap(gpu.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
     gpu.save(tmp_path / "gpu")
     # Saved from the GPUs, it loads on the CPU, or spread over them again.
-    reloaded = DenseRetriever.load(tmp_path / "gpu", None, device="cpu" if gpus == "one" else "cuda", gpus=gpus)
+    reloaded = DenseRetriever.load(
+        tmp_path / "gpu", None, device="cpu" if gpus == "one" else "cuda", gpus=gpus
+    )
     assert _overlap(reloaded.search_vectors(query_ids, queries, 10), exact) >= expected - 0.05
 
 
@@ -188,7 +192,9 @@ def test_a_corpus_record_checks_an_index_without_hashing_the_corpus(
     monkeypatch.setattr(io, "corpus_fingerprint", no_hashing)
     assert len(DenseRetriever.load(tmp_path / "dense", minilm, record)) == world.corpus.height
     with pytest.raises(IndexMismatchError, match="given corpus sha256:0+ "):
-        DenseRetriever.load(tmp_path / "dense", None, {**record, "fingerprint": "sha256:" + "0" * 64})
+        DenseRetriever.load(
+            tmp_path / "dense", None, {**record, "fingerprint": "sha256:" + "0" * 64}
+        )
     with pytest.raises(IndexMismatchError, match="given a corpus of 3"):
         DenseRetriever.load(tmp_path / "dense", None, {**record, "rows": 3})
 
@@ -201,7 +207,11 @@ def test_gpu_layouts_say_what_is_missing(random_index, world, hash_encoder) -> N
         )
     with pytest.raises(ValueError, match="FAISS has no GPU HNSW"):
         DenseRetriever.from_embeddings(
-            flat.ids, flat.embeddings, "random", "", DenseConfig(index=FaissIndexSpec(kind="hnsw"), gpus="replicas")
+            flat.ids,
+            flat.embeddings,
+            "random",
+            "",
+            DenseConfig(index=FaissIndexSpec(kind="hnsw"), gpus="replicas"),
         )
     if not gpu_available():
         with pytest.raises(RuntimeError, match="gpus='replicas' but faiss has no GPU support"):

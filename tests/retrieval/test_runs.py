@@ -142,9 +142,16 @@ def test_passage_runs_map_to_documents_by_best_passage() -> None:
 
 
 def test_mirage_retrieval_by_hand() -> None:
-    run = run_from_arrays(["q1", "q2"], [["a", "b", "c"], ["d", "e", "f"]], [[3, 2, 1], [3, 2, 1]], "bm25")
-    qrels = pl.DataFrame({"query_id": ["q1", "q1", "q2", "q3", "q4"], "doc_id": ["b", "z", "f", "x", "y"],
-                          "relevance": [1, 1, 1, 1, 0]})
+    run = run_from_arrays(
+        ["q1", "q2"], [["a", "b", "c"], ["d", "e", "f"]], [[3, 2, 1], [3, 2, 1]], "bm25"
+    )
+    qrels = pl.DataFrame(
+        {
+            "query_id": ["q1", "q1", "q2", "q3", "q4"],
+            "doc_id": ["b", "z", "f", "x", "y"],
+            "relevance": [1, 1, 1, 1, 0],
+        }
+    )
     # q1: b at rank 2 of positives {b, z}; q2: f at rank 3; q3 not retrieved (0); q4 no positive.
     row = mirage_retrieval(run, qrels, 3).row(0, named=True)
     inv = 1 / math.log2(3)
@@ -153,6 +160,8 @@ def test_mirage_retrieval_by_hand() -> None:
     assert row["recall"] == pytest.approx((1 / 2 + 1 + 0) / 3)
     assert row["f1"] == pytest.approx((0.4 + 0.5 + 0) / 3)  # mean of per-query F1 (Table 2)
     assert row["ndcg"] == pytest.approx((inv / (1 + inv) + 0.5 + 0) / 3)
-    assert row["ndcg_retrieved"] == pytest.approx((inv + 0.5 + 0) / 3)  # ideal from the list's labels
+    assert row["ndcg_retrieved"] == pytest.approx(
+        (inv + 0.5 + 0) / 3
+    )  # ideal from the list's labels
     no_positive = qrels.with_columns(pl.lit(0).alias("relevance"))
     assert mirage_retrieval(run, no_positive, 3).is_empty()

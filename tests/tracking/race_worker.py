@@ -21,9 +21,14 @@ while not Path(go).exists():
     time.sleep(0.01)
 tracking = MlflowTracking(home=home, tracking_uri=uri)
 model = logged_model_id(
-    tracking, tracking.experiment_id("ragutil/race"), ModelSpec("generator", "lm", "some/lm", None, "sha256:race")
+    tracking,
+    tracking.experiment_id("ragutil/race"),
+    ModelSpec("generator", "lm", "some/lm", None, "sha256:race"),
 )
-with tracking.run("ragutil/race", key, "race", "partition", {}) as run, tempfile.TemporaryDirectory() as staging:
+with (
+    tracking.run("ragutil/race", key, "race", "partition", {}) as run,
+    tempfile.TemporaryDirectory() as staging,
+):
     start = time.time()
     for part in range(3):  # slow enough that unordered writers would overlap
         path = Path(staging) / f"part{part}.txt"
@@ -31,5 +36,15 @@ with tracking.run("ragutil/race", key, "race", "partition", {}) as run, tempfile
         run.log_artifact(path, "scores")
         time.sleep(0.3)
     end = time.time()
-print(json.dumps({"pid": os.getpid(), "run_id": run.run_id, "reused": run.reused, "model_id": model,
-                  "start": start, "end": end}))
+print(
+    json.dumps(
+        {
+            "pid": os.getpid(),
+            "run_id": run.run_id,
+            "reused": run.reused,
+            "model_id": model,
+            "start": start,
+            "end": end,
+        }
+    )
+)

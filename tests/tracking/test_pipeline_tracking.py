@@ -14,12 +14,11 @@ import torch
 from mlflow import MlflowClient
 
 from ragutil_dagster.embedded.tiny import build_causal_lm
+from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
 from ragutil_dagster.models.device import default_nli_dtype
-from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX
-from ragutil_dagster.runner import materialize_all
-from ragutil_dagster.tracking.report import compare_runs
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.runner import materialize_all
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.entities import MODEL_IDENTITY_TAG
 from ragutil_dagster.tracking.keys import (
@@ -29,6 +28,7 @@ from ragutil_dagster.tracking.keys import (
     KIND_TAG,
     RUN_KEY_TAG,
 )
+from ragutil_dagster.tracking.report import compare_runs
 
 REQUIRED_PARAMS = {
     "dataset",
@@ -126,12 +126,16 @@ def check_partition_runs(client: MlflowClient, experiment) -> None:
         )
         assert run.data.params["generator"] == partition.split("|")[0]
         # the dtype the NLI ran in (the config says auto)
-        assert run.data.params["nli_dtype"] == str(default_nli_dtype(torch.device("cpu"))).removeprefix("torch.")
+        assert run.data.params["nli_dtype"] == str(
+            default_nli_dtype(torch.device("cpu"))
+        ).removeprefix("torch.")
         assert run.data.params["embedder"] == (
             "none" if "bm25" in partition else experiment.config.retriever("dense").model
         )
         assert REQUIRED_METRICS <= set(run.data.metrics), REQUIRED_METRICS - set(run.data.metrics)
-        summary = ArtifactStore(home=str(experiment.home)).read_json("metric_scores", partition, "summary")
+        summary = ArtifactStore(home=str(experiment.home)).read_json(
+            "metric_scores", partition, "summary"
+        )
         assert run.data.metrics["delta_seper_s"] == pytest.approx(summary["delta_seper_s"])
         low, mean, high = (
             run.data.metrics[m]
@@ -231,7 +235,9 @@ def check_entities(client: MlflowClient, run) -> None:
     )
     models = {client.get_logged_model(i.model_id) for i in run.inputs.model_inputs}
     roles = {m.model_type: m for m in models}
-    assert set(roles) == ({"generator", "nli", "embedder"} if "dense" in setting else {"generator", "nli"})
+    assert set(roles) == (
+        {"generator", "nli", "embedder"} if "dense" in setting else {"generator", "nli"}
+    )
     generator = roles["generator"]
     assert generator.tags[MODEL_IDENTITY_TAG] == run.data.params["generator_identity"]
     linked = {m.key for m in generator.metrics if m.run_id == run.info.run_id}
@@ -258,7 +264,8 @@ def check_idempotence(
     # New weights for lm1: exactly one new LoggedModel, shared by its two new runs.
     [new_model] = [m for m in logged_models(client) if m.model_id not in models_before]
     assert new_model.model_type == "generator" and all(
-        new_model.model_id in {i.model_id for i in client.get_run(run.info.run_id).inputs.model_inputs}
+        new_model.model_id
+        in {i.model_id for i in client.get_run(run.info.run_id).inputs.model_inputs}
         for run in added
     )
     assert sorted(run.data.tags[DAGSTER_PARTITION_TAG] for run in added) == experiment.partitions(
@@ -375,12 +382,16 @@ def check_comparison_from_another_machine(
     runs = outcome.comparisons["world"].tables["runs"]
     latest = {
         experiment.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("metric_scores"), asset_partitions=[p]), limit=1
-        ).records[0].asset_materialization.metadata["mlflow_run_id"].value
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("metric_scores"), asset_partitions=[p]),
+            limit=1,
+        )
+        .records[0]
+        .asset_materialization.metadata["mlflow_run_id"]
+        .value
         for p in experiment.partitions()
     }
     assert sorted(runs["mlflow_run_id"]) == sorted(latest)  # lm1's runs after its new weights
     logged = pl.read_csv(Path(client.download_artifacts(run.run_id, "tables")) / "paired_tests.csv")
-    assert outcome.comparisons["world"].tables["paired_tests"]["p_value"].to_list() == pytest.approx(
-        logged["p_value"].to_list()
-    )
+    assert outcome.comparisons["world"].tables["paired_tests"][
+        "p_value"
+    ].to_list() == pytest.approx(logged["p_value"].to_list())

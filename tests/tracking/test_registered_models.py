@@ -26,14 +26,18 @@ def registry(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGUTIL_HOME", str(home))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("models", artifact_location=(tmp_path / "artifacts").as_uri())
+    experiment = client.create_experiment(
+        "models", artifact_location=(tmp_path / "artifacts").as_uri()
+    )
     client.create_registered_model("reader")
 
     def register(model_dir) -> str:
         run = client.create_run(experiment)
         client.log_artifacts(run.info.run_id, str(model_dir), "model")
         client.set_terminated(run.info.run_id)
-        version = client.create_model_version("reader", f"{run.info.artifact_uri}/model", run.info.run_id)
+        version = client.create_model_version(
+            "reader", f"{run.info.artifact_uri}/model", run.info.run_id
+        )
         return version.version
 
     return client, register, tmp_path
@@ -57,7 +61,9 @@ def test_alias_resolves_downloads_once_and_moves_identity(registry) -> None:
     save_file(tensors, weights, metadata={"format": "pt"})
     client.set_registered_model_alias("reader", "champion", register(second_dir))
     moved = model_location("models:/reader@champion")
-    assert moved != path and resolve_model(moved).identity == resolve_model(str(second_dir)).identity
+    assert (
+        moved != path and resolve_model(moved).identity == resolve_model(str(second_dir)).identity
+    )
 
 
 def test_sensor_observes_a_moved_alias(registry, tiny_world) -> None:
@@ -65,8 +71,12 @@ def test_sensor_observes_a_moved_alias(registry, tiny_world) -> None:
     _, world, models = tiny_world
     client.set_registered_model_alias("reader", "champion", register(models.causal_lm))
     config = {
-        "name": "reg", "datasets": [{"name": "world", "format": "synthetic", "path": str(world), "max_queries": 4}],
-        "retrievers": [{"name": "bm25", "kind": "bm25"}], "k": [1],
+        "name": "reg",
+        "datasets": [
+            {"name": "world", "format": "synthetic", "path": str(world), "max_queries": 4}
+        ],
+        "retrievers": [{"name": "bm25", "kind": "bm25"}],
+        "k": [1],
         "generators": [{"name": "champion", "model": "models:/reader@champion"}],
         "nli": {"model": str(models.nli)},
     }
@@ -79,7 +89,10 @@ def test_sensor_observes_a_moved_alias(registry, tiny_world) -> None:
     (changed_dir / "generation_config.json").write_text('{"note": "retrained"}')
     client.set_registered_model_alias("reader", "champion", register(changed_dir))
     result = sensor(dg.build_sensor_context(cursor=baseline.cursor))
-    assert {r.partition_key for r in result.run_requests} == {"world|champion", "champion|world__bm25__k1"}
+    assert {r.partition_key for r in result.run_requests} == {
+        "world|champion",
+        "champion|world__bm25__k1",
+    }
 
 
 def test_unknown_registered_model_is_a_clear_error(registry) -> None:

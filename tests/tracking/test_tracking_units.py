@@ -69,11 +69,21 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
         PartitionRun(
             config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cx")
         ),
-        PartitionRun(config, setting, "lm0", ModelIdentities("sha256:aa", "sha256:bb", "sha256:cc", run_file="sha256:dd")),
+        PartitionRun(
+            config,
+            setting,
+            "lm0",
+            ModelIdentities("sha256:aa", "sha256:bb", "sha256:cc", run_file="sha256:dd"),
+        ),
         PartitionRun(config, Setting("world", "dense", 1), "lm0", identities),
         PartitionRun(config, setting, "lm1", identities),
         PartitionRun(config.model_copy(update={"seed": 1}), setting, "lm0", identities),
-        PartitionRun(config.model_copy(update={"erag": ERAGConfig(label="token_f1")}), setting, "lm0", identities),
+        PartitionRun(
+            config.model_copy(update={"erag": ERAGConfig(label="token_f1")}),
+            setting,
+            "lm0",
+            identities,
+        ),
         PartitionRun(config, setting, "lm0", identities, version="0.0.0-other"),
     ]
     assert len({run.key} | {other.key for other in changed}) == len(changed) + 1
@@ -88,13 +98,29 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert (
         params["n"] == "10" and params["max_new_tokens"] == "512" and params["temperature"] == "1.0"
     )
-    assert params["erag_label"] == "exact_match" and changed[-2].params()["erag_label"] == "token_f1"
-    assert (params["utility_candidates"], params["utility_methods"]) == ("20", "listwise_answer,ranking_answer")
-    no_methods = config.model_copy(update={"utility": config.utility.model_copy(update={"methods": ()})})
-    assert PartitionRun(no_methods, setting, "lm0", identities).params()["utility_methods"] == "none"
-    adaptive = config.model_copy(update={"sampling": config.sampling.model_copy(update={"adaptive": AdaptiveSamplingConfig()})})
+    assert (
+        params["erag_label"] == "exact_match" and changed[-2].params()["erag_label"] == "token_f1"
+    )
+    assert (params["utility_candidates"], params["utility_methods"]) == (
+        "20",
+        "listwise_answer,ranking_answer",
+    )
+    no_methods = config.model_copy(
+        update={"utility": config.utility.model_copy(update={"methods": ()})}
+    )
+    assert (
+        PartitionRun(no_methods, setting, "lm0", identities).params()["utility_methods"] == "none"
+    )
+    adaptive = config.model_copy(
+        update={
+            "sampling": config.sampling.model_copy(update={"adaptive": AdaptiveSamplingConfig()})
+        }
+    )
     assert params["adaptive"] == "none"
-    assert PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"] == "first_round=4,round_size=2,target_se=0.22,closed_book_target_se=0.11"
+    assert (
+        PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"]
+        == "first_round=4,round_size=2,target_se=0.22,closed_book_target_se=0.11"
+    )
 
 
 @pytest.fixture()
@@ -213,11 +239,17 @@ def test_comparison_tables_follow_the_papers_layouts_and_test_pairs() -> None:
     best = comparison.tables["best"]
     # Per generator, ΔSePer_S's best setting is the dense one with the highest mean; the MIRAGE
     # shares and eRAG MAP tie across settings, so they name none.
-    assert best["metric"].to_list() == ["ΔSePer_S", "ΔSePer_S"] and set(best["better"]) == {"higher"}
+    assert best["metric"].to_list() == ["ΔSePer_S", "ΔSePer_S"] and set(best["better"]) == {
+        "higher"
+    }
     for row in best.iter_rows(named=True):
         mine = [p for p in parts if p.generator == row["generator"]]
         top = max(mine, key=lambda p: p.summary["delta_seper_s"])
-        assert (row["retriever"], row["k"], row["value"]) == ("dense", top.setting.k, top.summary["delta_seper_s"])
+        assert (row["retriever"], row["k"], row["value"]) == (
+            "dense",
+            top.setting.k,
+            top.summary["delta_seper_s"],
+        )
         assert row["settings"] == 4 and row["paper"].startswith("SePer")
     intervals = comparison.tables["delta_seper_ci"]
     first = intervals.row(0, named=True)
@@ -258,23 +290,41 @@ def test_paired_tests_and_the_best_setting_follow_the_metrics_direction() -> Non
     low, high = [0.1, 0.2, 0.1, 0.2, 0.1, 0.2], [0.9, 1.0, 0.9, 1.0, 0.9, 1.0]
     parts = [
         PartitionScores(
-            Setting("world", name, 1), "g", {"semantic_entropy_rag": float(np.mean(v)), "mirage_noise_vulnerability": nv},
+            Setting("world", name, 1),
+            "g",
+            {"semantic_entropy_rag": float(np.mean(v)), "mirage_noise_vulnerability": nv},
             pl.DataFrame({"query_id": [f"q{i}" for i in range(len(v))], "semantic_entropy_rag": v}),
         )
         for name, v, nv in (("bm25", high, 0.3), ("dense", low, 0.1))
     ]
-    assert not any(catalog.metric(m).higher_is_better for m in ("semantic_entropy_rag", "mirage_noise_vulnerability"))
+    assert not any(
+        catalog.metric(m).higher_is_better
+        for m in ("semantic_entropy_rag", "mirage_noise_vulnerability")
+    )
     row = paired_retriever_tests(parts, column="semantic_entropy_rag").row(0, named=True)
     assert (row["retriever_a"], row["ci_low"] > 0, row["better"]) == ("bm25", True, "dense")
     best = best_settings(long_table(parts)).row(0, named=True)
-    assert (best["metric"], best["better"], best["retriever"], best["value"]) == ("MIRAGE NV", "lower", "dense", 0.1)
+    assert (best["metric"], best["better"], best["retriever"], best["value"]) == (
+        "MIRAGE NV",
+        "lower",
+        "dense",
+        0.1,
+    )
 
 
 def test_the_comparison_shows_each_generators_templates_from_its_runs() -> None:
-    base = {"prompt_closed_book": "file:prompts/cb.txt", "prompt_with_context": "inline",
-            "prompt_other_roles": "none", "prompt_template_hash": "abc"}
-    chat = {**base, "prompt_closed_book": "seper_closed_book", "prompt_with_context": "seper_with_context",
-            "prompt_template_hash": "def"}
+    base = {
+        "prompt_closed_book": "file:prompts/cb.txt",
+        "prompt_with_context": "inline",
+        "prompt_other_roles": "none",
+        "prompt_template_hash": "abc",
+    }
+    chat = {
+        **base,
+        "prompt_closed_book": "seper_closed_book",
+        "prompt_with_context": "seper_with_context",
+        "prompt_template_hash": "def",
+    }
     partitions = [
         replace(_partition("bm25", 1, "gemma", [0.1], {}), prompts=base),
         replace(_partition("dense", 1, "gemma", [0.2], {}), prompts=base),
