@@ -225,7 +225,7 @@ def sample_and_store(
             "tokens_generated": dg.MetadataValue.int(tokens),
             **draw_metadata,
             "samples_drawn": dg.MetadataValue.int(n_drawn),
-            "sample_fraction": dg.MetadataValue.float(drawn_share(rows, experiment.sampling.n)),
+            "sample_fraction": dg.MetadataValue.float(drawn_share(drawn, experiment.sampling.n)),
             **(
                 {"adaptive_sampling": dg.MetadataValue.text(ADAPTIVE_BIAS_NOTE)}
                 if experiment.sampling.adaptive

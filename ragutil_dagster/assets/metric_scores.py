@@ -27,7 +27,7 @@ from ragutil_dagster.evaluation.predictors import (
     retrieval_predictors_table,
     table_one,
 )
-from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE, drawn_share
+from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE, drawn_share, samples_drawn
 from ragutil_dagster.evaluation.summary import summarize
 from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
@@ -230,7 +230,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 **summarize(per_query, documents, setting.k, experiment.erag.label, utility, hits),
                 **store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
                 **(
-                    {"sample_fraction": drawn_share(samples, experiment.sampling.n)}
+                    {
+                        "sample_fraction": drawn_share(
+                            samples_drawn(samples, experiment.sampling.n), experiment.sampling.n
+                        )
+                    }
                     if experiment.sampling.adaptive
                     else {}
                 ),

@@ -173,9 +173,8 @@ ADAPTIVE_BIAS_NOTE = (
 """Said wherever adaptive numbers are shown (Dagster metadata, MLflow tags, the run table, the reports)."""
 
 
-def drawn_share(rows: pl.DataFrame, n_max: int) -> float:
-    """The samples of ``rows`` over N_max per prompt (query × condition × doc) they hold: 1.0 at fixed N."""
-    drawn = samples_drawn(rows, n_max)
+def drawn_share(drawn: pl.DataFrame, n_max: int) -> float:
+    """The samples of a :func:`samples_drawn` table over N_max per prompt it counts: 1.0 at fixed N."""
     return int(drawn["samples_drawn"].sum()) / max(int(drawn["prompts"].sum()) * n_max, 1)
 
 
