@@ -90,7 +90,7 @@ def one_variant(args: argparse.Namespace) -> None:
         enforce_eager=args.eager,
         show_progress=False,
     )
-    placement = vllm_backend.engine_placement(generator)
+    placement = vllm_backend.engine_placement()
     generator.sample(prompts[:1], SamplingParams(n=1, max_new_tokens=1, seed=0))  # engine up
     start_seconds = time.perf_counter() - started
     sampling_started = time.perf_counter()

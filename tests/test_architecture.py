@@ -131,10 +131,35 @@ def test_no_import_cycles() -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+BACKEND_MODULES = {f"ragutil_dagster.models.{name}_backend" for name in ("hf", "vllm", "openai")}
+
+
+def backend_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every asset module's import of a backend module: assets reach a backend only through the
+    registry (models/backends.py), so a new backend touches no asset."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module.startswith("ragutil_dagster.assets")
+        for target in targets & BACKEND_MODULES
+    )
+
+
+def test_no_asset_imports_a_backend() -> None:
+    assert all(
+        (PACKAGE / "models" / f"{m.rsplit('.', 1)[1]}.py").is_file() for m in BACKEND_MODULES
+    )
+    found = backend_imports(_graph())
+    assert not found, "\n".join(found)
+
+
 def test_the_checks_catch_what_they_look_for() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert _layer("ragutil_dagster.metrics.seper") < _layer("ragutil_dagster.models.generation")
+    assert backend_imports(
+        {"ragutil_dagster.assets.generations": {"ragutil_dagster.models.vllm_backend"}}
+    ) == ["ragutil_dagster.assets.generations imports ragutil_dagster.models.vllm_backend"]
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from ragutil_dagster.evaluation.sampling import (
 )
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.evaluation.world_scope import off_world_models, off_world_warning
-from ragutil_dagster.models.vllm_backend import engine_placement
+from ragutil_dagster.models.backends import runtime_metadata
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
@@ -254,7 +254,7 @@ def sample_and_store(
             ),
             **{
                 name: dg.MetadataValue.text(value)
-                for name, value in engine_placement(generator).items()
+                for name, value in runtime_metadata(generator).items()
             },
             "conditions": dg.MetadataValue.md(
                 markdown_table(rows.group_by("condition").len().sort("condition").to_dicts())

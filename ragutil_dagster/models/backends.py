@@ -52,13 +52,16 @@ class Backend:
     the configured model resolved on this machine (None only when ``needs_local_copy`` is False:
     a server can run a model this machine has no copy of); ``scorer(generator, placement)``: the
     token scorer on that generator's own weights and prompt formatting (``score``,
-    ``score_ids``, ``supports_attention``), never a second copy of the model."""
+    ``score_ids``, ``supports_attention``), never a second copy of the model;
+    ``runtime_metadata(generator)``: how this process runs it (e.g. a CPU engine's threads and
+    cores), as text metadata for the generations asset."""
 
     name: str
     config: type[GeneratorConfig]
     generator: Callable[[Any, ModelRef | None, Placement], Generator]
     scorer: Callable[[Any, Placement], Any]
     needs_local_copy: bool = True
+    runtime_metadata: Callable[[Any], dict[str, str]] = lambda _generator: {}
 
 
 def _hf_generator(
@@ -103,6 +106,12 @@ def _vllm_scorer(generator: Any, _placement: Placement) -> Any:
     return VLLMTokenScorer(generator)
 
 
+def _vllm_runtime_metadata(_generator: Any) -> dict[str, str]:
+    from ragutil_dagster.models.vllm_backend import engine_placement
+
+    return engine_placement()
+
+
 def _openai_generator(
     config: OpenAIGeneratorConfig, local_copy: ModelRef | None, placement: Placement
 ) -> Generator:
@@ -137,7 +146,13 @@ BACKENDS: dict[str, Backend] = {
     backend.name: backend
     for backend in (
         Backend("hf", HFGeneratorConfig, _hf_generator, _hf_scorer),
-        Backend("vllm", VLLMGeneratorConfig, _vllm_generator, _vllm_scorer),
+        Backend(
+            "vllm",
+            VLLMGeneratorConfig,
+            _vllm_generator,
+            _vllm_scorer,
+            runtime_metadata=_vllm_runtime_metadata,
+        ),
         Backend(
             "openai",
             OpenAIGeneratorConfig,
@@ -175,6 +190,13 @@ def local_copy(spec: GeneratorConfig, backend: Backend) -> ModelRef | None:
         if backend.needs_local_copy:
             raise
         return None
+
+
+def runtime_metadata(generator: Generator) -> dict[str, str]:
+    """How this process runs ``generator`` (:attr:`Backend.runtime_metadata` of its backend;
+    empty for a generator no backend built, e.g. the synthetic world's reader)."""
+    backend = BACKENDS.get(generator.settings.get("backend", ""))
+    return backend.runtime_metadata(generator) if backend else {}
 
 
 def build_generator(spec: GeneratorConfig, placement: Placement) -> Generator:

@@ -63,7 +63,7 @@ from ragutil_dagster.models.device import (
     vllm_cpu_placement,
     warn_if_bf16_emulated,
 )
-from ragutil_dagster.models.generation import Generator, Sample, row_seed
+from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
@@ -250,12 +250,10 @@ def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:
         raise ValueError(f"vLLM engine for {settings.model_path}: {err}") from None
 
 
-def engine_placement(generator: Generator) -> dict[str, str]:
-    """How the process's CPU engine was placed (:meth:`VLLMCPUPlacement.metadata`) when
-    ``generator`` samples on it; empty for other backends, on a GPU, or before an engine started."""
-    if generator.settings.get("backend") != VLLMGenerator.backend or _live_placement is None:
-        return {}
-    return _live_placement.metadata()
+def engine_placement() -> dict[str, str]:
+    """How the process's CPU engine was placed (:meth:`VLLMCPUPlacement.metadata`); empty on a
+    GPU or before an engine started."""
+    return _live_placement.metadata() if _live_placement is not None else {}
 
 
 def engine_dtype(dtype: str) -> str:

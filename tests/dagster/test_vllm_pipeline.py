@@ -18,6 +18,7 @@ from ragutil_dagster.cli import main
 from ragutil_dagster.config import parse_config
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.metrics.utility import VERBALIZED_METHODS
+from ragutil_dagster.models.device import PLACEMENT_ENTRIES
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.runner import materialize_all
 
@@ -87,6 +88,9 @@ def test_the_whole_graph_materialises_on_vllm(vllm_config, tmp_path) -> None:
     signals_event = instance.get_latest_materialization_event(dg.AssetKey("utility_signals"))
     metadata = signals_event.asset_materialization.metadata
     assert metadata["attention_utility"].value.startswith("unavailable: ")
+    # The backend registry tells the generations step how the CPU engine was placed.
+    generations = instance.get_latest_materialization_event(dg.AssetKey("generations"))
+    assert set(PLACEMENT_ENTRIES) <= set(generations.asset_materialization.metadata)
     summary = store.read_json("metric_scores", partition, "summary")
     assert not any(name.startswith("utility_attention") for name in summary)
     assert summary["queries"] == 3
