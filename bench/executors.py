@@ -30,9 +30,9 @@ def main() -> None:
     from ragutil_dagster.assets import build_assets
     from ragutil_dagster.config import parse_config
     from ragutil_dagster.definitions import build_definitions
-    from ragutil_dagster.embedded.tiny import build_tiny_models
     from ragutil_dagster.embedded.world import make_world, write_world
     from ragutil_dagster.runner import dagster_instance, materialize_all
+    from ragutil_dagster.testing.tiny import build_tiny_models
 
     root = Path(tempfile.mkdtemp(prefix="ragutil-bench-executors-"))
     world = write_world(make_world(0, "ci"), root / "world")

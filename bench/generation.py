@@ -40,16 +40,16 @@ from pathlib import Path
 
 import torch
 
-from ragutil_dagster.embedded.tiny import (
+from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
+from ragutil_dagster.models.hf_backend import HFGenerator
+from ragutil_dagster.sampling import SamplingParams
+from ragutil_dagster.testing.tiny import (
     build_causal_lm,
     build_nli_classifier,
     build_random_qwen,
     corpus_lines,
     train_bpe_tokenizer,
 )
-from ragutil_dagster.models.causal_lm import CausalLM, load_causal_lm
-from ragutil_dagster.models.hf_backend import HFGenerator
-from ragutil_dagster.sampling import SamplingParams
 
 RESULTS = Path(__file__).parent / "results" / "generation.json"
 

@@ -106,7 +106,6 @@ from ragutil_dagster.data.qa import QADataset, load_dataset
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import ensure_answer_nli
-from ragutil_dagster.embedded.tiny import build_random_qwen
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.groups import compute_nli, group_scores, soft_seper, table_entail
 from ragutil_dagster.evaluation.paper_scores import document_scores, query_scores
@@ -123,6 +122,7 @@ from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.retrieval.bm25 import BM25Config, BM25Retriever
 from ragutil_dagster.retrieval.dense import DenseConfig, DenseRetriever
 from ragutil_dagster.sampling import SamplingParams
+from ragutil_dagster.testing.tiny import build_random_qwen
 
 RESULTS = Path(__file__).resolve().parent / "results" / "seper_e2e.json"
 REAL_RESULTS = RESULTS.with_name("seper_e2e_real.json")

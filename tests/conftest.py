@@ -219,8 +219,8 @@ def make_tiny_config():
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory: pytest.TempPathFactory):
-    from ragutil_dagster.embedded.tiny import build_tiny_models
     from ragutil_dagster.embedded.world import make_world, write_world
+    from ragutil_dagster.testing.tiny import build_tiny_models
 
     root = tmp_path_factory.mktemp("tiny-experiment")
     world = write_world(make_world(0, "ci"), root / "world")

@@ -34,6 +34,7 @@ LAYERS: list[set[str]] = [
     {"skip_unchanged"},
     {"runner"},
     {"cli"},
+    {"testing"},
 ]
 
 

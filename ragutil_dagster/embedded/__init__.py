@@ -1,2 +1,2 @@
 """The embedded default: the synthetic knowledge world (ground-truth utility), the trainer of its
-reader LM and answer-equivalence NLI, and tiny local models for tests and offline smoke runs."""
+reader LM and answer-equivalence NLI."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ragutil_dagster.embedded.tiny import TinyModels, build_tiny_models
+from ragutil_dagster.testing.tiny import TinyModels, build_tiny_models
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from ragutil_dagster.embedded.tiny import TINY_NLI_LABELS
 from ragutil_dagster.models.entailment import Entailment, nli_label_order
+from ragutil_dagster.testing.tiny import TINY_NLI_LABELS
 
 PREMISES = ["the cat sat on the mat", "paris is in france", "the cat sat on the mat", "water boils"]
 HYPOTHESES = ["an animal sat", "paris is in germany", "an animal sat", "water is hot"]

@@ -172,7 +172,7 @@ def test_unreachable_hub_fails_fast_without_offline_flag(
 
 
 def test_tiny_models_are_deterministic(tiny_models, tmp_path: Path) -> None:
-    from ragutil_dagster.embedded.tiny import build_causal_lm, build_nli_classifier
+    from ragutil_dagster.testing.tiny import build_causal_lm, build_nli_classifier
 
     lm = build_causal_lm(tmp_path / "lm", seed=0)
     assert resolve_model(str(lm)).identity == resolve_model(str(tiny_models.causal_lm)).identity

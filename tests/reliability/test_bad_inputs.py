@@ -158,8 +158,8 @@ def parquet_run(folder: Path, **columns: list) -> object:
 
 def nli_without_tokenizer(folder: Path) -> object:
     """A real (tiny) NLI classifier whose tokenizer files were not copied along."""
-    from ragutil_dagster.embedded.tiny import build_nli_classifier
     from ragutil_dagster.models.entailment import Entailment
+    from ragutil_dagster.testing.tiny import build_nli_classifier
 
     model = build_nli_classifier(folder / "nli-model")
     for file in model.iterdir():

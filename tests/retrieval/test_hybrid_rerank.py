@@ -35,8 +35,8 @@ def test_hybrid_run_keeps_the_source_passage_on_top(bm25_run, dense_run, world) 
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory: pytest.TempPathFactory):
-    from ragutil_dagster.embedded.tiny import build_cross_encoder
     from ragutil_dagster.models.rerank import CrossEncoderReranker
+    from ragutil_dagster.testing.tiny import build_cross_encoder
 
     directory: Path = build_cross_encoder(tmp_path_factory.mktemp("models") / "cross-encoder")
     return CrossEncoderReranker(str(directory), device="cpu", show_progress=False)

@@ -22,8 +22,8 @@ from ragutil_dagster.assets import build_assets
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.config import ExperimentConfig, parse_config
 from ragutil_dagster.definitions import build_definitions
-from ragutil_dagster.embedded.tiny import build_causal_lm, build_tiny_models
 from ragutil_dagster.embedded.world import make_world, write_world
+from ragutil_dagster.testing.tiny import build_causal_lm, build_tiny_models
 
 
 @dataclass

@@ -13,12 +13,12 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.infra.objectstore import MANIFEST_SUFFIX
 from ragutil_dagster.metrics.stats import bootstrap_paired_diff_ci, paired_permutation_test
 from ragutil_dagster.models.device import default_nli_dtype
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.runner import materialize_all
+from ragutil_dagster.testing.tiny import build_causal_lm
 from ragutil_dagster.tracking import MlflowTracking
 from ragutil_dagster.tracking.entities import MODEL_IDENTITY_TAG
 from ragutil_dagster.tracking.keys import (

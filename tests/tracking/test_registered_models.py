@@ -13,10 +13,10 @@ from safetensors.torch import load_file, save_file
 from ragutil_dagster.assets import build_assets
 from ragutil_dagster.automation import build_model_sensor
 from ragutil_dagster.config import parse_config
-from ragutil_dagster.embedded.tiny import build_causal_lm
 from ragutil_dagster.errors import ModelUnavailableError
 from ragutil_dagster.models.identity import resolve_model
 from ragutil_dagster.models.resolver import model_location
+from ragutil_dagster.testing.tiny import build_causal_lm
 
 
 @pytest.fixture
