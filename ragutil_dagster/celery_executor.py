@@ -45,7 +45,6 @@ from dagster_celery.make_app import make_app
 from dagster_celery.tasks import create_task
 
 from ragutil_dagster.errors import BrokerUnavailableError, DistributedSetupError
-from ragutil_dagster.infra.compute_logs import WORKER_LOGS_VARIABLE
 from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -55,6 +54,7 @@ from ragutil_dagster.infra.databases import (
 from ragutil_dagster.infra.files import ragutil_home
 from ragutil_dagster.infra.objectstore import ARTIFACTS_URL_VARIABLE
 from ragutil_dagster.infra.redaction import redact_uri
+from ragutil_dagster.instance.compute_logs import WORKER_LOGS_VARIABLE
 
 BROKER_VARIABLE = "RAGUTIL_CELERY_BROKER"
 BACKEND_VARIABLE = "RAGUTIL_CELERY_BACKEND"

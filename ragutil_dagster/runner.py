@@ -67,13 +67,13 @@ storage:
 
 
 def sqlite_storage(directory: Path) -> str:
-    """The SQLite event log whose pool-slot claims hold a file lock (``infra/sqlite_event_log.py``:
+    """The SQLite event log whose pool-slot claims hold a file lock (``instance/event_log.py``:
     SQLite alone lets two processes claim the one ``gpu`` slot), where Dagster keeps it by default."""
     base_dir = json.dumps(str(directory / "history" / "runs"))
     return f"""\
 # SQLite storage, as Dagster's default, with pool-slot claims serialised across processes.
 event_log_storage:
-  module: ragutil_dagster.infra.sqlite_event_log
+  module: ragutil_dagster.instance.event_log
   class: SerializedSqliteEventLogStorage
   config:
     base_dir: {base_dir}
@@ -82,12 +82,12 @@ event_log_storage:
 
 def compute_logs(directory: Path) -> str:
     """Each step's stdout and stderr under ``directory/storage`` as Dagster's default keeps them, but
-    on a Celery worker under the worker's own home (``infra/compute_logs.py``)."""
+    on a Celery worker under the worker's own home (``instance/compute_logs.py``)."""
     base_dir = json.dumps(str(directory / "storage"))
     return f"""\
 # Step logs where the step ran: here, or under a Celery worker's own home.
 compute_logs:
-  module: ragutil_dagster.infra.compute_logs
+  module: ragutil_dagster.instance.compute_logs
   class: WorkerComputeLogManager
   config:
     base_dir: {base_dir}

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"retrieval"},
     {"evaluation"},
     {"resources"},
+    {"instance"},
     {"tracking"},
     {"assets"},
     {"automation"},

@@ -11,7 +11,7 @@ import pytest
 
 from ragutil_dagster.assets.common import GPU_POOL
 from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
-from ragutil_dagster.infra.sqlite_event_log import SerializedSqliteEventLogStorage
+from ragutil_dagster.instance.event_log import SerializedSqliteEventLogStorage
 from ragutil_dagster.runner import dagster_instance
 
 CLAIMANTS = 8
