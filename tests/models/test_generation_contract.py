@@ -62,15 +62,17 @@ LOGPROB_TOLERANCE = {
     "openai-gemma": VLLM_LOGPROB_TOLERANCE,
 }
 # Largest log-prob difference between two draws of the same samples (same seed, other
-# batch-mates): none in one process; a server batches concurrent requests as they arrive, and
-# batch shapes move float results in the last bits.
+# batch-mates). Other batch-mates pad a prompt to another length, and batch shapes move float32
+# results in the last bits; a server also batches concurrent requests as they arrive. Gemma's
+# log-softmax runs over 262,144 entries, which carries those bits further: CI once saw 1.17e-5
+# on the hf backend (a log-prob of -3.19, a relative 7e-6).
 REPEAT_TOLERANCE = {
     "hf": 1e-5,
     "hf-cuda": 1e-5,
     TOY.name: 1e-5,
     "vllm": 1e-5,
     "openai": 1e-4,
-    "hf-gemma": 1e-5,
+    "hf-gemma": 1e-4,
     "vllm-gemma": 1e-5,
     "openai-gemma": 1e-4,
 }
