@@ -100,10 +100,10 @@ def _vllm_generator(
     )
 
 
-def _vllm_scorer(generator: Any, _placement: Placement) -> Any:
+def _vllm_scorer(generator: Any, placement: Placement) -> Any:
     from ragutil_dagster.models.vllm_backend import VLLMTokenScorer
 
-    return VLLMTokenScorer(generator)
+    return VLLMTokenScorer(generator, show_progress=placement.show_progress)
 
 
 def _vllm_runtime_metadata(_generator: Any) -> dict[str, str]:
@@ -136,10 +136,10 @@ def _openai_generator(
     )
 
 
-def _openai_scorer(generator: Any, _placement: Placement) -> Any:
+def _openai_scorer(generator: Any, placement: Placement) -> Any:
     from ragutil_dagster.models.openai_backend import OpenAITokenScorer
 
-    return OpenAITokenScorer(generator)
+    return OpenAITokenScorer(generator, show_progress=placement.show_progress)
 
 
 BACKENDS: dict[str, Backend] = {

@@ -447,7 +447,7 @@ class OpenAITokenScorer(EngineTokenScorer):
 
     attention_unavailable = ATTENTION_UNAVAILABLE
 
-    def __init__(self, generator: OpenAIGenerator) -> None:
+    def __init__(self, generator: OpenAIGenerator, show_progress: bool = True) -> None:
         if generator.tokenizer is None:
             raise CapabilityMissingError(
                 "token scoring through a server needs the served model's `tokenizer` "
@@ -458,7 +458,7 @@ class OpenAITokenScorer(EngineTokenScorer):
                 "token scoring needs prompt log-probs, which "
                 f"{', '.join(generator.client.shown_urls)} do not return"
             )
-        super().__init__(generator)
+        super().__init__(generator, show_progress)
 
     def score_ids(
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]

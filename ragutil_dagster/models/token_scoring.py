@@ -300,9 +300,11 @@ class EngineTokenScorer(ABC):
     supports_attention = False
     attention_unavailable: str
 
-    def __init__(self, generator: Any) -> None:
+    def __init__(self, generator: Any, show_progress: bool = True) -> None:
+        # Its own setting, not the generator's: behind the generation cache the generator's
+        # per-call bar is off (the cache draws one), and scoring has no other bar.
         self.generator = generator
-        self.show_progress = generator.show_progress
+        self.show_progress = show_progress
 
     @property
     def identity(self) -> str:

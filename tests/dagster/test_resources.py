@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 import torch
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
+from ragutil_dagster.models.backends import BACKENDS, Placement
 from ragutil_dagster.resources import ArtifactStore, ModelLoader
 from ragutil_dagster.sampling import SamplingParams
 
@@ -22,6 +24,19 @@ def test_models_are_loaded_once_per_process(tiny_world) -> None:
     nli = NliConfig(model=str(models.nli))
     assert loader.entailment(nli) is loader.entailment(nli)
     assert loader.identity(str(models.nli)).startswith("sha256:")
+
+
+@pytest.mark.parametrize("backend", ["vllm", "openai"])
+def test_engine_scoring_shows_its_bar_behind_the_generation_cache(backend: str) -> None:
+    """Behind the cache the generator's own bar is off (the cache draws one); token scoring
+    (ConSens, likelihood utility) has no other bar, so it keeps the loader's setting."""
+    generator_behind_cache = SimpleNamespace(
+        show_progress=False, tokenizer="its tokenizer", probe_prompt_logprobs=lambda: True
+    )
+    placement = Placement(device=None, batch_rows=1, show_progress=True)
+    assert BACKENDS[backend].scorer(generator_behind_cache, placement).show_progress
+    quiet = Placement(device=None, batch_rows=1, show_progress=False)
+    assert not BACKENDS[backend].scorer(generator_behind_cache, quiet).show_progress
 
 
 def test_the_nli_runs_in_the_configured_dtype(tiny_world) -> None:
