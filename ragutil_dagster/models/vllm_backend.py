@@ -34,7 +34,12 @@ and sent as token ids.
 
 **Token scoring** (:class:`VLLMTokenScorer`: ConSens, likelihood utility) uses the engine's
 prompt log-probs (``SamplingParams(max_tokens=1, prompt_logprobs=0)`` over prompt +
-continuation), so no HF copy of the generator has to sit beside the engine. Attention utility
+continuation), so no HF copy of the generator has to sit beside the engine. With prefix caching
+on, each prompt is prefilled first and the scoring request reads its cached blocks, so the
+output layer runs at the continuation's positions (and the rest of the prompt's last block)
+rather than at every prompt position — Gemma's 262,144-row output layer made that most of the
+cost; a pair whose cache hit reaches into its continuation is scored again without the cache.
+Attention utility
 needs the model's attention weights, which vLLM does not expose: the scorer says so
 (``supports_attention`` / ``attention_unavailable``) and refuses, instead of returning zeros.
 """
@@ -474,8 +479,7 @@ class VLLMTokenScorer(EngineTokenScorer):
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
         """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
-        from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.inputs import TokensPrompt
+        from tqdm.auto import tqdm
 
         same_length(prompt_ids, continuation_ids, "continuation_ids")
         results = [np.zeros(0, dtype=np.float32) for _ in prompt_ids]
@@ -490,22 +494,95 @@ class VLLMTokenScorer(EngineTokenScorer):
             )
         if not todo:
             return results
-        sequences = [list(prompt_ids[i]) + list(continuation_ids[i]) for i in todo]
-        forced = VLLMSamplingParams(
-            max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
-        )
-        outputs = self.generator.engine.generate(
-            [TokensPrompt(prompt_token_ids=seq) for seq in sequences],
-            sampling_params=forced,
-            use_tqdm=self.show_progress and len(todo) > 1,
-        )
-        for i, seq, out in zip(todo, sequences, outputs, strict=True):
-            results[i] = _continuation_logprobs(out.prompt_logprobs, seq, len(prompt_ids[i]))
+        sequences = {i: list(prompt_ids[i]) + list(continuation_ids[i]) for i in todo}
+        with tqdm(
+            total=len(todo),
+            desc="scoring",
+            unit="pair",
+            disable=not self.show_progress or len(todo) < 2,
+        ) as bar:
+            for chunk in self._chunks(todo, sequences):
+                for i, out in zip(chunk, self._forced(chunk, prompt_ids, sequences), strict=True):
+                    results[i] = _continuation_logprobs(
+                        out.prompt_logprobs, sequences[i], len(prompt_ids[i])
+                    )
+                bar.update(len(chunk))
         return results
+
+    def _chunks(self, todo: list[int], sequences: dict[int, list[int]]) -> list[list[int]]:
+        """``todo`` in runs whose prompts and continuations fit half the KV cache together, so a
+        run's prefilled prompts are still cached when its scoring requests read them (one run
+        when the engine caches no prefixes)."""
+        capacity = _kv_cache_tokens(self.generator)
+        if capacity is None:
+            return [todo]
+        chunks: list[list[int]] = [[]]
+        used = 0
+        for i in todo:
+            if chunks[-1] and used + len(sequences[i]) > capacity // 2:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(i)
+            used += len(sequences[i])
+        return chunks
+
+    def _forced(
+        self, chunk: list[int], prompt_ids: Sequence[Sequence[int]], sequences: dict[int, list[int]]
+    ) -> list[Any]:
+        """vLLM's outputs of ``chunk``'s sequences with prompt log-probs at every position from
+        the continuation's first on."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        engine = self.generator.engine
+
+        def forced(indices: list[int], read_cache: bool) -> list[Any]:
+            params = VLLMSamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                prompt_logprobs=0,
+                detokenize=False,
+                skip_reading_prefix_cache=not read_cache,
+            )
+            requests = [TokensPrompt(prompt_token_ids=sequences[i]) for i in indices]
+            return engine.generate(requests, sampling_params=params, use_tqdm=False)
+
+        if _kv_cache_tokens(self.generator) is None:
+            return forced(chunk, read_cache=False)
+        # All but each prompt's last token: its last position is then never a cache hit, so the
+        # continuation's first log-prob is always computed.
+        prefixes = list(dict.fromkeys(tuple(prompt_ids[i][:-1]) for i in chunk))
+        engine.generate(
+            [TokensPrompt(prompt_token_ids=list(ids)) for ids in prefixes if ids],
+            sampling_params=VLLMSamplingParams(max_tokens=1, temperature=0.0, detokenize=False),
+            use_tqdm=False,
+        )
+        outputs = forced(chunk, read_cache=True)
+        # Positions read from the cache carry no log-probs: a hit that reaches the prompt's last
+        # position (an earlier request held the same prompt and continuation) is scored anew.
+        stale = [
+            k
+            for k, (i, out) in enumerate(zip(chunk, outputs, strict=True))
+            if out.num_cached_tokens is None or out.num_cached_tokens >= len(prompt_ids[i])
+        ]
+        if stale:
+            for k, out in zip(stale, forced([chunk[k] for k in stale], read_cache=False)):
+                outputs[k] = out
+        return outputs
 
     def passage_attention(self, *_args: object, **_kwargs: object) -> list[np.ndarray]:
         """Not available on vLLM (see ``attention_unavailable``): refuses rather than fake it."""
         raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
+
+
+def _kv_cache_tokens(generator: Any) -> int | None:
+    """Tokens the engine's KV cache holds when it caches prefixes, else None."""
+    if not generator.engine_settings.enable_prefix_caching:
+        return None
+    cache = generator.engine.llm_engine.vllm_config.cache_config
+    if not cache.num_gpu_blocks:
+        return None
+    return int(cache.num_gpu_blocks) * int(cache.block_size)
 
 
 def _continuation_logprobs(

@@ -221,6 +221,44 @@ def test_token_scorer_matches_the_teacher_forced_pass(
     np.testing.assert_array_equal(empty[1], np.asarray(ours[1].token_logprobs, dtype=np.float32))
 
 
+@pytest.mark.parametrize(
+    "engine",
+    ["vllm_engine", pytest.param("gemma_vllm_engine", marks=pytest.mark.gemma_vllm)],
+    ids=["smollm2", "gemma"],
+)
+@pytest.mark.slow
+def test_scoring_reads_prompts_from_the_prefix_cache(
+    engine: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scoring requests read their prefilled prompt's blocks (the output layer runs only from the
+    last cached block on); scored again, a pair whose whole earlier sequence is cached — its
+    continuation spans a block — is scored anew without the cache, to the same log-probs."""
+    vllm_engine: VLLMGenerator = request.getfixturevalue(engine)
+    scorer = _registry_scorer(vllm_engine)
+    llm = vllm_engine.engine
+    reads: list[tuple[bool, int]] = []
+    generate = llm.generate
+
+    def recording(requests, sampling_params, use_tqdm):
+        outputs = generate(requests, sampling_params=sampling_params, use_tqdm=use_tqdm)
+        if sampling_params.prompt_logprobs is not None:
+            reads.extend(
+                (sampling_params.skip_reading_prefix_cache, o.num_cached_tokens) for o in outputs
+            )
+        return outputs
+
+    monkeypatch.setattr(llm, "generate", recording)
+    prompts = _long_prompts(3)
+    answers = [f" {PARAGRAPH}"] * 3  # longer than one KV block (128 positions on CPU)
+    first = scorer.score(prompts, answers)
+    assert reads and all(not skip and cached > 0 for skip, cached in reads)
+    reads.clear()
+    again = scorer.score(prompts, answers)
+    assert (True, 0) in reads
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
+
+
 def test_attention_utility_is_refused_not_faked(vllm_engine: VLLMGenerator) -> None:
     scorer = _registry_scorer(vllm_engine)
     assert (
