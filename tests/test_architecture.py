@@ -155,10 +155,22 @@ def test_no_asset_imports_a_backend() -> None:
     assert not found, "\n".join(found)
 
 
+def test_config_modules_import_each_other_not_the_package() -> None:
+    """The cycle check passes over a module's import of its own package, so this keeps the
+    package ``config/__init__``, which re-exports every config module, out of their imports."""
+    through_package = sorted(
+        module
+        for module, targets in _graph().items()
+        if module.startswith("ragutil_dagster.config.") and "ragutil_dagster.config" in targets
+    )
+    assert not through_package, f"import from their sibling modules instead: {through_package}"
+
+
 def test_the_checks_catch_what_they_look_for() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert _layer("ragutil_dagster.metrics.seper") < _layer("ragutil_dagster.models.generation")
+    assert _layer("ragutil_dagster.config.base") == _layer("ragutil_dagster.config")
     assert backend_imports(
         {"ragutil_dagster.assets.generations": {"ragutil_dagster.models.vllm_backend"}}
     ) == ["ragutil_dagster.assets.generations imports ragutil_dagster.models.vllm_backend"]
