@@ -64,7 +64,7 @@ from scipy.special import softmax
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
 from ragutil_dagster.evaluation.groups import soft_seper, table_entail
-from ragutil_dagster.evaluation.sampling import continues, round_sizes
+from ragutil_dagster.evaluation.prompt_sampling import continues, round_sizes
 from ragutil_dagster.metrics.seper import seper_standard_error
 from ragutil_dagster.metrics.stats import bootstrap_mean_ci
 from ragutil_dagster.resources import ArtifactStore
@@ -411,7 +411,7 @@ def replay(
     tables: Tables, cis: dict, se_cis: dict, n_max: int, adaptive: AdaptiveSamplingConfig
 ) -> dict[str, float]:
     """The stop rule replayed on the fixed run's samples: each group's N_q is where
-    ``evaluation/sampling.continues`` would have stopped it on its first samples, each group on
+    ``evaluation/prompt_sampling.continues`` would have stopped it on its first samples, each group on
     its own. Where two groups hold one prompt (rag and per_doc at k = 1 on the realistic grid) they
     hold the same samples, stop alike and are counted twice, as the bench counts their rows; the
     share of samples drawn and of ΔSePer_S values inside the fixed-N CIs: the bootstrap ``cis``,

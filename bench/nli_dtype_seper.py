@@ -44,7 +44,7 @@ from ragutil_dagster.evaluation.paper_scores import query_scores
 from ragutil_dagster.resources import ArtifactStore
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.runner import dagster_instance
-from ragutil_dagster.tracking.partition import NLI_DTYPE, recorded_text
+from ragutil_dagster.tracking.partition_run import NLI_DTYPE, recorded_text
 
 ROOT = Path(__file__).resolve().parent.parent
 RESOLUTION = 0.0005

@@ -296,7 +296,7 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     from ragutil_dagster.config import PromptConfig, SamplingConfig
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-    from ragutil_dagster.evaluation.sampling import sample_prompts
+    from ragutil_dagster.evaluation.prompt_sampling import sample_prompts
     from ragutil_dagster.models.entailment import Entailment
     from ragutil_dagster.models.generation import HFGenerator
     from ragutil_dagster.models.resolver import resolve

@@ -109,7 +109,7 @@ from ragutil_dagster.embedded.setup import ensure_answer_nli
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
 from ragutil_dagster.evaluation.groups import compute_nli, group_scores, soft_seper, table_entail
 from ragutil_dagster.evaluation.paper_scores import document_scores, query_scores
-from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
+from ragutil_dagster.evaluation.prompt_sampling import sample_prompts_by_config
 from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases, shares_answer_content
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch

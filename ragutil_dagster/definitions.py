@@ -1,7 +1,7 @@
 """The Dagster ``Definitions`` of ragutil: the asset graph of one experiment config, its resources,
 sensors and schedules. ``dagster dev -w workspace.yaml`` serves :data:`defs`; the experiment is
 ``$RAGUTIL_CONFIG`` (default ``examples/demo.yaml``), the executor ``$RAGUTIL_EXECUTOR``
-(``infra/executors.py``; unset, Dagster's default: every step in a process of its own on this machine)."""
+(``infra/executor_names.py``; unset, Dagster's default: every step in a process of its own on this machine)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ragutil_dagster.infra.databases import (
     GENERATION_CACHE_URL_VARIABLE,
     MLFLOW_TRACKING_URI_VARIABLE,
 )
-from ragutil_dagster.infra.executors import (
+from ragutil_dagster.infra.executor_names import (
     CELERY_EXECUTOR,
     EXECUTOR_VARIABLE,
     EXECUTORS,

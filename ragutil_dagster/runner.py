@@ -38,7 +38,7 @@ from ragutil_dagster.infra.databases import (
     check_reachable,
     dagster_postgres_url,
 )
-from ragutil_dagster.infra.executors import CELERY_EXECUTOR
+from ragutil_dagster.infra.executor_names import CELERY_EXECUTOR
 from ragutil_dagster.infra.files import ragutil_home, write_text_atomic
 from ragutil_dagster.infra.processes import process_alive
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -224,7 +224,7 @@ def step_job(
     assets: list[str],
 ) -> dg.JobDefinition:
     """The job materialising ``assets`` (one step of :func:`plan`) on Dagster's multiprocess
-    executor, or the executor named (``infra/executors.py``). Module-level and built from JSON
+    executor, or the executor named (``infra/executor_names.py``). Module-level and built from JSON
     arguments, so the executor's child processes — or Celery workers — rebuild it
     (``build_reconstructable_job``)."""
     from ragutil_dagster.definitions import build_definitions, executor

@@ -11,10 +11,10 @@ import polars as pl
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.evaluation.groups import cluster_table, compute_nli
-from ragutil_dagster.evaluation.sampling import sampling_mismatch
+from ragutil_dagster.evaluation.prompt_sampling import sampling_mismatch
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tracking.partition import NLI_DTYPE
+from ragutil_dagster.tracking.partition_run import NLI_DTYPE
 
 
 def all_generations(store: ArtifactStore, parts: Partitions, partition: str) -> pl.DataFrame:

@@ -43,7 +43,7 @@ from ragutil_dagster.evaluation.conditions import (
     queries_without_passages,
     validity_prompts,
 )
-from ragutil_dagster.evaluation.sampling import (
+from ragutil_dagster.evaluation.prompt_sampling import (
     ADAPTIVE_BIAS_NOTE,
     drawn_share,
     generation_issues,
@@ -68,7 +68,7 @@ from ragutil_dagster.tables import (
     VALIDITY_PASSAGES,
     markdown_table,
 )
-from ragutil_dagster.tracking.partition import GENERATOR_DTYPE
+from ragutil_dagster.tracking.partition_run import GENERATOR_DTYPE
 
 SAMPLE_COUNT_CHECK = "sample_counts_follow_schedule"
 """The generation assets' check that every prompt drew the samples the sampling schedule allows."""
@@ -293,7 +293,7 @@ def sample_count_check(
     """The check :data:`SAMPLE_COUNT_CHECK`: every group of ``prompts`` drew a count of samples the
     schedule allows (N, or with ``sampling.adaptive`` the end of one of its rounds) and one greedy
     answer per prompt with greedy labels, and ``rows`` hold no other group
-    (:func:`~ragutil_dagster.evaluation.sampling.off_schedule_groups`)."""
+    (:func:`~ragutil_dagster.evaluation.prompt_sampling.off_schedule_groups`)."""
     off_schedule = off_schedule_groups(prompts, rows, sampling)
     shown = {
         "off_schedule_groups": dg.MetadataValue.md(markdown_table(off_schedule.head(20).to_dicts()))

@@ -27,7 +27,11 @@ from ragutil_dagster.evaluation.predictors import (
     retrieval_predictors_table,
     table_one,
 )
-from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE, drawn_share, samples_drawn
+from ragutil_dagster.evaluation.prompt_sampling import (
+    ADAPTIVE_BIAS_NOTE,
+    drawn_share,
+    samples_drawn,
+)
 from ragutil_dagster.evaluation.summary import summarize
 from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
@@ -46,7 +50,7 @@ from ragutil_dagster.tables import (
 )
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
-from ragutil_dagster.tracking.partition import (
+from ragutil_dagster.tracking.partition_run import (
     CORRELATIONS_ARTIFACT,
     DOCUMENTS_ARTIFACT,
     PER_QUERY_ARTIFACT,

@@ -48,7 +48,7 @@ from ragutil_dagster.tables import (
     VALIDITY_PASSAGES,
     markdown_table,
 )
-from ragutil_dagster.tracking.partition import QUERY_WRITER_IDENTITY, RUN_FILE_VERSION
+from ragutil_dagster.tracking.partition_run import QUERY_WRITER_IDENTITY, RUN_FILE_VERSION
 
 
 def write_setting_queries(

@@ -13,7 +13,7 @@ import polars as pl
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP, side_table_metadata, table_metadata
 from ragutil_dagster.assets.generations import prompt_budget
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.evaluation.sampling import decode_prompts
+from ragutil_dagster.evaluation.prompt_sampling import decode_prompts
 from ragutil_dagster.evaluation.transfer import (
     gold_sets,
     overlap_table,
@@ -25,7 +25,11 @@ from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import DECODING_GREEDY, markdown_table, validate_scores
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
-from ragutil_dagster.tracking.partition import OVERLAP_ARTIFACT, TRANSFER_ARTIFACT, log_step_tables
+from ragutil_dagster.tracking.partition_run import (
+    OVERLAP_ARTIFACT,
+    TRANSFER_ARTIFACT,
+    log_step_tables,
+)
 
 ASSET = "utility_transfer"
 OVERLAP = "overlap"

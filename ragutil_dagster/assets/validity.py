@@ -37,7 +37,7 @@ from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table, validate_scores
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
-from ragutil_dagster.tracking.partition import log_validity
+from ragutil_dagster.tracking.partition_run import log_validity
 
 ASSET = "validity"
 PASSAGES = "passages"

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from ragutil_dagster.config import ExperimentConfig, load_config
 from ragutil_dagster.embedded.setup import ensure_embedded_models
 from ragutil_dagster.infra.engine_output import ENGINE_OUTPUT_ENV
-from ragutil_dagster.infra.executors import CELERY_EXECUTOR
+from ragutil_dagster.infra.executor_names import CELERY_EXECUTOR
 from ragutil_dagster.metrics import catalog
 
 SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())

@@ -37,7 +37,7 @@ from ragutil_dagster.evaluation.paper_scores import (
     document_scores,
     query_scores,
 )
-from ragutil_dagster.evaluation.sampling import sample_prompts_by_config
+from ragutil_dagster.evaluation.prompt_sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.tables import QRELS_SCHEMA, QUERY_CONDITIONS

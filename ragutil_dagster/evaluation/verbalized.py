@@ -41,7 +41,7 @@ from ragutil_dagster.evaluation.conditions import (
     utility_judge_condition,
     utility_rag_condition,
 )
-from ragutil_dagster.evaluation.sampling import decode_prompts
+from ragutil_dagster.evaluation.prompt_sampling import decode_prompts
 from ragutil_dagster.evaluation.signals import passage_utility
 from ragutil_dagster.metrics.utility import (
     SELECTION_METHODS,

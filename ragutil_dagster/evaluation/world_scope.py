@@ -23,7 +23,7 @@ from ragutil_dagster.config import DatasetConfig, ExperimentConfig
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import WORLD_ONLY_MODEL_NAMES, is_embedded_world
-from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
+from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.metrics import catalog
 
 

@@ -234,7 +234,7 @@ CATALOG: tuple[Metric, ...] = (
         "ΔSePer_H/100tok",
         f"{_SEPER} eq. 11, hard kernel, per 100 context tokens (§5.4, RQ3)",
     ),
-    # Only with sampling.adaptive (evaluation/sampling.py): the estimator's cost beside its numbers.
+    # Only with sampling.adaptive (evaluation/prompt_sampling.py): the estimator's cost beside its numbers.
     Metric(
         "sample_fraction",
         "samples drawn",

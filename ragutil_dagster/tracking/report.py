@@ -38,7 +38,7 @@ from ragutil_dagster.tracking.keys import (
     partition_config_fingerprint,
     partition_run_name,
 )
-from ragutil_dagster.tracking.partition import (
+from ragutil_dagster.tracking.partition_run import (
     CORRELATIONS_ARTIFACT,
     OVERLAP_ARTIFACT,
     PER_QUERY_ARTIFACT,

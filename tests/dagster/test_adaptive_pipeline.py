@@ -12,8 +12,8 @@ import pytest
 from ragutil_dagster.assets.generations import SAMPLE_COUNT_CHECK
 from ragutil_dagster.config import AdaptiveSamplingConfig
 from ragutil_dagster.evaluation.groups import seper_standard_errors, table_entail
-from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
-from ragutil_dagster.tracking.partition import upstream_figures
+from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
+from ragutil_dagster.tracking.partition_run import upstream_figures
 
 N_MAX, FIRST, SIZE = 6, 2, 2
 ADAPTIVE = AdaptiveSamplingConfig(first_round=FIRST, round_size=SIZE, target_se=0.2)

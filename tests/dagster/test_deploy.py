@@ -18,7 +18,7 @@ from ragutil_dagster.assets.common import GPU_POOL
 from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.errors import ConfigError
 from ragutil_dagster.infra.databases import DAGSTER_HOME_VARIABLE, DAGSTER_POSTGRES_URL_VARIABLE
-from ragutil_dagster.infra.executors import EXECUTOR_VARIABLE
+from ragutil_dagster.infra.executor_names import EXECUTOR_VARIABLE
 from ragutil_dagster.resources.storage import SCRATCH_DIR_VARIABLE
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -28,7 +28,7 @@ from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.runs import evaluate_run, write_trec
 from ragutil_dagster.runner import materialize_all, plan
 from ragutil_dagster.tables import QRELS, QUERY_CONDITION_COLUMNS
-from ragutil_dagster.tracking.partition import partition_identities
+from ragutil_dagster.tracking.partition_run import partition_identities
 
 K = 2
 CANDIDATES = 4

@@ -94,8 +94,8 @@ def test_score_follows_adaptive_sampling(
     """``sampling.adaptive`` means in ``ragutil score`` what it means in the graph: every prompt
     stops after its first round when each group's standard error is under the target, and draws
     N_max when it never is (the standard errors are fixed here, so the counts are known)."""
+    from ragutil_dagster.evaluation import prompt_sampling as sampling_module
     from ragutil_dagster.evaluation import records as records_module
-    from ragutil_dagster.evaluation import sampling as sampling_module
 
     _, world, models = tiny_world
     monkeypatch.setenv("RAGUTIL_HOME", str(tmp_path / "home"))

@@ -1,4 +1,4 @@
-"""Adaptive sampling's stop rule and rounds (``evaluation/sampling.py``), with a generator that
+"""Adaptive sampling's stop rule and rounds (``evaluation/prompt_sampling.py``), with a generator that
 records its calls and a standard error chosen per prompt: no model runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from ragutil_dagster.assets.generations import sample_count_check
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
-from ragutil_dagster.evaluation.sampling import (
+from ragutil_dagster.evaluation.prompt_sampling import (
     continues,
     off_schedule_groups,
     round_sizes,

@@ -8,7 +8,7 @@ import pytest
 
 from ragutil_dagster.config import SamplingConfig
 from ragutil_dagster.evaluation.groups import judged_answers
-from ragutil_dagster.evaluation.sampling import (
+from ragutil_dagster.evaluation.prompt_sampling import (
     off_schedule_groups,
     sample_prompts,
     sampling_mismatch,

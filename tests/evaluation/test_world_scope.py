@@ -146,7 +146,7 @@ def test_the_readers_negative_delta_seper_with_several_passages_is_explained_onc
 def test_adaptive_sampling_is_noted_with_the_share_it_drew() -> None:
     import polars as pl
 
-    from ragutil_dagster.evaluation.sampling import ADAPTIVE_BIAS_NOTE
+    from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
     from ragutil_dagster.evaluation.world_scope import known_causes
 
     spec = {

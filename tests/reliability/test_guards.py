@@ -20,7 +20,7 @@ from ragutil_dagster.evaluation.conditions import (
     context_prompts,
     fit_context_prompt,
 )
-from ragutil_dagster.evaluation.sampling import generation_issues
+from ragutil_dagster.evaluation.prompt_sampling import generation_issues
 from ragutil_dagster.evaluation.signals import passage_spans
 from ragutil_dagster.infra.redaction import redact, redact_uri
 from ragutil_dagster.models.hf_backend import HFGenerator

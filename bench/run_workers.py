@@ -5,7 +5,7 @@ tiny experiment (CI-sized synthetic world, 6 queries, tiny untrained models, BM2
 ``tests/dagster/test_pipeline.py`` runs it. Each configuration gets a fresh ``RAGUTIL_HOME`` and Dagster
 instance (SQLite), so nothing is cached between them.
 
-    python bench/executors.py [--workers 1 2]
+    python bench/run_workers.py [--workers 1 2]
 
 Prints a table (wall seconds of materialize_all and the headline ΔSePer of each setting, which
 must agree across configurations).
