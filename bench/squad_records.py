@@ -21,6 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -94,40 +98,36 @@ def reading(pairs: list[tuple[dict, dict]]) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scored", type=Path, help="ragutil score output (JSONL)")
-    parser.add_argument("records", type=Path, help="the records it scored (JSONL)")
-    parser.add_argument(
-        "--label", default="", help="what was scored (the generator and its prompts), for the JSON"
-    )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument(
-        "--split",
-        choices=("all", "dev", "test"),
-        default="all",
-        help="the records of one half of the articles (dev: tuning; test: reporting)",
-    )
-    args = parser.parse_args()
-    pairs = [
-        (row, record)
-        for row, record in paired_rows(args.scored, args.records)
-        if args.split == "all" or split_of(record) == args.split
-    ]
+def figures(pairs: list[tuple[dict, dict]]) -> dict:
+    """Every figure of one set of records (see the module docstring)."""
     gold, unrelated = context_scores(pairs)
     labels = np.r_[np.ones(gold.size), np.zeros(unrelated.size)]
-    auc = roc_auc_score(labels, np.r_[gold, unrelated])
     seper_closed, lexical_closed = closed_book(pairs)
+    return {
+        "n": int(gold.size),
+        "delta_seper_s_gold": float(gold.mean()),
+        "delta_seper_s_unrelated": float(unrelated.mean()),
+        "difference": float(gold.mean() - unrelated.mean()),
+        "auc": float(roc_auc_score(labels, np.r_[gold, unrelated])),
+        "seper_s_closed": seper_closed,
+        "lexical_accuracy_closed": lexical_closed,
+        "has_answer": reading(pairs),
+    }
+
+
+def print_tables(split: str, f: dict) -> None:
+    read = f["has_answer"]
+    print(f"\n{split}:\n")
     print(
         "| records | mean ΔSePer_S, gold paragraph | mean ΔSePer_S, unrelated paragraph | difference "
         "| ROC AUC gold vs unrelated | SePer_S closed book | lexical accuracy closed book |"
     )
     print("|---|---|---|---|---|---|---|")
     print(
-        f"| {gold.size} | {gold.mean():.3f} | {unrelated.mean():.3f} | {gold.mean() - unrelated.mean():.3f} "
-        f"| {auc:.3f} | {seper_closed:.3f} | {lexical_closed:.3f} |"
+        f"| {f['n']} | {f['delta_seper_s_gold']:.3f} | {f['delta_seper_s_unrelated']:.3f} "
+        f"| {f['difference']:.3f} | {f['auc']:.3f} | {f['seper_s_closed']:.3f} "
+        f"| {f['lexical_accuracy_closed']:.3f} |"
     )
-    read = reading(pairs)
     print()
     print(
         "| has_answer closed book | gold paragraph alone | unrelated paragraph alone | gold + unrelated (rag) "
@@ -138,21 +138,44 @@ def main() -> None:
         f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} "
         f"| {read['f1_both']:.3f} | {read['em_both']:.3f} | {read['answer_words_both']:.1f} |"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scored", type=Path, help="ragutil score output (JSONL)")
+    parser.add_argument("records", type=Path, help="the records it scored (JSONL)")
+    parser.add_argument(
+        "--label", default="", help="what was scored (the generator and its prompts), for the JSON"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--split",
+        choices=("all", "dev", "test", "each"),
+        default="each",
+        help="the records of one half of the articles (dev: tuning; test: reporting), all of "
+        "them, or each of the three (the default)",
+    )
+    args = parser.parse_args()
+    rows = paired_rows(args.scored, args.records)
+    splits = ("test", "dev", "all") if args.split == "each" else (args.split,)
+    by_split = {
+        split: figures(
+            [(row, record) for row, record in rows if split == "all" or split_of(record) == split]
+        )
+        for split in splits
+    }
+    for split, f in by_split.items():
+        print_tables(split, f)
     if args.json:
-        figures = {
+        written = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "command": " ".join(["python", "bench/squad_records.py", *sys.argv[1:]]),
             "label": args.label,
             "scored": str(args.scored),
-            "split": args.split,
-            "n": int(gold.size),
-            "delta_seper_s_gold": float(gold.mean()),
-            "delta_seper_s_unrelated": float(unrelated.mean()),
-            "difference": float(gold.mean() - unrelated.mean()),
-            "auc": float(auc),
-            "seper_s_closed": seper_closed,
-            "lexical_accuracy_closed": lexical_closed,
-            "has_answer": read,
+            "splits": by_split,
         }
-        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(written, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
