@@ -61,7 +61,7 @@ from ragutil_dagster.models.openai_client import (
     map_concurrently,
 )
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.token_scoring import EngineTokenScorer, same_length
+from ragutil_dagster.models.token_scoring import EngineTokenScorer, scorable_pairs
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -464,13 +464,8 @@ class OpenAITokenScorer(EngineTokenScorer):
         self, prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
     ) -> list[np.ndarray]:
         """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
-        same_length(prompt_ids, continuation_ids, "continuation_ids")
+        scorable_pairs(prompt_ids, continuation_ids)
         pairs = list(zip(prompt_ids, continuation_ids, strict=True))
-        for i, (prompt, continuation) in enumerate(pairs):
-            if continuation and not prompt:
-                raise ValueError(
-                    f"prompt {i} has no tokens: the first continuation token needs context"
-                )
         with tqdm(
             total=len(pairs),
             desc="scoring",

@@ -99,14 +99,8 @@ class TokenScorer:
     ) -> list[np.ndarray]:
         """Teacher-forced log-probs (float32 arrays) of token-id continuations after token-id
         prompts."""
-        same_length(prompt_ids, continuation_ids, "continuation_ids")
         results: list[np.ndarray] = [np.zeros(0, dtype=np.float32)] * len(prompt_ids)
-        todo = [i for i in range(len(prompt_ids)) if len(continuation_ids[i])]
-        for i in todo:
-            if not prompt_ids[i]:
-                raise ValueError(
-                    f"prompt {i} has no tokens: the first continuation token needs context"
-                )
+        todo = scorable_pairs(prompt_ids, continuation_ids)
         todo.sort(key=lambda i: len(prompt_ids[i]) + len(continuation_ids[i]))
         batches = [todo[k : k + self.batch_size] for k in range(0, len(todo), self.batch_size)]
         for batch in tqdm(
@@ -361,3 +355,18 @@ def score_text_pairs(
 def same_length(first: Sequence[object], second: Sequence[object], name: str) -> None:
     if len(first) != len(second):
         raise ValueError(f"{len(first)} prompts but {len(second)} {name}: give one per prompt")
+
+
+def scorable_pairs(
+    prompt_ids: Sequence[Sequence[int]], continuation_ids: Sequence[Sequence[int]]
+) -> list[int]:
+    """The indices of the pairs with a continuation to score, after checking that there is one
+    continuation per prompt and that each scored continuation has a prompt to follow."""
+    same_length(prompt_ids, continuation_ids, "continuation_ids")
+    todo = [i for i, continuation in enumerate(continuation_ids) if len(continuation)]
+    for i in todo:
+        if not len(prompt_ids[i]):
+            raise ValueError(
+                f"prompt {i} has no tokens: the first continuation token needs context"
+            )
+    return todo

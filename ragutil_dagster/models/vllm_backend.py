@@ -72,7 +72,7 @@ from ragutil_dagster.models.generation import Sample, row_seed
 from ragutil_dagster.models.identity import ModelRef
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.models.resolver import resolve
-from ragutil_dagster.models.token_scoring import EngineTokenScorer, same_length
+from ragutil_dagster.models.token_scoring import EngineTokenScorer, scorable_pairs
 from ragutil_dagster.sampling import SamplingParams
 
 __all__ = [
@@ -481,56 +481,41 @@ class VLLMTokenScorer(EngineTokenScorer):
         """Log-probs (float32 arrays) of token-id continuations after token-id prompts."""
         from tqdm.auto import tqdm
 
-        same_length(prompt_ids, continuation_ids, "continuation_ids")
         results = [np.zeros(0, dtype=np.float32) for _ in prompt_ids]
-        todo = [i for i, cont in enumerate(continuation_ids) if len(cont)]
+        todo = scorable_pairs(prompt_ids, continuation_ids)
         for i in todo:
-            if not prompt_ids[i]:
-                raise ValueError(
-                    f"prompt {i} has no tokens: the first continuation token needs context"
-                )
             self.generator._check_fits(
                 len(prompt_ids[i]) + len(continuation_ids[i]), f"pair {i} (prompt + continuation)"
             )
         if not todo:
             return results
         sequences = {i: list(prompt_ids[i]) + list(continuation_ids[i]) for i in todo}
+        cache_tokens = _kv_cache_tokens(self.generator)
         with tqdm(
             total=len(todo),
             desc="scoring",
             unit="pair",
             disable=not self.show_progress or len(todo) < 2,
         ) as bar:
-            for chunk in self._chunks(todo, sequences):
-                for i, out in zip(chunk, self._forced(chunk, prompt_ids, sequences), strict=True):
+            for chunk in _chunks(todo, sequences, cache_tokens):
+                outputs = self._forced(chunk, prompt_ids, sequences, cache_tokens is not None)
+                for i, out in zip(chunk, outputs, strict=True):
                     results[i] = _continuation_logprobs(
                         out.prompt_logprobs, sequences[i], len(prompt_ids[i])
                     )
                 bar.update(len(chunk))
         return results
 
-    def _chunks(self, todo: list[int], sequences: dict[int, list[int]]) -> list[list[int]]:
-        """``todo`` in runs whose prompts and continuations fit half the KV cache together, so a
-        run's prefilled prompts are still cached when its scoring requests read them (one run
-        when the engine caches no prefixes)."""
-        capacity = _kv_cache_tokens(self.generator)
-        if capacity is None:
-            return [todo]
-        chunks: list[list[int]] = [[]]
-        used = 0
-        for i in todo:
-            if chunks[-1] and used + len(sequences[i]) > capacity // 2:
-                chunks.append([])
-                used = 0
-            chunks[-1].append(i)
-            used += len(sequences[i])
-        return chunks
-
     def _forced(
-        self, chunk: list[int], prompt_ids: Sequence[Sequence[int]], sequences: dict[int, list[int]]
+        self,
+        chunk: list[int],
+        prompt_ids: Sequence[Sequence[int]],
+        sequences: dict[int, list[int]],
+        prefix_cached: bool,
     ) -> list[Any]:
         """vLLM's outputs of ``chunk``'s sequences with prompt log-probs at every position from
-        the continuation's first on."""
+        the continuation's first on (their prompts prefilled first when the engine caches
+        prefixes)."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -547,7 +532,7 @@ class VLLMTokenScorer(EngineTokenScorer):
             requests = [TokensPrompt(prompt_token_ids=sequences[i]) for i in indices]
             return engine.generate(requests, sampling_params=params, use_tqdm=False)
 
-        if _kv_cache_tokens(self.generator) is None:
+        if not prefix_cached:
             return forced(chunk, read_cache=False)
         # All but each prompt's last token: its last position is then never a cache hit, so the
         # continuation's first log-prob is always computed.
@@ -573,6 +558,25 @@ class VLLMTokenScorer(EngineTokenScorer):
     def passage_attention(self, *_args: object, **_kwargs: object) -> list[np.ndarray]:
         """Not available on vLLM (see ``attention_unavailable``): refuses rather than fake it."""
         raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
+
+
+def _chunks(
+    todo: list[int], sequences: dict[int, list[int]], cache_tokens: int | None
+) -> list[list[int]]:
+    """``todo`` in runs whose prompts and continuations fit half the KV cache together, so a
+    run's prefilled prompts are still cached when its scoring requests read them (one run when
+    the engine caches no prefixes)."""
+    if cache_tokens is None:
+        return [todo]
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i in todo:
+        if chunks[-1] and used + len(sequences[i]) > cache_tokens // 2:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += len(sequences[i])
+    return chunks
 
 
 def _kv_cache_tokens(generator: Any) -> int | None:
