@@ -236,3 +236,28 @@ def test_run_hides_third_party_noise_unless_verbose(
     assert verbose[1] and "Downloading artifacts" in verbose[0]
     assert "skip  " not in verbose[0] and "run   reports: forced" in verbose[0]
     assert os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR") is None  # restored after the run
+
+
+def test_the_summary_shows_compression_measures_only_beside_a_compressed_setting() -> None:
+    import polars as pl
+
+    from ragutil_dagster.assets.reports import compared_summary_table
+    from ragutil_dagster.config import Setting
+    from ragutil_dagster.metrics import catalog
+    from ragutil_dagster.tracking.compare import PartitionScores
+
+    summary = {m.name: 0.5 for m in catalog.headline()}
+    plain = Setting("world", "bm25", 1)
+    truncated = Setting("world", "bm25", 1, compressor="truncate-12")
+    compressed_columns = set(catalog.compression_only()) & set(summary)
+    assert compressed_columns >= {"context_tokens_after", "compression_ratio"}
+    alone = compared_summary_table([PartitionScores(plain, "reader", summary, pl.DataFrame())])
+    assert not compressed_columns & set(alone.columns)
+    assert "delta_seper_s" in alone.columns
+    beside = compared_summary_table(
+        [
+            PartitionScores(plain, "reader", summary, pl.DataFrame()),
+            PartitionScores(truncated, "reader", summary, pl.DataFrame()),
+        ]
+    )
+    assert compressed_columns <= set(beside.columns)

@@ -37,13 +37,21 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
 
 def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     """The rows as a table, without the measures no row has (adaptive sampling's share on a fixed-N
-    run, verbalized utility of a generator that gives none)."""
+    run, verbalized utility of a generator that gives none) and, when no setting compresses its
+    context, without the compression measures."""
     if not rows:
         raise FileNotFoundError("no metric_scores partition has been materialised yet")
     table = pl.DataFrame(rows).sort(
         "dataset", "generator", "retriever", "k", "compression", "multistep_round"
     )
-    return table.drop([c for c in COLUMNS if table[c].is_null().all()])
+    compressed = (table["compression"] != "").any()
+    return table.drop(
+        [
+            c
+            for c in COLUMNS
+            if table[c].is_null().all() or (not compressed and c in catalog.compression_only())
+        ]
+    )
 
 
 def summary_table(store: ArtifactStore, parts: Partitions) -> pl.DataFrame:

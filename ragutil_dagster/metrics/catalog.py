@@ -34,6 +34,8 @@ class Metric:
         symbol: the paper's own symbol (MIRAGE's NV / CA / CI / CM), when tables use it.
         needs_qrels: computed only where the dataset has relevance judgments (never by
             ``ragutil score``, whose records have none).
+        compression_only: says something only of a compressed context (SePer's RQ3); tables
+            leave it out when no setting compresses.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Metric:
     ci: bool = False
     symbol: str = ""
     needs_qrels: bool = False
+    compression_only: bool = False
 
 
 _SEPER = "SePer (Dai et al., ICLR 2025)"
@@ -199,7 +202,8 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
     Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
     # The rag context's cost and the utility it keeps per token (evaluation/compression.py): every
-    # setting counts its context; a compressed one shows fewer tokens.
+    # setting counts its context; a compressed one shows fewer tokens. Tables show them beside a
+    # compressed setting only: without one they restate k.
     Metric(
         "context_tokens_before",
         "ctx tok",
@@ -207,6 +211,7 @@ CATALOG: tuple[Metric, ...] = (
         higher_is_better=False,
         per_query=True,
         headline=True,
+        compression_only=True,
     ),
     Metric(
         "context_tokens_after",
@@ -215,6 +220,7 @@ CATALOG: tuple[Metric, ...] = (
         higher_is_better=False,
         per_query=True,
         headline=True,
+        compression_only=True,
     ),
     Metric(
         "compression_ratio",
@@ -222,17 +228,20 @@ CATALOG: tuple[Metric, ...] = (
         f"{_COMPRESSION}: context tokens after / before, summed over queries",
         higher_is_better=False,
         headline=True,
+        compression_only=True,
     ),
     Metric(
         "delta_seper_s_per_100_context_tokens",
         "ΔSePer_S/100tok",
         f"{_SEPER} eq. 11 per 100 context tokens (§5.4, RQ3): 100 · mean ΔSePer_S / mean context tokens kept",
         headline=True,
+        compression_only=True,
     ),
     Metric(
         "delta_seper_h_per_100_context_tokens",
         "ΔSePer_H/100tok",
         f"{_SEPER} eq. 11, hard kernel, per 100 context tokens (§5.4, RQ3)",
+        compression_only=True,
     ),
     # Only with sampling.adaptive (evaluation/prompt_sampling.py): the estimator's cost beside its numbers.
     Metric(
@@ -400,6 +409,11 @@ def per_query_means() -> tuple[str, ...]:
 def headline() -> tuple[Metric, ...]:
     """The metrics shown first everywhere (metadata, reports, the ``ragutil run`` table)."""
     return tuple(m for m in CATALOG if m.headline)
+
+
+def compression_only() -> tuple[str, ...]:
+    """Names of the metrics that tables leave out when no setting compresses its context."""
+    return tuple(m.name for m in CATALOG if m.compression_only)
 
 
 def with_ci() -> tuple[str, ...]:
