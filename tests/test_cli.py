@@ -261,3 +261,62 @@ def test_the_summary_shows_compression_measures_only_beside_a_compressed_setting
         ]
     )
     assert compressed_columns <= set(beside.columns)
+
+
+STOPPED_COMMAND = """
+import argparse, signal, sys, time, types
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as background processes here inherit it
+from ragutil_dagster import cli
+from ragutil_dagster.models import vllm_backend
+
+class EngineCore:
+    def shutdown(self, timeout):
+        open(sys.argv[1], "w").write("shut down")
+
+vllm_backend._live = (None, types.SimpleNamespace(llm_engine=types.SimpleNamespace(engine_core=EngineCore())))
+
+def command(args):
+    print("ready", flush=True)
+    time.sleep(120)
+    return 0
+
+parser = types.SimpleNamespace(parse_args=lambda argv: argparse.Namespace(command="x", func=command))
+cli.build_parser = lambda: parser
+sys.exit(cli.main([]))
+"""
+
+
+def test_a_command_stopped_by_sigterm_shuts_its_vllm_engine_down(tmp_path) -> None:
+    """SIGTERM (even inherited ignored) ends a command through SystemExit, so the atexit hook shuts
+    the process's vLLM engine down instead of leaving its engine-core processes orphaned."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = tmp_path / "engine"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_COMMAND, str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 128 + signal.SIGTERM
+    assert marker.read_text() == "shut down"
+
+
+def test_main_leaves_the_sigterm_handler_as_it_found_it() -> None:
+    import signal
+
+    from ragutil_dagster.cli import sigterm_exits
+
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_exits():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before

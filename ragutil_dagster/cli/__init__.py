@@ -8,8 +8,11 @@ when its root cause is such an error, else 1.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from ragutil_dagster.cli import clean, compare, run, score, ui, world
 
@@ -23,13 +26,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM raises SystemExit while a command runs (it may be inherited ignored), so a stopped
+    command unwinds: ``with`` blocks stop the servers they started and the atexit hook shuts the
+    vLLM engine down, whose processes a plain SIGTERM would leave orphaned. The previous handler
+    comes back afterwards (tests call :func:`main` in process)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ragutil`` command; returns the exit status."""
     from ragutil_dagster.errors import StepFailedError, is_user_error
 
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with sigterm_exits():
+            return args.func(args)
     except StepFailedError as err:
         # The step's own traceback is in the Dagster run log; repeating the runner's adds nothing.
         print(f"ragutil {args.command}: error: {err}", file=sys.stderr)

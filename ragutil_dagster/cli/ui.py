@@ -70,14 +70,9 @@ def dagster_dev_command(host: str, port: int) -> list[str]:
     ]
 
 
-def _stop_on_sigterm() -> None:
-    """Turn SIGTERM (and a SIGINT inherited ignored) into exceptions, so leaving the ``with``
-    stops both servers instead of orphaning them."""
-
-    def exit_(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, exit_)
+def _stop_on_sigint() -> None:
+    """Turn a SIGINT inherited ignored into KeyboardInterrupt (SIGTERM already exits: ``cli.main``),
+    so leaving the ``with`` stops both servers instead of orphaning them."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -85,7 +80,7 @@ def _ui(args: argparse.Namespace) -> int:
     from ragutil_dagster.runner import dagster_instance
     from ragutil_dagster.tracking import MlflowTracking  # noqa: F811 (lazy: keeps `ragutil --help` fast)
 
-    _stop_on_sigterm()
+    _stop_on_sigint()
     home = ragutil_home()
     if not os.environ.get(DAGSTER_HOME_VARIABLE):
         # Writes <RAGUTIL_HOME>/dagster/dagster.yaml (PostgreSQL storage when
