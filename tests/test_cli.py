@@ -320,3 +320,26 @@ def test_main_leaves_the_sigterm_handler_as_it_found_it() -> None:
     with sigterm_exits():
         assert signal.getsignal(signal.SIGTERM) is not before
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize(("command", "exits"), [("score", True), ("run", False)])
+def test_sigterm_exits_every_command_but_run(command, exits, monkeypatch) -> None:
+    """``ragutil run`` keeps SIGTERM's default: Dagster's step wrapper would take the SystemExit
+    for the step's failure and go on."""
+    import argparse
+    import signal
+    import types
+
+    from ragutil_dagster import cli
+
+    seen = []
+    namespace = argparse.Namespace(
+        command=command, func=lambda args: seen.append(signal.getsignal(signal.SIGTERM)) or 0
+    )
+    monkeypatch.setattr(
+        cli, "build_parser", lambda: types.SimpleNamespace(parse_args=lambda argv: namespace)
+    )
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main([]) == 0
+    assert (seen[0] is not before) == exits
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from ragutil_dagster.cli import clean, compare, run, score, ui, world
 
@@ -51,8 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragutil_dagster.errors import StepFailedError, is_user_error
 
     args = build_parser().parse_args(argv)
+    # Not under `run`: Dagster's step wrapper (raise_on_error=False) would record the SystemExit as
+    # the step's failure and go on with the next steps instead of stopping.
+    stopping = nullcontext() if args.command == "run" else sigterm_exits()
     try:
-        with sigterm_exits():
+        with stopping:
             return args.func(args)
     except StepFailedError as err:
         # The step's own traceback is in the Dagster run log; repeating the runner's adds nothing.
