@@ -43,6 +43,10 @@ PARAGRAPH = (
 # As for sampled tokens in test_generation_contract.py: prompt log-probs in float32 agreed with
 # the HF pass within 7.8e-5 over 2,111 SQuAD tokens (bench/logprob_agreement.py).
 SCORING_TOLERANCE = 2e-4
+# The same engine with and without the prefix cache runs other attention kernels (chunked against
+# cached blocks, or whole): float32 rounding moved one of 105 SmolLM2 log-probs by 1.14e-05 in CI,
+# and Gemma's by up to 2.6e-05 over 348 tokens (bench/results/vllm_scoring_gemma.json).
+PREFIX_CACHE_TOLERANCE = 1e-4
 
 
 def _long_prompts(count: int) -> list[str]:
@@ -256,7 +260,9 @@ def test_scoring_reads_prompts_from_the_prefix_cache(
     again = scorer.score(prompts, answers)
     assert (True, 0) in reads
     for a, b in zip(first, again, strict=True):
-        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            a.token_logprobs, b.token_logprobs, atol=PREFIX_CACHE_TOLERANCE, rtol=0
+        )
 
 
 def test_attention_utility_is_refused_not_faked(vllm_engine: VLLMGenerator) -> None:
