@@ -28,11 +28,12 @@ Two faults Celery does not recover from by itself, the launcher's loop does (:cl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 from celery import signals
@@ -165,6 +166,14 @@ class Broker:
         )
 
 
+def _backend_errors() -> tuple[type[Exception], ...]:
+    """What redis-py raises when the result backend cannot be reached or does not answer in time
+    (it wraps the socket's OSError)."""
+    import redis
+
+    return redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
+
+
 class WatchedStep:
     """A step's Celery task as dagster-celery's loop polls it (``ready``, ``get``, ``revoke``), sent
     again when the worker running it died; every check raises when the broker went away."""
@@ -177,29 +186,25 @@ class WatchedStep:
         self.result, self.attempts = submit(), 1
         self.next_check, self.silent_since = time.monotonic() + WATCH_SECONDS, None
         self.failure: Exception | None = None
+        self.events: list | None = None
 
     def ready(self) -> bool:
-        import redis
-
-        if self.failure is not None:
+        if self.failure is not None or self.events is not None:
             return True
-        try:
+        with self._backend_watched():
             if self.result.ready():
                 if type(self.result.result).__name__ != "WorkerLostError":
+                    # Fetched here, where a lost backend ends the run with its cause: dagster-celery
+                    # turns what ``get`` raises into a failure of the step.
+                    try:
+                        self.events = self.result.get()
+                    except _backend_errors():
+                        raise
+                    except Exception as err:  # the task's own failure, re-raised by ``get``
+                        self.failure = err
                     return True
                 self._resend(f"its worker's pool process died ({self.result.result})")
                 return False
-        # What redis-py raises when the result backend cannot be reached or does not answer in
-        # time (it wraps the socket's OSError); any other failure is reported as itself.
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as err:
-            self.broker.check(
-                self.context.dagster_run.run_id
-            )  # the broker's fate, if it is the cause
-            raise BrokerUnavailableError(
-                f"lost the Celery result backend at {redact_uri(backend_url())} during Dagster run "
-                f"{self.context.dagster_run.run_id} ({type(err).__name__}: {err}); once it is up, run "
-                "the same command again to resume"
-            ) from err
         now = time.monotonic()
         if now < self.next_check:
             return False
@@ -240,7 +245,22 @@ class WatchedStep:
     def get(self):
         if self.failure is not None:
             raise self.failure
-        return self.result.get()
+        return self.events
+
+    @contextlib.contextmanager
+    def _backend_watched(self) -> Iterator[None]:
+        """A lost result backend becomes :class:`BrokerUnavailableError`; any other failure is
+        reported as itself."""
+        try:
+            yield
+        except _backend_errors() as err:
+            run_id = self.context.dagster_run.run_id
+            self.broker.check(run_id)  # the broker's fate, if it is the cause
+            raise BrokerUnavailableError(
+                f"lost the Celery result backend at {redact_uri(backend_url())} during Dagster run "
+                f"{run_id} ({type(err).__name__}: {err}); once it is up, run the same command "
+                "again to resume"
+            ) from err
 
     def revoke(self) -> None:
         self.result.revoke()

@@ -448,39 +448,50 @@ def test_ragutil_executor_celery_gives_the_definitions_the_celery_executor(
 
 
 class _FailingResult:
-    """A Celery result whose ``ready()`` raises ``failure``."""
+    """A Celery result that raises ``failure`` from ``ready()``, or once ready from ``get()``."""
 
-    def __init__(self, failure: Exception) -> None:
-        self.failure = failure
+    def __init__(self, failure: Exception, at: str) -> None:
+        self.failure, self.at, self.result = failure, at, None
 
     def ready(self) -> bool:
+        if self.at == "ready":
+            raise self.failure
+        return True
+
+    def get(self):
         raise self.failure
 
 
-def _watched(failure: Exception):
-    """A WatchedStep polling a result that raises ``failure``; its broker still answers."""
+def _watched(failure: Exception, at: str = "ready"):
+    """A WatchedStep polling a result that raises ``failure`` at ``at``; its broker still answers."""
     from types import SimpleNamespace
 
     from ragutil_dagster.celery_executor import WatchedStep
 
     broker = SimpleNamespace(check=lambda run_id: None)
     plan_context = SimpleNamespace(dagster_run=SimpleNamespace(run_id="run-1"))
-    return WatchedStep(lambda: _FailingResult(failure), None, broker, plan_context, "generations")
+    return WatchedStep(
+        lambda: _FailingResult(failure, at), None, broker, plan_context, "generations"
+    )
 
 
+@pytest.mark.parametrize("at", ["ready", "get"])
 @pytest.mark.parametrize(
     "failure",
     [
         redis.exceptions.ConnectionError(
             "Error 111 connecting to 127.0.0.1:6379. Connection refused."
         ),
+        redis.exceptions.ConnectionError("Connection closed by server."),
         redis.exceptions.TimeoutError("Timeout reading from socket"),
     ],
-    ids=["refused", "timeout"],
+    ids=["refused", "closed", "timeout"],
 )
 def test_an_unreachable_result_backend_is_reported_as_lost_with_its_cause(
-    failure: Exception,
+    failure: Exception, at: str
 ) -> None:
+    """Lost while polling the task, or between its result being ready and fetched (seen in CI: the
+    step was reported failed with the bare ``ConnectionError``)."""
     from ragutil_dagster.errors import BrokerUnavailableError
 
     with pytest.raises(
@@ -488,8 +499,18 @@ def test_an_unreachable_result_backend_is_reported_as_lost_with_its_cause(
         match=r"lost the Celery result backend at .* during Dagster run run-1 "
         rf"\({type(failure).__name__}: ",
     ) as err:
-        _watched(failure).ready()
+        _watched(failure, at).ready()
     assert err.value.__cause__ is failure
+
+
+def test_a_failed_task_is_ready_and_raises_its_failure_when_fetched() -> None:
+    """dagster-celery's loop turns what ``get`` raises into the step's failure."""
+    failure = RuntimeError("the step's task failed")
+    step = _watched(failure, at="get")
+    assert step.ready()
+    with pytest.raises(RuntimeError) as err:
+        step.get()
+    assert err.value is failure
 
 
 @pytest.mark.parametrize(
