@@ -112,6 +112,12 @@ def figures(pairs: list[tuple[dict, dict]]) -> dict:
         "seper_s_closed": seper_closed,
         "lexical_accuracy_closed": lexical_closed,
         "has_answer": reading(pairs),
+        # Under sampling.adaptive, what the figures cost: samples drawn over N per prompt.
+        **(
+            {"sample_fraction": float(np.mean([row["sample_fraction"] for row, _ in pairs]))}
+            if all("sample_fraction" in row for row, _ in pairs)
+            else {}
+        ),
     }
 
 
@@ -138,6 +144,8 @@ def print_tables(split: str, f: dict) -> None:
         f"| {read['closed']:.3f} | {read['gold']:.3f} | {read['unrelated']:.3f} | {read['both']:.3f} "
         f"| {read['f1_both']:.3f} | {read['em_both']:.3f} | {read['answer_words_both']:.1f} |"
     )
+    if "sample_fraction" in f:
+        print(f"\nadaptive sampling drew {f['sample_fraction']:.3f} of N per prompt on average")
 
 
 def main() -> None:

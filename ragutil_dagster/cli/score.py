@@ -35,6 +35,15 @@ def records_warning(experiment: ExperimentConfig, spec: GeneratorConfig, file: s
     return off_world_warning(off, f"the records of {file}") if off else None
 
 
+def adaptive_summary(scores: list[dict]) -> str:
+    """The line ``ragutil score`` prints under adaptive sampling: the share drawn and its bias."""
+    from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
+
+    shares = [row["sample_fraction"] for row in scores]
+    mean = sum(shares) / max(len(shares), 1)
+    return f"{ADAPTIVE_BIAS_NOTE}; these records drew {mean:.3f} of N on average"
+
+
 def _score(args: argparse.Namespace) -> int:
     with third_party_output(args.verbose):
         return _score_quietly(args)
@@ -68,6 +77,8 @@ def _score_quietly(args: argparse.Namespace) -> int:
         models.scorer(spec),
         models.entailment(experiment.nli),
     )
+    if experiment.sampling.adaptive is not None:
+        print_loudly(adaptive_summary(scores))
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in scores)
     if args.out:
         atomic_write(args.out, lambda temporary: temporary.write_text(lines, encoding="utf-8"))

@@ -9,7 +9,8 @@ condition's named by what the record gave it (``seper_s_with_context``, ``em_wit
 per context its catalogued per-document metrics (ΔSePer_S/H of the context alone), the judged
 answer with that context alone and whether it holds a gold answer (``answer``, ``has_answer``:
 eRAG's label by has_answer) — with ``consens.leave_one_out`` its ConSens attribution too (the drop
-of ConSens without it, ConSens §3.3) —, and the judged answers.
+of ConSens without it, ConSens §3.3) —, and the judged answers. With ``sampling.adaptive``, each
+record also carries ``sample_fraction``: the samples its prompts drew over N per prompt.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from ragutil_dagster.evaluation.paper_scores import (
 from ragutil_dagster.evaluation.prompt_sampling import sample_prompts_by_config
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.tables import QRELS_SCHEMA, QUERY_CONDITIONS
+from ragutil_dagster.tables import DECODING_SAMPLE, QRELS_SCHEMA, QUERY_CONDITIONS
 
 # A condition's column suffix → its name in a record's result: with the record's contexts, or none.
 RECORD_CONDITIONS = {
@@ -127,12 +128,32 @@ def score_records(
             scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
         per_context.setdefault(row["query_id"], []).append(scores)
     per_query = {row["query_id"]: row for row in queries.iter_rows(named=True)}
+    drawn = (
+        record_sample_fractions(samples, experiment.sampling.n)
+        if experiment.sampling.adaptive is not None
+        else {}
+    )
     return [
         {
             "id": qid,
             **{record_key(name): per_query[qid][name] for name in metrics},
+            **({"sample_fraction": drawn[qid]} if drawn else {}),
             "per_context": per_context.get(qid, []),
             **{record_key(name): per_query[qid][name] for name in answers},
         }
         for qid in records.queries["query_id"]
     ]
+
+
+def record_sample_fractions(samples: pl.DataFrame, n_max: int) -> dict[str, float]:
+    """Per record: the samples its prompts drew (closed book, all contexts, each context alone)
+    over N per prompt — adaptive sampling's cost beside its scores (``sample_fraction``)."""
+    per_prompt = (
+        samples.filter(pl.col("decoding") == DECODING_SAMPLE)
+        .group_by("query_id", "condition", "doc_id")
+        .len()
+    )
+    per_record = per_prompt.group_by("query_id").agg(
+        fraction=pl.col("len").sum() / (pl.len() * n_max)
+    )
+    return dict(per_record.iter_rows())

@@ -89,7 +89,7 @@ def test_score_writes_one_line_per_record(
 
 @pytest.mark.parametrize(("standard_error", "drawn"), [(0.0, 2), (0.4, 6)])
 def test_score_follows_adaptive_sampling(
-    tiny_world, make_tiny_config, tmp_path, monkeypatch, standard_error, drawn
+    tiny_world, make_tiny_config, tmp_path, monkeypatch, capsys, standard_error, drawn
 ) -> None:
     """``sampling.adaptive`` means in ``ragutil score`` what it means in the graph: every prompt
     stops after its first round when each group's standard error is under the target, and draws
@@ -143,6 +143,10 @@ def test_score_follows_adaptive_sampling(
     )
     assert args.func(args) == 0
     assert counts and set(counts) == {drawn}
+    # Each record says what its scores cost, and the command says the estimator is biased.
+    scored = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [row["sample_fraction"] for row in scored] == [pytest.approx(drawn / 6)] * len(RECORDS)
+    assert "biases SePer and ΔSePer low" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
