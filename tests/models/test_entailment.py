@@ -162,29 +162,33 @@ def test_length_batches_do_not_change_probabilities(tiny_models, tmp_path: Path)
     )
 
 
-def test_a_large_call_on_cpu_compiles_the_model_and_keeps_its_probabilities(tiny_models) -> None:
-    eager = Entailment(
-        str(tiny_models.nli),
-        device="cpu",
-        dtype="float32",
-        cache=False,
-        show_progress=False,
-        compile_min_pairs=None,
-    )
-    compiled = Entailment(
-        str(tiny_models.nli),
-        device="cpu",
-        dtype="float32",
-        cache=False,
-        show_progress=False,
-        compile_min_pairs=3,
-    )
-    few = compiled(PREMISES[:2], HYPOTHESES[:2])
-    assert compiled.model is compiled.eager_model  # below the threshold: eager
-    got = compiled(PREMISES, HYPOTHESES)
-    assert compiled.model is not compiled.eager_model and compiled.compile_min_pairs is None
-    np.testing.assert_allclose(got, eager(PREMISES, HYPOTHESES), atol=1e-5)
-    np.testing.assert_allclose(few, got[:2], atol=1e-5)
+def test_a_call_on_cpu_compiles_the_model_when_its_eager_rest_would_take_longer(
+    tiny_models,
+) -> None:
+    """The model is compiled before a batch once the eager pace measured so far projects the
+    call's rest past ``compile_after_seconds``; a call with no pace yet (the first batch) and a
+    limit no projection reaches stay eager, and the probabilities do not change."""
+
+    def nli(after: float | None) -> Entailment:
+        return Entailment(
+            str(tiny_models.nli),
+            device="cpu",
+            dtype="float32",
+            cache=False,
+            show_progress=False,
+            batch_size=1,
+            compile_after_seconds=after,
+        )
+
+    eager, patient, compiled = nli(None), nli(1e9), nli(1e-9)
+    reference = eager(PREMISES, HYPOTHESES)
+    for model in (patient, compiled):
+        first = model(PREMISES[:1], HYPOTHESES[:1])  # one batch: nothing timed before it
+        assert model.model is model.eager_model
+        np.testing.assert_allclose(first, reference[:1], atol=1e-5)
+        np.testing.assert_allclose(model(PREMISES, HYPOTHESES), reference, atol=1e-5)
+    assert patient.model is patient.eager_model  # a rest of milliseconds never pays
+    assert compiled.model is not compiled.eager_model and compiled.compile_after_seconds is None
 
 
 def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(
@@ -203,7 +207,7 @@ def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(
         dtype="float32",
         cache=False,
         show_progress=False,
-        compile_min_pairs=1,
+        compile_after_seconds=0,
     )
     with pytest.warns(
         RuntimeWarning, match="torch.compile failed .*no C\\+\\+ compiler.*running it eagerly"
@@ -216,7 +220,7 @@ def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(
         dtype="float32",
         cache=False,
         show_progress=False,
-        compile_min_pairs=None,
+        compile_after_seconds=None,
     )
     np.testing.assert_allclose(got, reference(PREMISES, HYPOTHESES), atol=1e-6)
 
@@ -226,7 +230,7 @@ def test_a_compiled_model_that_fails_falls_back_to_eager_with_a_warning(
 def test_the_cpu_default_is_float32_and_each_dtype_compiles_where_it_pays(
     tiny_models, monkeypatch, flags, dtype
 ) -> None:
-    from ragutil_dagster.models.entailment import COMPILE_MIN_PAIRS
+    from ragutil_dagster.models.entailment import COMPILE_AFTER_SECONDS
 
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
     nli = Entailment(
@@ -235,7 +239,7 @@ def test_the_cpu_default_is_float32_and_each_dtype_compiles_where_it_pays(
     expected = torch.bfloat16 if dtype else torch.float32
     assert nli.dtype == expected and next(nli.model.parameters()).dtype == expected
     assert nli.cache_key.endswith(f"dtype={str(expected).removeprefix('torch.')}")
-    assert nli.compile_min_pairs == COMPILE_MIN_PAIRS[expected]
+    assert nli.compile_after_seconds == COMPILE_AFTER_SECONDS[expected]
     probabilities = nli(PREMISES, HYPOTHESES)
     assert probabilities.shape == (4, 3) and np.allclose(probabilities.sum(axis=1), 1.0)
 
