@@ -17,9 +17,10 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -43,7 +44,9 @@ from ragutil_dagster.models.generation import (
 from ragutil_dagster.models.inputs import check_texts
 from ragutil_dagster.sampling import SamplingParams
 
-__all__ = ["ENTRIES_TABLE", "CacheStats", "CachedGenerator", "GenerationCache"]
+__all__ = ["ENTRIES_TABLE", "SCORES_TABLE", "CacheStats", "CachedGenerator", "GenerationCache"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 _FORMAT = 1
@@ -58,6 +61,15 @@ _entries = sa.Table(
     _metadata,
     sa.Column("request", sa.String(64), primary_key=True),
     sa.Column("entry", sa.LargeBinary, nullable=False),  # zlib-compressed canonical JSON
+    sqlite_with_rowid=False,
+)
+SCORES_TABLE = "ragutil_scores"
+# Teacher-forced scores (models/scoring_cache.py) beside the samples, in the same database.
+_scores = sa.Table(
+    SCORES_TABLE,
+    _metadata,
+    sa.Column("request", sa.String(64), primary_key=True),
+    sa.Column("entry", sa.LargeBinary, nullable=False),
     sqlite_with_rowid=False,
 )
 _INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
@@ -106,48 +118,72 @@ class GenerationCache:
     def get_many(self, keys: Iterable[str], n: int) -> dict[str, list[Sample]]:
         """The stored samples of those ``keys`` that hold a valid, complete entry of ``n``; an
         invalid entry is deleted (only that exact row: a valid one written meanwhile stays)."""
+        return self._get(_entries, "samples", keys, lambda body: _samples(body, n))
+
+    def put_many(self, entries: Mapping[str, Sequence[Sample]]) -> None:
+        """Store entries in one transaction; a key already stored keeps its samples (another
+        worker's, which readers may already have used)."""
+        self._put(
+            _entries,
+            "samples",
+            {key: [dataclasses.asdict(s) for s in samples] for key, samples in entries.items()},
+        )
+
+    def get_scores(self, keys: Iterable[str], parse: Callable[[object], T | None]) -> dict[str, T]:
+        """The stored teacher-forced scores of those ``keys``, each read by ``parse`` (None: not
+        a valid entry, deleted as in :meth:`get_many`)."""
+        return self._get(_scores, "scores", keys, parse)
+
+    def put_scores(self, entries: Mapping[str, object]) -> None:
+        """Store JSON-able scores as :meth:`put_many` stores samples (the first stored wins)."""
+        self._put(_scores, "scores", entries)
+
+    def _get(
+        self,
+        table: sa.Table,
+        field: str,
+        keys: Iterable[str],
+        parse: Callable[[object], T | None],
+    ) -> dict[str, T]:
         keys = list(dict.fromkeys(keys))
-        found: dict[str, list[Sample]] = {}
+        found: dict[str, T] = {}
         damaged: list[tuple[str, bytes]] = []
         with self.engine.connect() as db:
             for start in range(0, len(keys), _CHUNK):
                 chunk = keys[start : start + _CHUNK]
                 for request, raw in db.execute(
-                    sa.select(_entries.c.request, _entries.c.entry).where(
-                        _entries.c.request.in_(chunk)
-                    )
+                    sa.select(table.c.request, table.c.entry).where(table.c.request.in_(chunk))
                 ):
-                    samples = _parse_entry(raw, request, n)
-                    if samples is None:
+                    body = _entry_body(raw, request, field)
+                    value = None if body is None else parse(body)
+                    if value is None:
                         damaged.append((request, raw))
                     else:
-                        found[request] = samples
+                        found[request] = value
         if damaged:
             log.warning(
-                "%d generation cache entries in %s are corrupt or partial; recomputing",
+                "%d %s cache entries in %s are corrupt or partial; recomputing",
                 len(damaged),
+                "generation" if table is _entries else "scoring",
                 redact_uri(self.url),
             )
             with self.engine.begin() as db:
                 for request, raw in damaged:
                     db.execute(
-                        _entries.delete().where(
-                            _entries.c.request == request, _entries.c.entry == raw
-                        )
+                        table.delete().where(table.c.request == request, table.c.entry == raw)
                     )
         return found
 
-    def put_many(self, entries: Mapping[str, Sequence[Sample]]) -> None:
-        """Store entries in one transaction; a key already stored keeps its samples (another
-        worker's, which readers may already have used)."""
+    def _put(self, table: sa.Table, field: str, bodies: Mapping[str, object]) -> None:
         # Rows go in key order: two workers inserting overlapping keys then take the unique
         # index's row locks in the same order, and PostgreSQL cannot deadlock them.
         rows = [
-            {"request": key, "entry": _entry_bytes(key, entries[key])} for key in sorted(entries)
+            {"request": key, "entry": _entry_bytes(key, field, bodies[key])}
+            for key in sorted(bodies)
         ]
         if not rows:
             return
-        insert = _INSERTS[self.engine.dialect.name](_entries).on_conflict_do_nothing()
+        insert = _INSERTS[self.engine.dialect.name](table).on_conflict_do_nothing()
         with self.engine.begin() as db:
             db.execute(insert, rows)
 
@@ -161,29 +197,33 @@ def _params_key(params: SamplingParams) -> dict[str, object]:
     return fields
 
 
-def _entry_bytes(key: str, samples: Sequence[Sample]) -> bytes:
-    body = [dataclasses.asdict(s) for s in samples]
+def _entry_bytes(key: str, field: str, body: object) -> bytes:
     entry = {
         "format": _FORMAT,
         "key": key,
-        "samples": body,
+        field: body,
         "digest": hashlib.sha256(canonical_json(body)).hexdigest(),
     }
     return zlib.compress(canonical_json(entry))
 
 
-def _parse_entry(raw: bytes, key: str, n: int) -> list[Sample] | None:
-    """The samples of a well-formed entry for ``key`` holding ``n`` consistent ones, else None."""
+def _entry_body(raw: bytes, key: str, field: str) -> object | None:
+    """The ``field`` of a well-formed, untampered entry for ``key``, else None."""
     try:
         entry = json.loads(zlib.decompress(raw))
     except (zlib.error, ValueError):
         return None
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT or entry.get("key") != key:
         return None
-    body = entry.get("samples")
-    if not isinstance(body, list) or len(body) != n:
+    body = entry.get(field)
+    if body is None or entry.get("digest") != hashlib.sha256(canonical_json(body)).hexdigest():
         return None
-    if entry.get("digest") != hashlib.sha256(canonical_json(body)).hexdigest():
+    return body
+
+
+def _samples(body: object, n: int) -> list[Sample] | None:
+    """The ``n`` consistent samples of an entry's body, else None."""
+    if not isinstance(body, list) or len(body) != n:
         return None
     samples = []
     for item in body:

@@ -93,14 +93,26 @@ class ModelLoader(ConfigurableResource):
 
     def scorer(self, spec: GeneratorConfig):
         """A token scorer on the generator's own weights and prompt formatting, as its backend
-        builds it (models/backends.py) — never a second copy of the model beside an engine."""
+        builds it (models/backends.py) — never a second copy of the model beside an engine —,
+        behind the generation cache's scores when a generation cache is configured."""
+        from ragutil_dagster.models.cache import GenerationCache
+        from ragutil_dagster.models.scoring_cache import CachedScorer
+
         backend, _ = registered(spec)
         generator = self._backend(
             spec, show_progress=self.show_progress and not self.generation_cache
         )
-        return _memo(
+        scorer = _memo(
             ("scorer", id(generator)),
             lambda: backend.scorer(generator, self._placement(self.show_progress)),
+        )
+        if not self.generation_cache:
+            return scorer
+        return _memo(
+            ("cached scorer", id(scorer), self.generation_cache),
+            lambda: CachedScorer(
+                scorer, generator.settings, GenerationCache(self.generation_cache)
+            ),
         )
 
     def entailment(self, spec: NliConfig):
