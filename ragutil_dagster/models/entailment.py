@@ -56,11 +56,11 @@ NEUTRAL = np.array([0.0, 1.0, 0.0])
 COMPILE_AFTER_SECONDS = {torch.float32: 40.0, torch.bfloat16: 140.0}
 """On CPU, the model is compiled (``torch.compile``, Inductor; once per instance) as soon as the
 eager pace measured so far says the rest of a call would take longer than this, by dtype: where
-compiling pays for itself (bench/nli_runtime.py; docs/performance.md). Compiling costs about
-20 s (19.3 s for ``embedded:world-nli`` on a 2-core EPYC) and runs float32 1.96× the eager
-pairs/s there, so it pays when the eager rest exceeds 19.3 / (1 − 1 / 1.96) ≈ 40 s; native
-bfloat16 gains 1.17× on an AMX Xeon, ≈ 140 s. A rule in seconds, not pairs: a small
-cross-encoder judges thousands of pairs a second, a large one tens."""
+compiling pays for itself (bench/nli_runtime.py; docs/performance.md). Compiling costs about 20 s
+(19.3 s for ``embedded:world-nli`` on a 2-core EPYC, bench/results/nli_runtime_world_nli.json)
+and runs float32 1.96× the eager pairs/s there, so it pays when the eager rest exceeds
+19.3 / (1 − 1 / 1.96) ≈ 40 s; native bfloat16 gains 1.17× on an AMX Xeon, ≈ 140 s. A rule in
+seconds, not pairs: a small cross-encoder judges thousands of pairs a second, a large one tens."""
 _PREFIXES = {"contradiction": "contradict", "neutral": "neutral", "entailment": "entail"}
 
 
