@@ -291,14 +291,14 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     """ragutil's evaluation layer on the job's records (run as a child process)."""
     import polars as pl
     import torch
-    from ragutil_dagster.evaluation.scoring import cluster_table, compute_nli, group_scores
 
     from ragutil_dagster.config import PromptConfig, SamplingConfig
     from ragutil_dagster.data.records import read_records
     from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
+    from ragutil_dagster.evaluation.groups import cluster_table, compute_nli, group_scores
     from ragutil_dagster.evaluation.prompt_sampling import sample_prompts
     from ragutil_dagster.models.entailment import Entailment
-    from ragutil_dagster.models.generation import HFGenerator
+    from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.models.resolver import resolve
     from ragutil_dagster.tables import QRELS_SCHEMA
 
@@ -457,7 +457,8 @@ def note_check(name: str, deviation: float) -> None:
 def ragutil_values(result: dict) -> dict[tuple[str, str], dict[str, float]]:
     """Every definition from a ragutil run's own samples and clusters."""
     import polars as pl
-    from ragutil_dagster.evaluation.scoring import answer_token_logprobs
+
+    from ragutil_dagster.evaluation.groups import answer_token_logprobs
 
     values = {}
     for item in result["items"]:

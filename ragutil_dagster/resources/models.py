@@ -56,9 +56,17 @@ class ModelLoader(ConfigurableResource):
             return LEXICAL_NLI_IDENTITY
         return resolve(model, revision).identity
 
+    def _generation_cache(self):
+        """One connection per process to the configured generation cache, which holds both the
+        samples and the teacher-forced scores."""
+        from ragutil_dagster.models.cache import GenerationCache
+
+        location = self.generation_cache
+        return _memo(("generation cache", location), lambda: GenerationCache(location))
+
     def generator(self, spec: GeneratorConfig):
         """The configured generator, behind the generation cache when one is configured."""
-        from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
+        from ragutil_dagster.models.cache import CachedGenerator
 
         # Behind the cache one bar spans all checkpoints; the backend's per-call bar stays off.
         backend = self._backend(
@@ -66,11 +74,12 @@ class ModelLoader(ConfigurableResource):
         )
         if not self.generation_cache:
             return backend
+        cache = self._generation_cache()  # not inside the lambda: _memo's lock is not re-entrant
         return _memo(
             ("cached", id(backend), self.generation_cache, self.checkpoint_prompts),
             lambda: CachedGenerator(
                 backend,
-                GenerationCache(self.generation_cache),
+                cache,
                 self.checkpoint_prompts,
                 show_progress=self.show_progress,
             ),
@@ -95,7 +104,6 @@ class ModelLoader(ConfigurableResource):
         """A token scorer on the generator's own weights and prompt formatting, as its backend
         builds it (models/backends.py) — never a second copy of the model beside an engine —,
         behind the generation cache's scores when a generation cache is configured."""
-        from ragutil_dagster.models.cache import GenerationCache
         from ragutil_dagster.models.scoring_cache import CachedScorer
 
         backend, _ = registered(spec)
@@ -108,11 +116,10 @@ class ModelLoader(ConfigurableResource):
         )
         if not self.generation_cache:
             return scorer
+        cache = self._generation_cache()
         return _memo(
             ("cached scorer", id(scorer), self.generation_cache),
-            lambda: CachedScorer(
-                scorer, generator.settings, GenerationCache(self.generation_cache)
-            ),
+            lambda: CachedScorer(scorer, generator.settings, cache),
         )
 
     def entailment(self, spec: NliConfig):

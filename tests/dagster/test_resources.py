@@ -79,3 +79,6 @@ def test_generator_sits_behind_the_generation_cache(tiny_world, tmp_path) -> Non
     )
     assert (generator.stats.misses, generator.stats.hits) == (1, 1)
     assert [s.text for s in first[0]] == [s.text for s in again[0]]
+    # The scores sit beside the samples: one connection to that database serves both.
+    scorer = loader.scorer(GeneratorConfig(name="lm", model=str(models.causal_lm)))
+    assert scorer.cache is generator.cache
