@@ -9,8 +9,7 @@ one run, on the same questions, LLM, N, temperature, token limit and NLI model (
 
 The committed run (bench/results/peer_lm_polygraph.json, docs/performance.md):
 
-    RAGUTIL_HOME=/work/runs/home flock /tmp/ragutil-heavy.lock \\
-        python bench/peer_lm_polygraph.py --questions 30 --engines hf,vllm --batch-size 8,16
+    RAGUTIL_HOME=<home> python bench/peer_lm_polygraph.py --questions 30 --engines hf --batch-size 8
 
 Workload: the first ``--questions`` records of a ``ragutil score`` JSONL (SQuAD: question, gold
 answers, two paragraphs), each closed book and with its paragraphs (``with_context``: all of the
@@ -978,10 +977,11 @@ def main() -> None:
         },
         "venv": venv,
         "ratios": ratios,
-        "failures": failures,
         "formula_checks": FORMULA_CHECKS,
         **report,
     }
+    if failures:  # a result file holds every engine asked for, or is not written
+        sys.exit(f"not written: {args.out} (failed: {', '.join(failures)})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2))
