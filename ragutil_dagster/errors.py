@@ -185,6 +185,30 @@ class StepFailedError(RuntimeError):
         )
 
 
+INTERRUPTED = "DagsterExecutionInterruptedError"
+"""What Dagster raises in a step stopped by SIGINT, or by SIGTERM, which it maps to SIGINT."""
+
+
+def is_interruption(error: SerializedError | None) -> bool:
+    """Whether a step's or run's error is Dagster's interruption, anywhere on its chain."""
+    while error is not None:
+        if error.cls_name == INTERRUPTED:
+            return True
+        error = error.cause or error.context
+    return False
+
+
+class RunInterruptedError(RuntimeError):
+    """``ragutil run`` was stopped by SIGTERM or Ctrl-C; the partitions it finished are kept."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        super().__init__(
+            f"stopped by SIGTERM or Ctrl-C during {step}; the steps that finished are kept and "
+            "`ragutil run` with the same config continues from there"
+        )
+
+
 def _own_message(error: SerializedError) -> str:
     """The error's message without the ``module.Class: `` prefix Dagster keeps on errors raised by
     an executor (a step's errors come without it)."""

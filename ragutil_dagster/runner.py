@@ -14,6 +14,7 @@ one model step at a time. On the Celery executor every step is a task for the Ce
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import socket
@@ -31,7 +32,12 @@ from tqdm.auto import tqdm
 from ragutil_dagster.assets.partitions import Partitions
 from ragutil_dagster.assets.reports import summary_table
 from ragutil_dagster.config import ExperimentConfig, parse_config
-from ragutil_dagster.errors import SerializedError, StepFailedError
+from ragutil_dagster.errors import (
+    RunInterruptedError,
+    SerializedError,
+    StepFailedError,
+    is_interruption,
+)
 from ragutil_dagster.infra.databases import (
     DAGSTER_HOME_VARIABLE,
     DAGSTER_POSTGRES_URL_VARIABLE,
@@ -216,6 +222,29 @@ def release_abandoned_runs(instance: dg.DagsterInstance) -> list[str]:
 STEP_JOB = "ragutil_step"
 
 
+def _not_an_interruption(record: logging.LogRecord) -> bool:
+    """False for Dagster's step and run failures caused by SIGTERM / Ctrl-C: their tracebacks say
+    nothing the runner's one line does not (:class:`RunInterruptedError`)."""
+    event = (getattr(record, "dagster_meta", None) or {}).get("dagster_event")
+    return not is_interruption(getattr(getattr(event, "event_specific_data", None), "error", None))
+
+
+@dg.logger(
+    {
+        "log_level": dg.Field(str, is_required=False, default_value="WARNING"),
+        "name": dg.Field(str, is_required=False, default_value="dagster"),
+    },
+    description="Dagster's colored console logger, without the failures an interrupt causes.",
+)
+def console_logger(init_context: dg.InitLoggerContext) -> logging.Logger:
+    log = dg.colored_console_logger.logger_fn(init_context)
+    log.addFilter(_not_an_interruption)
+    return log
+
+
+CONSOLE_LOGGERS = {"console": console_logger}
+
+
 def step_job(
     experiment_json: str,
     home: str | None,
@@ -239,7 +268,9 @@ def step_job(
     job = dg.define_asset_job(
         STEP_JOB, selection=assets, executor_def=executor(executor_name) or dg.multiprocess_executor
     )
-    return dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def(STEP_JOB)
+    return dg.Definitions.merge(
+        defs, dg.Definitions(jobs=[job], loggers=CONSOLE_LOGGERS)
+    ).resolve_job_def(STEP_JOB)
 
 
 @dataclass(frozen=True)
@@ -306,16 +337,20 @@ def materialize_all(
     def in_process(
         names: list[str], key: str | None, versions: dict[str, str]
     ) -> tuple[bool, str, SerializedError | None]:
+        # dg.materialize, with ragutil's console logger
+        defs = dg.Definitions(
+            assets=assets,
+            jobs=[dg.define_asset_job(STEP_JOB, selection=names)],
+            resources=resources,
+            loggers=CONSOLE_LOGGERS,
+        )
         return _outcome(
-            dg.materialize(
-                assets,
-                selection=names,
-                partition_key=key,
+            defs.resolve_job_def(STEP_JOB).execute_in_process(
+                run_config={"loggers": loggers},
                 instance=instance,
-                resources=resources,
+                partition_key=key,
                 raise_on_error=False,
                 tags={**tags, **versions},
-                run_config={"loggers": loggers},
             )
         )
 
@@ -325,6 +360,7 @@ def materialize_all(
         else None
     )
     ran = skipped = 0
+    current = "the run's start"
     try:
         for names, keys in steps:
             bar.set_postfix_str("+".join(names))
@@ -339,12 +375,19 @@ def materialize_all(
                 if parallel
                 else (in_process(names, key, decisions[key].tags) for key in due)
             )
+            current = step_label(names, due[0] if due else None)
             for key, (success, run_id, error) in zip(due, outcomes):
                 bar.update()
+                if not success and is_interruption(error):
+                    raise RunInterruptedError(step_label(names, key))
                 if not success:
                     raise StepFailedError(step_label(names, key), run_id, error)
                 freshness.ran(names, key)
                 ran += 1
+                current = step_label(names, key)
+    except KeyboardInterrupt:
+        # Between Dagster runs, a SIGINT — or SIGTERM, which Dagster maps to it — lands here.
+        raise RunInterruptedError(current) from None
     finally:
         bar.close()
         if parallel:  # after a failure, partitions not yet started are not started

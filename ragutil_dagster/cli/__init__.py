@@ -2,7 +2,8 @@
 
 Every error the user can fix (:class:`~ragutil_dagster.errors.UserError`, or a missing file they
 named) is printed as one line and exits with status 2; a failed step of ``ragutil run`` exits 2
-when its root cause is such an error, else 1.
+when its root cause is such an error, else 1; a run stopped by SIGTERM or Ctrl-C says so in one
+line and exits 130.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def sigterm_exits() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ragutil`` command; returns the exit status."""
-    from ragutil_dagster.errors import StepFailedError, is_user_error
+    from ragutil_dagster.errors import RunInterruptedError, StepFailedError, is_user_error
 
     args = build_parser().parse_args(argv)
     # Not under `run`: Dagster's step wrapper (raise_on_error=False) would record the SystemExit as
@@ -57,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with stopping:
             return args.func(args)
+    except RunInterruptedError as err:
+        print(f"ragutil {args.command}: {err}", file=sys.stderr)
+        return 130
     except StepFailedError as err:
         # The step's own traceback is in the Dagster run log; repeating the runner's adds nothing.
         print(f"ragutil {args.command}: error: {err}", file=sys.stderr)

@@ -5,7 +5,7 @@ and TiKV's ``fail-rs``).
 time (default: the first) execution passes ``failpoint(<name>)`` — no clean-up handler, ``finally``
 block or atexit hook runs, exactly as when the OOM killer or a scheduler pre-empts a worker. With
 ``group`` the whole process group dies with it — a Celery worker and its pool, as when their machine
-is lost.
+is lost; with ``term`` the process is sent SIGTERM instead, as a scheduler stopping it politely.
 Unset, as always outside the tests, a failpoint costs one environment lookup.
 
 The points: ``sampling`` (after each checkpointed batch of generations), ``nli`` (after each
@@ -28,7 +28,8 @@ _passes: dict[str, int] = {}
 
 
 def failpoint(name: str) -> None:
-    """Die by SIGKILL here if ``$RAGUTIL_FAILPOINT`` names this point and this is its n-th pass."""
+    """Die by SIGKILL (or be sent SIGTERM) here if ``$RAGUTIL_FAILPOINT`` names this point and
+    this is its n-th pass."""
     spec = os.environ.get(ENV)
     if not spec:
         return
@@ -38,6 +39,9 @@ def failpoint(name: str) -> None:
     nth, _, scope = rest.partition(":")
     _passes[name] = _passes.get(name, 0) + 1
     if _passes[name] == int(nth or 1):
+        if scope == "term":
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if scope == "group":
             os.killpg(os.getpgid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -135,3 +135,20 @@ def test_runs_killed_at_every_point_resume_to_identical_scores_and_no_duplicate_
     runs = mlflow_runs(home)
     assert runs == expected_runs
     assert set(runs.values()) == {1}
+
+
+def test_a_run_stopped_by_sigterm_says_so_in_one_line_and_resumes(
+    config: Path, uninterrupted, tmp_path: Path
+) -> None:
+    """SIGTERM during a step (Dagster raises its interruption there) ends ``ragutil run`` with
+    status 130 and one line naming the step — none of Dagster's failure tracebacks — and the next
+    run finishes with the scores of an uninterrupted one."""
+    home = tmp_path / "home"
+    stopped = run_pipeline(config, home, "sampling:2:term")
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    lines = [line for line in stopped.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("ragutil run: stopped by SIGTERM or Ctrl-C during "), lines[-5:]
+    assert "Traceback" not in stopped.stderr and "Interrupted" not in stopped.stderr, lines[-20:]
+    resumed = run_pipeline(config, home)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert final_scores(home).keys() == uninterrupted[0].keys()
