@@ -205,6 +205,17 @@ def _release_together(commands: list, directory: Path) -> list[dict]:
     return results
 
 
+@pytest.fixture()
+def private_ragutil_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Keep fingerprint/NLI/generation caches out of the user's home during a test: autouse in
+    tests/models, asked for by tests/embedded/test_answer_nli.py."""
+    root = tmp_path_factory.getbasetemp() / "ragutil-cache"
+    monkeypatch.setenv("RAGUTIL_CACHE_DIR", str(root))
+    return root
+
+
 @pytest.fixture(scope="session")
 def release_together():
     """``release_together(commands, directory)``: processes started at once to race each other."""

@@ -1,6 +1,7 @@
 """The import graph follows the layer order of docs/architecture.md: every module imports only
 from its own layer or the layers above it (imports inside functions included), and no two modules
-import each other, directly or through others."""
+import each other, directly or through others. The tests mirror the package: a module's tests are
+in ``tests/<its folder>/``, a root module's in ``tests/test_<module>.py``."""
 
 from __future__ import annotations
 
@@ -174,6 +175,62 @@ def test_the_checks_catch_what_they_look_for() -> None:
     assert backend_imports(
         {"ragutil_dagster.assets.generations": {"ragutil_dagster.models.vllm_backend"}}
     ) == ["ragutil_dagster.assets.generations imports ragutil_dagster.models.vllm_backend"]
+
+
+TESTS = Path(__file__).parent
+
+# Test folders that name no package folder, and why.
+OTHER_TEST_FOLDERS = {
+    "dagster": "end-to-end tests of the asset graph, the runner, the executors and the commands",
+    "reliability": "bad inputs and guards across every layer",
+}
+# Test files at the root that test no root module, and why.
+CROSS_CUTTING_TESTS = {
+    "test_architecture.py": "the package's import graph and the tests' layout",
+    "test_skip_rule.py": "the suite's own skip rule (tests/conftest.py)",
+}
+
+
+def misplaced_tests(tests: Path, package: Path) -> list[str]:
+    """Test folders naming no folder of the package and root test files naming no root module,
+    outside the lists above (``__pycache__`` and hidden folders are not test folders)."""
+    folders = [
+        f"tests/{path.name}/ names no folder of {package.name}/"
+        for path in sorted(tests.iterdir())
+        if path.is_dir()
+        and path.name != "__pycache__"
+        and not path.name.startswith(".")
+        and path.name not in OTHER_TEST_FOLDERS
+        and not (package / path.name / "__init__.py").is_file()
+    ]
+    files = [
+        f"tests/{path.name} tests no module {package.name}/{path.name.removeprefix('test_')}"
+        for path in sorted(tests.glob("test_*.py"))
+        if path.name not in CROSS_CUTTING_TESTS
+        and not (package / path.name.removeprefix("test_")).is_file()
+    ]
+    return folders + files
+
+
+def test_the_tests_mirror_the_package() -> None:
+    assert all((TESTS / name).is_dir() for name in OTHER_TEST_FOLDERS)
+    assert all((TESTS / name).is_file() for name in CROSS_CUTTING_TESTS)
+    found = misplaced_tests(TESTS, PACKAGE)
+    assert not found, "move them to tests/<package folder>/:\n" + "\n".join(found)
+
+
+def test_the_layout_check_sees_a_misplaced_test(tmp_path: Path) -> None:
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    for folder in (package / "infra", tests / "infra", tests / "stray", tests / "__pycache__"):
+        folder.mkdir(parents=True)
+    for file in (package / "infra" / "__init__.py", package / "runner.py"):
+        file.touch()
+    for name in ("test_runner.py", "test_objectstore.py", "test_architecture.py"):
+        (tests / name).touch()
+    assert misplaced_tests(tests, package) == [
+        "tests/stray/ names no folder of pkg/",
+        "tests/test_objectstore.py tests no module pkg/objectstore.py",
+    ]
 
 
 if __name__ == "__main__":

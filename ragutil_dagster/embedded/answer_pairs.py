@@ -2,7 +2,7 @@
 
 Nothing here comes from a downloaded data set or from an evaluation set (SQuAD is one): the values
 are drawn from the word lists below — generic or made-up names, never an entity, phrase or error
-read in SQuAD or in a model's answers on it (``tests/models/test_answer_pairs_sources.py`` checks
+read in SQuAD or in a model's answers on it (``tests/embedded/test_answer_pairs_sources.py`` checks
 the composed names against the SQuAD files) — and written in the surface forms real answers take. Each pair is two
 answers to one question, labelled as SePer's clustering reads NLI labels:
 

@@ -15,10 +15,6 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 @pytest.fixture(autouse=True)
-def _private_ragutil_cache(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """Keep fingerprint/NLI/generation caches out of the user's home during tests."""
-    root = tmp_path_factory.getbasetemp() / "ragutil-cache"
-    monkeypatch.setenv("RAGUTIL_CACHE_DIR", str(root))
-    return root
+def _private_ragutil_cache(private_ragutil_cache: Path) -> Path:
+    """Every model-backend test keeps its caches out of the user's home (tests/conftest.py)."""
+    return private_ragutil_cache

@@ -213,7 +213,7 @@ def test_model_name_prefixes(monkeypatch, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "example",
-    sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.yaml")),
+    sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")),
     ids=lambda path: path.name,
 )
 def test_every_example_config_loads_and_names_registered_backends(example: Path) -> None:

@@ -21,6 +21,9 @@ from ragutil_dagster.embedded.answer_pairs import (
 from ragutil_dagster.metrics.answers import normalize_answer
 from ragutil_dagster.models.entailment import Entailment
 
+# Loading the trained model through Entailment fingerprints it: in a private cache, not the user's.
+pytestmark = pytest.mark.usefixtures("private_ragutil_cache")
+
 
 def test_every_category_and_answer_type_appears_with_its_label() -> None:
     pairs = answer_pairs(random.Random(0), 3000)
