@@ -207,56 +207,41 @@ QUERY_CONDITION_COLUMNS = (
     "answer_loose",
 )
 QUERY_CONDITIONS = {"closed_book": "closed", "rag": "rag"}  # condition → its column suffix
-# Per query (metric_scores' table): the two conditions' group columns, MIRAGE's oracle
-# correctness (null without an oracle) and ΔSePer_S/H (SePer eq. 11).
-QUERY_SCORE_SCHEMA: dict[str, pl.DataType] = {
+# Per query (metric_scores' table), the columns that are no catalogued metric: each condition's
+# token baselines and judged answer, and MIRAGE's oracle correctness (null without an oracle). Its
+# metric columns — SePer, EM / F1 / has_answer per condition, ΔSePer_S/H (SePer eq. 11), ConSens,
+# the context's tokens — are the catalogue's entries of level "query"
+# (``metrics/catalog.score_schema``).
+QUERY_SCORE_COLUMNS: dict[str, pl.DataType] = {
     "query_id": pl.String,
     **{
         f"{column}_{suffix}": GROUP_SCORE_SCHEMA[column]
         for suffix in QUERY_CONDITIONS.values()
-        for column in QUERY_CONDITION_COLUMNS
+        for column in ("perplexity", "entropy", "answer", "answer_has", "answer_loose")
     },
     "answer_loose_oracle": pl.Boolean,
-    "delta_seper_s": pl.Float64,
-    "delta_seper_h": pl.Float64,
 }
-# ... with the dataset's optional question fields, and ConSens where it was computed.
-QUERY_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
-    **QA_QUERY_OPTIONAL_SCHEMA,
-    "consens": pl.Float64,
-    # ConSens Experiment 3 (consens.leave_one_out): removing the relevant document scores lowest.
-    "consens_loo_lowest": pl.Float64,
-    # The rag context's tokens before and after compression (CONTEXT_SCHEMA), where it was counted.
-    "context_tokens_before": pl.Int32,
-    "context_tokens_after": pl.Int32,
-}
-# Per retrieved document (its per_doc group): ΔSePer alone, its eRAG labels (eq. 1: EM, the
-# paper's metric for QA, in ``erag_label``; has_answer and token F1 beside it) and gold utility
-# (LLM-specific utility eq. 1).
-DOCUMENT_SCORE_SCHEMA: dict[str, pl.DataType] = {
+# ... and the dataset's optional question fields.
+QUERY_SCORE_OPTIONAL_COLUMNS: dict[str, pl.DataType] = dict(QA_QUERY_OPTIONAL_SCHEMA)
+# Per retrieved document (its per_doc group): its rank, its eRAG labels (eq. 1: EM, the paper's
+# metric for QA, in ``erag_label``; has_answer and token F1 beside it) and gold utility
+# (LLM-specific utility eq. 1); with the catalogue's per-document metrics (ΔSePer_S/H alone).
+DOCUMENT_SCORE_COLUMNS: dict[str, pl.DataType] = {
     "query_id": pl.String,
     "doc_id": pl.String,
     "rank": pl.Int32,
-    "delta_seper_s": pl.Float64,
-    "delta_seper_h": pl.Float64,
     "erag_label": pl.Int32,
     "erag_label_has_answer": pl.Int32,
     "erag_label_token_f1": pl.Float64,
     "gold_utility": pl.Boolean,
 }
 # ... with the utility signals of the document, and its ground-truth utility where the dataset has one.
-DOCUMENT_SCORE_OPTIONAL_SCHEMA: dict[str, pl.DataType] = {
+DOCUMENT_SCORE_OPTIONAL_COLUMNS: dict[str, pl.DataType] = {
     **{name: dtype for name, dtype in SIGNAL_SCHEMA.items() if name not in ("query_id", "doc_id")},
     "true_utility": pl.Float64,
     # ConSens with the document left out of the context, and its attribution (ConSens §3.3).
     "consens_without": pl.Float64,
     "consens_attribution": pl.Float64,
-}
-# Each score table by its asset: the columns it always has, and those it may have.
-SCORE_SCHEMAS: dict[str, tuple[dict[str, pl.DataType], dict[str, pl.DataType]]] = {
-    "group_scores": (GROUP_SCORE_SCHEMA, {}),
-    "metric_scores": (QUERY_SCORE_SCHEMA, QUERY_SCORE_OPTIONAL_SCHEMA),
-    "document_scores": (DOCUMENT_SCORE_SCHEMA, DOCUMENT_SCORE_OPTIONAL_SCHEMA),
 }
 
 # --- retrieval evaluation: MIRAGE Table 2 and oracle, eRAG Table 1 / Figure 1 -----------------
@@ -385,21 +370,3 @@ def markdown_table(table: pl.DataFrame | Sequence[Mapping[str, object]], digits:
         tbl_width_chars=65_000,
     ):
         return str(frame)
-
-
-def validate_scores(table: str, frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` unchanged when it keeps the schema of score table ``table`` (``SCORE_SCHEMAS``):
-    every column it always has, others only among those it may have, each of its declared dtype;
-    else a ValueError naming every breach."""
-    schema, optional = SCORE_SCHEMAS[table]
-    declared = {**schema, **optional}
-    problems = [f"missing column {name!r}" for name in schema if name not in frame.columns]
-    problems += [f"undeclared column {name!r}" for name in frame.columns if name not in declared]
-    problems += [
-        f"column {name!r} is {dtype}, declared {declared[name]}"
-        for name, dtype in frame.schema.items()
-        if name in declared and dtype != declared[name]
-    ]
-    if problems:
-        raise ValueError(f"{table} breaks its schema (tables.py): " + "; ".join(problems))
-    return frame

@@ -46,7 +46,6 @@ from ragutil_dagster.tables import (
     RETRIEVER_SUMMARY,
     UTILITY,
     markdown_table,
-    validate_scores,
 )
 from ragutil_dagster.tracking import MlflowTracking, PartitionRun, dagster_tags
 from ragutil_dagster.tracking.entities import link_partition
@@ -257,15 +256,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             failpoint("scoring")
             groups_path = store.write_table(
-                "group_scores", partition, validate_scores("group_scores", groups)
+                "group_scores", partition, catalog.validate_scores("group_scores", groups)
             )
             documents_path = store.write_table(
-                "document_scores", partition, validate_scores("document_scores", documents)
+                "document_scores", partition, catalog.validate_scores("document_scores", documents)
             )
             candidates_path = store.write_table("candidate_scores", partition, utility.candidates)
             correlations_path = store.write_table("retrieval_correlations", partition, correlations)
             path = store.write_table(
-                "metric_scores", partition, validate_scores("metric_scores", per_query)
+                "metric_scores", partition, catalog.validate_scores("metric_scores", per_query)
             )
             store.write_json(
                 "metric_scores", partition, "summary", catalog.validate_summary(summary)

@@ -18,7 +18,10 @@ from ragutil_dagster.tracking.compare import PartitionScores
 from ragutil_dagster.tracking.plots import delta_seper_heatmap
 from ragutil_dagster.tracking.report import compare_runs, report_artifact
 
-COLUMNS = tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
+
+def report_columns() -> tuple[str, ...]:
+    """The summary columns of the reports: the catalogue's headline metrics, then MIRAGE's four."""
+    return tuple(dict.fromkeys(m.name for m in (*catalog.headline(), *catalog.mirage())))
 
 
 def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> dict[str, object]:
@@ -31,7 +34,7 @@ def summary_row(setting: Setting, generator: str, summary: dict[str, float]) -> 
         "compression": setting.compressor or "",
         "multistep_round": setting.step or 1,
         "generator": generator,
-        **{c: summary.get(c) for c in COLUMNS},
+        **{c: summary.get(c) for c in report_columns()},
     }
 
 
@@ -48,7 +51,7 @@ def _summary_frame(rows: list[dict[str, object]]) -> pl.DataFrame:
     return table.drop(
         [
             c
-            for c in COLUMNS
+            for c in report_columns()
             if table[c].is_null().all() or (not compressed and c in catalog.compression_only())
         ]
     )

@@ -21,9 +21,10 @@ from ragutil_dagster.evaluation.transfer import (
     transfer_prompts,
     transfer_table,
 )
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import DECODING_GREEDY, markdown_table, validate_scores
+from ragutil_dagster.tables import DECODING_GREEDY, markdown_table
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
 from ragutil_dagster.tracking.partition_run import (
     OVERLAP_ARTIFACT,
@@ -104,7 +105,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         )
         table = transfer_table(
             queries,
-            validate_scores("group_scores", store.read_table("group_scores", partition)),
+            catalog.validate_scores("group_scores", store.read_table("group_scores", partition)),
             store.read_table("utility_generations", partition),
             gold,
             decoded,

@@ -33,9 +33,10 @@ from ragutil_dagster.evaluation.validity import (
     table_two,
     validity_table,
 )
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table, validate_scores
+from ragutil_dagster.tables import UTILITY, VALIDITY_PASSAGES, markdown_table
 from ragutil_dagster.tracking import MlflowTracking, TrackedRun
 from ragutil_dagster.tracking.partition_run import log_validity
 
@@ -117,7 +118,7 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
         )
         references = reference_scores(generations, queries, bertscore)
         passages = passage_table(
-            validate_scores("group_scores", store.read_table("group_scores", partition)),
+            catalog.validate_scores("group_scores", store.read_table("group_scores", partition)),
             queries,
             judged,
             signals,

@@ -17,7 +17,10 @@ from ragutil_dagster.infra.engine_output import ENGINE_OUTPUT_ENV
 from ragutil_dagster.infra.executor_names import CELERY_EXECUTOR
 from ragutil_dagster.metrics import catalog
 
-SUMMARY_COLUMNS = tuple((m.name, m.label) for m in catalog.headline())
+
+def summary_columns() -> tuple[tuple[str, str], ...]:
+    """The run table's measures, (summary key, label): the catalogue's headline metrics."""
+    return tuple((m.name, m.label) for m in catalog.headline())
 
 
 def print_loudly(warning: str) -> None:
@@ -103,7 +106,7 @@ def format_summary(table) -> str:
     gives none, truth correlations without ground truth) is left out rather than shown as dashes."""
     columns = [
         (c, label)
-        for c, label in SUMMARY_COLUMNS
+        for c, label in summary_columns()
         if c in table.columns and table[c].is_not_null().any()
     ]
     headers = ["setting", "generator"] + [label for _, label in columns]

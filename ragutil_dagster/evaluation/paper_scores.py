@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from ragutil_dagster.evaluation.utility_scores import gold_utility
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics import consens as consens_metrics
 from ragutil_dagster.metrics.erag import BINARY_DOWNSTREAM_METRICS, DOWNSTREAM_METRICS, erag_labels
 from ragutil_dagster.metrics.seper import delta_seper
@@ -172,7 +173,8 @@ def query_scores(
     EM / F1 / has_answer, MIRAGE's per-question correctness (base, oracle, mixed = rag), and
     when given ConSens (``consens``: ``CONSENS_SCHEMA``), Experiment 3's removal-lowest share
     of the retrieval hits (``leave_one_out``: :func:`leave_one_out_hits`) and the rag context's
-    tokens before and after compression (``contexts``: ``CONTEXT_SCHEMA``)."""
+    tokens before and after compression (``contexts``: ``CONTEXT_SCHEMA``); then the column of
+    every registered metric computed from these (``metrics/catalog.register``)."""
     table = (
         queries.select("query_id", *[c for c in QA_QUERY_OPTIONAL_SCHEMA if c in queries.columns])
         .join(_condition(groups, "closed_book"), on="query_id", how="left")
@@ -201,4 +203,6 @@ def query_scores(
             on="query_id",
             how="left",
         )
+    for entry in catalog.query_columns():
+        table = table.with_columns(entry.query_column(table).cast(entry.dtype).alias(entry.name))
     return table.sort("query_id")

@@ -1,8 +1,10 @@
 """The metric catalogue: one entry per metric ragutil reports, carrying what every consumer needs —
 the asset checks (bounds), the summary (which per-query columns are averaged), the reports and the
 ``ragutil run`` table (labels, headline), MLflow logging (bootstrap CIs), the comparison tables and
-plots (MIRAGE's symbols, cut-off names). Adding a metric = its function, its row in
-``evaluation/paper_scores`` or ``evaluation/summary``, one entry here.
+plots (MIRAGE's symbols, cut-off names) and the score tables' schemas (:func:`score_schema`).
+A built-in metric is computed in ``evaluation/paper_scores`` or ``evaluation/summary`` and has one
+entry here; a metric computed from the per-query table's columns is one module — its function
+and a :class:`Metric` with ``query_column`` — and one :func:`register` call (docs/architecture.md).
 
 Names are the keys of a partition's summary and, for per-query metrics, the columns of its
 per-query table. A name with ``{k}`` is a template: the summary key carries the cut-off
@@ -13,9 +15,22 @@ share a column.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
+
+import polars as pl
 
 from ragutil_dagster.metrics.utility import RANKING_METHODS, SELECTION_METHODS, VERBALIZED_METHODS
+from ragutil_dagster.tables import (
+    DOCUMENT_SCORE_COLUMNS,
+    DOCUMENT_SCORE_OPTIONAL_COLUMNS,
+    GROUP_SCORE_SCHEMA,
+    QUERY_SCORE_COLUMNS,
+    QUERY_SCORE_OPTIONAL_COLUMNS,
+)
+
+Level = Literal["query", "partition"]
 
 
 @dataclass(frozen=True)
@@ -23,12 +38,20 @@ class Metric:
     """One reported metric.
 
     Attributes:
-        name: summary key (and per-query column when ``per_query``); ``{k}`` marks a cut-off.
+        name: summary key (and per-query column at level ``query``); ``{k}`` marks a cut-off.
         label: short column header in printed tables.
         paper: the paper it comes from, with the equation / section that defines it.
         bounds: the closed interval every value lies in (checked per query), or None.
         higher_is_better: the direction of "better" (plots and comparisons).
-        per_query: a per-query column whose mean over queries is the summary value.
+        level: ``query`` — a column of the per-query table (``metric_scores``) whose mean over
+            queries is the summary value; ``partition`` — a number of the whole partition only.
+        per_document: also a column of the per-document table (``document_scores``): the
+            metric with the document alone as the context.
+        dtype: the column's type in the score tables (level ``query`` / ``per_document``).
+        optional: a column only some partitions have (where it was computed).
+        query_column: for a metric computed from the per-query table's other columns: the
+            function giving its column (:func:`register`); None for a built-in one, which
+            ``evaluation/paper_scores`` computes.
         headline: shown in Dagster metadata, reports and the ``ragutil run`` table.
         ci: its mean is logged with a bootstrap 95 % interval over queries.
         symbol: the paper's own symbol (MIRAGE's NV / CA / CI / CM), when tables use it.
@@ -43,12 +66,20 @@ class Metric:
     paper: str
     bounds: tuple[float, float] | None = None
     higher_is_better: bool = True
-    per_query: bool = False
+    level: Level = "partition"
+    per_document: bool = False
+    dtype: pl.DataType = pl.Float64
+    optional: bool = False
     headline: bool = False
     ci: bool = False
     symbol: str = ""
     needs_qrels: bool = False
     compression_only: bool = False
+    query_column: Callable[[pl.DataFrame], pl.Series] | None = None
+
+    def __post_init__(self) -> None:
+        if self.query_column is not None and self.level != "query":
+            raise ValueError(f"metric {self.name!r}: a query_column makes a metric of level query")
 
 
 _SEPER = "SePer (Dai et al., ICLR 2025)"
@@ -90,7 +121,8 @@ CATALOG: tuple[Metric, ...] = (
         "ΔSePer_S",
         f"{_SEPER} eq. 11, soft kernel",
         (-1, 1),
-        per_query=True,
+        level="query",
+        per_document=True,
         headline=True,
         ci=True,
     ),
@@ -99,7 +131,8 @@ CATALOG: tuple[Metric, ...] = (
         "ΔSePer_H",
         f"{_SEPER} eq. 11, hard kernel",
         (-1, 1),
-        per_query=True,
+        level="query",
+        per_document=True,
         headline=True,
         ci=True,
     ),
@@ -108,7 +141,7 @@ CATALOG: tuple[Metric, ...] = (
         "SePer_S cb",
         f"{_SEPER} eq. 9, closed book",
         (0, 1),
-        per_query=True,
+        level="query",
         headline=True,
         ci=True,
     ),
@@ -117,7 +150,7 @@ CATALOG: tuple[Metric, ...] = (
         "SePer_S rag",
         f"{_SEPER} eq. 9, with context",
         (0, 1),
-        per_query=True,
+        level="query",
         headline=True,
         ci=True,
     ),
@@ -126,7 +159,7 @@ CATALOG: tuple[Metric, ...] = (
         "SePer_H cb",
         f"{_SEPER} eq. 9, hard kernel, closed book",
         (0, 1),
-        per_query=True,
+        level="query",
         ci=True,
     ),
     Metric(
@@ -134,7 +167,7 @@ CATALOG: tuple[Metric, ...] = (
         "SePer_H rag",
         f"{_SEPER} eq. 9, hard kernel, with context",
         (0, 1),
-        per_query=True,
+        level="query",
         ci=True,
     ),
     Metric(
@@ -142,21 +175,21 @@ CATALOG: tuple[Metric, ...] = (
         "SE cb",
         f"{_SEPER} Table 2 baseline (Kuhn et al.)",
         higher_is_better=False,
-        per_query=True,
+        level="query",
     ),
     Metric(
         "semantic_entropy_rag",
         "SE rag",
         f"{_SEPER} Table 2 baseline (Kuhn et al.)",
         higher_is_better=False,
-        per_query=True,
+        level="query",
     ),
-    Metric("em_closed", "EM cb", _QA, (0, 1), per_query=True),
-    Metric("em_rag", "EM rag", _QA, (0, 1), per_query=True, headline=True, ci=True),
-    Metric("f1_closed", "F1 cb", _QA, (0, 1), per_query=True),
-    Metric("f1_rag", "F1 rag", _QA, (0, 1), per_query=True, ci=True),
-    Metric("has_answer_closed", "has cb", _QA, (0, 1), per_query=True),
-    Metric("has_answer_rag", "has rag", _QA, (0, 1), per_query=True, ci=True),
+    Metric("em_closed", "EM cb", _QA, (0, 1), level="query"),
+    Metric("em_rag", "EM rag", _QA, (0, 1), level="query", headline=True, ci=True),
+    Metric("f1_closed", "F1 cb", _QA, (0, 1), level="query"),
+    Metric("f1_rag", "F1 rag", _QA, (0, 1), level="query", ci=True),
+    Metric("has_answer_closed", "has cb", _QA, (0, 1), level="query"),
+    Metric("has_answer_rag", "has rag", _QA, (0, 1), level="query", ci=True),
     Metric(
         "mirage_context_acceptability", "MIRAGE CA", _MIRAGE, (0, 1), headline=True, symbol="CA"
     ),
@@ -200,7 +233,16 @@ CATALOG: tuple[Metric, ...] = (
     Metric("erag_map", "eRAG MAP", _ERAG, (0, 1), headline=True),
     Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
     Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
-    Metric("consens", "ConSens", _CONSENS, (-1, 1), per_query=True, headline=True, ci=True),
+    Metric(
+        "consens",
+        "ConSens",
+        _CONSENS,
+        (-1, 1),
+        level="query",
+        optional=True,
+        headline=True,
+        ci=True,
+    ),
     # The rag context's cost and the utility it keeps per token (evaluation/compression.py): every
     # setting counts its context; a compressed one shows fewer tokens. Tables show them beside a
     # compressed setting only: without one they restate k.
@@ -209,7 +251,9 @@ CATALOG: tuple[Metric, ...] = (
         "ctx tok",
         f"{_COMPRESSION}: the rag context's tokens as retrieved",
         higher_is_better=False,
-        per_query=True,
+        level="query",
+        dtype=pl.Int32,
+        optional=True,
         headline=True,
         compression_only=True,
     ),
@@ -218,7 +262,9 @@ CATALOG: tuple[Metric, ...] = (
         "ctx tok kept",
         f"{_COMPRESSION}: the rag context's tokens as shown (compressed)",
         higher_is_better=False,
-        per_query=True,
+        level="query",
+        dtype=pl.Int32,
+        optional=True,
         headline=True,
         compression_only=True,
     ),
@@ -266,7 +312,8 @@ CATALOG: tuple[Metric, ...] = (
         "ConSens LOO lowest",
         f"{_CONSENS_EXPERIMENT_3}: removing the relevant passage gives the lowest ConSens",
         (0, 1),
-        per_query=True,
+        level="query",
+        optional=True,
         ci=True,
         needs_qrels=True,
     ),
@@ -347,14 +394,58 @@ CATALOG: tuple[Metric, ...] = (
     ),
 )
 
-_BY_NAME = {metric.name: metric for metric in CATALOG}
-assert len(_BY_NAME) == len(CATALOG), "metric names must be unique"
-_TEMPLATES = {
-    re.compile("^" + re.escape(m.name).replace(re.escape("{k}"), r"\d+") + "$"): m
-    for m in CATALOG
-    if "{k}" in m.name
-}
-_BY_GENERIC_NAME = {m.name.replace("{k}", "at_k"): m for m in CATALOG}
+_REGISTERED: list[Metric] = []
+
+
+def entries() -> tuple[Metric, ...]:
+    """Every metric ragutil reports: the built-in ``CATALOG``, then the registered ones."""
+    return (*CATALOG, *_REGISTERED)
+
+
+@dataclass(frozen=True)
+class _Index:
+    by_name: dict[str, Metric]
+    templates: dict[re.Pattern[str], Metric]
+    by_generic_name: dict[str, Metric]
+
+    @classmethod
+    def of(cls, metrics: tuple[Metric, ...]) -> _Index:
+        by_name = {m.name: m for m in metrics}
+        if len(by_name) != len(metrics):
+            names = [m.name for m in metrics]
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            raise ValueError(f"metric names must be unique; repeated: {repeated}")
+        return cls(
+            by_name,
+            {
+                re.compile("^" + re.escape(m.name).replace(re.escape("{k}"), r"\d+") + "$"): m
+                for m in metrics
+                if "{k}" in m.name
+            },
+            {m.name.replace("{k}", "at_k"): m for m in metrics},
+        )
+
+
+_INDEX = _Index.of(CATALOG)
+
+
+def register(entry: Metric) -> Metric:
+    """Add ``entry`` to the catalogue — a metric of level ``query`` with a ``query_column``
+    function, which ``evaluation/paper_scores.query_scores`` applies to every per-query table —
+    and return it. From then on the score tables' schema, the summary (its mean with its n), the
+    asset checks (its bounds), the reports, MLflow (its CI when ``ci``), ``ragutil score``'s keys
+    and the comparison tables read it as any built-in metric. A name already taken is a
+    ValueError."""
+    global _INDEX
+    if entry.query_column is None:
+        raise ValueError(
+            f"metric {entry.name!r}: a registered metric needs a query_column (built-in metrics "
+            "are computed in evaluation/ and listed in CATALOG)"
+        )
+    _INDEX = _Index.of((*entries(), entry))
+    _REGISTERED.append(entry)
+    return entry
+
 
 SUMMARY_COUNTS = ("queries", "documents")
 """The summary's counts of the partition itself (queries and retrieved documents scored); every
@@ -363,9 +454,9 @@ other summary key is a metric, or one of its counts (:func:`summary_entry`)."""
 
 def metric(name: str) -> Metric | None:
     """The catalogue entry of a summary key (cut-off names such as ``erag_P_5`` included)."""
-    if name in _BY_NAME:
-        return _BY_NAME[name]
-    return next((m for pattern, m in _TEMPLATES.items() if pattern.match(name)), None)
+    if name in _INDEX.by_name:
+        return _INDEX.by_name[name]
+    return next((m for pattern, m in _INDEX.templates.items() if pattern.match(name)), None)
 
 
 def summary_entry(key: str) -> Metric | None:
@@ -374,7 +465,7 @@ def summary_entry(key: str) -> Metric | None:
     the questions its two groups hold (``count_<name>``); None for a key the catalogue does not
     describe."""
     if key.startswith("n_"):
-        return _BY_GENERIC_NAME.get(key.removeprefix("n_"))
+        return _INDEX.by_generic_name.get(key.removeprefix("n_"))
     if key.startswith("count_"):
         entry = metric(key.removeprefix("count_"))
         return entry if entry in mirage() else None
@@ -402,33 +493,79 @@ def generic_name(name: str) -> str:
 
 
 def per_query_means() -> tuple[str, ...]:
-    """Per-query columns whose mean over queries is a summary value."""
-    return tuple(m.name for m in CATALOG if m.per_query)
+    """Per-query columns (level ``query``) whose mean over queries is a summary value."""
+    return tuple(m.name for m in entries() if m.level == "query")
 
 
 def headline() -> tuple[Metric, ...]:
     """The metrics shown first everywhere (metadata, reports, the ``ragutil run`` table)."""
-    return tuple(m for m in CATALOG if m.headline)
+    return tuple(m for m in entries() if m.headline)
 
 
 def compression_only() -> tuple[str, ...]:
     """Names of the metrics that tables leave out when no setting compresses its context."""
-    return tuple(m.name for m in CATALOG if m.compression_only)
+    return tuple(m.name for m in entries() if m.compression_only)
 
 
 def with_ci() -> tuple[str, ...]:
     """Per-query columns logged with a bootstrap 95 % interval."""
-    return tuple(m.name for m in CATALOG if m.ci)
+    return tuple(m.name for m in entries() if m.ci)
 
 
 def per_query_bounds() -> dict[str, tuple[float, float]]:
     """The range every per-query value of a bounded metric must lie in."""
-    return {m.name: m.bounds for m in CATALOG if m.per_query and m.bounds is not None}
+    return {m.name: m.bounds for m in entries() if m.level == "query" and m.bounds is not None}
 
 
 def mirage() -> tuple[Metric, ...]:
     """MIRAGE's four RAG-adaptability metrics, in the paper's order (they sum to 1, eq. 6)."""
     order = ("NV", "CA", "CI", "CM")
     return tuple(
-        sorted((m for m in CATALOG if m.symbol in order), key=lambda m: order.index(m.symbol))
+        sorted((m for m in entries() if m.symbol in order), key=lambda m: order.index(m.symbol))
     )
+
+
+def query_columns() -> tuple[Metric, ...]:
+    """The registered metrics computed from the per-query table's columns (:func:`register`)."""
+    return tuple(m for m in entries() if m.query_column is not None)
+
+
+def score_schema(table: str) -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
+    """The columns score table ``table`` always has and those it may have, with their dtypes:
+    its columns that are no metric (``tables.py``) and its catalogued metrics — level ``query``
+    for ``metric_scores``, ``per_document`` for ``document_scores`` (optional ones where
+    ``optional``); ``group_scores`` holds no catalogued metric."""
+    if table == "group_scores":
+        return dict(GROUP_SCORE_SCHEMA), {}
+    if table == "metric_scores":
+        base, maybe = QUERY_SCORE_COLUMNS, QUERY_SCORE_OPTIONAL_COLUMNS
+        metrics = [m for m in entries() if m.level == "query"]
+    elif table == "document_scores":
+        base, maybe = DOCUMENT_SCORE_COLUMNS, DOCUMENT_SCORE_OPTIONAL_COLUMNS
+        metrics = [m for m in entries() if m.per_document]
+    else:
+        raise ValueError(f"no score table {table!r}: group_scores, metric_scores, document_scores")
+    return (
+        {**base, **{m.name: m.dtype for m in metrics if not m.optional}},
+        {**maybe, **{m.name: m.dtype for m in metrics if m.optional}},
+    )
+
+
+def validate_scores(table: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` unchanged when it keeps the schema of score table ``table``
+    (:func:`score_schema`): every column it always has, others only among those it may have,
+    each of its declared dtype; else a ValueError naming every breach."""
+    schema, optional = score_schema(table)
+    declared = {**schema, **optional}
+    problems = [f"missing column {name!r}" for name in schema if name not in frame.columns]
+    problems += [f"undeclared column {name!r}" for name in frame.columns if name not in declared]
+    problems += [
+        f"column {name!r} is {dtype}, declared {declared[name]}"
+        for name, dtype in frame.schema.items()
+        if name in declared and dtype != declared[name]
+    ]
+    if problems:
+        raise ValueError(
+            f"{table} breaks its schema (tables.py and metrics/catalog.py): " + "; ".join(problems)
+        )
+    return frame

@@ -35,7 +35,6 @@ TRANSFER_ARTIFACT = (
 )
 OVERLAP_ARTIFACT = "utility_overlap.parquet"  # ... and the overlap of gold-utility sets
 
-CI_COLUMNS = catalog.with_ci()
 """Per-query columns whose mean is logged with a bootstrap 95% interval."""
 
 UPSTREAM_FIGURES = {
@@ -154,9 +153,9 @@ def off_world_tags(
 
 def interval_metrics(per_query: pl.DataFrame, seed: int = 0) -> dict[str, float]:
     """``<column>_ci_low`` / ``<column>_ci_high``: bootstrap 95% interval of each mean in
-    :data:`CI_COLUMNS` over queries (``metrics.stats.bootstrap_mean_ci``)."""
+    ``catalog.with_ci()`` over queries (``metrics.stats.bootstrap_mean_ci``)."""
     out: dict[str, float] = {}
-    for column in CI_COLUMNS:
+    for column in catalog.with_ci():
         if column not in per_query.columns:
             continue
         values = per_query[column].drop_nulls().to_numpy()

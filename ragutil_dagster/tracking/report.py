@@ -21,8 +21,8 @@ from ragutil_dagster.config import SLUG, ExperimentConfig
 from ragutil_dagster.errors import NothingToCompareError
 from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.infra.objectstore import Folder, Garbage
+from ragutil_dagster.metrics import catalog
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import validate_scores
 from ragutil_dagster.tracking.compare import (
     PROMPT_COLUMNS,
     Comparison,
@@ -90,7 +90,7 @@ def _run_scores(
         setting=experiment.setting(run.data.params["setting"]),
         generator=run.data.params["generator"],
         summary=json.loads(Path(summary).read_text(encoding="utf-8")),
-        per_query=validate_scores("metric_scores", pl.read_parquet(table)),
+        per_query=catalog.validate_scores("metric_scores", pl.read_parquet(table)),
         mlflow_run_id=run.info.run_id,
         correlations=correlations,
         validity=validity,

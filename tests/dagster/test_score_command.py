@@ -75,7 +75,11 @@ def test_score_writes_one_line_per_record(
             "per_context",
             "answer_with_context",
             "answer_without_context",
-        } | {record_key(m.name) for m in catalog.CATALOG if m.per_query and not m.needs_qrels}
+        } | {
+            record_key(m.name)
+            for m in catalog.entries()
+            if m.level == "query" and not m.needs_qrels
+        }
         assert all(
             set(context) == {"id", "rank", "delta_seper_s", "delta_seper_h", "answer", "has_answer"}
             for context in row["per_context"]

@@ -17,11 +17,11 @@ from ragutil_dagster.evaluation.paper_scores import (
     query_scores,
 )
 from ragutil_dagster.evaluation.summary import summarize
-from ragutil_dagster.metrics import answers
+from ragutil_dagster.metrics import answers, catalog
 from ragutil_dagster.metrics.erag import DOWNSTREAM_METRICS, erag_labels, erag_scores
 from ragutil_dagster.metrics.seper import delta_seper
 from ragutil_dagster.metrics.utility import gold_utility
-from ragutil_dagster.tables import GROUP_SCORE_SCHEMA, validate_scores
+from ragutil_dagster.tables import GROUP_SCORE_SCHEMA
 
 
 def group_row(
@@ -231,17 +231,17 @@ def test_the_score_tables_keep_their_schemas() -> None:
     groups, queries, run = tables(CASES)
     documents = document_scores(groups, queries, run)
     per_query = query_scores(groups, queries)
-    assert validate_scores("group_scores", groups) is groups
-    assert validate_scores("document_scores", documents) is documents
-    assert validate_scores("metric_scores", per_query) is per_query
+    assert catalog.validate_scores("group_scores", groups) is groups
+    assert catalog.validate_scores("document_scores", documents) is documents
+    assert catalog.validate_scores("metric_scores", per_query) is per_query
     with pytest.raises(
         ValueError, match="document_scores breaks its schema.*undeclared column 'extra'"
     ):
-        validate_scores("document_scores", documents.with_columns(extra=pl.lit(1)))
+        catalog.validate_scores("document_scores", documents.with_columns(extra=pl.lit(1)))
     with pytest.raises(
         ValueError, match="missing column 'delta_seper_h'.*'rank' is Int64, declared Int32"
     ):
-        validate_scores(
+        catalog.validate_scores(
             "document_scores",
             documents.drop("delta_seper_h").with_columns(pl.col("rank").cast(pl.Int64)),
         )

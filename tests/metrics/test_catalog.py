@@ -30,4 +30,5 @@ def test_mirage_metrics_come_in_the_papers_order() -> None:
 def test_entries_are_complete(entry: catalog.Metric) -> None:
     assert entry.label and entry.paper
     assert entry.bounds is None or entry.bounds[0] < entry.bounds[1]
-    assert not entry.ci or entry.per_query  # intervals are over per-query values
+    assert not entry.ci or entry.level == "query"  # intervals are over per-query values
+    assert not entry.per_document or entry.level == "query"
