@@ -32,6 +32,7 @@ from ragutil_dagster.assets.run_files import RUN_FILE, run_file_versions
 from ragutil_dagster.config import ExperimentConfig
 from ragutil_dagster.infra.files import stable_hash
 from ragutil_dagster.infra.versions import library_versions
+from ragutil_dagster.metrics import catalog
 
 VERSION_TAGS = {
     "code": "ragutil/code_version",
@@ -46,15 +47,22 @@ MISSING, NO_VERSIONS, FORCED = "missing", "inputs not recorded", "forced"
 
 @functools.cache
 def code_version() -> str:
-    """Hash of every ``.py`` file of the package (path and bytes) and of the versions of the
-    libraries that change results."""
+    """Hash of every ``.py`` file of the package (path and bytes), of the versions of the
+    libraries that change results and of the metrics registered in the catalogue."""
     package = Path(ragutil_dagster.__file__).parent
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
         digest.update(
             path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
         )
-    return stable_hash({"source": digest.hexdigest(), "libraries": library_versions()}, 16)
+    return stable_hash(
+        {
+            "source": digest.hexdigest(),
+            "libraries": library_versions(),
+            "registered_metrics": catalog.registered_fingerprint(),
+        },
+        16,
+    )
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ share a column.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -442,6 +444,11 @@ def register(entry: Metric) -> Metric:
             f"metric {entry.name!r}: a registered metric needs a query_column (built-in metrics "
             "are computed in evaluation/ and listed in CATALOG)"
         )
+    if entry.per_document:
+        raise ValueError(
+            f"metric {entry.name!r}: a registered metric is computed from the per-query table; "
+            "it has no per-document column"
+        )
     _INDEX = _Index.of((*entries(), entry))
     _REGISTERED.append(entry)
     return entry
@@ -525,6 +532,16 @@ def mirage() -> tuple[Metric, ...]:
     )
 
 
+def registered_fingerprint() -> str:
+    """What the registered metrics are and compute — each entry and its function's source — for
+    the skip rule's code version (``skip_unchanged.code_version``): registering one, or editing
+    its function, re-runs the scores."""
+    return "\n".join(
+        f"{dataclasses.replace(m, query_column=None)!r}\n{inspect.getsource(m.query_column)}"
+        for m in _REGISTERED
+    )
+
+
 def query_columns() -> tuple[Metric, ...]:
     """The registered metrics computed from the per-query table's columns (:func:`register`)."""
     return tuple(m for m in entries() if m.query_column is not None)
@@ -534,7 +551,8 @@ def score_schema(table: str) -> tuple[dict[str, pl.DataType], dict[str, pl.DataT
     """The columns score table ``table`` always has and those it may have, with their dtypes:
     its columns that are no metric (``tables.py``) and its catalogued metrics — level ``query``
     for ``metric_scores``, ``per_document`` for ``document_scores`` (optional ones where
-    ``optional``); ``group_scores`` holds no catalogued metric."""
+    ``optional``, and every registered one: a table scored before its registration lacks it);
+    ``group_scores`` holds no catalogued metric."""
     if table == "group_scores":
         return dict(GROUP_SCORE_SCHEMA), {}
     if table == "metric_scores":
@@ -546,8 +564,8 @@ def score_schema(table: str) -> tuple[dict[str, pl.DataType], dict[str, pl.DataT
     else:
         raise ValueError(f"no score table {table!r}: group_scores, metric_scores, document_scores")
     return (
-        {**base, **{m.name: m.dtype for m in metrics if not m.optional}},
-        {**maybe, **{m.name: m.dtype for m in metrics if m.optional}},
+        {**base, **{m.name: m.dtype for m in metrics if not (m.optional or m.query_column)}},
+        {**maybe, **{m.name: m.dtype for m in metrics if m.optional or m.query_column}},
     )
 
 

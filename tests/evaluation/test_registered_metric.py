@@ -43,7 +43,11 @@ def test_a_registered_metric_reaches_every_consumer() -> None:
 
     assert per_query["has_answer_gain"].to_list() == has_answer_gain(per_query).to_list()
     assert catalog.validate_scores("metric_scores", per_query) is per_query
-    assert catalog.score_schema("metric_scores")[0]["has_answer_gain"] == pl.Float64
+    # optional: a partition scored before the registration has no such column
+    assert catalog.score_schema("metric_scores")[1]["has_answer_gain"] == pl.Float64
+    assert catalog.validate_scores("metric_scores", per_query.drop("has_answer_gain")) is not None
+    # the skip rule's code version changes with it: what it computes is part of the scores' code
+    assert "def has_answer_gain" in catalog.registered_fingerprint()
     summary = summarize(per_query, documents, k=1)
     assert summary["has_answer_gain"] == pytest.approx(per_query["has_answer_gain"].mean())
     assert summary["n_has_answer_gain"] == per_query.height
@@ -72,6 +76,17 @@ def test_a_registration_is_refused_when_the_name_is_taken_or_nothing_computes_it
         )
     with pytest.raises(ValueError, match="needs a query_column"):
         catalog.register(catalog.Metric("toy_number", "toy", "toy"))
+    with pytest.raises(ValueError, match="no per-document column"):
+        catalog.register(
+            catalog.Metric(
+                "toy_gain",
+                "toy",
+                "toy",
+                level="query",
+                per_document=True,
+                query_column=has_answer_gain,
+            )
+        )
     with pytest.raises(ValueError, match="makes a metric of level query"):
         catalog.Metric("toy_number", "toy", "toy", query_column=has_answer_gain)
     assert catalog.entries() == catalog.CATALOG
@@ -79,4 +94,5 @@ def test_a_registration_is_refused_when_the_name_is_taken_or_nothing_computes_it
 
 def test_without_registration_the_catalogue_is_the_built_in_one() -> None:
     assert catalog.metric("has_answer_gain") is None
-    assert "has_answer_gain" not in catalog.score_schema("metric_scores")[0]
+    assert "has_answer_gain" not in {**catalog.score_schema("metric_scores")[1]}
+    assert catalog.registered_fingerprint() == ""
