@@ -106,7 +106,7 @@ def score_records(
     queries = query_scores(groups, records.queries, consens.per_query, contexts=counted)
     documents = document_scores(groups, records.queries, records.run)
     metrics = [name for name in catalog.per_query_means() if name in queries.columns]
-    document_metrics = [name for name in catalog.per_query_means() if name in documents.columns]
+    document_metrics = [m.name for m in catalog.entries() if m.per_document]
     answers = [f"answer_{suffix}" for suffix in RECORD_CONDITIONS]
     attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     alone = {

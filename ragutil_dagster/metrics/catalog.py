@@ -543,8 +543,9 @@ def registered_fingerprint() -> str:
 
 
 def query_columns() -> tuple[Metric, ...]:
-    """The registered metrics computed from the per-query table's columns (:func:`register`)."""
-    return tuple(m for m in entries() if m.query_column is not None)
+    """The registered metrics, each computed from the per-query table's columns (:func:`register`
+    refuses one without a ``query_column``)."""
+    return tuple(_REGISTERED)
 
 
 def score_schema(table: str) -> tuple[dict[str, pl.DataType], dict[str, pl.DataType]]:
