@@ -21,6 +21,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from adaptive_sampling import MIN_INSIDE_DEV, chosen_rule, replay_line
 from seper_e2e import (
     REALISTIC_RESULTS,
     adaptive_comparison,
@@ -29,9 +30,11 @@ from seper_e2e import (
     grid_subset_parser,
     measured,
     ragutil_path,
+    replays,
     write_result,
 )
 
+from ragutil_dagster.config import AdaptiveSamplingConfig
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import ensure_answer_nli
@@ -100,33 +103,50 @@ def main() -> None:
                             work, generator, judge(), adaptive=mode == "adaptive", credits=True
                         ),
                     )
-                    for mode in ("fixed", "adaptive")
+                    for mode in args.modes
                 }
             finally:
                 if backend == "vllm":
                     from ragutil_dagster.models.vllm_backend import release_engine
 
                     release_engine()
-            comparison = adaptive_comparison(phases["fixed"], phases["adaptive"])
             result[backend] = {
-                **{
-                    mode: {key: getattr(phase, key) for key in COUNTED}
-                    for mode, phase in phases.items()
-                },
+                mode: {key: getattr(phase, key) for key in COUNTED}
+                for mode, phase in phases.items()
+            }
+            row = result[backend]
+            if "adaptive" not in phases:
+                row["replay"] = replays(phases["fixed"])
+                row["chosen"] = chosen_rule(row["replay"])
+                for replayed in row["replay"]:
+                    print(f"{backend}: {replay_line(replayed)}")
+                print(
+                    f"{backend}: chosen (fewest samples keeping {MIN_INSIDE_DEV} inside): "
+                    f"{replay_line(row['chosen'])}",
+                    flush=True,
+                )
+                continue
+            comparison = adaptive_comparison(phases["fixed"], phases["adaptive"])
+            row |= {
+                "rule": AdaptiveSamplingConfig().key,
                 "sample_fraction": comparison["sample_fraction"],
                 "wall_time_ratio": phases["adaptive"].seconds / phases["fixed"].seconds,
                 "sampling_time_ratio": phases["adaptive"].sampling_s / phases["fixed"].sampling_s,
                 "within_se_ci": comparison["within_se_ci"],
                 "within_bootstrap_ci": comparison["within_bootstrap_ci"],
+                "mean_shift": comparison["mean_shift"],
                 "items": comparison["items"],
+                "settings": comparison["settings"],
                 "replay": comparison["replay"],
             }
-            row = result[backend]
+            shift = row["mean_shift"]
             print(
                 f"{backend}: adaptive {row['adaptive']['seconds']:.1f} s against fixed {row['fixed']['seconds']:.1f} s "
                 f"(× {row['wall_time_ratio']:.3f}; sampling × {row['sampling_time_ratio']:.3f}) for "
-                f"{row['sample_fraction']:.3f} of the samples; rag ΔSePer_S inside the fixed-N 95 % CI: "
-                f"{row['within_se_ci']:.3f} of {row['items']} (setting, query) items",
+                f"{row['sample_fraction']:.3f} of the samples; rag ΔSePer_S strictly inside the fixed-N "
+                f"bootstrap 95 % CI: {row['within_bootstrap_ci']:.3f} of {row['items']} (setting, query) "
+                f"items (SE CI {row['within_se_ci']:.3f}); mean shift {shift['mean']:+.4f} "
+                f"[{shift['ci_low']:+.4f}, {shift['ci_high']:+.4f}]",
                 flush=True,
             )
     write_result(args.out, result)
@@ -136,6 +156,14 @@ def parse_args() -> argparse.Namespace:
     parser = grid_subset_parser(__doc__.split("\n")[0], questions=10, out=RESULTS)
     parser.add_argument("--backends", nargs="+", choices=("hf", "vllm"), default=["hf", "vllm"])
     parser.add_argument("--nli", default="embedded:nli")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=("fixed", "adaptive"),
+        default=["fixed", "adaptive"],
+        help="fixed alone: replay every stop rule on the fixed run and choose the defaults' rule "
+        "(on --half dev)",
+    )
     args = grid_subset_args(parser)
     # the realistic grid of bench/seper_e2e.py
     args.n, args.max_new_tokens = 10, 32

@@ -371,15 +371,18 @@ def as_prefix(tables: Tables, reference: Tables) -> Tables:
     }
 
 
-REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25)
+REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25, 0.28, 0.30)
 FULL_CLOSED_BOOK_TARGETS = (0.22, 0.24, 0.26, 0.28)
 ALWAYS_N = 0.01
 """A closed-book target no group of N ≤ 100 samples reaches (the Jeffreys floor of 100 agreeing
 samples is 0.007, of N = 10 0.06): the closed-book prompt always draws all N."""
-ROUND_SHAPES = ((4, 3), (4, 6))
-"""(first_round, round_size) beside the default 4 / 2: coarser rounds, fewer places to stop between
-the first round and N (4 / 6: a prompt stops at 4 or draws all 10)."""
+ROUND_SHAPES = ((3, 2), (4, 3), (4, 6), (5, 5))
+"""(first_round, round_size) beside 4 / 2: a smaller first round, and coarser rounds with fewer
+places to stop between the first round and N (4 / 6: a prompt stops at 4 or draws all 10)."""
 SHAPE_TARGETS = ((0.22, None), (0.26, None), (0.26, ALWAYS_N), (0.30, ALWAYS_N))
+MIN_INSIDE_DEV = 0.96
+"""What the defaults must keep on the development half: the share of rag ΔSePer_S values strictly
+inside the fixed-N bootstrap CI, a point above the 0.95 the report half must show."""
 
 
 def replay_rules() -> list[AdaptiveSamplingConfig]:
@@ -405,6 +408,16 @@ def replay_rules() -> list[AdaptiveSamplingConfig]:
             for target, closed in SHAPE_TARGETS
         ]
     )
+
+
+def chosen_rule(replayed: list[dict[str, float]]) -> dict[str, float]:
+    """The rule ``sampling.adaptive``'s defaults take, chosen on the development half's replays:
+    the fewest samples drawn among the rules keeping at least ``MIN_INSIDE_DEV`` of the values
+    strictly inside the fixed-N bootstrap CI (ties: more inside)."""
+    keeping = [row for row in replayed if row["inside_fixed_ci"] >= MIN_INSIDE_DEV]
+    if not keeping:
+        raise SystemExit(f"no replayed rule keeps {MIN_INSIDE_DEV} of the values inside the CI")
+    return min(keeping, key=lambda row: (row["sample_fraction"], -row["inside_fixed_ci"]))
 
 
 def replay(

@@ -87,6 +87,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Self
 
@@ -103,6 +104,7 @@ from ragutil_dagster.config import (
     SamplingConfig,
 )
 from ragutil_dagster.data.qa import QADataset, load_dataset
+from ragutil_dagster.data.splits import HALVES, Half, article_half, article_of
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import ensure_answer_nli
@@ -676,14 +678,47 @@ def beir_folder(data: Path, scratch: Path) -> Path:
     return folder
 
 
+def half_questions(data: QADataset, half: Half, count: int) -> QADataset:
+    """``count`` questions of one article half (``ragutil_dagster.data.splits``), spread over its
+    articles: one question of each article in turn (articles in the order of their first
+    question), each article's questions in file order. No seed: the choice is fixed by the data."""
+    articles: dict[str, list[str]] = {}
+    for qid, doc_id in (
+        data.qrels.unique("query_id", keep="first", maintain_order=True)
+        .select("query_id", "doc_id")
+        .iter_rows()
+    ):
+        if article_half(doc_id) == half:
+            articles.setdefault(article_of(doc_id), []).append(qid)
+    order = [qid for turn in zip_longest(*articles.values()) for qid in turn if qid is not None]
+    if len(order) < count:
+        raise SystemExit(f"the {half} half holds {len(order)} questions, fewer than {count}")
+    chosen = order[:count]
+    keep = pl.col("query_id").is_in(chosen)
+    queries = data.queries.filter(keep).sort(
+        pl.col("query_id").replace_strict(
+            {qid: i for i, qid in enumerate(chosen)}, return_dtype=pl.Int64
+        )
+    )
+    return QADataset(data.name, queries, data.corpus, data.qrels.filter(keep), None)
+
+
 def build_real_workload(args: argparse.Namespace, scratch: Path) -> Workload:
     """The first ``--questions`` questions of a BEIR QA folder: BM25 top-k over its corpus, or
     with ``--realistic`` BM25 and MiniLM each at every k of ``REALISTIC_KS`` (four settings, as
     a grid has them) under examples/squad.yaml's prompts."""
     folder = beir_folder(args.data, scratch)
+    half = getattr(args, "half", None)
     data = load_dataset(
-        DatasetConfig(name="data", format="beir", path=str(folder), max_queries=args.questions)
+        DatasetConfig(
+            name="data",
+            format="beir",
+            path=str(folder),
+            max_queries=None if half else args.questions,
+        )
     )
+    if half:
+        data = half_questions(data, half, args.questions)
     searched = data.queries.select(pl.col("query_id").alias("id"), pl.col("question").alias("text"))
     name, config = next(iter(SETTINGS.items()))
     sampling = SamplingConfig(
@@ -982,25 +1017,37 @@ NLI_PAIRS_TARGET = {False: 0.2, True: 0.3}  # of the authors' pairs per question
 ADAPTIVE_TARGETS = {"sample_fraction": 0.5, "within_ci": 0.95}
 
 
-def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
-    """The adaptive criterion over every (setting, query): the adaptive run's rag ΔSePer_S inside
-    the fixed-N run's 95 % CI of it — the standard-error CI and the percentile bootstrap of
-    bench/adaptive_sampling.py (docs/metrics.md) —, the share of samples drawn, and the mean shift
-    of ΔSePer_S against fixed N with its bootstrap CI."""
-    from adaptive_sampling import (
-        fixed_cis,
-        paired_shift,
-        replay,
-        replay_rules,
-        share_inside,
-        standard_error_cis,
-    )
+def fixed_n_cis(
+    fixed: Phase,
+) -> tuple[dict[tuple[str, str], tuple[float, float]], dict[tuple[str, str], tuple[float, float]]]:
+    """The fixed-N run's 95 % CIs of every (setting, query) rag ΔSePer_S: the standard-error CI and
+    the percentile bootstrap of bench/adaptive_sampling.py (docs/metrics.md), seeded."""
+    from adaptive_sampling import fixed_cis, standard_error_cis
 
-    standard_error = standard_error_cis(fixed.credits)
-    bootstrap = fixed_cis(fixed.credits, np.random.default_rng(0))
+    return standard_error_cis(fixed.credits), fixed_cis(fixed.credits, np.random.default_rng(0))
+
+
+def replays(fixed: Phase) -> list[dict[str, float]]:
+    """Every stop rule of ``adaptive_sampling.replay_rules`` replayed on the fixed run's samples
+    (docs/metrics.md): the share of its samples each would draw, and of the items inside each CI."""
+    from adaptive_sampling import replay, replay_rules
+
+    standard_error, bootstrap = fixed_n_cis(fixed)
     n_max = max(
         credits.size for table in fixed.credits.values() for _, credits in table.values()
     )  # fixed N: every group
+    return [
+        replay(fixed.credits, bootstrap, standard_error, n_max, rule) for rule in replay_rules()
+    ]
+
+
+def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
+    """The adaptive criterion over every (setting, query): the adaptive run's rag ΔSePer_S inside
+    the fixed-N run's 95 % CIs of it (:func:`fixed_n_cis`), the share of samples drawn, and the
+    mean shift of ΔSePer_S against fixed N with its bootstrap CI."""
+    from adaptive_sampling import paired_shift, share_inside
+
+    standard_error, bootstrap = fixed_n_cis(fixed)
 
     def of(
         setting: str, cis: dict[tuple[str, str], tuple[float, float]]
@@ -1031,11 +1078,7 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
             sorted(standard_error),
         ),
         "settings": settings,
-        # Other stop rules replayed on the fixed run's samples (docs/metrics.md): the share of its
-        # samples each would draw, and of the items inside each CI.
-        "replay": [
-            replay(fixed.credits, bootstrap, standard_error, n_max, rule) for rule in replay_rules()
-        ],
+        "replay": replays(fixed),
     }
 
 
@@ -1313,6 +1356,13 @@ def grid_subset_parser(description: str, questions: int, out: Path) -> argparse.
     )
     parser.add_argument("--data", type=Path, required=True, help="a BEIR QA folder with answers")
     parser.add_argument("--questions", type=int, default=questions)
+    parser.add_argument(
+        "--half",
+        choices=HALVES,
+        default=None,
+        help="take the questions from one article half (dev: where rules are chosen; test: where "
+        "they are reported), spread over its articles; default: the grid's first questions",
+    )
     parser.add_argument("--batch-rows", type=int, default=256, help="HFGenerator.max_batch_rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=out)
