@@ -127,6 +127,7 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
         gold[qid].add(doc)
     known = set(queries_table.filter(pl.col("answer_has_closed"))["query_id"])
     empty = {qid for qid, docs in gold.items() if not docs}
+    # The queries of each of catalog.UTILITY_SUBSETS: all, known, unknown, empty / non-empty gold.
     members = (gold.keys(), known, gold.keys() - known, empty, gold.keys() - empty)
     out = _Summary()
     for subset, member in zip(catalog.UTILITY_SUBSETS, members, strict=True):
@@ -196,7 +197,7 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
     judged = documents.filter(pl.col("true_utility").is_not_null()).join(
         queries_table.filter(~pl.col("answer_has_closed")).select("query_id", *hops), on="query_id"
     )
-    parts = [judged]
+    parts = [judged]  # the questions of catalog.VALIDITY_QUESTIONS: all, then by type if typed
     if hops:
         parts += [judged.filter(pl.col("n_hops") == 1), judged.filter(pl.col("n_hops") > 1)]
     out = _Summary()
