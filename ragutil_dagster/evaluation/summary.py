@@ -13,7 +13,8 @@ from ragutil_dagster.evaluation.paper_scores import ERAG_LABEL_COLUMNS
 from ragutil_dagster.evaluation.utility_scores import UtilityScores
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics import consens as consens_metrics
-from ragutil_dagster.metrics.erag import DownstreamMetric, erag_measure_names, erag_scores
+from ragutil_dagster.metrics.catalog import SummaryKey
+from ragutil_dagster.metrics.erag import DownstreamMetric, erag_measures, erag_scores
 from ragutil_dagster.metrics.mirage import adaptability
 from ragutil_dagster.metrics.seper import delta_seper_per_context_tokens
 from ragutil_dagster.metrics.stats import pearson
@@ -38,10 +39,12 @@ def _leave_one_out_summary(hits: pl.DataFrame) -> _Summary:
             hits["consens_attribution"].to_list(),
         )
         out.add(
-            "consens_loo_auc", consens_metrics.leave_one_out_auc(without, relevant), hits.height
+            SummaryKey("consens_loo_auc"),
+            consens_metrics.leave_one_out_auc(without, relevant),
+            hits.height,
         )
         out.add(
-            "consens_loo_attribution_auc",
+            SummaryKey("consens_loo_attribution_auc"),
             consens_metrics.attribution_auc(attributions, relevant),
             hits.height,
         )
@@ -50,38 +53,39 @@ def _leave_one_out_summary(hits: pl.DataFrame) -> _Summary:
 
 def _judgment_metrics(
     source: str,
+    subset: str,
     gold: dict[str, set[str]],
     cut: int,
     selected: dict[str, list[str]] | None = None,
     ranked: dict[str, list[str]] | None = None,
-) -> dict[str, tuple[float, int]]:
-    """LLM-specific utility §3.4 for one source of judgments over the queries of ``gold``: set
-    metrics of its ``selected`` passages, ranking metrics (NDCG / Recall at ``cut``) of its
-    ``ranked`` ones; each with the number of queries it averages over (P / R / F1 and the
-    rankings: those with a non-empty gold set; accuracy: those with an empty one)."""
-    out: dict[str, tuple[float, int]] = {}
+) -> dict[SummaryKey, tuple[float, int]]:
+    """LLM-specific utility §3.4 for one source of judgments over the queries of ``gold`` (those
+    of ``subset``): set metrics of its ``selected`` passages, ranking metrics (NDCG / Recall at
+    ``cut``) of its ``ranked`` ones; each with the number of queries it averages over (P / R / F1
+    and the rankings: those with a non-empty gold set; accuracy: those with an empty one)."""
+    out: dict[SummaryKey, tuple[float, int]] = {}
     if not gold:
         return out
     if selected is not None:
         chosen = set_metrics(selected, gold)
-        out.update(
-            {
-                f"utility_{source}_precision": (chosen.precision, chosen.n_nonempty),
-                f"utility_{source}_recall": (chosen.recall, chosen.n_nonempty),
-                f"utility_{source}_f1": (chosen.f1, chosen.n_nonempty),
-                f"utility_{source}_accuracy_empty": (chosen.accuracy_empty, chosen.n_empty),
-            }
-        )
+        for part, value, n in (
+            ("precision", chosen.precision, chosen.n_nonempty),
+            ("recall", chosen.recall, chosen.n_nonempty),
+            ("f1", chosen.f1, chosen.n_nonempty),
+            ("accuracy_empty", chosen.accuracy_empty, chosen.n_empty),
+        ):
+            out[SummaryKey(catalog.utility_metric(source, part, subset))] = (value, n)
     if ranked is not None and any(gold.values()):
         ranking = rank_metrics(ranked, gold, cut)
-        out[f"utility_{source}_ndcg_{cut}"] = (ranking.ndcg, ranking.n_queries)
-        out[f"utility_{source}_recall_{cut}"] = (ranking.recall, ranking.n_queries)
+        for part, value in (("ndcg", ranking.ndcg), ("recall", ranking.recall)):
+            metric = catalog.utility_metric(source, part, subset, at_k=True)
+            out[SummaryKey(metric, cut)] = (value, ranking.n_queries)
     return out
 
 
 def _signal_metrics(
-    candidates: pl.DataFrame, gold: dict[str, set[str]], signal: str, cut: int
-) -> dict[str, tuple[float, int]]:
+    candidates: pl.DataFrame, gold: dict[str, set[str]], signal: str, subset: str, cut: int
+) -> dict[SummaryKey, tuple[float, int]]:
     """:func:`_judgment_metrics` of a teacher-forced signal: the candidates ordered by it, and
     selected by ``<signal>_selected`` where the signal has a selection rule (likelihood).
 
@@ -105,7 +109,7 @@ def _signal_metrics(
         .agg("doc_id")
         .iter_rows()
     )
-    return _judgment_metrics(signal, {q: gold[q] for q in ranked}, cut, selected, ranked)
+    return _judgment_metrics(signal, subset, {q: gold[q] for q in ranked}, cut, selected, ranked)
 
 
 def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Summary:
@@ -123,19 +127,14 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
         gold[qid].add(doc)
     known = set(queries_table.filter(pl.col("answer_has_closed"))["query_id"])
     empty = {qid for qid, docs in gold.items() if not docs}
-    subsets = {
-        "": gold.keys(),
-        "known": known,
-        "unknown": gold.keys() - known,
-        "empty_gold": empty,
-        "nonempty_gold": gold.keys() - empty,
-    }
+    # The queries of each of catalog.UTILITY_SUBSETS: all, known, unknown, empty / non-empty gold.
+    members = (gold.keys(), known, gold.keys() - known, empty, gold.keys() - empty)
     out = _Summary()
-    for subset, member in subsets.items():
-        results: dict[str, tuple[float, int]] = {}
+    for subset, member in zip(catalog.UTILITY_SUBSETS, members, strict=True):
+        results: dict[SummaryKey, tuple[float, int]] = {}
         part = table.filter(pl.col("query_id").is_in(list(member)))
         for signal in ("likelihood", "attention"):
-            results.update(_signal_metrics(part, gold, signal, cut))
+            results.update(_signal_metrics(part, gold, signal, subset, cut))
         for method, rows in utility.judgments.filter(
             pl.col("query_id").is_in(list(member))
         ).group_by("method"):
@@ -146,6 +145,7 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
             results.update(
                 _judgment_metrics(
                     method[0],
+                    subset,
                     {q: gold[q] for q in judged},
                     cut,
                     *((judged, None) if selection else (None, judged)),
@@ -154,40 +154,38 @@ def _utility_summary(queries_table: pl.DataFrame, utility: UtilityScores) -> _Su
         for source, rows in utility.rag.filter(pl.col("query_id").is_in(list(member))).group_by(
             "source"
         ):
-            results[f"utility_{source[0]}_rag_has_answer"] = (
+            results[SummaryKey(catalog.utility_metric(source[0], "rag_has_answer", subset))] = (
                 rows["has_answer"].mean(),
                 rows.height,
             )
-        for name, (value, n) in results.items():
-            out.add(_subset_name(name, subset) if subset else name, value, n)
+        for key, (value, n) in results.items():
+            out.add(key, value, n)
     for method, judgments, unparseable in (
         utility.judgments.group_by("method")
         .agg(pl.col("judgments").sum(), pl.col("unparseable").sum())
         .iter_rows()
     ):
         if judgments:
-            out.add(f"utility_{method}_parse_failure_rate", unparseable / judgments, judgments)
+            out.add(
+                SummaryKey(catalog.utility_metric(method, "parse_failure_rate")),
+                unparseable / judgments,
+                judgments,
+            )
     return out
 
 
-def _subset_name(name: str, subset: str) -> str:
-    """``utility_likelihood_f1`` → ``utility_likelihood_f1_known``; a cut-off stays last
-    (``utility_likelihood_ndcg_5`` → ``utility_likelihood_ndcg_known_5``)."""
-    entry = catalog.metric(name)
-    if entry is not None and "{k}" in entry.name:
-        stem, _, cut = name.rpartition("_")
-        return f"{stem}_{subset}_{cut}"
-    return f"{name}_{subset}"
+class _Summary(dict[SummaryKey, float]):
+    """Summary numbers by their structured keys, each with the count it aggregates (its ``n``
+    key); :meth:`flat` names them as the summary does, in the order they were added."""
 
-
-class _Summary(dict):
-    """Summary numbers, each with the count it aggregates stored as ``n_<generic name>``."""
-
-    def add(self, name: str, value: float, n: int) -> None:
+    def add(self, key: SummaryKey, value: float, n: int) -> None:
         if math.isnan(value):
             return
-        self[name] = float(value)
-        self[f"n_{catalog.generic_name(name)}"] = float(n)
+        self[key] = float(value)
+        self[key.n] = float(n)
+
+    def flat(self) -> dict[str, float]:
+        return {key.flat: value for key, value in self.items()}
 
 
 def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame) -> _Summary:
@@ -199,22 +197,17 @@ def _validity_correlations(queries_table: pl.DataFrame, documents: pl.DataFrame)
     judged = documents.filter(pl.col("true_utility").is_not_null()).join(
         queries_table.filter(~pl.col("answer_has_closed")).select("query_id", *hops), on="query_id"
     )
-    parts = {"": judged}
+    parts = [judged]  # the questions of catalog.VALIDITY_QUESTIONS: all, then by type if typed
     if hops:
-        parts.update(
-            {
-                "_single_hop": judged.filter(pl.col("n_hops") == 1),
-                "_multi_hop": judged.filter(pl.col("n_hops") > 1),
-            }
-        )
+        parts += [judged.filter(pl.col("n_hops") == 1), judged.filter(pl.col("n_hops") > 1)]
     out = _Summary()
-    for suffix, part in parts.items():
+    for questions, part in zip(catalog.VALIDITY_QUESTIONS, parts):
         truth = part["true_utility"].to_numpy()
         for kernel in ("s", "h"):
             values = part[f"delta_seper_{kernel}"].to_numpy()
             if part.height >= 3 and np.ptp(values) > 0 and np.ptp(truth) > 0:
                 out.add(
-                    f"pearson_delta_seper_{kernel}_true_utility{suffix}",
+                    SummaryKey(catalog.validity_metric(kernel, questions)),
                     pearson(values, truth).statistic,
                     part.height,
                 )
@@ -232,12 +225,12 @@ def _compression_summary(queries_table: pl.DataFrame) -> _Summary:
     counted = queries_table.filter(pl.col("context_tokens_after").is_not_null())
     before, after = counted["context_tokens_before"].sum(), counted["context_tokens_after"].sum()
     if counted.height and before:
-        out.add("compression_ratio", after / before, counted.height)
+        out.add(SummaryKey("compression_ratio"), after / before, counted.height)
     for kernel in ("s", "h"):
         value = delta_seper_per_context_tokens(
             counted[f"delta_seper_{kernel}"], counted["context_tokens_after"]
         )
-        out.add(f"delta_seper_{kernel}_per_100_context_tokens", value, counted.height)
+        out.add(SummaryKey(f"delta_seper_{kernel}_per_100_context_tokens"), value, counted.height)
     return out
 
 
@@ -247,9 +240,13 @@ def retriever_summary(table: pl.DataFrame) -> dict[str, float]:
     each with its n (queries with positives)."""
     out = _Summary()
     for row in table.iter_rows(named=True):
-        for name in ("precision", "recall", "f1", "ndcg", "ndcg_retrieved"):
-            out.add(f"mirage_retriever_{name}_{row['k']}", row[name], row["queries"])
-    return dict(out)
+        for name in catalog.MIRAGE_RETRIEVER_MEASURES:
+            out.add(
+                SummaryKey(catalog.mirage_retriever_metric(name), row["k"]),
+                row[name],
+                row["queries"],
+            )
+    return out.flat()
 
 
 def summarize(
@@ -262,7 +259,7 @@ def summarize(
 ) -> dict[str, float]:
     """Headline numbers of one setting × generator, each with its n (``n_<name>``): means over
     queries, MIRAGE's four metrics, eRAG aggregates of the ``erag_label`` labels (the measures
-    :func:`~ragutil_dagster.metrics.erag.erag_measure_names` defines for them),
+    :func:`~ragutil_dagster.metrics.erag.erag_measures` defines for them),
     LLM-specific utility over its candidates when ``utility`` is given (:func:`_utility_summary`),
     ConSens, Experiment 3's AUCs over the retrieval hits when ``leave_one_out``
     (:func:`leave_one_out_hits`) is given (:func:`_leave_one_out_summary`), — when the
@@ -270,12 +267,12 @@ def summarize(
     Table 2's validity correlations (:func:`_validity_correlations`), and — when the per-query
     table counts context tokens — the compression ratio and ΔSePer per 100 context tokens
     (:func:`_compression_summary`)."""
-    summary = _Summary(queries=float(queries_table.height), documents=float(documents.height))
+    summary = _Summary()
     for column in catalog.per_query_means():
         if column in queries_table.columns:
             values = queries_table[column].drop_nulls()
             if values.len():
-                summary.add(column, values.mean(), values.len())
+                summary.add(SummaryKey(column), values.mean(), values.len())
     with_oracle = queries_table.filter(pl.col("answer_loose_oracle").is_not_null())
     if with_oracle.height:
         mirage = adaptability(
@@ -284,10 +281,13 @@ def summarize(
             with_oracle["answer_loose_rag"].to_list(),
         )
         for name, value in mirage.as_dict().items():
-            summary.add(f"mirage_{name}", value, with_oracle.height)
+            summary.add(SummaryKey(f"mirage_{name}"), value, with_oracle.height)
         # The questions behind each share (its two groups G(b, o, m), eqs. 2–5).
         summary.update(
-            {f"count_mirage_{name}": float(count) for name, count in mirage.counts().items()}
+            {
+                SummaryKey(f"mirage_{name}", kind="count"): float(count)
+                for name, count in mirage.counts().items()
+            }
         )
     # Every query, ranked or not: one the retriever returned nothing for scores 0 (trec_eval's -c).
     listed = dict(
@@ -299,9 +299,11 @@ def summarize(
         "query_id", "doc_id", ERAG_LABEL_COLUMNS[erag_label]
     ).iter_rows():
         labels.setdefault(qid, {})[doc] = float(label)
-    erag = erag_scores(ranked, labels, erag_measure_names(erag_label, k))
-    for name, value in erag.mean.items():
-        summary.add(f"erag_{name}", value, len(ranked))
+    measures = erag_measures(erag_label)
+    erag = erag_scores(ranked, labels, [m.at(k) for m in measures])
+    for measure in measures:
+        key = SummaryKey(catalog.erag_metric(measure), k if measure.at_k else None)
+        summary.add(key, erag.mean[measure.at(k)], len(ranked))
     if utility is not None:
         summary.update(_utility_summary(queries_table, utility))
     if leave_one_out is not None:
@@ -309,4 +311,8 @@ def summarize(
     if "true_utility" in documents.columns:
         summary.update(_validity_correlations(queries_table, documents))
     summary.update(_compression_summary(queries_table))
-    return dict(summary)
+    return {
+        "queries": float(queries_table.height),
+        "documents": float(documents.height),
+        **summary.flat(),
+    }

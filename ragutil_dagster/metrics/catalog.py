@@ -6,23 +6,25 @@ A built-in metric is computed in ``evaluation/paper_scores`` or ``evaluation/sum
 entry here; a metric computed from the per-query table's columns is one module — its function
 and a :class:`Metric` with ``query_column`` — and one :func:`register` call (docs/architecture.md).
 
-Names are the keys of a partition's summary and, for per-query metrics, the columns of its
-per-query table. A name with ``{k}`` is a template: the summary key carries the cut-off
-(``erag_P_5``) and cross-run tables name it ``erag_P_at_k`` so that settings with different k
-share a column.
+Names are the columns of a partition's per-query table (per-query metrics) and name the numbers
+of its summary. A name ending in ``_{k}`` is a template: the number is at a cut-off. A summary
+number's key is a :class:`SummaryKey` — the metric, its cut-off, and whether it is the value, its
+n or (MIRAGE) its count — written as a flat name once (:attr:`SummaryKey.flat`: ``erag_P_5``,
+``n_erag_P_at_k``) and read back by the one parser beside it (:meth:`SummaryKey.parse`) where
+flat names come from outside: summaries logged to MLflow, by older versions too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import polars as pl
 
+from ragutil_dagster.metrics.erag import ERAG_MEASURES, ERAGMeasure
 from ragutil_dagster.metrics.utility import RANKING_METHODS, SELECTION_METHODS, VERBALIZED_METHODS
 from ragutil_dagster.tables import (
     DOCUMENT_SCORE_COLUMNS,
@@ -40,7 +42,8 @@ class Metric:
     """One reported metric.
 
     Attributes:
-        name: summary key (and per-query column at level ``query``); ``{k}`` marks a cut-off.
+        name: the metric's name in its summary keys (:class:`SummaryKey`) and its per-query
+            column (level ``query``); a trailing ``_{k}`` marks a cut-off.
         label: short column header in printed tables.
         paper: the paper it comes from, with the equation / section that defines it.
         bounds: the closed interval every value lies in (checked per query), or None.
@@ -80,6 +83,8 @@ class Metric:
     query_column: Callable[[pl.DataFrame], pl.Series] | None = None
 
     def __post_init__(self) -> None:
+        if "{k}" in self.name.removesuffix("_{k}"):
+            raise ValueError(f"metric {self.name!r}: a cut-off is marked by a trailing _{{k}}")
         if self.query_column is not None and self.level != "query":
             raise ValueError(f"metric {self.name!r}: a query_column makes a metric of level query")
 
@@ -113,9 +118,49 @@ _CONSENS = "ConSens (Vankov et al.) §2"
 _CONSENS_EXPERIMENT_3 = "ConSens (Vankov et al.) §3.3, Experiment 3 (leave one document out)"
 _QA = "SQuAD-style answer matching (EM / F1 / has_answer)"
 _COMPRESSION = f"{_SEPER} §5.4 (RQ3: prompt compression), App. D.1"
-# "", then the paper's split (§3.4: answered closed book or not), then the authors' code's
-# (evaluation/known_unknown_performance.py: the gold-utility set empty or not).
-_SUBSETS = ("", "_known", "_unknown", "_empty_gold", "_nonempty_gold")
+UTILITY_SUBSETS = ("", "known", "unknown", "empty_gold", "nonempty_gold")
+"""The query subsets LLM-specific utility is reported over: all (""), then the paper's split (§3.4:
+answered closed book or not), then the authors' code's (evaluation/known_unknown_performance.py:
+the gold-utility set empty or not)."""
+VALIDITY_QUESTIONS = ("", "single_hop", "multi_hop")
+"""SePer Table 2's question types: all (""), single- and multi-hop."""
+MIRAGE_RETRIEVER_MEASURES = {
+    "precision": "P",
+    "recall": "R",
+    "f1": "F1",
+    "ndcg": "NDCG",
+    "ndcg_retrieved": "NDCG-ret",
+}
+"""MIRAGE Table 2's retriever measures (``retrieval.runs.mirage_retrieval``'s columns) and labels."""
+
+
+def _subset_suffix(subset: str) -> str:
+    return f"_{subset}" if subset else ""
+
+
+def utility_metric(source: str, part: str, subset: str = "", at_k: bool = False) -> str:
+    """The name of LLM-specific utility's ``part`` (``f1``, ``ndcg``, ``rag_has_answer``,
+    ``parse_failure_rate`` …) of ``source`` (a signal or a verbalized method) over the queries of
+    ``subset`` (:data:`UTILITY_SUBSETS`), with the cut-off last for a ranking metric:
+    ``utility_likelihood_ndcg_known_{k}``."""
+    return f"utility_{source}_{part}{_subset_suffix(subset)}{'_{k}' if at_k else ''}"
+
+
+def validity_metric(kernel: str, questions: str = "") -> str:
+    """The name of SePer Table 2's Pearson r of ΔSePer (kernel ``s`` / ``h``) with ground-truth
+    utility over the questions of type ``questions`` (:data:`VALIDITY_QUESTIONS`)."""
+    return f"pearson_delta_seper_{kernel}_true_utility{_subset_suffix(questions)}"
+
+
+def mirage_retriever_metric(measure: str) -> str:
+    """The name of MIRAGE Table 2's ``measure`` of the retriever, at the setting's k."""
+    return f"mirage_retriever_{measure}_{{k}}"
+
+
+def erag_metric(measure: ERAGMeasure) -> str:
+    """The name of eRAG's aggregate ``measure``: ``erag_P_{k}``, ``erag_map``."""
+    return f"erag_{measure.name}{'_{k}' if measure.at_k else ''}"
+
 
 CATALOG: tuple[Metric, ...] = (
     Metric(
@@ -221,20 +266,19 @@ CATALOG: tuple[Metric, ...] = (
         symbol="CM",
     ),
     *(
-        Metric(f"mirage_retriever_{name}_{{k}}", f"MIRAGE {label}@k", _MIRAGE_RETRIEVER, (0, 1))
-        for name, label in (
-            ("precision", "P"),
-            ("recall", "R"),
-            ("f1", "F1"),
-            ("ndcg", "NDCG"),
-            ("ndcg_retrieved", "NDCG-ret"),
-        )
+        Metric(mirage_retriever_metric(name), f"MIRAGE {label}@k", _MIRAGE_RETRIEVER, (0, 1))
+        for name, label in MIRAGE_RETRIEVER_MEASURES.items()
     ),
-    Metric("erag_P_{k}", "eRAG P@k", _ERAG, (0, 1)),
-    Metric("erag_success_{k}", "eRAG Hit@k", _ERAG, (0, 1)),
-    Metric("erag_map", "eRAG MAP", _ERAG, (0, 1), headline=True),
-    Metric("erag_recip_rank", "eRAG MRR", _ERAG, (0, 1)),
-    Metric("erag_ndcg_cut_{k}", "eRAG NDCG@k", _ERAG, (0, 1)),
+    *(
+        Metric(
+            erag_metric(measure),
+            f"eRAG {measure.label}",
+            _ERAG,
+            (0, 1),
+            headline=measure.name == "map",
+        )
+        for measure in ERAG_MEASURES
+    ),
     Metric(
         "consens",
         "ConSens",
@@ -331,8 +375,8 @@ CATALOG: tuple[Metric, ...] = (
     # queries with an empty / a non-empty gold-utility set (the authors' code's known / unknown).
     *(
         Metric(
-            f"utility_{source}_{part}{subset}",
-            f"util-{_SOURCE_LABELS[source]} {label}{subset.replace('_', ' ')}",
+            utility_metric(source, part, subset),
+            f"util-{_SOURCE_LABELS[source]} {label}{_subset_suffix(subset).replace('_', ' ')}",
             _utility_paper(source),
             (0, 1),
             headline=(source, part, subset) == ("listwise_answer", "f1", ""),
@@ -347,22 +391,22 @@ CATALOG: tuple[Metric, ...] = (
             ("f1", "F1"),
             ("accuracy_empty", "acc∅"),
         )
-        for subset in _SUBSETS
+        for subset in UTILITY_SUBSETS
     ),
     *(
         Metric(
-            f"utility_{source}_{part}{subset}_{{k}}",
-            f"util-{_SOURCE_LABELS[source]} {label}@k{subset.replace('_', ' ')}",
+            utility_metric(source, part, subset, at_k=True),
+            f"util-{_SOURCE_LABELS[source]} {label}@k{_subset_suffix(subset).replace('_', ' ')}",
             _utility_paper(source),
             (0, 1),
         )
         for source in ("likelihood", "attention", *RANKING_METHODS)
         for part, label in (("ndcg", "NDCG"), ("recall", "Recall"))
-        for subset in _SUBSETS
+        for subset in UTILITY_SUBSETS
     ),
     *(
         Metric(
-            f"utility_{method}_parse_failure_rate",
+            utility_metric(method, "parse_failure_rate"),
             f"util-{_SOURCE_LABELS[method]} unparsed",
             f"{_UTILITY}: verbalized answers not in the format of App. A",
             (0, 1),
@@ -373,26 +417,26 @@ CATALOG: tuple[Metric, ...] = (
     ),
     *(
         Metric(
-            f"utility_{source}_rag_has_answer{subset}",
-            f"has rag-{_SOURCE_LABELS[source]}{subset.replace('_', ' ')}",
+            utility_metric(source, "rag_has_answer", subset),
+            f"has rag-{_SOURCE_LABELS[source]}{_subset_suffix(subset).replace('_', ' ')}",
             f"{_UTILITY_RAG}, {'every candidate' if source == 'candidates' else source + ' passages'}",
             (0, 1),
         )
         for source in ("candidates", *VERBALIZED_METHODS)
-        for subset in _SUBSETS
+        for subset in UTILITY_SUBSETS
     ),
     # SePer Table 2's protocol: judged passages, questions answered closed book left out; all
     # questions and per question type.
     *(
         Metric(
-            f"pearson_delta_seper_{kernel}_true_utility{part}",
+            validity_metric(kernel, questions),
             f"r(ΔSePer_{kernel.upper()}, truth){label}",
             f"{_SEPER} Table 2 (Pearson r with ground-truth utility){label}",
             (-1, 1),
-            headline=(kernel, part) == ("s", ""),
+            headline=(kernel, questions) == ("s", ""),
         )
         for kernel in ("s", "h")
-        for part, label in (("", ""), ("_single_hop", " single-hop"), ("_multi_hop", " multi-hop"))
+        for questions, label in zip(VALIDITY_QUESTIONS, ("", " single-hop", " multi-hop"))
     ),
 )
 
@@ -404,11 +448,66 @@ def entries() -> tuple[Metric, ...]:
     return (*CATALOG, *_REGISTERED)
 
 
+SummaryKind = Literal["value", "n", "count"]
+
+
+@dataclass(frozen=True)
+class SummaryKey:
+    """The key of one number of a partition's summary, structured.
+
+    Attributes:
+        metric: the catalogue entry's name (``erag_P_{k}``, ``utility_likelihood_f1_known``).
+        k: the cut-off of a template metric's value; None for a metric without one, and for the
+            column that settings of every k share in cross-run tables (``erag_P_at_k``).
+        kind: ``value`` — the metric itself; ``n`` — how many values its mean is over (one for
+            every k); ``count`` — for MIRAGE's four, how many questions its two groups hold.
+    """
+
+    metric: str
+    k: int | None = None
+    kind: SummaryKind = "value"
+
+    def __post_init__(self) -> None:
+        if self.k is not None and (self.kind != "value" or not self.metric.endswith("_{k}")):
+            raise ValueError(f"{self}: only the value of a metric named …_{{k}} has a cut-off")
+
+    @property
+    def n(self) -> SummaryKey:
+        """The key of how many values this metric's mean is over."""
+        return SummaryKey(self.metric, kind="n")
+
+    @property
+    def flat(self) -> str:
+        """The one rendering of a key as summaries, MLflow and tables name it: ``erag_P_5``,
+        ``n_erag_P_at_k``, ``count_mirage_context_acceptability``."""
+        name = self.metric.replace("{k}", "at_k" if self.k is None else str(self.k))
+        return name if self.kind == "value" else f"{self.kind}_{name}"
+
+    @classmethod
+    def parse(cls, flat: str) -> SummaryKey | None:
+        """The key a partition summary's ``flat`` name renders (:attr:`flat` inverted), for a
+        summary read back from outside — an MLflow run's, logged perhaps by an older version;
+        None for a name that is no key of a catalogued metric."""
+        return _INDEX.keys.get(flat) or _at_cut_off(flat, _INDEX.by_name)
+
+
+def _at_cut_off(flat: str, by_name: dict[str, Metric]) -> SummaryKey | None:
+    """The value of a template metric at a cut-off, ``erag_P_5``, or None."""
+    stem, _, cut = flat.rpartition("_")
+    template = f"{stem}_{{k}}"
+    if cut.isascii() and cut.isdigit() and cut[0] != "0" and template in by_name:
+        return SummaryKey(template, int(cut))
+    return None
+
+
+_MIRAGE_SYMBOLS = ("NV", "CA", "CI", "CM")
+
+
 @dataclass(frozen=True)
 class _Index:
     by_name: dict[str, Metric]
-    templates: dict[re.Pattern[str], Metric]
-    by_generic_name: dict[str, Metric]
+    keys: dict[str, SummaryKey]
+    """Every summary key without a cut-off, by its flat name."""
 
     @classmethod
     def of(cls, metrics: tuple[Metric, ...]) -> _Index:
@@ -417,15 +516,20 @@ class _Index:
             names = [m.name for m in metrics]
             repeated = sorted({name for name in names if names.count(name) > 1})
             raise ValueError(f"metric names must be unique; repeated: {repeated}")
-        return cls(
-            by_name,
-            {
-                re.compile("^" + re.escape(m.name).replace(re.escape("{k}"), r"\d+") + "$"): m
-                for m in metrics
-                if "{k}" in m.name
-            },
-            {m.name.replace("{k}", "at_k"): m for m in metrics},
-        )
+        keys = [
+            key
+            for m in metrics
+            for key in (
+                SummaryKey(m.name, kind="n"),
+                *(() if m.name.endswith("_{k}") else (SummaryKey(m.name),)),
+                *((SummaryKey(m.name, kind="count"),) if m.symbol in _MIRAGE_SYMBOLS else ()),
+            )
+        ]
+        flat = {key.flat: key for key in keys}
+        clashes = [key for key in keys if flat[key.flat] != key or _at_cut_off(key.flat, by_name)]
+        if clashes:
+            raise ValueError(f"summary keys of two metrics read the same: {clashes}")
+        return cls(by_name, flat)
 
 
 _INDEX = _Index.of(CATALOG)
@@ -460,23 +564,19 @@ other summary key is a metric, or one of its counts (:func:`summary_entry`)."""
 
 
 def metric(name: str) -> Metric | None:
-    """The catalogue entry of a summary key (cut-off names such as ``erag_P_5`` included)."""
+    """The catalogue entry named ``name``, or of the summary value ``name`` (``erag_P_5``)."""
     if name in _INDEX.by_name:
         return _INDEX.by_name[name]
-    return next((m for pattern, m in _INDEX.templates.items() if pattern.match(name)), None)
+    key = SummaryKey.parse(name)
+    return _INDEX.by_name[key.metric] if key is not None and key.kind == "value" else None
 
 
 def summary_entry(key: str) -> Metric | None:
-    """The catalogue entry a summary key reports on: the metric itself (``erag_P_5``), the number
-    of values its mean is over (``n_<generic name>``: ``n_erag_P_at_k``) or, for MIRAGE's four,
-    the questions its two groups hold (``count_<name>``); None for a key the catalogue does not
-    describe."""
-    if key.startswith("n_"):
-        return _INDEX.by_generic_name.get(key.removeprefix("n_"))
-    if key.startswith("count_"):
-        entry = metric(key.removeprefix("count_"))
-        return entry if entry in mirage() else None
-    return metric(key)
+    """The catalogue entry a flat summary key reports on (:meth:`SummaryKey.parse`): its value
+    (``erag_P_5``), its n (``n_erag_P_at_k``) or its count (``count_<MIRAGE metric>``); None for
+    a key the catalogue does not describe."""
+    parsed = SummaryKey.parse(key)
+    return _INDEX.by_name[parsed.metric] if parsed is not None else None
 
 
 def validate_summary(summary: dict[str, float]) -> dict[str, float]:
@@ -491,12 +591,12 @@ def validate_summary(summary: dict[str, float]) -> dict[str, float]:
 
 
 def generic_name(name: str) -> str:
-    """``name`` with its cut-off replaced by ``at_k``, so settings with different k share a
-    column in cross-run tables (``erag_P_5`` → ``erag_P_at_k``) without taking the name of
-    another metric (``utility_likelihood_recall_5`` is ranking Recall@k, not the set recall
-    ``utility_likelihood_recall``); names without a cut-off are returned unchanged."""
-    entry = metric(name)
-    return entry.name.replace("{k}", "at_k") if entry is not None and "{k}" in entry.name else name
+    """The flat summary key ``name`` with its cut-off read ``at_k``, so settings with different k
+    share a column in cross-run tables (``erag_P_5`` → ``erag_P_at_k``) without taking the name
+    of another metric (``utility_likelihood_recall_5`` is ranking Recall@k, not the set recall
+    ``utility_likelihood_recall``); any other name is returned unchanged."""
+    key = SummaryKey.parse(name)
+    return dataclasses.replace(key, k=None).flat if key is not None else name
 
 
 def per_query_means() -> tuple[str, ...]:
@@ -526,9 +626,11 @@ def per_query_bounds() -> dict[str, tuple[float, float]]:
 
 def mirage() -> tuple[Metric, ...]:
     """MIRAGE's four RAG-adaptability metrics, in the paper's order (they sum to 1, eq. 6)."""
-    order = ("NV", "CA", "CI", "CM")
     return tuple(
-        sorted((m for m in entries() if m.symbol in order), key=lambda m: order.index(m.symbol))
+        sorted(
+            (m for m in entries() if m.symbol in _MIRAGE_SYMBOLS),
+            key=lambda m: _MIRAGE_SYMBOLS.index(m.symbol),
+        )
     )
 
 

@@ -18,8 +18,6 @@ import numpy as np
 from ragutil_dagster.metrics.answers import exact_match, f1, has_answer
 from ragutil_dagster.metrics.ranking import ir_measures, parse_measure, ranks_to_run
 
-_NON_BINARY_MEASURES = ("P", "success")
-
 DownstreamMetric = Literal["exact_match", "has_answer", "token_f1"]
 DOWNSTREAM_METRICS: dict[str, Callable[[str, object], float | bool]] = {
     "exact_match": exact_match,  # KILT's metric for QA, as eRAG Table 1 uses on NQ / TriviaQA / HotpotQA
@@ -31,14 +29,44 @@ DOWNSTREAM_METRICS: dict[str, Callable[[str, object], float | bool]] = {
 BINARY_DOWNSTREAM_METRICS = frozenset({"exact_match", "has_answer"})
 
 
+@dataclass(frozen=True)
+class ERAGMeasure:
+    """One eRAG aggregate of the labels: its pytrec_eval name (``P``, ``ndcg_cut``), its short
+    label, whether it is taken at the cut-off k (``P_5``) and whether graded labels define it."""
+
+    name: str
+    label: str
+    at_k: bool
+    graded: bool
+
+    def at(self, k: int) -> str:
+        """Its pytrec_eval name at cut-off ``k``: ``P_5``; ``map`` has none."""
+        return f"{self.name}_{k}" if self.at_k else self.name
+
+
+ERAG_MEASURES = (
+    ERAGMeasure("P", "P@k", at_k=True, graded=True),
+    ERAGMeasure("success", "Hit@k", at_k=True, graded=True),
+    ERAGMeasure("map", "MAP", at_k=False, graded=False),
+    ERAGMeasure("recip_rank", "MRR", at_k=False, graded=False),
+    ERAGMeasure("ndcg_cut", "NDCG@k", at_k=True, graded=False),
+)
+"""Every eRAG aggregate ragutil reports, in reporting order: P, success (Hit), MAP, MRR and NDCG
+for binary labels; P (mean label of the top k) and success (max label) only for graded ones
+(eRAG §3, footnotes of Table 1; the authors' code refuses the others). The catalogue's ``erag_``
+entries are made from it."""
+
+
+def erag_measures(downstream_metric: DownstreamMetric) -> tuple[ERAGMeasure, ...]:
+    """The eRAG aggregates defined for labels of ``downstream_metric``: chosen by the metric, not
+    by the values, so a graded metric whose labels happen to be 0 / 1 reports the same measures."""
+    binary = downstream_metric in BINARY_DOWNSTREAM_METRICS
+    return tuple(m for m in ERAG_MEASURES if binary or m.graded)
+
+
 def erag_measure_names(downstream_metric: DownstreamMetric, k: int) -> list[str]:
-    """The eRAG aggregates defined for labels of ``downstream_metric`` at cut-off k (pytrec_eval
-    names): P, success (Hit), MAP, MRR and NDCG for a binary metric; P (mean label of the top k)
-    and success (max label) only for a graded one (eRAG §3, footnotes of Table 1; the authors'
-    code refuses the others). Chosen by the metric, not by the values, so a graded metric whose
-    labels happen to be 0 / 1 reports the same measures."""
-    binary = [f"P_{k}", f"success_{k}", "map", "recip_rank", f"ndcg_cut_{k}"]
-    return binary if downstream_metric in BINARY_DOWNSTREAM_METRICS else binary[:2]
+    """The pytrec_eval names of :func:`erag_measures` at cut-off k (``P_5``, ``map``)."""
+    return [m.at(k) for m in erag_measures(downstream_metric)]
 
 
 @dataclass(frozen=True)
@@ -84,7 +112,7 @@ def _is_binary(labels: Mapping[str, Mapping[str, float]]) -> bool:
 def _non_binary_measure(measure: str, ranked: Sequence[str], labels: Mapping[str, float]) -> float:
     _, key = parse_measure(measure)
     base, _, cut = key.rpartition("_") if key[-1].isdigit() else (key, "", "")
-    if base not in _NON_BINARY_MEASURES:
+    if base not in {m.name for m in ERAG_MEASURES if m.graded}:
         raise ValueError(
             f"measure {measure!r} needs binary labels; with non-binary labels eRAG defines only "
             "P_k (mean label of the top k) and success_k (max label of the top k)"

@@ -32,6 +32,7 @@ from ragutil_dagster.evaluation.predictors import figure_one, table_one
 from ragutil_dagster.evaluation.validity import table_two_across
 from ragutil_dagster.infra.files import atomic_write
 from ragutil_dagster.metrics import catalog
+from ragutil_dagster.metrics.catalog import SummaryKey
 from ragutil_dagster.metrics.stats import (
     bootstrap_mean_ci,
     bootstrap_paired_diff_ci,
@@ -100,6 +101,8 @@ class Comparison:
 
 
 def _normalised(summary: dict[str, float]) -> dict[str, float]:
+    """A logged summary — flat names, perhaps of an older version — with its cut-offs read
+    ``at_k`` (the one parser, ``catalog.generic_name``)."""
     return {catalog.generic_name(name): value for name, value in summary.items()}
 
 
@@ -148,14 +151,14 @@ def mirage_table(long: pl.DataFrame) -> pl.DataFrame:
     each with the questions it counts, and the questions with an oracle (n)."""
     present = {c: label for c, label in MIRAGE_COLUMNS.items() if c in long.columns}
     counts = [
-        pl.col(f"count_{c}").cast(pl.Int64).alias(f"{label} count")
+        pl.col(count).cast(pl.Int64).alias(f"{label} count")
         for c, label in present.items()
-        if f"count_{c}" in long.columns
+        if (count := SummaryKey(c, kind="count").flat) in long.columns
     ]
     total = [
-        pl.col(f"n_{c}").cast(pl.Int64).alias("n")
+        pl.col(n).cast(pl.Int64).alias("n")
         for c in list(present)[:1]
-        if f"n_{c}" in long.columns
+        if (n := SummaryKey(c, kind="n").flat) in long.columns
     ]
     return long.select(
         "dataset",
@@ -180,17 +183,20 @@ def erag_utility_table(long: pl.DataFrame) -> pl.DataFrame:
 def mirage_retrieval_table(long: pl.DataFrame) -> pl.DataFrame:
     """MIRAGE Table 2: the retriever's precision, recall, F1 and NDCG@k (both ideals), percent,
     per dataset, retriever and k, with the queries they are over."""
-    names = ("precision", "recall", "f1", "ndcg", "ndcg_retrieved")
-    present = [n for n in names if f"mirage_retriever_{n}_at_k" in long.columns]
+    keys = {
+        m: SummaryKey(catalog.mirage_retriever_metric(m)) for m in catalog.MIRAGE_RETRIEVER_MEASURES
+    }
+    present = {m: key for m, key in keys.items() if key.flat in long.columns}
     if not present:
         return pl.DataFrame()
+    first = next(iter(present.values()))  # the five share their n: the queries with positives
     return (
         long.select(
             "dataset",
             "retriever",
             "k",
-            *[(pl.col(f"mirage_retriever_{n}_at_k") * 100).alias(n) for n in present],
-            pl.col(f"n_mirage_retriever_{present[0]}_at_k").cast(pl.Int64).alias("n"),
+            *[(pl.col(key.flat) * 100).alias(m) for m, key in present.items()],
+            pl.col(first.n.flat).cast(pl.Int64).alias("n"),
         )
         .unique(["dataset", "retriever", "k"], keep="first")
         .sort("dataset", "retriever", "k")
@@ -205,7 +211,7 @@ def best_settings(long: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for (dataset, generator), part in long.group_by("dataset", "generator", maintain_order=True):
         for entry in catalog.headline():
-            column = entry.name.replace("{k}", "at_k")
+            column = SummaryKey(entry.name).flat  # of every k
             if column not in part.columns:
                 continue
             scored = part.filter(pl.col(column).is_not_null())
