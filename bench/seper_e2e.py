@@ -42,12 +42,12 @@ top-k passages together (``rag``) and each passage alone (``per_doc``). Settings
 (Lucene k1=0.9 b=0.4; Robertson k1=1.2 b=0.75) so the grid has more than one retriever, as an
 evaluation grid does. Both ways run in this process on the same loaded reader and NLI model:
 
-(a) ragutil — the evaluation layer the Dagster assets call: ``closed_book_prompts`` /
-    ``context_prompts`` → ``sample_prompts`` (``HFGenerator``: many prompts per batch sorted by
-    length, one prefill per prompt for its N samples) → ``compute_nli`` (every distinct pair of a
-    setting in one call, through ``Entailment`` and its pair cache, so pairs already judged in an
-    earlier setting are not run again) → ``group_scores`` → ``query_scores`` / ``document_scores``.
-    Closed-book samples are drawn once and shared by every setting, as the asset graph does.
+(a) ragutil — the evaluation chain the Dagster assets run (``evaluation/chain.py``): the
+    prompts, fitted to the generator's context → ``sample_prompts_by_config`` (``HFGenerator``:
+    many prompts per batch sorted by length, one prefill per prompt for its N samples) → ``nli``
+    (every distinct pair of a setting in one call, through ``Entailment`` and its pair cache, so
+    pairs already judged in an earlier setting are not run again) → ``scores``. Closed-book
+    samples are drawn once and shared by every setting, as the asset graph does.
 (b) the authors' approach, written here: per question and condition the prompt repeated N times
     in one ``model.generate`` call, log-probs from ``compute_transition_scores``, then every NLI
     pair SePer's clustering and kernels can ask for (all ordered response pairs, both directions
@@ -108,10 +108,9 @@ from ragutil_dagster.data.splits import HALVES, Half, article_half, article_of
 from ragutil_dagster.embedded import layout
 from ragutil_dagster.embedded.layout import EMBEDDED_PREFIX
 from ragutil_dagster.embedded.setup import ensure_answer_nli
+from ragutil_dagster.evaluation import chain
 from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-from ragutil_dagster.evaluation.groups import compute_nli, group_scores, soft_seper, table_entail
-from ragutil_dagster.evaluation.paper_scores import document_scores, query_scores
-from ragutil_dagster.evaluation.prompt_sampling import sample_prompts_by_config
+from ragutil_dagster.evaluation.groups import soft_seper, table_entail
 from ragutil_dagster.infra.files import embedded_dir
 from ragutil_dagster.metrics.answers import gold_aliases, shares_answer_content
 from ragutil_dagster.metrics.seper import SePerInput, seper_batch
@@ -325,17 +324,16 @@ def build_workload(args: argparse.Namespace) -> Workload:
     return Workload(data, runs, sampling, PromptConfig(), args.seed)
 
 
-def record_deltas(phase: Phase, setting: str, groups: pl.DataFrame, work: Workload) -> None:
+def record_deltas(phase: Phase, setting: str, scores: chain.Scores) -> None:
     """ΔSePer_S / _H per query (rag − closed book) and per document (passage alone − closed book)."""
-    per_query = query_scores(groups, work.data.queries)
-    per_doc = document_scores(groups, work.data.queries, work.runs[setting])
     for kernel in ("s", "h"):
         column = f"delta_seper_{kernel}"
         phase.deltas[(setting, "rag", kernel)] = dict(
-            per_query.select("query_id", column).iter_rows()
+            scores.per_query.select("query_id", column).iter_rows()
         )
         phase.deltas[(setting, "per_doc", kernel)] = {
-            (q, d): v for q, d, v in per_doc.select("query_id", "doc_id", column).iter_rows()
+            (q, d): v
+            for q, d, v in scores.documents.select("query_id", "doc_id", column).iter_rows()
         }
 
 
@@ -369,41 +367,44 @@ def ragutil_path(
     adaptive: bool = False,
     credits: bool = False,
 ) -> Callable[[Phase], None]:
-    """The evaluation layer as the asset graph calls it (one call per setting partition); with
-    ``adaptive``, as ``sampling.adaptive`` at its defaults draws (the NLI between rounds counted as
-    NLI time); with ``credits``, each setting's closed-book and rag credits kept for the CI check."""
+    """The evaluation chain (``evaluation/chain.py``) as the asset graph runs it, one setting
+    partition at a time; with ``adaptive``, as ``sampling.adaptive`` at its defaults draws (the
+    NLI between rounds counted as NLI time); with ``credits``, each setting's closed-book and rag
+    credits kept for the CI check."""
     sampling = work.sampling
     if adaptive:
         sampling = sampling.model_copy(update={"adaptive": AdaptiveSamplingConfig()})
+    sampler = chain.Sampler(generator, "reader", sampling, work.seed, work.prompts)
 
     def body(phase: Phase) -> None:
         queries = work.data.queries
-        closed_prompts = closed_book_prompts(queries, work.prompts)
         computed_before = nli.stats.computed
 
         def draw(prompts: pl.DataFrame) -> pl.DataFrame:
             with timer(phase, "sampling_s"):
-                rows, judging = sample_prompts_by_config(
-                    prompts, generator, "reader", sampling, work.seed, queries, nli
-                )
+                rows, judging = chain.sample_prompts_by_config(sampler, prompts, queries, nli)
             phase.sampling_s -= judging
             phase.nli_s += judging
             return rows
 
         def closed_samples() -> pl.DataFrame:
-            rows = draw(closed_prompts)
+            rows = draw(chain.closed_book(sampler, queries))
             count_samples(phase, rows)
             return rows
 
         closed = closed_samples() if share_closed_book else None
         for setting in tqdm(work.runs, desc="ragutil settings", unit="setting"):
-            context = draw(work.context(setting))
+            prompts = chain.with_context(
+                sampler, queries, work.data.corpus, work.runs[setting], work.data.qrels
+            )
+            context = draw(prompts.filter(pl.col("condition").is_in(CONDITIONS)))
             samples = pl.concat([closed if closed is not None else closed_samples(), context])
             with timer(phase, "nli_s"):
-                nli_table = compute_nli(samples, queries, nli)
+                nli_table = chain.nli(samples, queries, nli)
             with timer(phase, "scoring_s"):
-                groups = group_scores(samples, queries, nli_table)
-                record_deltas(phase, setting, groups, work)
+                record_deltas(
+                    phase, setting, chain.scores(samples, queries, nli_table, work.runs[setting])
+                )
             if credits:
                 record_credits(phase, setting, samples, nli_table, work)
             count_samples(phase, context)

@@ -9,12 +9,12 @@ import dagster as dg
 from ragutil_dagster.assets.common import GROUP, MODEL_STEP
 from ragutil_dagster.assets.generations import (
     SAMPLE_COUNT_CHECK,
-    prompt_budget,
+    partition_sampler,
     sample_and_store,
     sampling_model_dependencies,
 )
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.evaluation.conditions import closed_book_prompts
+from ragutil_dagster.evaluation import chain
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 
@@ -42,12 +42,17 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         dataset = dimension(context, "dataset")
         queries = store.read_table("queries", dataset)
-        generator = dimension(context, "generator")
-        prompts = closed_book_prompts(
-            queries, experiment.prompts_for(generator), prompt_budget(context, models, experiment)
-        )
+        sampler = partition_sampler(context, models, experiment)
         _, result = sample_and_store(
-            context, store, models, experiment, prompts, queries, "closed_book_generations", dataset
+            context,
+            store,
+            models,
+            experiment,
+            sampler,
+            chain.closed_book(sampler, queries),
+            queries,
+            "closed_book_generations",
+            dataset,
         )
         return result
 

@@ -10,7 +10,8 @@ import polars as pl
 
 from ragutil_dagster.assets.common import MODEL_STEP, step_tables, table_metadata
 from ragutil_dagster.assets.partitions import Partitions
-from ragutil_dagster.evaluation.groups import cluster_table, compute_nli
+from ragutil_dagster.evaluation import chain
+from ragutil_dagster.evaluation.groups import cluster_table
 from ragutil_dagster.evaluation.prompt_sampling import sampling_mismatch
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
@@ -71,7 +72,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             nli_model.stats.cache_hits,
             nli_model.stats.content_rejected,
         )
-        nli = compute_nli(samples, queries, nli_model)
+        nli = chain.nli(samples, queries, nli_model)
         clusters = cluster_table(samples, queries, nli)
         seconds = time.perf_counter() - start
         path = store.write_table("nli_probabilities", context.partition_key, nli)

@@ -25,8 +25,10 @@ from ragutil_dagster.assets.common import (
     table_metadata,
 )
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, SamplingConfig, Setting
+from ragutil_dagster.config import ExperimentConfig, SamplingConfig, Setting
 from ragutil_dagster.errors import ConfigError
+from ragutil_dagster.evaluation import chain
+from ragutil_dagster.evaluation.chain import Sampler
 from ragutil_dagster.evaluation.compression import (
     compress_contexts,
     context_token_count,
@@ -36,9 +38,7 @@ from ragutil_dagster.evaluation.compression import (
 from ragutil_dagster.evaluation.conditions import (
     CONSENS_LEAVE_OUT,
     PromptBudget,
-    closed_book_prompts,
     consens_prompts,
-    context_prompts,
     empty_retrieval_samples,
     queries_without_passages,
     validity_prompts,
@@ -48,7 +48,6 @@ from ragutil_dagster.evaluation.prompt_sampling import (
     drawn_share,
     generation_issues,
     off_schedule_groups,
-    sample_prompts_by_config,
     sample_schedule,
     samples_drawn,
 )
@@ -74,12 +73,20 @@ SAMPLE_COUNT_CHECK = "sample_counts_follow_schedule"
 """The generation assets' check that every prompt drew the samples the sampling schedule allows."""
 
 
+def partition_sampler(
+    context: dg.AssetExecutionContext, models: ModelLoader, experiment: ExperimentConfig
+) -> Sampler:
+    """The evaluation chain's sampler of the partition's generator (loaded once by the model
+    loader, which keeps it)."""
+    spec = experiment.generator(dimension(context, "generator"))
+    return Sampler.of(experiment, spec.name, models.generator(spec))
+
+
 def prompt_budget(
     context: dg.AssetExecutionContext, models: ModelLoader, experiment: ExperimentConfig
 ) -> PromptBudget | None:
     """The prompt budget of the partition's generator (its context minus ``max_new_tokens``)."""
-    generator = models.generator(experiment.generator(dimension(context, "generator")))
-    return PromptBudget.of(generator, experiment.sampling.max_new_tokens)
+    return partition_sampler(context, models, experiment).budget
 
 
 def setting_contexts(
@@ -163,19 +170,16 @@ def sampling_model_dependencies(parts: Partitions) -> list[dg.AssetDep]:
 def draw_samples(
     models: ModelLoader,
     experiment: ExperimentConfig,
-    spec: GeneratorConfig,
+    sampler: Sampler,
     prompts: pl.DataFrame,
     queries: pl.DataFrame,
 ) -> tuple[pl.DataFrame, dict[str, dg.MetadataValue]]:
     """The sample rows of ``prompts`` — N per prompt, or adaptively (``sampling.adaptive``) with
     SePer scored between rounds by the experiment's NLI model — and the draw's metadata."""
-    generator = models.generator(spec)
-    sampling = experiment.sampling
+    sampling = sampler.sampling
     start = time.perf_counter()
     nli = None if sampling.adaptive is None else models.entailment(experiment.nli)
-    rows, nli_seconds = sample_prompts_by_config(
-        prompts, generator, spec.name, sampling, experiment.seed, queries, nli
-    )
+    rows, nli_seconds = chain.sample_prompts_by_config(sampler, prompts, queries, nli)
     metadata = {"sampling_seconds": dg.MetadataValue.float(time.perf_counter() - start)}
     if sampling.adaptive is not None:
         metadata["adaptive_nli_seconds"] = dg.MetadataValue.float(nli_seconds)
@@ -187,23 +191,24 @@ def sample_and_store(
     store: ArtifactStore,
     models: ModelLoader,
     experiment: ExperimentConfig,
+    sampler: Sampler,
     prompts: pl.DataFrame,
     queries: pl.DataFrame,
     asset: str,
     dataset: str,
     reused: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, dg.MaterializeResult]:
-    """Sample a prompt table (of ``queries`` of ``dataset``) with the partition's generator, store
+    """Sample a prompt table (of ``queries`` of ``dataset``) with the partition's ``sampler``, store
     prompts and samples, and return the sample rows with the materialisation's metadata and checks.
     The prompts ``reused`` holds sample rows for (the rag prompts of queries without passages:
     :func:`~ragutil_dagster.evaluation.conditions.empty_retrieval_samples`) are not drawn again."""
-    spec = experiment.generator(dimension(context, "generator"))
-    generator = models.generator(spec)
+    spec = experiment.generator(sampler.name)
+    generator = sampler.generator
     reused = pl.DataFrame(schema=GENERATION_SCHEMA) if reused is None else reused
     drawn_prompts = prompts.join(
         reused.select(GROUP_KEYS).unique(), on=list(GROUP_KEYS), how="anti", nulls_equal=True
     )
-    rows, draw_metadata = draw_samples(models, experiment, spec, drawn_prompts, queries)
+    rows, draw_metadata = draw_samples(models, experiment, sampler, drawn_prompts, queries)
     rows = pl.concat([rows, reused])
     seconds = draw_metadata["sampling_seconds"].value
     drawn = samples_drawn(rows, experiment.sampling.n)
@@ -351,26 +356,26 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def generations(context: dg.AssetExecutionContext, store: ArtifactStore, models: ModelLoader):
         setting = parts.setting_of(context)
         spec = experiment.generator(dimension(context, "generator"))
+        sampler = partition_sampler(context, models, experiment)
         queries = store.read_table("setting_queries", setting.key)
         qrels = store.read_table("setting_queries", setting.key, QRELS)
         passages = store.read_table("retrieved_passages", setting.key)
         run = store.read_table("retrieval_run", setting.key)
-        budget = prompt_budget(context, models, experiment)
         contexts, context_metadata = setting_contexts(
             context, models, experiment, setting, queries, passages, run
         )
         compressed = contexts if setting.compressor else None
         empty = experiment.retriever(setting.retriever).missing_queries == "empty"
-        templates = experiment.prompts_for(spec.name)
-        prompts = context_prompts(
-            queries, passages, run, qrels, templates, budget, compressed, empty
-        )
+        prompts = chain.with_context(sampler, queries, passages, run, qrels, compressed, empty)
         if (
             experiment.validity is not None
         ):  # the validity passages, each alone (evaluation/validity.py)
             judged = store.read_table("setting_queries", setting.key, VALIDITY_PASSAGES)
             prompts = pl.concat(
-                [prompts, validity_prompts(queries, passages, judged, templates, budget)]
+                [
+                    prompts,
+                    validity_prompts(queries, passages, judged, sampler.templates, sampler.budget),
+                ]
             )
         reused = None
         if empty and (without := queries_without_passages(queries, run)):
@@ -383,6 +388,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             store,
             models,
             experiment,
+            sampler,
             prompts,
             queries,
             "generations",
@@ -401,14 +407,14 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         start = time.perf_counter()
         all_prompts = pl.concat(
             [
-                closed_book_prompts(queries, templates, budget),
+                chain.closed_book(sampler, queries),
                 prompts,
                 consens_prompts(
                     queries,
                     prompts,
                     passages,
-                    templates,
-                    budget,
+                    sampler.templates,
+                    sampler.budget,
                     experiment.consens.leave_one_out,
                     compressed,
                 ),

@@ -16,23 +16,13 @@ import polars as pl
 from ragutil_dagster.assets.common import check_result, step_tables, table_metadata
 from ragutil_dagster.assets.entailment_clusters import all_generations
 from ragutil_dagster.assets.partitions import Partitions, dimension
-from ragutil_dagster.evaluation.groups import group_scores
-from ragutil_dagster.evaluation.paper_scores import (
-    document_scores,
-    leave_one_out_hits,
-    query_scores,
-)
+from ragutil_dagster.evaluation import chain
 from ragutil_dagster.evaluation.predictors import (
     answer_containment,
     retrieval_predictors_table,
     table_one,
 )
-from ragutil_dagster.evaluation.prompt_sampling import (
-    ADAPTIVE_BIAS_NOTE,
-    drawn_share,
-    samples_drawn,
-)
-from ragutil_dagster.evaluation.summary import summarize
+from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
@@ -196,7 +186,6 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 store.read_table("retrieval_run", setting.key),
             )
             nli = store.read_table("nli_probabilities", partition)
-            groups = group_scores(samples, queries, nli)
             ground_truth = (
                 store.read_table("setting_queries", setting.key, UTILITY)
                 if store.has_table("setting_queries", setting.key, UTILITY)
@@ -204,23 +193,24 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             )
             retrieved = store.read_table("retrieval_run", setting.key)
             qrels = store.read_table("setting_queries", setting.key, QRELS)
-            documents = document_scores(
-                groups,
-                queries,
-                retrieved,
-                store.read_table("utility_signals", partition),
-                ground_truth,
-                store.read_table("consens", partition, CONSENS_LEAVE_ONE_OUT),
-            )
-            hits = leave_one_out_hits(documents, qrels)
             contexts = (
                 store.read_table("generations", partition, CONTEXTS)
                 if store.has_table("generations", partition, CONTEXTS)
                 else None
             )  # older generations have none
-            per_query = query_scores(
-                groups, queries, store.read_table("consens", partition), hits, contexts
+            scored = chain.scores(
+                samples,
+                queries,
+                nli,
+                retrieved,
+                consens=store.read_table("consens", partition),
+                contexts=contexts,
+                leave_one_out=store.read_table("consens", partition, CONSENS_LEAVE_ONE_OUT),
+                qrels=qrels,
+                utility_signals=store.read_table("utility_signals", partition),
+                ground_truth=ground_truth,
             )
+            groups, documents, per_query = scored.groups, scored.documents, scored.per_query
             utility = utility_scores(
                 groups,
                 queries,
@@ -229,19 +219,15 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 store.read_table("utility_signals", partition),
                 store.read_table("utility_judgments", partition),
             )
-            summary = {
-                **summarize(per_query, documents, setting.k, experiment.erag.label, utility, hits),
-                **store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
-                **(
-                    {
-                        "sample_fraction": drawn_share(
-                            samples_drawn(samples, experiment.sampling.n), experiment.sampling.n
-                        )
-                    }
-                    if experiment.sampling.adaptive
-                    else {}
-                ),
-            }
+            summary = chain.summary(
+                scored,
+                samples,
+                setting.k,
+                experiment.sampling,
+                experiment.erag.label,
+                utility,
+                store.read_json("retrieval_run", setting.key, RETRIEVER_SUMMARY),
+            )
             containment = answer_containment(
                 documents, store.read_table("retrieved_passages", setting.key), queries
             )

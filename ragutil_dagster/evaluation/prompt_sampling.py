@@ -46,37 +46,23 @@ def sample_prompts(
     )
 
 
-def sample_prompts_by_config(
-    prompts: pl.DataFrame,
-    generator: Generator,
-    generator_name: str,
-    sampling: SamplingConfig,
-    seed: int,
-    queries: pl.DataFrame,
-    entail: EntailFn | None,
-) -> tuple[pl.DataFrame, float]:
-    """The sample rows of ``prompts`` — N per prompt, or with ``sampling.adaptive`` in rounds,
-    SePer judged between them by ``entail`` — and the seconds that judging took (0 at fixed N)."""
-    if sampling.adaptive is None:
-        return sample_prompts(prompts, generator, generator_name, sampling, seed), 0.0
-    if entail is None:
-        raise ValueError("adaptive sampling needs an NLI model to judge SePer between rounds")
-    judging = 0.0
-
-    def standard_errors(samples: pl.DataFrame) -> dict[tuple, float]:
-        nonlocal judging
-        begun = time.perf_counter()
-        errors = seper_standard_errors(samples, queries, entail)
-        judging += time.perf_counter() - begun
-        return errors
-
-    return sample_prompts_adaptive(
-        prompts, generator, generator_name, sampling, seed, standard_errors
-    ), judging
-
-
 GroupStandardErrors = Callable[[pl.DataFrame], dict[tuple, float]]
 """The standard error of SePer of every (query_id, condition, doc_id) group of the given sample rows."""
+
+
+class NLIStandardErrors:
+    """The :data:`GroupStandardErrors` adaptive sampling reads between rounds, SePer judged by an
+    NLI model (``entail``), and the seconds that judging took so far (``seconds``): NLI time,
+    not sampling time."""
+
+    def __init__(self, queries: pl.DataFrame, entail: EntailFn) -> None:
+        self.queries, self.entail, self.seconds = queries, entail, 0.0
+
+    def __call__(self, samples: pl.DataFrame) -> dict[tuple, float]:
+        begun = time.perf_counter()
+        errors = seper_standard_errors(samples, self.queries, self.entail)
+        self.seconds += time.perf_counter() - begun
+        return errors
 
 
 def continues(

@@ -21,24 +21,15 @@ import polars as pl
 
 from ragutil_dagster.config import ExperimentConfig, GeneratorConfig, PromptConfig
 from ragutil_dagster.data.records import Records
+from ragutil_dagster.evaluation import chain
+from ragutil_dagster.evaluation.chain import Sampler, sample_prompts_by_config
 from ragutil_dagster.evaluation.compression import (
     compress_contexts,
     context_token_count,
     ranked_contexts,
 )
-from ragutil_dagster.evaluation.conditions import (
-    PromptBudget,
-    closed_book_prompts,
-    consens_prompts,
-    context_prompts,
-)
-from ragutil_dagster.evaluation.groups import compute_nli, group_scores
-from ragutil_dagster.evaluation.paper_scores import (
-    ERAG_LABEL_COLUMNS,
-    document_scores,
-    query_scores,
-)
-from ragutil_dagster.evaluation.prompt_sampling import sample_prompts_by_config
+from ragutil_dagster.evaluation.conditions import consens_prompts
+from ragutil_dagster.evaluation.paper_scores import ERAG_LABEL_COLUMNS
 from ragutil_dagster.evaluation.signals import consens_scores
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.tables import DECODING_SAMPLE, QRELS_SCHEMA, QUERY_CONDITIONS
@@ -67,22 +58,16 @@ def score_records(
 ) -> list[dict[str, Any]]:
     """Score every record; one dict per record, in input order. ``prompts``: the templates, by
     default the generator's (``ExperimentConfig.prompts_for``)."""
-    prompts = prompts or experiment.prompts_for(generator_spec.name)
+    templates = prompts or experiment.prompts_for(generator_spec.name)
+    sampler = Sampler(
+        generator, generator_spec.name, experiment.sampling, experiment.seed, templates
+    )
     no_qrels = pl.DataFrame(schema=QRELS_SCHEMA)
-    budget = PromptBudget.of(generator, experiment.sampling.max_new_tokens)
-    with_context = context_prompts(
-        records.queries, records.corpus, records.run, no_qrels, prompts, budget
+    with_context = chain.with_context(
+        sampler, records.queries, records.corpus, records.run, no_qrels
     )
-    prompt_table = pl.concat([closed_book_prompts(records.queries, prompts, budget), with_context])
-    samples, _ = sample_prompts_by_config(
-        prompt_table,
-        generator,
-        generator_spec.name,
-        experiment.sampling,
-        experiment.seed,
-        records.queries,
-        entail,
-    )
+    prompt_table = pl.concat([chain.closed_book(sampler, records.queries), with_context])
+    samples, _ = sample_prompts_by_config(sampler, prompt_table, records.queries, entail)
     scored_prompts = pl.concat(
         [
             prompt_table,
@@ -90,33 +75,37 @@ def score_records(
                 records.queries,
                 with_context,
                 records.corpus,
-                prompts,
-                budget,
+                templates,
+                sampler.budget,
                 experiment.consens.leave_one_out,
             ),
         ]
     )
-    nli = compute_nli(samples, records.queries, entail)
-    groups = group_scores(samples, records.queries, nli)
+    nli = chain.nli(samples, records.queries, entail)
     consens = consens_scores(scored_prompts, samples, records.queries, scorer)
     questions, contexts = ranked_contexts(records.queries, records.corpus, records.run)
     counted = compress_contexts(
-        questions, contexts, None, context_token_count(generator)[0], prompts.with_context
+        questions,
+        contexts,
+        None,
+        context_token_count(generator)[0],
+        templates.with_context,
     )
-    queries = query_scores(groups, records.queries, consens.per_query, contexts=counted)
-    documents = document_scores(groups, records.queries, records.run)
-    metrics = [name for name in catalog.per_query_means() if name in queries.columns]
+    scored = chain.scores(
+        samples, records.queries, nli, records.run, consens=consens.per_query, contexts=counted
+    )
+    metrics = [name for name in catalog.per_query_means() if name in scored.per_query.columns]
     document_metrics = [m.name for m in catalog.entries() if m.per_document]
     answers = [f"answer_{suffix}" for suffix in RECORD_CONDITIONS]
     attribution = {(qid, doc): a for qid, doc, _, a in consens.leave_one_out.iter_rows()}
     alone = {
         (qid, doc): answer
-        for qid, doc, answer in groups.filter(pl.col("condition") == "per_doc")
+        for qid, doc, answer in scored.groups.filter(pl.col("condition") == "per_doc")
         .select("query_id", "doc_id", "answer")
         .iter_rows()
     }
     per_context: dict[str, list[dict[str, Any]]] = {}
-    for row in documents.sort("query_id", "rank").iter_rows(named=True):
+    for row in scored.documents.sort("query_id", "rank").iter_rows(named=True):
         scores = {
             "id": row["doc_id"],
             "rank": row["rank"],
@@ -127,7 +116,7 @@ def score_records(
         if experiment.consens.leave_one_out:
             scores["consens_attribution"] = attribution.get((row["query_id"], row["doc_id"]))
         per_context.setdefault(row["query_id"], []).append(scores)
-    per_query = {row["query_id"]: row for row in queries.iter_rows(named=True)}
+    per_query = {row["query_id"]: row for row in scored.per_query.iter_rows(named=True)}
     drawn = (
         record_sample_fractions(samples, experiment.sampling.n)
         if experiment.sampling.adaptive is not None
