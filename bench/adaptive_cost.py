@@ -117,12 +117,12 @@ def main() -> None:
             row = result[backend]
             if "adaptive" not in phases:
                 row["replay"] = replays(phases["fixed"])
-                row["chosen"] = chosen_rule(row["replay"])
+                row["chosen"] = chosen_rule([row["replay"]])
                 for replayed in row["replay"]:
                     print(f"{backend}: {replay_line(replayed)}")
                 print(
                     f"{backend}: chosen (fewest samples keeping {MIN_INSIDE_DEV} inside): "
-                    f"{replay_line(row['chosen'])}",
+                    f"{row['chosen']}",
                     flush=True,
                 )
                 continue

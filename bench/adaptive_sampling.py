@@ -63,6 +63,7 @@ import yaml
 from scipy.special import softmax
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, ExperimentConfig
+from ragutil_dagster.config.sampling import CLOSED_BOOK_ALWAYS_N
 from ragutil_dagster.evaluation.groups import soft_seper, table_entail
 from ragutil_dagster.evaluation.prompt_sampling import continues, round_sizes
 from ragutil_dagster.metrics.seper import seper_standard_error
@@ -373,9 +374,7 @@ def as_prefix(tables: Tables, reference: Tables) -> Tables:
 
 REPLAY_TARGETS = (0.16, 0.18, 0.20, 0.22, 0.25, 0.28, 0.30)
 FULL_CLOSED_BOOK_TARGETS = (0.22, 0.24, 0.26, 0.28)
-ALWAYS_N = 0.01
-"""A closed-book target no group of N ≤ 100 samples reaches (the Jeffreys floor of 100 agreeing
-samples is 0.007, of N = 10 0.06): the closed-book prompt always draws all N."""
+ALWAYS_N = CLOSED_BOOK_ALWAYS_N  # the closed-book prompt always draws all N
 ROUND_SHAPES = ((3, 2), (4, 3), (4, 6), (5, 5))
 """(first_round, round_size) beside 4 / 2: a smaller first round, and coarser rounds with fewer
 places to stop between the first round and N (4 / 6: a prompt stops at 4 or draws all 10)."""
@@ -410,14 +409,40 @@ def replay_rules() -> list[AdaptiveSamplingConfig]:
     )
 
 
-def chosen_rule(replayed: list[dict[str, float]]) -> dict[str, float]:
-    """The rule ``sampling.adaptive``'s defaults take, chosen on the development half's replays:
-    the fewest samples drawn among the rules keeping at least ``MIN_INSIDE_DEV`` of the values
-    strictly inside the fixed-N bootstrap CI (ties: more inside)."""
-    keeping = [row for row in replayed if row["inside_fixed_ci"] >= MIN_INSIDE_DEV]
+RULE_FIELDS = ("first_round", "round_size", "target_se", "closed_book_target_se")
+
+
+def chosen_rule(replay_sets: list[list[dict[str, float]]]) -> dict[str, object]:
+    """The rule ``sampling.adaptive``'s defaults take, chosen on development-half replays (each
+    set one run's :func:`replay` rows): the fewest samples drawn (mean over the sets) among the
+    rules keeping at least ``MIN_INSIDE_DEV`` of the values strictly inside the fixed-N bootstrap
+    CI in every set (ties: more inside)."""
+    by_rule: dict[tuple, list[dict[str, float]]] = {}
+    for rows in replay_sets:
+        for row in rows:
+            by_rule.setdefault(tuple(row[f] for f in RULE_FIELDS), []).append(row)
+    keeping = {
+        rule: rows
+        for rule, rows in by_rule.items()
+        if len(rows) == len(replay_sets)
+        and min(row["inside_fixed_ci"] for row in rows) >= MIN_INSIDE_DEV
+    }
     if not keeping:
         raise SystemExit(f"no replayed rule keeps {MIN_INSIDE_DEV} of the values inside the CI")
-    return min(keeping, key=lambda row: (row["sample_fraction"], -row["inside_fixed_ci"]))
+
+    def cost(rule: tuple) -> tuple[float, float]:
+        rows = keeping[rule]
+        return (
+            float(np.mean([r["sample_fraction"] for r in rows])),
+            -min(r["inside_fixed_ci"] for r in rows),
+        )
+
+    rule = min(keeping, key=cost)
+    return {
+        **dict(zip(RULE_FIELDS, rule, strict=True)),
+        "sample_fraction": [row["sample_fraction"] for row in keeping[rule]],
+        "inside_fixed_ci": [row["inside_fixed_ci"] for row in keeping[rule]],
+    }
 
 
 def replay(

@@ -10,6 +10,11 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from ragutil_dagster.config.base import _Strict
 from ragutil_dagster.sampling import SamplingParams, check_sampling_field
 
+CLOSED_BOOK_ALWAYS_N = 0.01
+"""A standard error below that of any group of at most 68 samples (the Jeffreys floor of 68
+agreeing samples is 0.0101, of 10 0.060): as ``closed_book_target_se`` with N ≤ 68, the closed
+book draws all N."""
+
 
 class AdaptiveSamplingConfig(_Strict):
     """Adaptive sampling (``sampling.adaptive``): each prompt draws ``first_round`` samples, then
@@ -18,19 +23,21 @@ class AdaptiveSamplingConfig(_Strict):
     Every round continues each prompt's sample stream (``SamplingParams.first_index``), so the
     samples a prompt draws are the first N_q of a fixed-N run with the same seed.
 
-    The target is ``target_se`` for prompts with context and ``closed_book_target_se`` (half of
-    ``target_se`` unless set) for the closed-book prompt: its SePer is subtracted from every
-    context SePer of its question (rag, each per_doc passage, oracle, every setting), so its error
-    enters each ΔSePer, while it is one prompt of many per question (docs/metrics.md).
+    The target is ``target_se`` for prompts with context and ``closed_book_target_se`` for the
+    closed-book prompt: its SePer is subtracted from every context SePer of its question (rag,
+    each per_doc passage, oracle, every setting), so its error enters each ΔSePer, while it is one
+    prompt of many per question (docs/metrics.md). Its default, ``CLOSED_BOOK_ALWAYS_N``, is below
+    the standard error of any group of at most 68 samples: the closed-book prompt draws all N. Set to ``null``,
+    it is half of ``target_se``.
 
-    The defaults are the rule ``bench/adaptive_cost.py --half dev --modes fixed`` chose on SQuAD's
-    development half (``bench/adaptive_sampling.chosen_rule``); docs/metrics.md gives their
+    The defaults are the rule ``bench/adaptive_rule.py`` chose on the replays of SQuAD
+    development-half runs (``bench/adaptive_sampling.chosen_rule``); docs/metrics.md gives their
     figures on the report half."""
 
     first_round: int = Field(default=4, ge=2)
     round_size: int = Field(default=2, ge=1)
-    target_se: float = Field(default=0.28, gt=0, lt=0.5)
-    closed_book_target_se: float | None = Field(default=None, gt=0, lt=0.5)
+    target_se: float = Field(default=0.24, gt=0, lt=0.5)
+    closed_book_target_se: float | None = Field(default=CLOSED_BOOK_ALWAYS_N, gt=0, lt=0.5)
 
     def target_for(self, condition: str) -> float:
         """The standard error at which a group of ``condition``'s samples stops."""

@@ -16,7 +16,10 @@ from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.tracking.partition_run import upstream_figures
 
 N_MAX, FIRST, SIZE = 6, 2, 2
-ADAPTIVE = AdaptiveSamplingConfig(first_round=FIRST, round_size=SIZE, target_se=0.2)
+# the closed-book prompts stop early too (the default draws them in full)
+ADAPTIVE = AdaptiveSamplingConfig(
+    first_round=FIRST, round_size=SIZE, target_se=0.2, closed_book_target_se=0.1
+)
 SETTING = "world__bm25__k1"
 KEY, CLOSED_KEY = f"reader|{SETTING}", "world|reader"
 

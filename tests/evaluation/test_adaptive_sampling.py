@@ -10,6 +10,7 @@ import pytest
 
 from ragutil_dagster.assets.generations import sample_count_check
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
+from ragutil_dagster.config.sampling import CLOSED_BOOK_ALWAYS_N
 from ragutil_dagster.evaluation.prompt_sampling import (
     continues,
     off_schedule_groups,
@@ -67,23 +68,24 @@ def prompt_table(*rows: tuple[str, str, str | None, str]) -> pl.DataFrame:
 @pytest.mark.parametrize(
     ("se", "condition", "drawn", "expected"),
     [
-        (0.30, "rag", 4, True),  # imprecise, below N_max: another round
-        (0.28, "rag", 4, False),  # at the target: precise enough (the rule is SE > target)
+        (0.25, "rag", 4, True),  # imprecise, below N_max: another round
+        (0.24, "rag", 4, False),  # at the target: precise enough (the rule is SE > target)
         (0.10, "per_doc", 4, False),
         (0.40, "rag", 10, False),  # N_max reached whatever the SE
-        (0.25, "rag", 4, False),  # a 3–1 split of four samples with context stops ...
-        (0.25, "closed_book", 4, True),  # ... the closed-book prompt's goes on: its target is half
-        (0.122, "closed_book", 4, False),  # four agreeing closed-book samples stop
-        (0.167, "closed_book", 6, True),
+        (0.122, "rag", 4, False),  # four agreeing samples with context stop ...
+        (0.122, "closed_book", 4, True),  # ... the closed-book prompt's go on: it draws all N
+        (0.06, "closed_book", 8, True),
+        (0.06, "closed_book", 10, False),
     ],
 )
 def test_stop_rule(se: float, condition: str, drawn: int, expected: bool) -> None:
     assert continues(se, condition, drawn, 10, DEFAULTS) is expected
 
 
-def test_the_closed_book_target_is_half_unless_set() -> None:
-    assert DEFAULTS.target_for("closed_book") == DEFAULTS.target_se / 2 == 0.14
-    assert DEFAULTS.target_for("oracle") == DEFAULTS.target_for("rag") == 0.28
+def test_the_closed_book_draws_all_n_by_default_and_half_the_target_when_null() -> None:
+    assert DEFAULTS.target_for("closed_book") == CLOSED_BOOK_ALWAYS_N
+    assert DEFAULTS.target_for("oracle") == DEFAULTS.target_for("rag") == 0.24
+    assert AdaptiveSamplingConfig(closed_book_target_se=None).target_for("closed_book") == 0.12
     explicit = AdaptiveSamplingConfig(target_se=0.3, closed_book_target_se=0.2)
     assert (explicit.target_for("closed_book"), explicit.target_for("per_doc")) == (0.2, 0.3)
     assert explicit.key == "first_round=4,round_size=2,target_se=0.3,closed_book_target_se=0.2"

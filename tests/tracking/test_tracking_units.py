@@ -119,7 +119,7 @@ def test_run_key_changes_with_any_input_and_only_then(config) -> None:
     assert params["adaptive"] == "none"
     assert (
         PartitionRun(adaptive, setting, "lm0", identities).params()["adaptive"]
-        == "first_round=4,round_size=2,target_se=0.28,closed_book_target_se=0.14"
+        == "first_round=4,round_size=2,target_se=0.24,closed_book_target_se=0.01"
     )
 
 
