@@ -13,6 +13,7 @@ caller: prompts fitted to the generator's context, samples drawn at fixed N or, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
@@ -61,9 +62,10 @@ class Sampler:
             generator, name, experiment.sampling, experiment.seed, experiment.prompts_for(name)
         )
 
-    @property
+    @cached_property
     def budget(self) -> PromptBudget | None:
-        """The most tokens a prompt may have: the generator's context minus ``max_new_tokens``."""
+        """The most tokens a prompt may have: the generator's context minus ``max_new_tokens``
+        (asked of the generator once per sampler)."""
         return PromptBudget.of(self.generator, self.sampling.max_new_tokens)
 
 
