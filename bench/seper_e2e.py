@@ -1028,12 +1028,13 @@ def fixed_n_cis(
     return standard_error_cis(fixed.credits), fixed_cis(fixed.credits, np.random.default_rng(0))
 
 
-def replays(fixed: Phase) -> list[dict[str, float]]:
+def replays(fixed: Phase, cis: tuple[dict, dict] | None = None) -> list[dict[str, float]]:
     """Every stop rule of ``adaptive_sampling.replay_rules`` replayed on the fixed run's samples
-    (docs/metrics.md): the share of its samples each would draw, and of the items inside each CI."""
+    (docs/metrics.md): the share of its samples each would draw, and of the items inside each CI
+    (``cis``: the run's :func:`fixed_n_cis`, computed here when not given)."""
     from adaptive_sampling import replay, replay_rules
 
-    standard_error, bootstrap = fixed_n_cis(fixed)
+    standard_error, bootstrap = cis or fixed_n_cis(fixed)
     n_max = max(
         credits.size for table in fixed.credits.values() for _, credits in table.values()
     )  # fixed N: every group
@@ -1079,7 +1080,7 @@ def adaptive_comparison(fixed: Phase, adaptive: Phase) -> dict[str, object]:
             sorted(standard_error),
         ),
         "settings": settings,
-        "replay": replays(fixed),
+        "replay": replays(fixed, (standard_error, bootstrap)),
     }
 
 
