@@ -15,7 +15,7 @@ from ragutil_dagster.evaluation.groups import cluster_table
 from ragutil_dagster.evaluation.prompt_sampling import sampling_mismatch
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tracking.partition_run import NLI_DTYPE
+from ragutil_dagster.tracking.partition_run import NLI_DTYPE, NLI_IDENTITY
 
 
 def all_generations(store: ArtifactStore, parts: Partitions, partition: str) -> pl.DataFrame:
@@ -80,7 +80,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             asset_key="nli_probabilities",
             metadata={
                 **table_metadata(nli, path),
-                "nli_identity": dg.MetadataValue.text(nli_model.identity),
+                NLI_IDENTITY: dg.MetadataValue.text(nli_model.identity),
                 NLI_DTYPE: dg.MetadataValue.text(str(nli_model.dtype).removeprefix("torch.")),
             },
         )
@@ -119,7 +119,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
                 "mean_clusters_per_prompt": dg.MetadataValue.float(
                     float(per_group["cluster_id"].mean())
                 ),
-                "nli_identity": dg.MetadataValue.text(nli_model.identity),
+                NLI_IDENTITY: dg.MetadataValue.text(nli_model.identity),
             },
         )
 

@@ -26,7 +26,6 @@ from ragutil_dagster.evaluation.prompt_sampling import ADAPTIVE_BIAS_NOTE
 from ragutil_dagster.evaluation.utility_scores import utility_scores
 from ragutil_dagster.infra.failpoints import failpoint
 from ragutil_dagster.metrics import catalog
-from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
 from ragutil_dagster.tables import (
     CONSENS_LEAVE_ONE_OUT,
@@ -150,7 +149,6 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
     def metric_scores(
         context: dg.AssetExecutionContext,
         store: ArtifactStore,
-        models: ModelLoader,
         tracking: MlflowTracking,
     ):
         setting = parts.setting_of(context)
@@ -162,9 +160,7 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
             experiment,
             setting,
             generator,
-            partition_identities(
-                experiment, setting, samples, models, context.instance, str(partition)
-            ),
+            partition_identities(experiment, setting, samples, context.instance, str(partition)),
         )
         tags = {
             **dagster_tags(context.run.run_id, "metric_scores", str(partition)),

@@ -31,6 +31,7 @@ from ragutil_dagster.evaluation.multistep import Ranked, run_rounds
 from ragutil_dagster.evaluation.summary import retriever_summary
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
+from ragutil_dagster.retrieval.dense import DenseRetriever
 from ragutil_dagster.retrieval.rerank import rerank
 from ragutil_dagster.retrieval.runs import (
     answer_recall,
@@ -48,7 +49,12 @@ from ragutil_dagster.tables import (
     VALIDITY_PASSAGES,
     markdown_table,
 )
-from ragutil_dagster.tracking.partition_run import QUERY_WRITER_IDENTITY, RUN_FILE_VERSION
+from ragutil_dagster.tracking.partition_run import (
+    EMBEDDER_IDENTITY,
+    QUERY_WRITER_IDENTITY,
+    RERANKER_IDENTITY,
+    RUN_FILE_VERSION,
+)
 
 
 def write_setting_queries(
@@ -246,6 +252,11 @@ def build(parts: Partitions) -> dg.AssetsDefinition:
         searcher = (
             load_searcher(store, models, experiment, setting) if retriever.kind != "run" else None
         )
+        # The models this step runs, as it ran them: the partition's MLflow run reads them here.
+        if rerank_model is not None:
+            metadata[RERANKER_IDENTITY] = dg.MetadataValue.text(rerank_model.identity)
+        if isinstance(searcher, DenseRetriever):
+            metadata[EMBEDDER_IDENTITY] = dg.MetadataValue.text(searcher.encoder_identity)
 
         def reranked(found: pl.DataFrame, table: pl.DataFrame, depth: int) -> pl.DataFrame:
             if rerank_model is None:

@@ -7,7 +7,6 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
 
 import dagster as dg
 import polars as pl
@@ -70,39 +69,53 @@ RUN_FILE_VERSION = "run_file_version"
 """The metadata entry where a run retriever's retrieval step records the version of the run file it read."""
 QUERY_WRITER_IDENTITY = "query_writer_identity"
 """The metadata entry where a multi-step round's retrieval step records its query writer's identity."""
-
-
-class ModelIdentityResolver(Protocol):
-    """Anything that resolves a configured model to its identity (``ModelLoader.identity``)."""
-
-    def identity(self, model: str, revision: str | None = None) -> str: ...
+NLI_IDENTITY = "nli_identity"
+"""The metadata entry where the NLI step (``nli_probabilities``) records the identity of the model it ran."""
+EMBEDDER_IDENTITY = "embedder_identity"
+"""The metadata entry where a dense retriever's retrieval step records the identity of the embedder
+that encoded its queries (a hybrid's: none, as its fused retrievers are several)."""
+RERANKER_IDENTITY = "reranker_identity"
+"""The metadata entry where the retrieval step records the identity of the reranker it ran."""
 
 
 def partition_identities(
     experiment: ExperimentConfig,
     setting: Setting,
     samples: pl.DataFrame,
-    models: ModelIdentityResolver,
     instance: dg.DagsterInstance,
     partition: str,
 ) -> ModelIdentities:
-    """The identity of every model behind a setting × generator ``partition``: the generator's as
-    recorded in its sample rows (what actually generated them) and its dtype as the generations
-    step recorded it, the NLI model's and the dtype the NLI step ran it in, the embedder's /
-    reranker's, and a run retriever's run file and a multi-step round's query writer as the
-    retrieval step recorded them."""
+    """The identity of every model behind a setting × generator ``partition``, each as the step
+    that ran it recorded it — never resolved again here: the generator's from its sample rows and
+    its dtype from the generations step, the NLI model's and its dtype from the NLI step, the
+    embedder's, the reranker's, a run retriever's run file and a multi-step round's query writer
+    from the retrieval step. A step that ran one of these models and recorded no identity (a
+    materialisation of an older ragutil) is an error naming it."""
     generator = samples["model_identity"].unique().to_list()
     if len(generator) != 1:
         raise ValueError(
             f"{setting.key}: samples come from {len(generator)} model versions: {generator}"
         )
     retriever = experiment.retriever(setting.retriever)
-    reranker = experiment.reranker if setting.reranker else None
+
+    def required(asset: str, asset_partition: str, name: str) -> str:
+        value = recorded_text(instance, asset, asset_partition, name)
+        if value is None:
+            raise ValueError(
+                f"{asset}[{asset_partition}] recorded no {name} (materialised by an older "
+                f"ragutil?): materialise it again before {partition}'s metric_scores"
+            )
+        return value
+
     return ModelIdentities(
         generator=generator[0],
-        nli=models.identity(experiment.nli.model, experiment.nli.revision),
-        embedder=models.identity(retriever.model, retriever.revision) if retriever.model else None,
-        reranker=models.identity(reranker.model, reranker.revision) if reranker else None,
+        nli=required("nli_probabilities", partition, NLI_IDENTITY),
+        embedder=required("retrieval_run", setting.key, EMBEDDER_IDENTITY)
+        if retriever.kind == "dense"
+        else None,
+        reranker=required("retrieval_run", setting.key, RERANKER_IDENTITY)
+        if setting.reranker
+        else None,
         generator_dtype=recorded_text(instance, "generations", partition, GENERATOR_DTYPE),
         nli_dtype=recorded_text(instance, "nli_probabilities", partition, NLI_DTYPE),
         run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION)

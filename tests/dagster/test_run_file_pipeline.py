@@ -23,7 +23,6 @@ from ragutil_dagster.definitions import build_definitions
 from ragutil_dagster.metrics import catalog
 from ragutil_dagster.metrics.erag import erag_measure_names, erag_scores
 from ragutil_dagster.resources import ArtifactStore
-from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.retrieval.bm25 import BM25Retriever
 from ragutil_dagster.retrieval.runs import evaluate_run, write_trec
 from ragutil_dagster.runner import materialize_all, plan
@@ -163,7 +162,6 @@ def test_a_run_file_of_bm25_scores_as_bm25(run_beside_bm25) -> None:
         experiment,
         experiment.setting(f"world__mine__k{K}"),
         store.read_table("generations", f"lm0|world__mine__k{K}"),
-        ModelLoader(),
         instance,
         f"lm0|world__mine__k{K}",
     )

@@ -337,3 +337,39 @@ def test_the_comparison_shows_each_generators_templates_from_its_runs() -> None:
     ]
     assert "prompts" in build_comparison(partitions).tables
     assert "prompts" not in build_comparison([_partition("bm25", 1, "reader", [0.1], {})]).tables
+
+
+def test_a_partitions_identities_are_those_its_steps_recorded_never_resolved_again(config) -> None:
+    """MLflow logs each model's identity as the step that ran it recorded it (the models named in
+    the config do not exist here, so resolving one would fail); a step that recorded none is an
+    error naming the step and the entry."""
+    import dagster as dg
+
+    from ragutil_dagster.tracking.partition_run import partition_identities
+
+    setting = Setting("world", "dense", 5)
+    partition = f"lm0|{setting.key}"
+    samples = pl.DataFrame({"model_identity": ["sha256:aa", "sha256:aa"]})
+    instance = dg.DagsterInstance.ephemeral()
+
+    def record(asset: str, key: str, **entries: str) -> None:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset, partition=key, metadata=entries)
+        )
+
+    record("nli_probabilities", partition, nli_identity="sha256:bb", nli_dtype="float32")
+    record("retrieval_run", setting.key)  # an older ragutil's step: no embedder identity
+    with pytest.raises(
+        ValueError, match=r"retrieval_run\[world__dense__k5\] recorded no embedder_identity"
+    ):
+        partition_identities(config, setting, samples, instance, partition)
+    record("retrieval_run", setting.key, embedder_identity="sha256:cc")
+    identities = partition_identities(config, setting, samples, instance, partition)
+    assert identities == ModelIdentities(
+        generator="sha256:aa", nli="sha256:bb", embedder="sha256:cc", nli_dtype="float32"
+    )
+    bm25 = Setting("world", "bm25", 5)
+    record("nli_probabilities", f"lm0|{bm25.key}", nli_identity="sha256:bd")
+    assert partition_identities(
+        config, bm25, samples, instance, f"lm0|{bm25.key}"
+    ) == ModelIdentities(generator="sha256:aa", nli="sha256:bd")
