@@ -96,7 +96,8 @@ def differences(measured: list[np.ndarray], reference: list[np.ndarray]) -> dict
 
 def vllm_run(model, prompts: list[str], dtype: str, args: argparse.Namespace) -> dict:
     """Sample on a fresh engine in ``dtype``; score the samples through prompt log-probs."""
-    from ragutil_dagster.models.backends import BACKENDS, Placement
+    from ragutil_dagster.models.backend_contract import Placement
+    from ragutil_dagster.models.backends import BACKENDS
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
     from ragutil_dagster.sampling import SamplingParams
 

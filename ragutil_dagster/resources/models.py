@@ -14,7 +14,8 @@ from typing import Any
 from dagster import ConfigurableResource
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
-from ragutil_dagster.models.backends import Placement, local_copy, registered
+from ragutil_dagster.models.backend_contract import Placement
+from ragutil_dagster.models.backends import local_copy, registered
 from ragutil_dagster.models.resolver import LEXICAL_NLI, LEXICAL_NLI_IDENTITY, resolve
 
 _loaded: dict[tuple, Any] = {}

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ragutil_dagster.config import GeneratorConfig, NliConfig
-from ragutil_dagster.models.backends import BACKENDS, Placement
+from ragutil_dagster.models.backend_contract import Placement
+from ragutil_dagster.models.backends import BACKENDS
 from ragutil_dagster.resources import ArtifactStore, ModelLoader
 from ragutil_dagster.sampling import SamplingParams
 

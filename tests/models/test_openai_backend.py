@@ -30,7 +30,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from ragutil_dagster.config import ServerConfig
 from ragutil_dagster.errors import (
     CapabilityMissingError,
     MissingAPIKeyError,
@@ -43,6 +42,7 @@ from ragutil_dagster.infra.processes import free_port
 from ragutil_dagster.models.cache import CachedGenerator, GenerationCache
 from ragutil_dagster.models.generation import Generator, Sample
 from ragutil_dagster.models.openai_backend import OpenAIGenerator, OpenAITokenScorer
+from ragutil_dagster.models.openai_backend_config import ServerConfig
 from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.sampling import SamplingParams
 

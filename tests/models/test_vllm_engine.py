@@ -12,9 +12,10 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from ragutil_dagster.config import EngineConfig, GeneratorConfig
+from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.errors import UserError
-from ragutil_dagster.models.backends import BACKENDS, Placement, build_generator
+from ragutil_dagster.models.backend_contract import Placement
+from ragutil_dagster.models.backends import BACKENDS, build_generator
 from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import (
     EngineSettings,
@@ -23,6 +24,7 @@ from ragutil_dagster.models.vllm_backend import (
     engine_arguments,
     engine_dtype,
 )
+from ragutil_dagster.models.vllm_backend_config import EngineConfig
 from ragutil_dagster.sampling import SamplingParams
 
 from ..conftest import require_vllm

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pydantic import ConfigDict, Field
 
 from ragutil_dagster.config import GeneratorConfig
-from ragutil_dagster.models.backends import Backend, Placement
+from ragutil_dagster.models.backend_contract import Backend, Placement
 from ragutil_dagster.models.generation import Sample
 from ragutil_dagster.models.hf_backend import HFGenerator
 from ragutil_dagster.models.identity import ModelRef
