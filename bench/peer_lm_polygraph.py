@@ -70,6 +70,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -293,9 +294,8 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
 
     from ragutil_dagster.config import PromptConfig, SamplingConfig
     from ragutil_dagster.data.records import read_records
-    from ragutil_dagster.evaluation.conditions import closed_book_prompts, context_prompts
-    from ragutil_dagster.evaluation.groups import cluster_table, compute_nli, group_scores
-    from ragutil_dagster.evaluation.prompt_sampling import sample_prompts
+    from ragutil_dagster.evaluation import chain
+    from ragutil_dagster.evaluation.groups import cluster_table
     from ragutil_dagster.models.entailment import Entailment
     from ragutil_dagster.models.hf_backend import HFGenerator
     from ragutil_dagster.models.resolver import resolve
@@ -337,13 +337,19 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     prompts_config = PromptConfig(
         closed_book="seper_closed_book", with_context="seper_with_context"
     )
+    # The evaluation chain as the pipeline runs it (evaluation/chain.py), at fixed N.
+    sampler = chain.Sampler(generator, "reader", sampling, job["seed"], prompts_config)
 
     begun = time.perf_counter()
-    warm = closed_book_prompts(
-        pl.DataFrame({"query_id": ["warm"], "question": ["What is the capital of France?"]}),
-        prompts_config,
+    warm_queries = pl.DataFrame(
+        {"query_id": ["warm"], "question": ["What is the capital of France?"]}
     )
-    sample_prompts(warm, generator, "reader", sampling, job["seed"] + 10_000)
+    chain.sample_prompts_by_config(
+        replace(sampler, seed=job["seed"] + 10_000),
+        chain.closed_book(sampler, warm_queries),
+        warm_queries,
+        None,
+    )
     nli(["What is the capital of France? Paris"], ["What is the capital of France? Paris."])
     warm_s = time.perf_counter() - begun
 
@@ -355,21 +361,22 @@ def ragutil_child(job_path: Path, out_path: Path) -> None:
     run = records.run.filter(keep)
     prompts = pl.concat(
         [
-            closed_book_prompts(queries, prompts_config),
-            context_prompts(
-                queries, records.corpus, run, pl.DataFrame(schema=QRELS_SCHEMA), prompts_config
+            chain.closed_book(sampler, queries),
+            chain.with_context(
+                sampler, queries, records.corpus, run, pl.DataFrame(schema=QRELS_SCHEMA)
             ).filter(pl.col("condition") == "rag"),
         ]
     )
     timing["prompts_s"] = time.perf_counter() - started
     t0 = time.perf_counter()
-    samples = sample_prompts(prompts, generator, "reader", sampling, job["seed"])
+    samples, _ = chain.sample_prompts_by_config(sampler, prompts, queries, None)
     timing["sampling_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    nli_table = compute_nli(samples, queries, nli)
+    nli_table = chain.nli(samples, queries, nli)
     timing["nli_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    groups = group_scores(samples, queries, nli_table)
+    # Semantic entropy is a group score; no passage alone was sampled, so no document is scored.
+    groups = chain.scores(samples, queries, nli_table, run.clear()).groups
     timing["scoring_s"] = time.perf_counter() - t0
     timing["end_to_end_s"] = time.perf_counter() - started
 
