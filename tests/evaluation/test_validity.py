@@ -698,6 +698,12 @@ def test_ground_truth_negatives_join_the_annotated_ones_and_a_positive_stays_pos
         config.ground_truth_negatives
         and not parse_config({**BASE, "validity": {}}).validity.ground_truth_negatives
     )
+    # Off, written or not, keeps the fingerprint (and MLflow run keys) of configs before the key.
+    assert (
+        parse_config({**BASE, "validity": {"ground_truth_negatives": False}}).fingerprint()
+        == parse_config({**BASE, "validity": {}}).fingerprint()
+        != parse_config({**BASE, "validity": {"ground_truth_negatives": True}}).fingerprint()
+    )
     table = validity_passages("toy", QUERIES, qrels, CORPUS, config)
     # Every judged passage but bo#1, which holds q1's answer; q3 has no positive: not a judged query.
     assert table.rows() == [
