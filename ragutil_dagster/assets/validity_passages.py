@@ -1,6 +1,8 @@
 """``validity_passages[dataset]``: the passages of the validity experiments — every judged query's
 positives and negatives (``annotated``: the qrels' own, where the query has them; else sampled,
-``random`` and ``hard``: from the ranking of the dataset's BM25 index), evaluation/validity.py. Only with a ``validity`` section in the config; the retrieval
+``random`` and ``hard``: from the ranking of the dataset's BM25 index; with
+``validity.ground_truth_negatives`` the passages its ground-truth utility judges are annotated too),
+evaluation/validity.py. Only with a ``validity`` section in the config; the retrieval
 step copies it into each setting's ``setting_queries`` and ``retrieved_passages``."""
 
 import dagster as dg
@@ -15,10 +17,11 @@ from ragutil_dagster.evaluation.validity import (
     negative_kinds,
     negative_shortfall,
     validity_passages,
+    with_ground_truth_negatives,
 )
 from ragutil_dagster.resources.models import ModelLoader
 from ragutil_dagster.resources.storage import ArtifactStore
-from ragutil_dagster.tables import QRELS
+from ragutil_dagster.tables import QRELS, UTILITY
 
 ASSET = "validity_passages"
 
@@ -66,6 +69,10 @@ def build(parts: Partitions) -> list[dg.AssetsDefinition]:
                 query_table, k=min(HARD_NEGATIVE_DEPTH, corpus.height), name=hard.name
             )
         qrels = store.read_table("queries", dataset, QRELS)
+        if config.ground_truth_negatives and store.has_table("queries", dataset, UTILITY):
+            qrels = with_ground_truth_negatives(
+                qrels, store.read_table("queries", dataset, UTILITY)
+            )
         passages = validity_passages(dataset, queries, qrels, corpus, config, hard_run)
         kinds = negative_kinds(qrels, config)
         path = store.write_table(ASSET, dataset, passages)

