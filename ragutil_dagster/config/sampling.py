@@ -27,8 +27,8 @@ class AdaptiveSamplingConfig(_Strict):
     closed-book prompt: its SePer is subtracted from every context SePer of its question (rag,
     each per_doc passage, oracle, every setting), so its error enters each ΔSePer, while it is one
     prompt of many per question (docs/metrics.md). Its default, ``CLOSED_BOOK_ALWAYS_N``, is below
-    the standard error of any group of at most 68 samples: the closed-book prompt draws all N. Set to ``null``,
-    it is half of ``target_se``.
+    the standard error of any group of at most 68 samples: the closed-book prompt draws all N, in
+    one call. Set to ``null``, it is half of ``target_se``.
 
     The defaults are the rule ``bench/adaptive_rule.py`` chose on the replays of SQuAD
     development-half runs (``bench/adaptive_sampling.chosen_rule``); docs/metrics.md gives their

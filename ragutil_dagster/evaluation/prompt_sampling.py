@@ -19,7 +19,7 @@ import polars as pl
 
 from ragutil_dagster.config import AdaptiveSamplingConfig, SamplingConfig
 from ragutil_dagster.evaluation.groups import seper_standard_errors
-from ragutil_dagster.metrics.seper import EntailFn
+from ragutil_dagster.metrics.seper import EntailFn, least_standard_error
 from ragutil_dagster.models.generation import Generator, Sample, sample_rounds
 from ragutil_dagster.sampling import SamplingParams
 from ragutil_dagster.tables import DECODING_GREEDY, DECODING_SAMPLE, GENERATION_SCHEMA, GROUP_KEYS
@@ -92,8 +92,10 @@ def sample_prompts_adaptive(
     standard_errors: GroupStandardErrors,
 ) -> pl.DataFrame:
     """Sample every distinct prompt in rounds (:func:`round_sizes`) until :func:`continues` says
-    stop — a prompt shared by several groups (conditions, queries) goes on while any of them does
-    — and once greedily when the labels are greedy; return the generation rows. Each round
+    stop — a prompt shared by several groups (conditions, queries) goes on while any of them does;
+    one that some group keeps to N whatever its samples (a target below
+    :func:`~ragutil_dagster.metrics.seper.least_standard_error` of the last round short of N)
+    draws its N in one call — and once greedily when the labels are greedy; return the rows. Each round
     continues the prompts' sample streams of ``seed`` (``first_index``): a prompt's N_q samples
     are the first N_q of a fixed-N draw. The generator draws the rounds
     (:func:`~ragutil_dagster.models.generation.sample_rounds`) and asks between them which prompts
@@ -106,9 +108,22 @@ def sample_prompts_adaptive(
         "query_id", "condition", "doc_id", "prompt"
     ).iter_rows():
         groups_of.setdefault(prompt, []).append((qid, condition, doc_id))
-    distinct = list(groups_of)
+    sizes = round_sizes(sampling.n, adaptive)
+    # A prompt with a group whose target no count short of N can meet (the closed book's by
+    # default) draws all N at once, in the call a fixed-N run makes: no judging between rounds,
+    # and on an engine whose samples depend on their batch mates, fixed N's very samples.
+    unreachable = least_standard_error(sum(sizes[:-1])) if len(sizes) > 1 else 0.0
+    at_once = [
+        prompt
+        for prompt, groups in groups_of.items()
+        if any(adaptive.target_for(condition) < unreachable for _, condition, _ in groups)
+    ]
+    by_prompt = (
+        dict(zip(at_once, generator.sample(at_once, sampling.params(seed)))) if at_once else {}
+    )
+    distinct = [prompt for prompt in groups_of if prompt not in by_prompt]
     rounds, drawn = [], 0
-    for size in round_sizes(sampling.n, adaptive):
+    for size in sizes:
         rounds.append(sampling.params(seed, size, first_index=drawn))
         drawn += size
 
@@ -131,8 +146,8 @@ def sample_prompts_adaptive(
             for prompt, got in zip(chosen, samples, strict=True)
         ]
 
-    per_round = sample_rounds(generator, distinct, rounds, keep_going)
-    by_prompt = {
+    per_round = sample_rounds(generator, distinct, rounds, keep_going) if distinct else []
+    by_prompt |= {
         prompt: [s for got in rounds_drawn for s in got]
         for prompt, rounds_drawn in zip(distinct, per_round)
     }

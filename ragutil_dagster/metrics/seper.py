@@ -325,6 +325,18 @@ def seper_standard_error(credits: Sequence[float], weights: Sequence[float]) -> 
     return max(delta, floor)
 
 
+def least_standard_error(n: int) -> float:
+    """The smallest :func:`seper_standard_error` ``n`` samples can have: ``n`` equally weighted
+    samples that agree (SePer 0 or 1), where the Jeffreys floor is lowest — 0.060 for 10, 0.0101
+    for 68. A stop target below it cannot be met with ``n`` samples."""
+    if n < 1:
+        raise ValueError(f"n = {n}: a standard error needs at least one sample")
+    if n == 1:
+        return JEFFREYS_PRIOR
+    a, b = n + JEFFREYS_PRIOR, JEFFREYS_PRIOR
+    return float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
+
+
 def _score(
     prepared: _Prepared,
     probs: Callable[[str, str], np.ndarray],

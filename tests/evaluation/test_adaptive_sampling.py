@@ -156,7 +156,7 @@ def test_adaptive_samples_are_the_start_of_a_fixed_n_draw_and_closed_book_compar
         prompts,
         RecordingGenerator(),
         "g",
-        SamplingConfig(n=10, adaptive={}),
+        SamplingConfig(n=10, adaptive={"closed_book_target_se": 0.2}),
         3,
         lambda rows: {("q1", "closed_book", None): 0.0},
     )
@@ -173,6 +173,42 @@ def test_adaptive_samples_are_the_start_of_a_fixed_n_draw_and_closed_book_compar
         "samples_drawn": 4,
         "sample_fraction": 0.4,
     }
+
+
+def test_a_prompt_no_count_short_of_n_can_stop_draws_n_at_once_as_fixed_n_does() -> None:
+    """At the defaults the closed-book prompt's target (0.01) is below the least standard error of
+    the 8 samples before the last round, so it draws its 10 in one call — the call of a fixed-N
+    run, so an engine whose samples depend on their batch mates gives fixed N's samples — and no
+    standard error is asked of it; the rag prompt beside it goes in rounds."""
+    prompts = prompt_table(("q1", "closed_book", None, "C1"), ("q1", "rag", None, "R1"))
+    sampling = SamplingConfig(n=10, adaptive={}, labels="most_likely")
+    asked: list[set] = []
+
+    def standard_errors(rows: pl.DataFrame) -> dict[tuple, float]:
+        asked.append(set(rows["condition"]))
+        return {("q1", condition, None): 0.3 for condition in set(rows["condition"])}
+
+    generator = RecordingGenerator()
+    rows = sample_prompts_adaptive(prompts, generator, "g", sampling, 3, standard_errors)
+    calls = [(prompts, p.n, p.first_index) for prompts, p in generator.calls]
+    assert calls == [
+        (["C1"], 10, 0),
+        (["R1"], 4, 0),
+        (["R1"], 2, 4),
+        (["R1"], 2, 6),
+        (["R1"], 2, 8),
+    ]
+    assert generator.calls[0][1] == sampling.params(3)  # exactly fixed N's call
+    assert asked == [{"rag"}] * 3
+    fixed = sample_prompts(
+        prompts, RecordingGenerator(), "g", sampling.model_copy(update={"adaptive": None}), 3
+    )
+    assert rows.sort("condition", "sample_index").equals(fixed.sort("condition", "sample_index"))
+    # With a target some count short of N meets, the closed book goes in rounds again.
+    reachable = SamplingConfig(n=10, adaptive={"closed_book_target_se": 0.1}, labels="most_likely")
+    generator = RecordingGenerator()
+    sample_prompts_adaptive(prompts, generator, "g", reachable, 3, standard_errors)
+    assert generator.calls[0][0] == ["C1", "R1"]
 
 
 def test_first_round_above_n_is_a_config_error() -> None:

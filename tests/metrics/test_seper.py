@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ragutil_dagster.metrics.seper import (
     SePerInput,
     delta_seper,
+    least_standard_error,
     response_weights,
     semantic_entropy,
     seper,
@@ -541,3 +542,18 @@ def test_uneven_weights_count_fewer_effective_samples() -> None:
 def test_standard_error_rejects_mismatched_input(credits, weights, message) -> None:
     with pytest.raises(ValueError, match=message):
         seper_standard_error(credits, weights)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 10, 68])
+def test_the_least_standard_error_is_that_of_n_agreeing_equal_samples_and_bounds_every_other(
+    n: int,
+) -> None:
+    least = least_standard_error(n)
+    assert least == pytest.approx(seper_standard_error([1.0] * n, [1 / n] * n))
+    rng = np.random.default_rng(n)
+    for _ in range(200):
+        weights = rng.dirichlet(np.ones(n))
+        credits = rng.choice([0.0, 0.5, 1.0], size=n)
+        assert seper_standard_error(credits, weights) >= least - 1e-12
+    with pytest.raises(ValueError, match="at least one sample"):
+        least_standard_error(0)
