@@ -129,7 +129,13 @@ def test_score_follows_adaptive_sampling(
     spec["sampling"] = {
         **spec.get("sampling", {}),
         "n": 6,
-        "adaptive": {"first_round": 2, "round_size": 2, "target_se": 0.2},
+        # A closed-book target a group of 2 or 4 can meet, so the closed book stops early too.
+        "adaptive": {
+            "first_round": 2,
+            "round_size": 2,
+            "target_se": 0.2,
+            "closed_book_target_se": 0.2,
+        },
     }
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(spec))
