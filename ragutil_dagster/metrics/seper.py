@@ -318,11 +318,15 @@ def seper_standard_error(credits: Sequence[float], weights: Sequence[float]) -> 
         return JEFFREYS_PRIOR
     score = float(w @ c)
     delta = float(np.sqrt(n / (n - 1) * np.sum(w**2 * (c - score) ** 2)))
-    n_eff = 1.0 / float(np.sum(w**2))
+    return max(delta, _jeffreys_floor(score, 1.0 / float(np.sum(w**2))))
+
+
+def _jeffreys_floor(score: float, n_eff: float) -> float:
+    """The posterior standard deviation of a proportion ``score`` over ``n_eff`` samples under
+    the Jeffreys prior: the floor of :func:`seper_standard_error`."""
     a = score * n_eff + JEFFREYS_PRIOR
     b = (1.0 - score) * n_eff + JEFFREYS_PRIOR
-    floor = float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
-    return max(delta, floor)
+    return float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
 
 
 def least_standard_error(n: int) -> float:
@@ -331,10 +335,7 @@ def least_standard_error(n: int) -> float:
     for 68. A stop target below it cannot be met with ``n`` samples."""
     if n < 1:
         raise ValueError(f"n = {n}: a standard error needs at least one sample")
-    if n == 1:
-        return JEFFREYS_PRIOR
-    a, b = n + JEFFREYS_PRIOR, JEFFREYS_PRIOR
-    return float(np.sqrt(a * b / ((a + b) ** 2 * (a + b + 1))))
+    return JEFFREYS_PRIOR if n == 1 else _jeffreys_floor(1.0, n)
 
 
 def _score(
