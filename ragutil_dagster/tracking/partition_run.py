@@ -97,48 +97,61 @@ def partition_identities(
             f"{setting.key}: samples come from {len(generator)} model versions: {generator}"
         )
     retriever = experiment.retriever(setting.retriever)
+    # One read of each step's latest materialisation, every entry taken from it.
+    recorded = {
+        asset: recorded_texts(instance, asset, key)
+        for asset, key in (
+            ("generations", partition),
+            ("nli_probabilities", partition),
+            ("retrieval_run", setting.key),
+        )
+    }
 
-    def required(asset: str, asset_partition: str, name: str) -> str:
-        value = recorded_text(instance, asset, asset_partition, name)
+    def required(asset: str, name: str) -> str:
+        value = recorded[asset].get(name)
         if value is None:
+            key = setting.key if asset == "retrieval_run" else partition
             raise ValueError(
-                f"{asset}[{asset_partition}] recorded no {name} (materialised by an older "
-                f"ragutil?): materialise it again before {partition}'s metric_scores"
+                f"{asset}[{key}] recorded no {name} (materialised by an older ragutil?): "
+                f"materialise it again before {partition}'s metric_scores"
             )
         return value
 
+    retrieval = recorded["retrieval_run"]
     return ModelIdentities(
         generator=generator[0],
-        nli=required("nli_probabilities", partition, NLI_IDENTITY),
-        embedder=required("retrieval_run", setting.key, EMBEDDER_IDENTITY)
+        nli=required("nli_probabilities", NLI_IDENTITY),
+        embedder=required("retrieval_run", EMBEDDER_IDENTITY)
         if retriever.kind == "dense"
         else None,
-        reranker=required("retrieval_run", setting.key, RERANKER_IDENTITY)
-        if setting.reranker
-        else None,
-        generator_dtype=recorded_text(instance, "generations", partition, GENERATOR_DTYPE),
-        nli_dtype=recorded_text(instance, "nli_probabilities", partition, NLI_DTYPE),
-        run_file=recorded_text(instance, "retrieval_run", setting.key, RUN_FILE_VERSION)
-        if retriever.kind == "run"
-        else None,
-        query_writer=(
-            recorded_text(instance, "retrieval_run", setting.key, QUERY_WRITER_IDENTITY)
-            if setting.step is not None
-            else None
-        ),
+        reranker=required("retrieval_run", RERANKER_IDENTITY) if setting.reranker else None,
+        generator_dtype=recorded["generations"].get(GENERATOR_DTYPE),
+        nli_dtype=recorded["nli_probabilities"].get(NLI_DTYPE),
+        run_file=retrieval.get(RUN_FILE_VERSION) if retriever.kind == "run" else None,
+        query_writer=retrieval.get(QUERY_WRITER_IDENTITY) if setting.step is not None else None,
     )
+
+
+def recorded_texts(instance: dg.DagsterInstance, asset: str, partition: str) -> dict[str, str]:
+    """The text metadata entries of the latest materialisation of ``asset``'s ``partition`` (empty
+    when it has none)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]),
+        limit=1,
+    ).records
+    metadata = records[0].asset_materialization.metadata if records else {}
+    return {
+        name: entry.value
+        for name, entry in metadata.items()
+        if isinstance(entry, dg.TextMetadataValue)
+    }
 
 
 def recorded_text(
     instance: dg.DagsterInstance, asset: str, partition: str, name: str
 ) -> str | None:
     """The text metadata entry ``name`` of the latest materialisation of ``asset``'s ``partition``."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]),
-        limit=1,
-    ).records
-    entry = records[0].asset_materialization.metadata.get(name) if records else None
-    return entry.value if isinstance(entry, dg.TextMetadataValue) else None
+    return recorded_texts(instance, asset, partition).get(name)
 
 
 def engine_placement_tags(
@@ -147,11 +160,8 @@ def engine_placement_tags(
     """How the generations step's vLLM CPU engine was placed (threads, reserved cores, KV cache;
     models/device.PLACEMENT_ENTRIES) as the step recorded it, as run tags ``ragutil.<entry>``:
     tags, not params, since a retry on another machine may place it differently."""
-    recorded = {
-        name: recorded_text(instance, "generations", generations_partition, name)
-        for name in PLACEMENT_ENTRIES
-    }
-    return {f"ragutil.{name}": value for name, value in recorded.items() if value is not None}
+    recorded = recorded_texts(instance, "generations", generations_partition)
+    return {f"ragutil.{name}": recorded[name] for name in PLACEMENT_ENTRIES if name in recorded}
 
 
 def off_world_tags(
