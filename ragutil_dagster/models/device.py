@@ -11,6 +11,7 @@ import torch
 
 __all__ = [
     "PLACEMENT_ENTRIES",
+    "SPLIT_KV_VARIABLE",
     "VLLMCPUPlacement",
     "available_memory_bytes",
     "cpu_has_native_bf16",
@@ -104,24 +105,38 @@ VLLM_MAX_SEQS = 256  # vLLM's default max_num_seqs for an in-process CPU engine 
 _GIB = 1 << 30
 
 
+# vLLM's CPU attention splits a sequence's keys into chunks by how many sequences a step holds
+# (on by default), so a sample's logits move with its batch mates and an adaptive round draws
+# other texts than fixed N. Off, 0.997 of SmolLM2's bfloat16 samples drawn in adaptive rounds are
+# fixed N's (0.975 on), for a 6 % slower draw (bench/results/batch_noise_vllm.json).
+SPLIT_KV_VARIABLE = "VLLM_CPU_ATTN_SPLIT_KV"
+THREADS_VARIABLE = "VLLM_CPU_OMP_THREADS_BIND"
+
+
 @dataclass(frozen=True)
 class VLLMCPUPlacement:
     """How a vLLM CPU engine runs on this machine, as ragutil chose it (logged with the
-    generations): the worker's OpenMP CPUs, the cores vLLM keeps for its scheduler, and the KV
-    cache. ``*_source`` says where each choice came from (``machine``, ``config`` or
-    ``environment`` — a variable the user set, which ragutil leaves alone)."""
+    generations): the worker's OpenMP CPUs, the cores vLLM keeps for its scheduler, the KV
+    cache and whether the attention splits keys by batch. ``*_source`` says where each choice
+    came from (``machine``, ``config``, ``ragutil`` — its fixed choice — or ``environment`` — a
+    variable the user set, which ragutil leaves alone)."""
 
     threads_bind: str
     threads_source: str
     reserved_cpus: str
     kv_cache_gib: float
     kv_cache_source: str
+    split_kv: str
+    split_kv_source: str
 
     def environment(self) -> dict[str, str]:
         """The variables ragutil sets for the engine (none where the user set them)."""
-        if self.threads_source != "machine":
-            return {}
-        return {"VLLM_CPU_OMP_THREADS_BIND": self.threads_bind}
+        chosen = {}
+        if self.threads_source == "machine":
+            chosen[THREADS_VARIABLE] = self.threads_bind
+        if self.split_kv_source == "ragutil":
+            chosen[SPLIT_KV_VARIABLE] = self.split_kv
+        return chosen
 
     def metadata(self) -> dict[str, str]:
         """The choices as text entries named :data:`PLACEMENT_ENTRIES` (Dagster metadata of the
@@ -130,24 +145,33 @@ class VLLMCPUPlacement:
             f"{self.threads_bind} ({self.threads_source})",
             self.reserved_cpus,
             f"{self.kv_cache_gib:.3f} ({self.kv_cache_source})",
+            f"{self.split_kv} ({self.split_kv_source})",
         )
         return dict(zip(PLACEMENT_ENTRIES, values, strict=True))
 
 
-PLACEMENT_ENTRIES = ("vllm_cpu_threads_bind", "vllm_cpu_reserved_cpus", "vllm_kv_cache_gib")
+PLACEMENT_ENTRIES = (
+    "vllm_cpu_threads_bind",
+    "vllm_cpu_reserved_cpus",
+    "vllm_kv_cache_gib",
+    "vllm_cpu_attn_split_kv",
+)
 
 
 def vllm_cpu_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables ragutil adds for a vLLM CPU engine or server: the worker's
-    OpenMP threads bound to every CPU this process may use, on a machine of at most
-    :data:`SMALL_MACHINE_CPUS` — an explicit binding, so vLLM reserves no core for its scheduler
-    (it reserves them only when it binds automatically); nothing where the user set
-    ``VLLM_CPU_OMP_THREADS_BIND``."""
+    """The environment variables ragutil adds for a vLLM CPU engine or server, none the user set:
+    on a machine of at most :data:`SMALL_MACHINE_CPUS`, the worker's OpenMP threads bound to
+    every CPU this process may use — an explicit binding, so vLLM reserves no core for its
+    scheduler (it reserves them only when it binds automatically); everywhere, the attention's
+    batch-dependent key splitting off (:data:`SPLIT_KV_VARIABLE`)."""
     environ = os.environ if environ is None else environ
+    chosen = {}
     cpus = sorted(os.sched_getaffinity(0))
-    if "VLLM_CPU_OMP_THREADS_BIND" in environ or len(cpus) > SMALL_MACHINE_CPUS:
-        return {}
-    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus))}
+    if THREADS_VARIABLE not in environ and len(cpus) <= SMALL_MACHINE_CPUS:
+        chosen[THREADS_VARIABLE] = ",".join(map(str, cpus))
+    if SPLIT_KV_VARIABLE not in environ:
+        chosen[SPLIT_KV_VARIABLE] = "0"
+    return chosen
 
 
 def available_memory_bytes() -> int:
@@ -173,14 +197,18 @@ def vllm_cpu_placement(
     sequence. Raises ``ValueError`` when not even one sequence fits in the available memory."""
     environ = os.environ if environ is None else environ
     chosen = vllm_cpu_environment(environ)
-    if chosen:
-        threads, threads_source, reserved = chosen["VLLM_CPU_OMP_THREADS_BIND"], "machine", "0"
+    if THREADS_VARIABLE in chosen:
+        threads, threads_source, reserved = chosen[THREADS_VARIABLE], "machine", "0"
     else:
-        threads = environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
-        threads_source = "environment" if "VLLM_CPU_OMP_THREADS_BIND" in environ else "vllm default"
+        threads = environ.get(THREADS_VARIABLE, "auto")
+        threads_source = "environment" if THREADS_VARIABLE in environ else "vllm default"
         reserved = environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "vllm default (1 per worker)")
+    if SPLIT_KV_VARIABLE in chosen:
+        split = (chosen[SPLIT_KV_VARIABLE], "ragutil")
+    else:
+        split = (environ[SPLIT_KV_VARIABLE], "environment")
     if kv_cache_gib is not None:
-        return VLLMCPUPlacement(threads, threads_source, reserved, kv_cache_gib, "config")
+        return VLLMCPUPlacement(threads, threads_source, reserved, kv_cache_gib, "config", *split)
     one_sequence = kv_bytes_per_token * max_model_len
     if one_sequence > available_bytes:
         raise ValueError(
@@ -190,7 +218,7 @@ def vllm_cpu_placement(
         )
     wanted = min(one_sequence * VLLM_MAX_SEQS, KV_CACHE_SHARE_OF_AVAILABLE * available_bytes)
     return VLLMCPUPlacement(
-        threads, threads_source, reserved, max(wanted, one_sequence) / _GIB, "machine"
+        threads, threads_source, reserved, max(wanted, one_sequence) / _GIB, "machine", *split
     )
 
 

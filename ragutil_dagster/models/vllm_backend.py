@@ -21,10 +21,12 @@ thread binding and memory out of the caller.
 
 **Reproducible samples.** Each prompt is one request with ``n`` samples and its own seed
 (:func:`~ragutil_dagster.models.generation.row_seed` of the sampling seed and the prompt; vLLM
-seeds sample j with seed + j), so samples do not depend on batch-mates or call order. On CPU,
-per-request seeds crash the engine when chunked prefill is on ("CPU Generator does not use
-offset": vLLM rewinds a request's generator for tokens sampled during a partial prefill, which
-CPU generators cannot do), so chunked prefill is off on CPU unless configured otherwise.
+seeds sample j with seed + j), so samples depend on batch mates and call order only through the
+engine's arithmetic (on CPU with its batch-dependent key splitting off:
+``device.vllm_cpu_environment``). On CPU, per-request seeds crash the engine when chunked
+prefill is on ("CPU Generator does not use offset": vLLM rewinds a request's generator for
+tokens sampled during a partial prefill, which CPU generators cannot do), so chunked prefill is
+off on CPU unless configured otherwise.
 What is bit-reproducible is measured and stated in docs/models.md.
 
 **Log-probs** are vLLM's ``raw_logprobs``: log-softmax of the raw logits, before temperature,
@@ -53,6 +55,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import torch
@@ -224,9 +227,13 @@ def _new_engine(settings: EngineSettings) -> Any:
     global _live_placement
     on_cpu = current_platform.is_cpu()
     _live_placement = cpu_placement(settings) if on_cpu else None
-    if _live_placement is not None:
-        os.environ.update(_live_placement.environment())
-    return vllm.LLM(**engine_arguments(settings, on_cpu=on_cpu, placement=_live_placement))
+    arguments = engine_arguments(settings, on_cpu=on_cpu, placement=_live_placement)
+    if _live_placement is None:
+        return vllm.LLM(**arguments)
+    # The engine's processes start in vllm.LLM and read ragutil's variables then; restored after,
+    # so the next engine's placement still tells ragutil's choices from the user's.
+    with patch.dict(os.environ, _live_placement.environment()):
+        return vllm.LLM(**arguments)
 
 
 def cpu_placement(settings: EngineSettings) -> VLLMCPUPlacement:

@@ -88,15 +88,37 @@ def test_bfloat16_on_a_cpu_that_emulates_it_is_warned_about(
         assert "model m runs in bfloat16" in messages[0] and "auto" in messages[0]
 
 
+NO_SPLIT = {"VLLM_CPU_ATTN_SPLIT_KV": "0"}
+
+
 def test_vllm_gets_every_core_of_a_small_machine(monkeypatch) -> None:
     monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {1, 0})
-    assert device.vllm_cpu_environment({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+    assert device.vllm_cpu_environment({}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} | NO_SPLIT
     # the user's binding wins; a large machine keeps vLLM's own (a core for its scheduler)
-    assert device.vllm_cpu_environment({"VLLM_CPU_OMP_THREADS_BIND": "0-3"}) == {}
+    assert device.vllm_cpu_environment({"VLLM_CPU_OMP_THREADS_BIND": "0-3"}) == NO_SPLIT
     monkeypatch.setattr(
         device.os, "sched_getaffinity", lambda pid: set(range(device.SMALL_MACHINE_CPUS + 1))
     )
-    assert device.vllm_cpu_environment({}) == {}
+    assert device.vllm_cpu_environment({}) == NO_SPLIT
+
+
+def test_vllm_attention_splits_no_keys_by_batch_unless_the_user_says(monkeypatch) -> None:
+    """Key splitting by batch size makes a sample's text depend on its batch mates (adaptive
+    rounds against fixed N); ragutil turns it off on every CPU, and leaves the user's value."""
+    monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {0, 1})
+    place = partial(
+        device.vllm_cpu_placement,
+        kv_cache_gib=1.0,
+        kv_bytes_per_token=1,
+        max_model_len=8,
+        available_bytes=GIB,
+    )
+    ours = place(environ={})
+    assert ours.environment()["VLLM_CPU_ATTN_SPLIT_KV"] == "0"
+    assert ours.metadata()["vllm_cpu_attn_split_kv"] == "0 (ragutil)"
+    theirs = place(environ={"VLLM_CPU_ATTN_SPLIT_KV": "1"})
+    assert "VLLM_CPU_ATTN_SPLIT_KV" not in theirs.environment()
+    assert theirs.metadata()["vllm_cpu_attn_split_kv"] == "1 (environment)"
 
 
 GIB = 1 << 30
@@ -114,11 +136,12 @@ def test_the_kv_cache_is_sized_from_the_model_and_the_free_memory(monkeypatch) -
     # a large machine: a quarter of the free memory, below the default batch's full need
     roomy = place(kv_cache_gib=None, available_bytes=20 * GIB)
     assert roomy.kv_cache_gib == pytest.approx(5.0) and roomy.kv_cache_source == "machine"
-    assert roomy.environment() == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+    assert roomy.environment() == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} | NO_SPLIT
     assert roomy.metadata() == {
         "vllm_cpu_threads_bind": "0,1 (machine)",
         "vllm_cpu_reserved_cpus": "0",
         "vllm_kv_cache_gib": "5.000 (machine)",
+        "vllm_cpu_attn_split_kv": "0 (ragutil)",
     }
     # a short context: what 256 full-length sequences can fill, no more
     short = device.vllm_cpu_placement(
@@ -150,4 +173,4 @@ def test_the_kv_cache_is_sized_from_the_model_and_the_free_memory(monkeypatch) -
         "1",
         "environment",
     )
-    assert mine.environment() == {}
+    assert mine.environment() == NO_SPLIT
