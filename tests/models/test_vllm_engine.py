@@ -14,8 +14,10 @@ import pytest
 
 from ragutil_dagster.config import GeneratorConfig
 from ragutil_dagster.errors import UserError
+from ragutil_dagster.models import vllm_backend
 from ragutil_dagster.models.backend_contract import Placement
 from ragutil_dagster.models.backends import BACKENDS, build_generator
+from ragutil_dagster.models.generation import sample_rounds
 from ragutil_dagster.models.token_scoring import TokenScorer
 from ragutil_dagster.models.vllm_backend import (
     EngineSettings,
@@ -173,6 +175,63 @@ def test_many_long_seeded_prompts_do_not_crash_the_engine(vllm_engine: VLLMGener
     assert [(s.token_ids, s.text) for s in alone] == [(s.token_ids, s.text) for s in out[5]]
     for a, b in zip(alone, out[5], strict=True):
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4, rtol=0)
+
+
+def test_each_prompt_is_prefilled_alone_and_its_samples_read_it(
+    vllm_engine: VLLMGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CPU each distinct prompt is prefilled in an engine call of its own, and its samples
+    read its cached blocks; a KV cache too small for all prompts at once splits them into runs,
+    and adaptive rounds draw fixed N's samples, token for token."""
+    llm = vllm_engine.engine
+    calls: list[tuple[int, int | None, list[int]]] = []  # (requests, max_tokens, cached tokens)
+    generate = llm.generate
+
+    def recording(requests, sampling_params, use_tqdm):
+        outputs = generate(requests, sampling_params=sampling_params, use_tqdm=use_tqdm)
+        first = sampling_params[0] if isinstance(sampling_params, list) else sampling_params
+        calls.append((len(requests), first.max_tokens, [o.num_cached_tokens for o in outputs]))
+        return outputs
+
+    monkeypatch.setattr(llm, "generate", recording)
+    prompts = _long_prompts(4)  # ~250 tokens each: one full KV block (128 positions on CPU)
+    params = SamplingParams(n=4, max_new_tokens=6, seed=5)
+    fixed = vllm_engine.sample([*prompts, prompts[0]], params)
+    prefills = [c for c in calls if c[1] == 1]
+    draws = [c for c in calls if c[1] == params.max_new_tokens]
+    assert len(prefills) == 4 and all(requests == 1 for requests, _, _ in prefills)
+    assert len(draws) == 1 and draws[0][0] == 5 and all(c >= 128 for c in draws[0][2])
+    _assert_same_samples([fixed[4]], [fixed[0]])
+
+    calls.clear()
+    # Room for two prompts and their samples' own blocks (each sample's a block and its new
+    # tokens): the prompts go in runs of two, and the samples stay the same.
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    room = sum(vllm_engine.count_prompt_tokens(prompts[:2])) + 2 * params.n * (block + 6)
+    with monkeypatch.context() as small:
+        small.setattr(vllm_backend, "_kv_cache_tokens", lambda _generator: room)
+        chunked = vllm_engine.sample(prompts, params)
+    draws = [c for c in calls if c[1] == params.max_new_tokens]
+    assert len(draws) == 2 and [c[0] for c in draws] == [2, 2]
+    _assert_same_samples(fixed[:4], chunked)
+
+    rounds = [
+        SamplingParams(n=2, max_new_tokens=6, seed=5),
+        SamplingParams(n=1, max_new_tokens=6, seed=5, first_index=2),
+        SamplingParams(n=1, max_new_tokens=6, seed=5, first_index=3),
+    ]
+    drawn = sample_rounds(vllm_engine, prompts, rounds, lambda going, _s: [True] * len(going))
+    by_round = [[s for got in per_prompt for s in got] for per_prompt in drawn]
+    assert [[s.token_ids for s in per] for per in by_round] == [
+        [s.token_ids for s in per] for per in fixed[:4]
+    ]
+
+
+def test_runs_of_prompts_fit_the_budget() -> None:
+    sizes = {0: 5, 1: 5, 2: 12, 3: 1, 4: 9}
+    assert vllm_backend._chunks([0, 1, 2, 3, 4], sizes, None) == [[0, 1, 2, 3, 4]]
+    # A run ends before the item that would overflow it; an item larger than the budget is alone.
+    assert vllm_backend._chunks([0, 1, 2, 3, 4], sizes, 10) == [[0, 1], [2], [3, 4]]
 
 
 def test_prompt_beyond_the_context_is_refused(vllm_engine: VLLMGenerator) -> None:
