@@ -12,7 +12,8 @@ dtype, three draws of the same sample streams:
   batch; vLLM: every other prompt in one call, the rest in another);
 * ``rounds``      — adaptive sampling's rounds (4, 2, 2, 2) with every prompt going on, through
   ``sample_rounds`` (hf: each prompt prefilled once, its rounds decoded in wider groups; vLLM: a
-  call per round, the prompts' prefixes from its cache).
+  call per round, the prompts' blocks from its cache — on CPU every call prefills each prompt
+  alone first, so a sample never depends on which prompts shared its prefill step).
 
 On vLLM each draw runs under each value of ``--vllm-split-kv`` (the CPU engine's
 ``VLLM_CPU_ATTN_SPLIT_KV``: whether its attention splits a sequence's keys into chunks, by how many
